@@ -1,0 +1,193 @@
+"""Configuration: one TOML file, parsed once into typed, frozen sections.
+
+A bad file raises :class:`ConfigError` naming the file, the dotted key and what was
+expected. Unknown keys are errors too: a typo must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ._errors import ConfigError
+from ._paths import paths
+
+__all__ = [
+    "AgentConfig",
+    "Config",
+    "DaemonConfig",
+    "EngineConfig",
+    "LlamaCppConfig",
+    "OllamaConfig",
+    "OpenAIConfig",
+    "SandboxConfig",
+    "ToolsConfig",
+    "load_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OllamaConfig:
+    host: str = ""  # empty: OLLAMA_HOST, else http://127.0.0.1:11434
+    timeout: float = 300.0
+    connect_timeout: float = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAIConfig:
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppConfig:
+    model: str = "smollm2-135m"  # a catalog name or a path to a .gguf file
+    n_ctx: int = 4096
+    n_threads: int = 0  # 0: all cores
+    chat_format: str = ""  # empty: the GGUF's own template
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    default: Literal["auto", "llamacpp", "ollama", "openai"] = "auto"
+    model: str = ""  # empty: the engine's default
+    ollama: OllamaConfig = field(default_factory=OllamaConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    llamacpp: LlamaCppConfig = field(default_factory=LlamaCppConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    default: str = "simple"
+    temperature: float = 0.7
+    max_tokens: int = 1024
+    max_turns: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsConfig:
+    file_read_roots: tuple[str, ...] = ()
+    file_read_max_bytes: int = 1_000_000
+    allow_network: bool = False
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxConfig:
+    backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
+    docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
+    image: str = "jarvis-sandbox:latest"
+    allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"
+    timeout: float = 120.0
+    memory: str = "512m"
+    cpus: float = 1.0
+    pids: int = 128
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    max_concurrent: int = 2
+    max_queued: int = 1000
+    task_timeout: float = 3600.0
+    max_frame_bytes: int = 1_048_576
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    #: The file this was read from (None: defaults only).
+    source: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data.pop("source")
+        return data
+
+
+def load_config(path: Path | None = None) -> Config:
+    """Read the config file (missing file: defaults). Raises ConfigError when bad."""
+    file = path or paths().config_file
+    try:
+        raw = file.read_bytes()
+    except FileNotFoundError:
+        if path is not None or os.environ.get("JARVIS_CONFIG"):
+            raise ConfigError(str(file), "", "an existing file") from None
+        return Config()
+    except OSError as exc:
+        raise ConfigError(str(file), "", f"a readable file ({exc.strerror})") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(file), "", f"valid TOML ({exc})") from exc
+    config = _build(Config, data, str(file), "")
+    return dataclasses.replace(config, source=str(file))
+
+
+def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
+    return _build(Config, data, source, "")
+
+
+_T = typing.TypeVar("_T")
+
+
+def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
+    if not isinstance(data, Mapping):
+        raise ConfigError(file, prefix.rstrip(".") or "<top>", "a table", data)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.name != "source"}  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        dotted = prefix + key
+        if key not in fields:
+            raise ConfigError(file, dotted, f"one of {', '.join(sorted(fields))} (unknown key)")
+        values[key] = _coerce(hints[key], value, file, dotted)
+    return cls(**values)
+
+
+def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, file, key + ".")  # type: ignore[arg-type]
+    if origin is Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise ConfigError(file, key, "one of " + ", ".join(map(repr, choices)), value)
+        return value
+    if origin in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(args[0], value, file, key)
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(file, key, "a list of strings", value)
+        return tuple(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(file, key, "true or false", value)
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(file, key, "an integer", value)
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(file, key, "a number", value)
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(file, key, "a string", value)
+        return value
+    raise ConfigError(file, key, f"a value of type {hint}", value)  # pragma: no cover

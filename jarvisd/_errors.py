@@ -1,0 +1,125 @@
+"""The one exception tree of jarvis.
+
+Split by what the caller can do about it::
+
+    JarvisError
+    ├── UsageError              bad arguments from a person or a script (exit 2)
+    ├── ConfigError             a config file is wrong: names file, key, expectation
+    ├── EngineError
+    │   ├── EngineUnavailable   nothing answers there: start it or pick another (exit 3)
+    │   ├── ModelNotFound       the engine answers but lacks the model
+    │   └── EngineResponseError the engine answered with an error or with garbage
+    ├── ModelFileError          a model file is missing, partial or fails its hash
+    ├── ToolError               a tool could not run (reported to the model, not raised out)
+    ├── SandboxError
+    │   ├── MountRefused        a mount the allowlist refuses
+    │   └── SandboxUnavailable  no container engine / image (exit 3)
+    ├── ProtocolError           a malformed frame or message on one of our wires
+    ├── DaemonError
+    │   └── DaemonUnavailable   no daemon on the socket
+    └── TaskNotFound
+
+Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
+``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
+docker, sockets) are translated once, where they are caught, with ``raise ... from``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "ConfigError",
+    "DaemonError",
+    "DaemonUnavailable",
+    "EngineError",
+    "EngineResponseError",
+    "EngineUnavailable",
+    "JarvisError",
+    "ModelFileError",
+    "ModelNotFound",
+    "MountRefused",
+    "ProtocolError",
+    "SandboxError",
+    "SandboxUnavailable",
+    "TaskNotFound",
+    "ToolError",
+    "UsageError",
+]
+
+
+class JarvisError(Exception):
+    """Base of every error jarvis raises on purpose."""
+
+    #: Process exit code the CLI uses when this error ends a command.
+    exit_code: ClassVar[int] = 1
+
+
+class UsageError(JarvisError):
+    exit_code = 2
+
+
+class ConfigError(JarvisError):
+    """A configuration file (or value) is invalid."""
+
+    def __init__(self, path: str, key: str, expected: str, got: object = None) -> None:
+        self.path, self.key, self.expected, self.got = path, key, expected, got
+        where = f"{path}: {key}" if key else path
+        detail = f"expected {expected}"
+        if got is not None:
+            detail += f", got {got!r}"
+        super().__init__(f"{where}: {detail}")
+
+
+class EngineError(JarvisError):
+    """Base for inference engine failures."""
+
+
+class EngineUnavailable(EngineError):
+    exit_code = 3
+
+
+class ModelNotFound(EngineError):
+    exit_code = 3
+
+
+class EngineResponseError(EngineError):
+    def __init__(self, message: str, status: int | None = None) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class ModelFileError(JarvisError):
+    exit_code = 3
+
+
+class ToolError(JarvisError):
+    pass
+
+
+class SandboxError(JarvisError):
+    pass
+
+
+class MountRefused(SandboxError):
+    exit_code = 2
+
+
+class SandboxUnavailable(SandboxError):
+    exit_code = 3
+
+
+class ProtocolError(JarvisError):
+    pass
+
+
+class DaemonError(JarvisError):
+    pass
+
+
+class DaemonUnavailable(DaemonError):
+    exit_code = 3
+
+
+class TaskNotFound(JarvisError):
+    exit_code = 2

@@ -1,0 +1,69 @@
+"""The event bus: typed events, synchronous fan-out, subscribers that cannot break a run."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Event", "EventBus", "EventType", "Subscriber"]
+
+log = logging.getLogger(__name__)
+
+
+class EventType(enum.StrEnum):
+    AGENT_TURN_START = "agent_turn_start"
+    AGENT_TURN_END = "agent_turn_end"
+    TOOL_CALL_START = "tool_call_start"
+    TOOL_CALL_END = "tool_call_end"
+    INFERENCE_START = "inference_start"
+    INFERENCE_END = "inference_end"
+    INFERENCE_DELTA = "inference_delta"
+    RUN_START = "run_start"
+    RUN_END = "run_end"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: EventType
+    data: Mapping[str, Any] = field(default_factory=dict)
+    timestamp: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type.value, "data": dict(self.data), "timestamp": self.timestamp}
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Publish/subscribe within one process. A subscriber that raises is logged and
+    skipped: telemetry must never change the outcome of a run."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[tuple[EventType | None, Subscriber]] = []
+        self._lock = threading.Lock()
+
+    def subscribe(self, callback: Subscriber, event_type: EventType | None = None) -> None:
+        """Call ``callback`` for every event of ``event_type`` (None: every event)."""
+        with self._lock:
+            self._subscribers.append((event_type, callback))
+
+    def unsubscribe(self, callback: Subscriber) -> None:
+        with self._lock:
+            self._subscribers = [(t, c) for t, c in self._subscribers if c is not callback]
+
+    def publish(self, event_type: EventType, **data: Any) -> Event:
+        event = Event(event_type, data)
+        for wanted, callback in tuple(self._subscribers):
+            if wanted is not None and wanted is not event_type:
+                continue
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event subscriber %r failed on %s", callback, event_type.value)
+        return event

@@ -1,0 +1,78 @@
+"""Where jarvis keeps things. Every directory can be overridden by an environment
+variable, so tests (and unusual installs) can point all of them somewhere else."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Paths", "paths"]
+
+APP = "jarvis"
+
+ENV_VARS = {
+    "config": "JARVIS_CONFIG_DIR",
+    "data": "JARVIS_DATA_DIR",
+    "cache": "JARVIS_CACHE_DIR",
+    "state": "JARVIS_STATE_DIR",
+    "runtime": "JARVIS_RUNTIME_DIR",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Paths:
+    config: Path
+    data: Path
+    cache: Path
+    state: Path
+    runtime: Path
+
+    @property
+    def config_file(self) -> Path:
+        override = os.environ.get("JARVIS_CONFIG")
+        return Path(override) if override else self.config / "config.toml"
+
+    @property
+    def models(self) -> Path:
+        return self.data / "models"
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime / "jarvisd.sock"
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "config": str(self.config),
+            "config_file": str(self.config_file),
+            "data": str(self.data),
+            "cache": str(self.cache),
+            "state": str(self.state),
+            "runtime": str(self.runtime),
+            "models": str(self.models),
+            "socket": str(self.socket),
+        }
+
+
+def paths() -> Paths:
+    """Resolve the directories now (environment first, then platformdirs)."""
+    import platformdirs
+
+    dirs = platformdirs.PlatformDirs(APP, appauthor=False)
+    runtime_default = dirs.user_runtime_dir
+    # On a machine with no XDG_RUNTIME_DIR (root in a container, CI) platformdirs picks
+    # /run/user/UID, which may not exist: fall back to the state dir.
+    if not os.environ.get("XDG_RUNTIME_DIR") and not Path(runtime_default).parent.is_dir():
+        runtime_default = str(Path(dirs.user_state_dir) / "run")
+    defaults = {
+        "config": dirs.user_config_dir,
+        "data": dirs.user_data_dir,
+        "cache": dirs.user_cache_dir,
+        "state": dirs.user_state_dir,
+        "runtime": runtime_default,
+    }
+    resolved = {
+        key: Path(os.environ.get(var) or defaults[key]).expanduser()
+        for key, var in ENV_VARS.items()
+    }
+    return Paths(**resolved)

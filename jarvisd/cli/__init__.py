@@ -1,0 +1,91 @@
+"""The ``jarvis`` command line: a thin shim over plain functions.
+
+Each command lives in its own module, imported only when that command runs, so
+``jarvis --help`` imports nothing heavy. Errors are printed once, here, as one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .._version import __version__
+
+# name -> ("module:attr", one-line help). Help text is kept here so that listing the
+# commands never imports them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "ask": ("jarvisd.cli._ask:ask", "Ask a one-off question and print the answer."),
+    "config": ("jarvisd.cli._config:config", "Show the configuration and where it lives."),
+    "models": ("jarvisd.cli._models:models", "List, download and locate local models."),
+    "serve-model": (
+        "jarvisd.cli._serve:serve_model",
+        "Serve a local model over the Ollama HTTP API.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        from .._plugins import import_from_string
+
+        command = import_from_string(COMMANDS[cmd_name][0])
+        assert isinstance(command, click.Command), cmd_name
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+EPILOG = """\
+Exit codes: 0 success, 1 failure, 2 usage error, 3 engine or sandbox unavailable.
+Every directory can be moved with JARVIS_CONFIG_DIR, JARVIS_DATA_DIR, JARVIS_CACHE_DIR,
+JARVIS_STATE_DIR, JARVIS_RUNTIME_DIR; JARVIS_CONFIG names the config file itself.
+"""
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="jarvis")
+@click.option("-v", "--verbose", count=True, help="Log more (-v info, -vv debug) to stderr.")
+@click.pass_context
+def cli(ctx: click.Context, verbose: int) -> None:
+    """jarvis: a sandboxed, local-first agent runtime.
+
+    Ask questions of a local model, run agents with tools, in containers with the
+    network off, and hand long tasks to the jarvisd daemon.
+    """
+    import logging
+
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    ctx.ensure_object(dict)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: run the CLI, turning jarvis errors into one line and an exit code."""
+    from .._errors import JarvisError
+
+    try:
+        return cli.main(args=argv, prog_name="jarvis", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except JarvisError as exc:
+        click.echo(f"jarvis: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)

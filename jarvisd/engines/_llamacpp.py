@@ -1,0 +1,269 @@
+"""The embedded default: llama-cpp-python in process, on a verified catalog model.
+
+llama.cpp is synchronous and not thread-safe, so each engine owns one model and one
+lock, and generation runs in a worker thread that checks a stop flag between tokens:
+cancelling the awaiting task stops the model within a token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from .._errors import EngineResponseError, EngineUnavailable, ModelFileError
+from .._messages import (
+    FinishReason,
+    Generation,
+    Message,
+    Role,
+    SamplingOptions,
+    StreamChunk,
+    ToolSpec,
+    Usage,
+)
+from .._toolcalls import recover_tool_calls
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+
+__all__ = ["LlamaCppEngine", "llama_cpp_available"]
+
+_DONE = object()
+
+
+def llama_cpp_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _to_chat(message: Message) -> dict[str, Any]:
+    data: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments_dict()},
+            }
+            for c in message.tool_calls
+        ]
+    if message.role is Role.TOOL:
+        data["tool_call_id"] = message.tool_call_id or ""
+        data["name"] = message.name or ""
+    return data
+
+
+class LlamaCppEngine(Engine):
+    name: ClassVar[str] = "llamacpp"
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m",
+        *,
+        n_ctx: int = 4096,
+        n_threads: int = 0,
+        chat_format: str = "",
+        models_dir: Path | None = None,
+    ) -> None:
+        self.model = model
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or (os.cpu_count() or 1)
+        self.chat_format = chat_format or None
+        self.models_dir = models_dir
+        self._llama: Any = None
+        self._load_lock = threading.Lock()
+        self._run_lock = asyncio.Lock()
+
+    def default_model(self) -> str:
+        return self.model
+
+    def _check_model(self, model: str) -> None:
+        if model and model != self.model and Path(model).name != Path(self.model).name:
+            raise EngineResponseError(
+                f"the embedded engine has {self.model!r} loaded, not {model!r}; "
+                f"set engine.llamacpp.model or pass --model to `jarvis ask`", 404
+            )
+
+    def load(self) -> Any:
+        """Load (once) and return the llama_cpp.Llama instance. Blocking."""
+        with self._load_lock:
+            if self._llama is not None:
+                return self._llama
+            from ..catalog import resolve_model_path
+
+            path = resolve_model_path(self.model, self.models_dir)
+            try:
+                import llama_cpp
+            except ImportError as exc:
+                raise EngineUnavailable(
+                    "the embedded engine needs llama-cpp-python: run `make setup` (it builds"
+                    " and caches the wheel) or `pip install 'jarvisd[llama]'`"
+                ) from exc
+            try:
+                self._llama = llama_cpp.Llama(
+                    model_path=str(path),
+                    n_ctx=self.n_ctx,
+                    n_threads=self.n_threads,
+                    chat_format=self.chat_format,
+                    verbose=False,
+                )
+            except (ValueError, RuntimeError) as exc:
+                raise ModelFileError(f"llama.cpp could not load {path}: {exc}") from exc
+            return self._llama
+
+    def _run(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        options: SamplingOptions,
+        emit: Any,
+        stop: threading.Event,
+    ) -> Generation:
+        """Blocking generation; calls ``emit(text)`` for each piece of text."""
+        llama = self.load()
+        start = time.perf_counter()
+        kwargs: dict[str, Any] = {
+            "messages": [_to_chat(m) for m in messages],
+            "temperature": options.temperature,
+            "max_tokens": options.max_tokens,
+            "stream": True,
+        }
+        if tools:
+            kwargs["tools"] = [t.to_openai() for t in tools]
+        if options.top_p is not None:
+            kwargs["top_p"] = options.top_p
+        if options.seed is not None:
+            kwargs["seed"] = options.seed
+        if options.stop:
+            kwargs["stop"] = list(options.stop)
+        pieces: list[str] = []
+        reason: str | None = None
+        tokens = 0
+        try:
+            chunks = llama.create_chat_completion(**kwargs)
+            for chunk in chunks:
+                if stop.is_set():
+                    reason = "cancelled"
+                    with contextlib.suppress(Exception):
+                        chunks.close()
+                    break
+                choice = chunk["choices"][0]
+                text = choice.get("delta", {}).get("content") or ""
+                if text:
+                    tokens += 1
+                    pieces.append(text)
+                    emit(text)
+                reason = choice.get("finish_reason") or reason
+        except ValueError as exc:
+            # llama.cpp raises ValueError when the prompt exceeds the context window.
+            raise EngineResponseError(f"llama.cpp: {exc}", 400) from exc
+        content = "".join(pieces)
+        calls = ()
+        if tools:
+            found, rest = recover_tool_calls(content, [t.name for t in tools])
+            if found:
+                calls, content = tuple(found), rest
+        total = int(getattr(llama, "n_tokens", 0) or 0)
+        return Generation(
+            content=content,
+            tool_calls=calls,
+            usage=Usage(prompt_tokens=max(total - tokens, 0), completion_tokens=tokens),
+            finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.parse(reason),
+            model=self.model,
+            latency_s=time.perf_counter() - start,
+        )
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        self._check_model(model)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def emit(text: str) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, text)
+
+        def work() -> Generation:
+            try:
+                return self._run(messages, tools, options, emit, stop)
+            finally:
+                loop.call_soon_threadsafe(queue.put_nowait, _DONE)
+
+        async with self._run_lock:
+            future = loop.run_in_executor(None, work)
+            try:
+                while (item := await queue.get()) is not _DONE:
+                    # Tool-call text is withheld from the stream only once recovered at the
+                    # end; streaming callers get the final generation in the done chunk.
+                    yield StreamChunk(delta=item)
+                generation = await future
+            finally:
+                stop.set()
+                if not future.done():
+                    await asyncio.shield(future)
+        yield StreamChunk(done=True, generation=generation)
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        result: Generation | None = None
+        async for chunk in self.stream(messages, model=model, tools=tools, options=options):
+            if chunk.done:
+                result = chunk.generation
+        assert result is not None  # stream always ends with a done chunk
+        return result
+
+    async def health(self) -> bool:
+        if not llama_cpp_available():
+            return False
+        try:
+            await asyncio.to_thread(self.load)
+        except (ModelFileError, EngineUnavailable):
+            return False
+        return True
+
+    async def context_length(self, model: str = "") -> int | None:
+        return self.n_ctx
+
+    async def list_models(self) -> list[ModelInfo]:
+        from ..catalog import model_status
+
+        infos = []
+        for status in model_status(self.models_dir):
+            if status.present:
+                infos.append(
+                    ModelInfo(
+                        name=status.entry.name,
+                        size=status.entry.size,
+                        context_length=status.entry.context_length,
+                        family="gguf",
+                        details=status.entry.description,
+                    )
+                )
+        path = Path(self.model)
+        if path.suffix == ".gguf" and path.is_file():
+            infos.append(ModelInfo(self.model, size=path.stat().st_size, family="gguf"))
+        return infos
+
+    async def aclose(self) -> None:
+        with self._load_lock:
+            llama, self._llama = self._llama, None
+        if llama is not None:
+            with contextlib.suppress(Exception):
+                llama.close()

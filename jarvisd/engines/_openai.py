@@ -1,0 +1,247 @@
+"""Any OpenAI-compatible chat server (llama.cpp's server, vLLM, LM Studio) by base URL."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._errors import EngineError, EngineResponseError, EngineUnavailable, ModelNotFound
+from .._messages import (
+    FinishReason,
+    Generation,
+    Message,
+    Role,
+    SamplingOptions,
+    StreamChunk,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAIEngine"]
+
+
+def to_openai_message(message: Message) -> dict[str, Any]:
+    data: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.tool_calls:
+        data["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.role is Role.TOOL:
+        data["tool_call_id"] = message.tool_call_id or ""
+        if message.name:
+            data["name"] = message.name
+    return data
+
+
+@contextlib.contextmanager
+def _translate(base_url: str) -> Iterator[None]:
+    import httpx
+
+    try:
+        yield
+    except httpx.ConnectError as exc:
+        raise EngineUnavailable(
+            f"cannot reach an OpenAI-compatible server at {base_url}: start it, or set"
+            " engine.openai.base_url"
+        ) from exc
+    except httpx.TimeoutException as exc:
+        raise EngineUnavailable(f"{base_url} did not answer in time ({exc})") from exc
+    except httpx.HTTPStatusError as exc:
+        body = exc.response.text[:500]
+        if exc.response.status_code == 404 and "model" in body.lower():
+            raise ModelNotFound(f"{base_url}: {body}") from exc
+        raise EngineResponseError(
+            f"{base_url} answered HTTP {exc.response.status_code}: {body}",
+            exc.response.status_code,
+        ) from exc
+    except httpx.HTTPError as exc:
+        raise EngineError(f"{base_url}: {exc}") from exc
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise EngineResponseError(f"{base_url} sent a malformed reply: {exc!r}") from exc
+
+
+class OpenAIEngine(Engine):
+    name: ClassVar[str] = "openai"
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000/v1",
+        *,
+        model: str = "",
+        api_key: str | None = None,
+        timeout: float = 300.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self.timeout = timeout
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=headers,
+                timeout=httpx.Timeout(self.timeout, connect=2.0),
+            )
+        return self._client
+
+    def default_model(self) -> str:
+        return self.model
+
+    def _body(
+        self,
+        messages: Sequence[Message],
+        model: str,
+        tools: Sequence[ToolSpec],
+        options: SamplingOptions,
+        stream: bool,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model or self.model or "default",
+            "messages": [to_openai_message(m) for m in messages],
+            "temperature": options.temperature,
+            "max_tokens": options.max_tokens,
+            "stream": stream,
+        }
+        if tools:
+            body["tools"] = [t.to_openai() for t in tools]
+        if options.top_p is not None:
+            body["top_p"] = options.top_p
+        if options.seed is not None:
+            body["seed"] = options.seed
+        if options.stop:
+            body["stop"] = list(options.stop)
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        start = time.perf_counter()
+        with _translate(self.base_url):
+            response = await self.client.post(
+                "/chat/completions", json=self._body(messages, model, tools, options, False)
+            )
+            response.raise_for_status()
+            data = response.json()
+            choice = data["choices"][0]
+            message = choice["message"]
+            calls = tuple(
+                ToolCall(
+                    name=c["function"]["name"],
+                    arguments=c["function"].get("arguments") or "{}",
+                    id=c.get("id") or ToolCall("x").id,
+                )
+                for c in message.get("tool_calls") or ()
+            )
+            usage = data.get("usage") or {}
+            return Generation(
+                content=message.get("content") or "",
+                tool_calls=calls,
+                usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+                finish_reason=FinishReason.TOOL_CALLS
+                if calls
+                else FinishReason.parse(choice.get("finish_reason")),
+                model=data.get("model") or model or self.model,
+                latency_s=time.perf_counter() - start,
+            )
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        start = time.perf_counter()
+        content: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        usage = Usage()
+        reason: str | None = None
+        served_model = model or self.model
+        with _translate(self.base_url):
+            body = self._body(messages, model, tools, options, True)
+            async with self.client.stream("POST", "/chat/completions", json=body) as response:
+                if response.is_error:
+                    await response.aread()
+                    response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    data = json.loads(payload)
+                    served_model = data.get("model") or served_model
+                    if data.get("usage"):
+                        u = data["usage"]
+                        usage = Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))
+                    for choice in data.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        reason = choice.get("finish_reason") or reason
+                        if delta.get("content"):
+                            content.append(delta["content"])
+                            yield StreamChunk(delta=delta["content"])
+                        for c in delta.get("tool_calls") or ():
+                            slot = calls.setdefault(
+                                c.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                            )
+                            slot["id"] = c.get("id") or slot["id"]
+                            fn = c.get("function") or {}
+                            slot["name"] += fn.get("name") or ""
+                            slot["arguments"] += fn.get("arguments") or ""
+        tool_calls = tuple(
+            ToolCall(name=s["name"], arguments=s["arguments"] or "{}", id=s["id"] or ToolCall("x").id)
+            for _, s in sorted(calls.items())
+        )
+        yield StreamChunk(
+            done=True,
+            generation=Generation(
+                content="".join(content),
+                tool_calls=tool_calls,
+                usage=usage,
+                finish_reason=FinishReason.TOOL_CALLS if tool_calls else FinishReason.parse(reason),
+                model=served_model,
+                latency_s=time.perf_counter() - start,
+            ),
+        )
+
+    async def list_models(self) -> list[ModelInfo]:
+        with _translate(self.base_url):
+            response = await self.client.get("/models")
+            response.raise_for_status()
+            return [ModelInfo(name=str(m["id"])) for m in response.json().get("data", [])]
+
+    async def health(self) -> bool:
+        try:
+            await self.list_models()
+        except EngineError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,94 @@
+"""Building engines from config, and choosing one: explicit flag, then config, then the
+first healthy (a reachable Ollama, else the embedded llama.cpp engine)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .._config import Config
+from .._errors import EngineUnavailable, UsageError
+from .._plugins import import_from_string, load_plugins
+from ._base import Engine
+
+__all__ = ["ENGINE_NAMES", "build_engine", "engine_names", "ollama_reachable", "select_engine"]
+
+log = logging.getLogger(__name__)
+
+BUILTIN_ENGINES = {
+    "llamacpp": "jarvisd.engines._llamacpp:LlamaCppEngine",
+    "ollama": "jarvisd.engines._ollama:OllamaEngine",
+    "openai": "jarvisd.engines._openai:OpenAIEngine",
+}
+ENGINE_NAMES = tuple(BUILTIN_ENGINES)
+
+
+def engine_names() -> list[str]:
+    return sorted(load_plugins("jarvisd.engines", BUILTIN_ENGINES))
+
+
+def build_engine(name: str, config: Config, model: str = "") -> Engine:
+    """Construct (no I/O) the engine called ``name`` from config."""
+    model = model or config.engine.model
+    if name == "llamacpp":
+        from ._llamacpp import LlamaCppEngine
+
+        c = config.engine.llamacpp
+        return LlamaCppEngine(
+            model or c.model, n_ctx=c.n_ctx, n_threads=c.n_threads, chat_format=c.chat_format
+        )
+    if name == "ollama":
+        from ._ollama import OllamaEngine
+
+        o = config.engine.ollama
+        return OllamaEngine(
+            o.host, model=model, timeout=o.timeout, connect_timeout=o.connect_timeout
+        )
+    if name == "openai":
+        from ._openai import OpenAIEngine
+
+        oa = config.engine.openai
+        return OpenAIEngine(
+            oa.base_url, model=model, api_key=os.environ.get(oa.api_key_env, ""), timeout=oa.timeout
+        )
+    plugins = load_plugins("jarvisd.engines", BUILTIN_ENGINES)
+    if name not in plugins:
+        raise UsageError(f"unknown engine {name!r} (known: {', '.join(sorted(plugins))})")
+    factory = import_from_string(plugins[name])
+    engine = factory(config=config, model=model)
+    if not isinstance(engine, Engine):
+        raise UsageError(f"engine plugin {name!r} did not build an Engine")
+    return engine
+
+
+def ollama_reachable(config: Config, timeout: float = 0.3) -> bool:
+    import httpx
+
+    from ._ollama import DEFAULT_HOST
+
+    host = config.engine.ollama.host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+    if "://" not in host:
+        host = "http://" + host
+    try:
+        return httpx.get(host.rstrip("/") + "/api/tags", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def select_engine(config: Config, explicit: str | None = None, model: str = "") -> Engine:
+    """The engine to use now. Explicit choices are honoured even when unreachable (the
+    first call then fails with a clear EngineUnavailable); ``auto`` probes."""
+    name = explicit or config.engine.default
+    if name != "auto":
+        return build_engine(name, config, model)
+    if ollama_reachable(config):
+        log.debug("auto: using the reachable Ollama")
+        return build_engine("ollama", config, model)
+    from ._llamacpp import llama_cpp_available
+
+    if llama_cpp_available():
+        return build_engine("llamacpp", config, model)
+    raise EngineUnavailable(
+        "no engine available: no Ollama answers and llama-cpp-python is not installed; "
+        "run `make setup`, start Ollama, or pass --engine openai with a server"
+    )

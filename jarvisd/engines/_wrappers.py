@@ -1,0 +1,202 @@
+"""Thin wrappers around the engine seam: instrumentation, and the per-run guard that
+enforces one budget and one cancellation token across every nested agent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from .._events import EventBus, EventType
+from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec
+from .._run import Cancelled, RunContext
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+
+__all__ = ["InstrumentedEngine", "RunEngine", "WrapperEngine"]
+
+_T = TypeVar("_T")
+
+
+class WrapperEngine(Engine):
+    """Delegates everything to ``inner``; subclasses override what they change."""
+
+    def __init__(self, inner: Engine) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[misc]
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        return await self.inner.generate(messages, model=model, tools=tools, options=options)
+
+    def stream(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        return self.inner.stream(messages, model=model, tools=tools, options=options)
+
+    async def health(self) -> bool:
+        return await self.inner.health()
+
+    async def list_models(self) -> list[ModelInfo]:
+        return await self.inner.list_models()
+
+    async def context_length(self, model: str = "") -> int | None:
+        return await self.inner.context_length(model)
+
+    def default_model(self) -> str:
+        return self.inner.default_model()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class InstrumentedEngine(WrapperEngine):
+    """Publishes INFERENCE_START / INFERENCE_END (tokens, latency, error) on a bus."""
+
+    def __init__(self, inner: Engine, bus: EventBus) -> None:
+        super().__init__(inner)
+        self.bus = bus
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        model = model or self.inner.default_model()
+        self.bus.publish(
+            EventType.INFERENCE_START, engine=self.name, model=model, messages=len(messages)
+        )
+        start = time.perf_counter()
+        try:
+            generation = await self.inner.generate(
+                messages, model=model, tools=tools, options=options
+            )
+        except BaseException as exc:
+            self.bus.publish(
+                EventType.INFERENCE_END,
+                engine=self.name,
+                model=model,
+                latency_s=time.perf_counter() - start,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            raise
+        latency = time.perf_counter() - start
+        self.bus.publish(
+            EventType.INFERENCE_END,
+            engine=self.name,
+            model=generation.model or model,
+            latency_s=latency,
+            prompt_tokens=generation.usage.prompt_tokens,
+            completion_tokens=generation.usage.completion_tokens,
+            tool_calls=len(generation.tool_calls),
+        )
+        return replace(generation, latency_s=generation.latency_s or latency)
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        model = model or self.inner.default_model()
+        self.bus.publish(
+            EventType.INFERENCE_START, engine=self.name, model=model, messages=len(messages)
+        )
+        start = time.perf_counter()
+        async for chunk in self.inner.stream(messages, model=model, tools=tools, options=options):
+            if chunk.done and chunk.generation is not None:
+                g = chunk.generation
+                self.bus.publish(
+                    EventType.INFERENCE_END,
+                    engine=self.name,
+                    model=g.model or model,
+                    latency_s=time.perf_counter() - start,
+                    prompt_tokens=g.usage.prompt_tokens,
+                    completion_tokens=g.usage.completion_tokens,
+                    tool_calls=len(g.tool_calls),
+                )
+            yield chunk
+
+
+class RunEngine(WrapperEngine):
+    """Binds an engine to one run: every call first reserves budget (so the run cannot
+    overshoot its token cap by a whole call), races the run's cancel token, and charges
+    the tokens it really used. Inference events go to the run's bus."""
+
+    def __init__(self, inner: Engine, run: RunContext) -> None:
+        super().__init__(InstrumentedEngine(inner, run.bus))
+        self.run = run
+
+    def _limit(self, options: SamplingOptions) -> SamplingOptions:
+        self.run.cancel.raise_if_cancelled()
+        allowed = self.run.budget.reserve(options.max_tokens)
+        return options if allowed == options.max_tokens else replace(options, max_tokens=allowed)
+
+    async def _race(self, work: Awaitable[_T]) -> _T:
+        task = asyncio.ensure_future(work)
+        waiter = asyncio.ensure_future(self.run.cancel.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise Cancelled(self.run.cancel.reason)
+        return task.result()
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        options = self._limit(options)
+        generation = await self._race(
+            self.inner.generate(messages, model=model, tools=tools, options=options)
+        )
+        self.run.budget.charge(generation.usage)
+        return generation
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        options = self._limit(options)
+        iterator = aiter(self.inner.stream(messages, model=model, tools=tools, options=options))
+        try:
+            while True:
+                try:
+                    chunk = await self._race(anext(iterator))
+                except StopAsyncIteration:
+                    return
+                if chunk.done and chunk.generation is not None:
+                    self.run.budget.charge(chunk.generation.usage)
+                yield chunk
+        finally:
+            closer = getattr(iterator, "aclose", None)
+            if closer is not None:
+                await closer()
