@@ -1,0 +1,184 @@
+"""The agent contract: ``arun`` (async, the one required method) and its sync ``run``.
+
+Every agent of one run shares one :class:`RunContext`: the same cancel token, budget
+ledger and event bus, however deeply agents nest.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .._events import EventBus, EventType
+from .._messages import Generation, Message, SamplingOptions, ToolResult, ToolSpec, Usage
+from .._run import RunContext
+from ..engines import Engine, RunEngine
+
+__all__ = ["AgentContext", "AgentResult", "BaseAgent", "strip_think_tags"]
+
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
+
+
+def strip_think_tags(text: str) -> str:
+    """Remove ``<think>...</think>`` blocks (an unclosed one runs to the end)."""
+    return _THINK.sub("", text).strip()
+
+
+@dataclass(slots=True)
+class AgentContext:
+    conversation: list[Message] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+    memory_results: list[Any] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AgentResult:
+    content: str
+    tool_results: list[ToolResult] = field(default_factory=list)
+    turns: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "tool_results": [r.to_dict() for r in self.tool_results],
+            "turns": self.turns,
+            "metadata": self.metadata,
+            "usage": self.usage.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentResult:
+        usage = data.get("usage") or {}
+        return cls(
+            content=str(data.get("content", "")),
+            tool_results=[
+                ToolResult(
+                    tool_name=r["tool_name"],
+                    content=r["content"],
+                    success=bool(r.get("success", True)),
+                    call_id=r.get("call_id"),
+                    latency_s=float(r.get("latency_s", 0.0)),
+                    metadata=r.get("metadata") or {},
+                )
+                for r in data.get("tool_results") or ()
+            ],
+            turns=int(data.get("turns", 0)),
+            metadata=dict(data.get("metadata") or {}),
+            usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+        )
+
+
+class BaseAgent(abc.ABC):
+    """Base of every agent. Subclasses implement :meth:`arun`."""
+
+    agent_id: ClassVar[str] = "agent"
+    accepts_tools: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: str = "",
+        *,
+        bus: EventBus | None = None,
+        temperature: float = 0.7,
+        max_tokens: int = 1024,
+        system_prompt: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.model = model
+        self.bus = bus
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.system_prompt = system_prompt
+
+    @abc.abstractmethod
+    async def arun(
+        self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
+    ) -> AgentResult:
+        """Run the agent on ``input`` within ``run`` (a new run when None)."""
+
+    def run(self, input: str, context: AgentContext | None = None, **kwargs: Any) -> AgentResult:
+        """Synchronous wrapper over :meth:`arun` for scripts and the design's contract."""
+        return asyncio.run(self.arun(input, context, **kwargs))
+
+    # -- helpers shared by the implementations -------------------------------------
+
+    def _run_context(self, run: RunContext | None) -> RunContext:
+        if run is not None:
+            return run
+        return RunContext(bus=self.bus) if self.bus is not None else RunContext()
+
+    def _emit_turn_start(self, run: RunContext, input: str, **data: Any) -> None:
+        run.bus.publish(
+            EventType.AGENT_TURN_START, agent=self.agent_id, input=input, depth=run.depth, **data
+        )
+
+    def _emit_turn_end(self, run: RunContext, **data: Any) -> None:
+        run.bus.publish(EventType.AGENT_TURN_END, agent=self.agent_id, depth=run.depth, **data)
+
+    def _build_messages(
+        self,
+        input: str,
+        context: AgentContext | None = None,
+        *,
+        system_prompt: str | None = None,
+    ) -> list[Message]:
+        messages: list[Message] = []
+        prompt = system_prompt if system_prompt is not None else self.system_prompt
+        if prompt:
+            messages.append(Message.system(prompt))
+        if context is not None:
+            messages.extend(context.conversation)
+        messages.append(Message.user(input))
+        return messages
+
+    def _options(self, **overrides: Any) -> SamplingOptions:
+        values: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return SamplingOptions(**values)
+
+    async def _generate(
+        self,
+        run: RunContext,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[ToolSpec] = (),
+        stream: bool = False,
+        model: str | None = None,
+        **options: Any,
+    ) -> Generation:
+        """One engine call under the run's budget and cancel token, with the agent's
+        defaults. With ``stream`` and a run that streams, text goes to ``run.on_delta``."""
+        engine = RunEngine(self.engine, run)
+        sampling = self._options(**options)
+        use_model = self.model if model is None else model
+        if stream and run.on_delta is not None:
+            final: Generation | None = None
+            async for chunk in engine.stream(messages, model=use_model, tools=tools, options=sampling):
+                if chunk.delta:
+                    run.on_delta(chunk.delta)
+                if chunk.done:
+                    final = chunk.generation
+            assert final is not None  # every stream ends with a done chunk
+            return final
+        return await engine.generate(messages, model=use_model, tools=tools, options=sampling)
+
+    def _max_turns_result(
+        self, tool_results: list[ToolResult], turns: int, content: str = "", usage: Usage | None = None
+    ) -> AgentResult:
+        return AgentResult(
+            content=content or f"Stopped after reaching the limit of {turns} turns.",
+            tool_results=tool_results,
+            turns=turns,
+            metadata={"max_turns_exceeded": True},
+            usage=usage or Usage(),
+        )
+
+    strip_think_tags = staticmethod(strip_think_tags)

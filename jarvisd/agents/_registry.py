@@ -1,0 +1,64 @@
+"""AgentRegistry: built-in agents as lazy import strings, third parties by entry point
+(group ``jarvisd.agents``), and a ``register`` decorator for code that defines agents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+from .._errors import UsageError
+from .._plugins import import_from_string, load_plugins
+from ..engines import Engine
+from ._base import BaseAgent
+
+__all__ = ["AgentRegistry"]
+
+_A = TypeVar("_A", bound=type[BaseAgent])
+
+BUILTIN_AGENTS: dict[str, str] = {
+    "simple": "jarvisd.agents._simple:SimpleAgent",
+}
+ALIASES: dict[str, str] = {}
+
+
+class AgentRegistry:
+    _registered: ClassVar[dict[str, type[BaseAgent]]] = {}
+
+    @classmethod
+    def register(cls, key: str) -> Callable[[_A], _A]:
+        def decorator(agent_cls: _A) -> _A:
+            existing = cls._registered.get(key)
+            if existing is not None and existing is not agent_cls:
+                raise UsageError(f"agent key {key!r} is already registered to {existing!r}")
+            cls._registered[key] = agent_cls
+            return agent_cls
+
+        return decorator
+
+    @classmethod
+    def _sources(cls) -> dict[str, str]:
+        return load_plugins("jarvisd.agents", BUILTIN_AGENTS)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(sorted({*cls._sources(), *ALIASES, *cls._registered}))
+
+    @classmethod
+    def get(cls, key: str) -> type[BaseAgent]:
+        key = ALIASES.get(key, key)
+        if key in cls._registered:
+            return cls._registered[key]
+        sources = cls._sources()
+        if key not in sources:
+            raise UsageError(f"unknown agent {key!r} (known: {', '.join(cls.keys())})")
+        agent_cls = import_from_string(sources[key])
+        if not (isinstance(agent_cls, type) and issubclass(agent_cls, BaseAgent)):
+            raise UsageError(f"agent {key!r} ({sources[key]}) is not a BaseAgent subclass")
+        return agent_cls
+
+    @classmethod
+    def create(cls, key: str, engine: Engine, model: str = "", **kwargs: Any) -> BaseAgent:
+        agent_cls = cls.get(key)
+        if kwargs.get("tools") and not agent_cls.accepts_tools:
+            raise UsageError(f"agent {key!r} does not accept tools")
+        return agent_cls(engine, model, **kwargs)

@@ -1,0 +1,24 @@
+"""Where agents' code runs: the executor seam and its host-process backend.
+
+Sandboxing backends (docker, podman, bwrap) live in ``jarvisd.sandbox``.
+"""
+
+from ._base import (
+    Channel,
+    CodeExecutor,
+    ExecRequest,
+    ExecResult,
+    receive_frame,
+    run_to_completion,
+    send_frame,
+)
+
+__all__ = [
+    "Channel",
+    "CodeExecutor",
+    "ExecRequest",
+    "ExecResult",
+    "receive_frame",
+    "run_to_completion",
+    "send_frame",
+]

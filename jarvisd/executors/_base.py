@@ -1,0 +1,146 @@
+"""The code-executor seam: start a program (agents' code, an RLM REPL, the in-container
+agent runner) somewhere, and talk to it over its stdin/stdout.
+
+One required method, ``open``, returning a :class:`Channel`. Backends: ``subprocess``
+(a host process with rlimits and a timeout: NOT a security boundary) and the sandbox
+backends (docker, podman, bwrap). Config ``sandbox.backend`` chooses; ``none`` (the
+subprocess backend) must be chosen explicitly and warns on every run.
+
+Frames (``jarvisd.protocol``) travel over a channel with :func:`send_frame` and
+:func:`receive_frame`; one-shot programs use :func:`run_to_completion`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..protocol import MAX_FRAME_BYTES, Frame, FrameError, decode_line, encode
+
+__all__ = [
+    "Channel",
+    "CodeExecutor",
+    "ExecRequest",
+    "ExecResult",
+    "receive_frame",
+    "run_to_completion",
+    "send_frame",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """Run ``argv``. ``files`` are written into a fresh working directory first
+    (relative name -> text). ``mounts`` are host paths, "PATH" or "PATH:rw", checked
+    against the mount allowlist by sandboxing backends (ignored by ``subprocess``)."""
+
+    argv: Sequence[str]
+    files: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 30.0
+    mounts: Sequence[str] = ()
+    #: Extra environment for the program. Never put secrets here: send them in a frame.
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    #: "oom", "timeout", "killed", "cancelled" or "" (normal exit).
+    reason: str = ""
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.reason
+
+
+class Channel(abc.ABC):
+    """A started program. The backend enforces the request's timeout: when it passes,
+    the program is killed, ``readline`` returns ``b""`` and ``wait`` reports
+    ``timed_out``."""
+
+    @abc.abstractmethod
+    async def write(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    async def close_stdin(self) -> None: ...
+
+    @abc.abstractmethod
+    async def readline(self, limit: int = MAX_FRAME_BYTES + 1) -> bytes:
+        """The next line of stdout (with its newline), or ``b""`` at end of output."""
+
+    @abc.abstractmethod
+    async def wait(self) -> ExecResult:
+        """Wait for the program to end; ``stdout`` is whatever was not read, ``stderr``
+        the (bounded) tail of its error output."""
+
+    @abc.abstractmethod
+    async def kill(self, reason: str = "killed") -> None:
+        """Stop the program now (idempotent); ``wait`` then reports ``reason``."""
+
+    async def __aenter__(self) -> Channel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.kill("closed")
+        await self.wait()
+
+
+class CodeExecutor(abc.ABC):
+    name: ClassVar[str] = "executor"
+    #: Whether this backend isolates the program from the host (network, files, processes).
+    isolated: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def open(self, request: ExecRequest) -> Channel:
+        """Start the program and return its channel."""
+
+
+async def send_frame(channel: Channel, frame: Frame) -> None:
+    await channel.write(encode(frame))
+
+
+async def receive_frame(
+    channel: Channel, noise: list[str] | None = None, max_bytes: int = MAX_FRAME_BYTES
+) -> Frame | None:
+    """The next frame from the program, or None at end of output. Lines that are not
+    frames are appended to ``noise`` (when given) and skipped."""
+    while True:
+        line = await channel.readline(max_bytes + 1)
+        if not line:
+            return None
+        if len(line) > max_bytes:
+            raise FrameError(f"frame exceeds the limit of {max_bytes} bytes")
+        frame = decode_line(line, max_bytes)
+        if frame is not None:
+            return frame
+        if noise is not None and len(noise) < 1000:
+            noise.append(line.decode("utf-8", "replace").rstrip("\n"))
+
+
+async def run_to_completion(
+    executor: CodeExecutor, request: ExecRequest, stdin: bytes = b""
+) -> ExecResult:
+    """Start, feed ``stdin``, collect all stdout, wait: for one-shot programs."""
+    channel = await executor.open(request)
+    try:
+        if stdin:
+            await channel.write(stdin)
+        await channel.close_stdin()
+        lines = []
+        while line := await channel.readline():
+            lines.append(line)
+        result = await channel.wait()
+    except BaseException:
+        await channel.kill("cancelled")
+        await channel.wait()
+        raise
+    out = b"".join(lines).decode("utf-8", "replace") + result.stdout
+    return ExecResult(
+        result.exit_code, out, result.stderr, result.timed_out, result.reason, result.duration_s
+    )

@@ -1,0 +1,44 @@
+"""Wire protocols. ``frames``: the sentinel-delimited frame protocol shared by the sandbox
+runner, the RLM REPL process and external-agent bridges (standard library only)."""
+
+from ._frames import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    SENTINEL,
+    Cancel,
+    ErrorFrame,
+    EventFrame,
+    Frame,
+    FrameError,
+    FrameReader,
+    Infer,
+    InferResult,
+    Log,
+    Ping,
+    Pong,
+    ResultFrame,
+    Start,
+    decode_line,
+    encode,
+)
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "SENTINEL",
+    "Cancel",
+    "ErrorFrame",
+    "EventFrame",
+    "Frame",
+    "FrameError",
+    "FrameReader",
+    "Infer",
+    "InferResult",
+    "Log",
+    "Ping",
+    "Pong",
+    "ResultFrame",
+    "Start",
+    "decode_line",
+    "encode",
+]

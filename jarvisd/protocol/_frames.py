@@ -1,0 +1,313 @@
+"""The jarvis frame protocol, version 1: typed JSON frames over a byte stream.
+
+Used wherever jarvis talks to a program across a process boundary: the in-container
+sandbox runner, the RLM REPL process, external agents (the Node.js bridge, OpenHands).
+Standard library only, so it runs inside a bare python3 container.
+
+Wire format
+-----------
+One frame per line::
+
+    @@jarvis:1@@ {"kind": "...", "id": "...", ...}\\n
+
+* The sentinel ``@@jarvis:1@@ `` starts a frame; ``\\n`` ends it. The JSON is encoded
+  with ``ensure_ascii``, so it never contains a raw newline.
+* A line without the sentinel is not a frame: it is program output (a library that
+  prints), kept as ``noise`` and never parsed as data.
+* A frame longer than ``max_bytes`` (default 8 MiB), a sentinel line whose JSON does not
+  parse, or an unknown ``kind`` is a :class:`FrameError`. A different version number
+  in the sentinel is refused with a clear message.
+* ``id`` pairs a reply with its request (``infer`` -> ``infer_result``).
+
+Kinds
+-----
+host -> program: ``start`` (the payload: what to run), ``infer_result``, ``cancel``
+program -> host: ``infer`` (ask the host's engine), ``event``, ``result``, ``error``,
+``log``; either way: ``ping``/``pong``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any, ClassVar
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "SENTINEL",
+    "Cancel",
+    "ErrorFrame",
+    "EventFrame",
+    "Frame",
+    "FrameError",
+    "FrameReader",
+    "Infer",
+    "InferResult",
+    "Log",
+    "Ping",
+    "Pong",
+    "ResultFrame",
+    "Start",
+    "decode_line",
+    "encode",
+]
+
+PROTOCOL_VERSION = 1
+SENTINEL = f"@@jarvis:{PROTOCOL_VERSION}@@ "
+_SENTINEL_PREFIX = "@@jarvis:"
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """A malformed, oversized or unknown frame. (The host maps it to ProtocolError.)"""
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: ClassVar[str] = ""
+    id: str = field(default_factory=_new_id)
+
+    def body(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Frame:
+        return cls(id=id)
+
+
+@dataclass(frozen=True, slots=True)
+class Start(Frame):
+    """What to run: ``task`` names the job (e.g. "agent", "exec", "repl"); ``payload``
+    is its input. Secrets travel here, never in argv or the environment."""
+
+    kind: ClassVar[str] = "start"
+    task: str = ""
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"task": self.task, "payload": dict(self.payload)}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Start:
+        return cls(id=id, task=_str(body, "task"), payload=_map(body, "payload"))
+
+
+@dataclass(frozen=True, slots=True)
+class Infer(Frame):
+    """Ask the host to run one generation. ``request`` holds messages/tools/options as
+    the ``to_dict`` forms of jarvisd._messages."""
+
+    kind: ClassVar[str] = "infer"
+    request: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"request": dict(self.request)}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Infer:
+        return cls(id=id, request=_map(body, "request"))
+
+
+@dataclass(frozen=True, slots=True)
+class InferResult(Frame):
+    """The host's answer to ``infer`` (same id): a generation, or an error message."""
+
+    kind: ClassVar[str] = "infer_result"
+    generation: Mapping[str, Any] | None = None
+    error: str | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {"generation": dict(self.generation or {}) or None, "error": self.error}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> InferResult:
+        gen = body.get("generation")
+        if gen is not None and not isinstance(gen, Mapping):
+            raise FrameError("infer_result.generation must be an object")
+        err = body.get("error")
+        return cls(id=id, generation=gen, error=None if err is None else str(err))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Frame):
+    kind: ClassVar[str] = "cancel"
+    reason: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Cancel:
+        return cls(id=id, reason=str(body.get("reason", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class EventFrame(Frame):
+    kind: ClassVar[str] = "event"
+    type: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"type": self.type, "data": dict(self.data)}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> EventFrame:
+        return cls(id=id, type=_str(body, "type"), data=_map(body, "data"))
+
+
+@dataclass(frozen=True, slots=True)
+class ResultFrame(Frame):
+    """The program's final answer (for agents: an AgentResult's ``to_dict``)."""
+
+    kind: ClassVar[str] = "result"
+    result: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"result": dict(self.result)}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> ResultFrame:
+        return cls(id=id, result=_map(body, "result"))
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorFrame(Frame):
+    """The program failed: ``code`` is a short machine-readable word."""
+
+    kind: ClassVar[str] = "error"
+    code: str = "error"
+    message: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> ErrorFrame:
+        return cls(id=id, code=str(body.get("code", "error")), message=str(body.get("message", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class Log(Frame):
+    kind: ClassVar[str] = "log"
+    level: str = "info"
+    message: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {"level": self.level, "message": self.message}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Log:
+        return cls(id=id, level=str(body.get("level", "info")), message=str(body.get("message", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class Ping(Frame):
+    kind: ClassVar[str] = "ping"
+
+
+@dataclass(frozen=True, slots=True)
+class Pong(Frame):
+    kind: ClassVar[str] = "pong"
+
+
+KINDS: dict[str, type[Frame]] = {
+    cls.kind: cls
+    for cls in (Start, Infer, InferResult, Cancel, EventFrame, ResultFrame, ErrorFrame, Log, Ping, Pong)
+}
+
+
+def _str(body: Mapping[str, Any], key: str) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise FrameError(f"frame field {key!r} must be a string")
+    return value
+
+
+def _map(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = body.get(key) or {}
+    if not isinstance(value, Mapping):
+        raise FrameError(f"frame field {key!r} must be an object")
+    return value
+
+
+def encode(frame: Frame) -> bytes:
+    data = {"kind": frame.kind, "id": frame.id, **frame.body()}
+    return (SENTINEL + json.dumps(data, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+
+
+def decode_line(line: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> Frame | None:
+    """Parse one line: a Frame, or None when the line is not a frame (program output)."""
+    if len(line) > max_bytes:
+        raise FrameError(f"frame of {len(line)} bytes exceeds the limit of {max_bytes}")
+    if isinstance(line, bytes):
+        try:
+            line = line.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    line = line.rstrip("\r\n")
+    if not line.startswith(_SENTINEL_PREFIX):
+        return None
+    if not line.startswith(SENTINEL):
+        version = line[len(_SENTINEL_PREFIX) :].split("@@", 1)[0]
+        raise FrameError(
+            f"frame protocol version {version!r} is not supported (this side speaks "
+            f"{PROTOCOL_VERSION})"
+        )
+    try:
+        data = json.loads(line[len(SENTINEL) :])
+    except ValueError as exc:
+        raise FrameError(f"frame is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise FrameError("frame must be a JSON object")
+    kind, frame_id = data.get("kind"), data.get("id")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise FrameError(f"unknown frame kind {kind!r}")
+    if not isinstance(frame_id, str) or not frame_id:
+        raise FrameError("frame needs a non-empty string id")
+    return KINDS[kind].from_body(frame_id, data)
+
+
+class FrameReader:
+    """Reads frames from a binary stream; non-frame lines are collected in ``noise``
+    (bounded), so a chatty program cannot corrupt the protocol or exhaust memory."""
+
+    def __init__(self, stream: IO[bytes], max_bytes: int = MAX_FRAME_BYTES, noise_limit: int = 65536):
+        self.stream = stream
+        self.max_bytes = max_bytes
+        self.noise_limit = noise_limit
+        self.noise: list[str] = []
+        self._noise_size = 0
+
+    def __iter__(self) -> Iterator[Frame]:
+        while True:
+            frame = self.read()
+            if frame is None:
+                return
+            yield frame
+
+    def read(self) -> Frame | None:
+        """The next frame, or None at end of stream."""
+        while True:
+            line = self.stream.readline(self.max_bytes + 1)
+            if not line:
+                return None
+            if len(line) > self.max_bytes and not line.endswith(b"\n"):
+                raise FrameError(f"frame exceeds the limit of {self.max_bytes} bytes")
+            frame = decode_line(line, self.max_bytes)
+            if frame is not None:
+                return frame
+            self._keep_noise(line)
+
+    def _keep_noise(self, line: bytes) -> None:
+        if self._noise_size >= self.noise_limit:
+            return
+        text = line.decode("utf-8", "replace").rstrip("\n")
+        self.noise.append(text)
+        self._noise_size += len(text)

@@ -1,0 +1,53 @@
+"""Shared fixtures.
+
+Every test runs with all jarvis directories in a temporary folder. Tests that need a
+real container engine or a real model use ``require``: locally they skip with the
+reason, but under CI (CI=true) a missing engine or model is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jarvisd._paths import ENV_VARS, paths
+
+# Where `make setup` pulled the real models, captured before any test isolates paths.
+REAL_MODELS_DIR = Path(os.environ.get("JARVIS_TEST_MODELS_DIR") or paths().models)
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (locally) or fail (in CI) unless ``condition`` holds."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    # Short base path: Unix socket paths are limited to about 107 bytes.
+    root = tmp_path_factory.mktemp("jv")
+    for key, var in ENV_VARS.items():
+        path = root / key
+        path.mkdir()
+        monkeypatch.setenv(var, str(path))
+    monkeypatch.delenv("JARVIS_CONFIG", raising=False)
+    monkeypatch.delenv("OLLAMA_HOST", raising=False)
+    yield root
+
+
+def real_model_path(name: str) -> Path:
+    """The verified file of catalog model ``name`` pulled by `make setup`."""
+    from jarvisd.catalog import get_entry, model_file
+    from jarvisd.engines._llamacpp import llama_cpp_available
+
+    require(llama_cpp_available(), "llama-cpp-python is not installed (run `make setup`)")
+    path = model_file(get_entry(name), REAL_MODELS_DIR)
+    require(path.is_file(), f"model {name} not pulled into {REAL_MODELS_DIR} (run `make models`)")
+    return path
