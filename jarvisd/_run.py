@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._events import EventBus
 from ._messages import Usage
@@ -129,8 +130,14 @@ class RunContext:
     #: Receives streamed text as the final answer is generated (None: no streaming).
     on_delta: Callable[[str], None] | None = None
     depth: int = 0
+    #: Called by the top agent's loop after each completed model turn (and the tool
+    #: results it led to) with a JSON-able state; the daemon persists it.
+    checkpoint: Callable[[Mapping[str, Any]], None] | None = None
+    #: A state saved by ``checkpoint``: the top agent continues from it instead of
+    #: starting over.
+    resume: Mapping[str, Any] | None = None
 
     def child(self) -> RunContext:
         """Context for a nested agent: same token, ledger and bus; one level deeper;
-        no streaming (only the top agent talks to the user)."""
+        no streaming, checkpoints or resume (those belong to the top agent)."""
         return RunContext(self.bus, self.budget, self.cancel, self.run_id, None, self.depth + 1)
