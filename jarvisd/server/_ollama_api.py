@@ -1,0 +1,514 @@
+"""An Ollama-protocol HTTP server over any :class:`Engine`.
+
+Over the embedded llama.cpp engine it is ``jarvis serve-model``: any Ollama client can
+use a local model with no Ollama installed. Over a :class:`ScriptedEngine` it is the test
+stand-in (``jarvisd.testing.OllamaStandIn``). Same code, so the stand-in cannot drift
+from what users run.
+
+Endpoints: ``GET /``, ``GET /api/version``, ``GET /api/tags``, ``POST /api/show``,
+``GET /api/ps``, ``POST /api/chat`` and ``POST /api/generate`` (NDJSON streaming, the
+default as in Ollama, or one JSON object with ``"stream": false``). Errors are
+``{"error": "..."}`` bodies with Ollama's status codes; an error after streaming began is
+sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
+
+The HTTP side is the standard library's threading server; all engine work runs on one
+asyncio loop in its own thread, so engines keep their async contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from .._errors import EngineError, EngineResponseError, EngineUnavailable, JarvisError, ModelNotFound
+from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
+from ..engines import Engine, ModelInfo
+
+__all__ = ["OllamaServer"]
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.6.3-jarvis"
+MAX_BODY = 32 * 1024 * 1024
+_END = object()
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _tag(name: str) -> str:
+    return name if ":" in name else name + ":latest"
+
+
+def _untag(name: str) -> str:
+    return name[: -len(":latest")] if name.endswith(":latest") else name
+
+
+def _error_status(exc: BaseException) -> int:
+    if isinstance(exc, ModelNotFound):
+        return 404
+    if isinstance(exc, EngineResponseError) and exc.status and 400 <= exc.status < 600:
+        return exc.status
+    if isinstance(exc, EngineUnavailable):
+        return 503
+    return 500
+
+
+def _parse_messages(raw: Any) -> list[Message]:
+    if not isinstance(raw, list):
+        raise BadRequest("messages must be a list")
+    messages = []
+    for item in raw:
+        if not isinstance(item, dict) or not isinstance(item.get("role"), str):
+            raise BadRequest("each message needs a role")
+        try:
+            role = Role(item["role"])
+        except ValueError:
+            raise BadRequest(f"unknown role {item['role']!r}") from None
+        calls = []
+        for call in item.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise BadRequest("tool_calls[].function.name is required")
+            calls.append(ToolCall.from_arguments(fn["name"], fn.get("arguments") or {}))
+        content = item.get("content") or ""
+        if not isinstance(content, str):
+            raise BadRequest("message content must be a string")
+        messages.append(
+            Message(
+                role=role,
+                content=content,
+                tool_calls=tuple(calls),
+                name=item.get("tool_name") or item.get("name"),
+            )
+        )
+    return messages
+
+
+def _parse_tools(raw: Any) -> list[ToolSpec]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise BadRequest("tools must be a list")
+    specs = []
+    for tool in raw:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise BadRequest("tools[].function.name is required")
+        specs.append(
+            ToolSpec(fn["name"], str(fn.get("description") or ""), fn.get("parameters") or {})
+        )
+    return specs
+
+
+def _parse_options(raw: Any) -> SamplingOptions:
+    if raw is None:
+        return SamplingOptions()
+    if not isinstance(raw, dict):
+        raise BadRequest("options must be an object")
+    try:
+        stop = raw.get("stop") or ()
+        # Ollama: num_predict -1 (or absent) means "until done"; bound it anyway.
+        num_predict = int(raw.get("num_predict") or -1)
+        return SamplingOptions(
+            temperature=float(raw.get("temperature", 0.8)),
+            max_tokens=num_predict if num_predict > 0 else 4096,
+            top_p=None if raw.get("top_p") is None else float(raw["top_p"]),
+            seed=None if raw.get("seed") is None else int(raw["seed"]),
+            stop=tuple(stop) if isinstance(stop, list) else (str(stop),),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"invalid options: {exc}") from None
+
+
+def _model_entry(info: ModelInfo) -> dict[str, Any]:
+    return {
+        "name": _tag(info.name),
+        "model": _tag(info.name),
+        "modified_at": _now(),
+        "size": info.size,
+        "digest": "",
+        "details": {
+            "format": info.family or "gguf",
+            "family": info.family or "",
+            "families": [info.family] if info.family else None,
+            "parameter_size": "",
+            "quantization_level": "",
+        },
+    }
+
+
+class OllamaServer:
+    """Serve ``engine`` over the Ollama HTTP API on ``host:port`` (0: any free port).
+
+    Cheap to construct; ``start()``/``stop()`` or use as a context manager;
+    ``serve_forever()`` for a foreground server.
+    """
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 11434) -> None:
+        self.engine = engine
+        self.host = host
+        self.port = port
+        self._httpd: ThreadingHTTPServer | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+        self._loaded: dict[str, float] = {}
+        #: Requests seen, as (method, path, body); tests read this.
+        self.requests: list[tuple[str, str, Any]] = []
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._httpd is None:
+            raise RuntimeError("server not started")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> OllamaServer:
+        self._loop = asyncio.new_event_loop()
+        loop_thread = threading.Thread(target=self._loop.run_forever, name="ollama-api-loop", daemon=True)
+        loop_thread.start()
+        handler = type("Handler", (_Handler,), {"api": self})
+        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        self._httpd.daemon_threads = True
+        http_thread = threading.Thread(target=self._httpd.serve_forever, name="ollama-api-http", daemon=True)
+        http_thread.start()
+        self._threads = [loop_thread, http_thread]
+        return self
+
+    def serve_forever(self) -> None:
+        self.start()
+        try:
+            self._threads[1].join()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._loop is not None:
+            loop = self._loop
+            asyncio.run_coroutine_threadsafe(self.engine.aclose(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            for thread in self._threads:
+                thread.join(timeout=5)
+            loop.close()
+            self._loop = None
+
+    def __enter__(self) -> OllamaServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- engine calls on the loop thread --------------------------------------------
+
+    def call(self, coro: Any) -> Any:
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def iterate(self, make: Callable[[], AsyncIterator[StreamChunk]]) -> Iterator[StreamChunk]:
+        """Drive an async iterator on the loop thread, yielding here; closing this
+        iterator (client gone) cancels the producer, which stops generation."""
+        assert self._loop is not None
+        items: queue.Queue[Any] = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                async for item in make():
+                    items.put(item)
+            except BaseException as exc:
+                items.put(exc)
+            finally:
+                items.put(_END)
+
+        future: Future[None] = asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        try:
+            while (item := items.get()) is not _END:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            if not future.done():
+                future.cancel()
+
+    def resolve_model(self, requested: Any) -> str:
+        if not isinstance(requested, str) or not requested:
+            raise BadRequest("model is required")
+        name = _untag(requested)
+        models = [m.name for m in self.call(self.engine.list_models())]
+        if models and name not in models and requested not in models:
+            raise ModelNotFound(f'model "{requested}" not found, try pulling it first')
+        self._loaded[name] = time.time()
+        return name
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: OllamaServer
+    protocol_version = "HTTP/1.1"
+    server_version = "jarvis-ollama/" + VERSION
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    # -- plumbing -----------------------------------------------------------------
+
+    def _send_json(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_error(self, status: int, message: str) -> None:
+        self._send_json(status, {"error": message})
+
+    def _body(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            raise BadRequest(f"request body over {MAX_BODY} bytes")
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise BadRequest(f"invalid JSON body: {exc}") from None
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be a JSON object")
+        return body
+
+    def _dispatch(self, method: str) -> None:
+        routes: dict[tuple[str, str], Callable[[], None]] = {
+            ("GET", "/"): lambda: self._send_text("Ollama is running"),
+            ("HEAD", "/"): lambda: self._send_text(""),
+            ("GET", "/api/version"): lambda: self._send_json(200, {"version": VERSION}),
+            ("GET", "/api/tags"): self._tags,
+            ("GET", "/api/ps"): self._ps,
+            ("POST", "/api/show"): self._show,
+            ("POST", "/api/chat"): self._chat,
+            ("POST", "/api/generate"): self._generate,
+        }
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        route = routes.get((method, path))
+        try:
+            if route is None:
+                if any(p == path for _, p in routes):
+                    self._send_error(405, f"method {method} not allowed on {path}")
+                else:
+                    self._send_error(404, f"{path} is not supported by this server")
+                return
+            route()
+        except BadRequest as exc:
+            self._send_error(400, str(exc))
+        except (EngineError, JarvisError) as exc:
+            self._send_error(_error_status(exc), str(exc))
+        except (BrokenPipeError, ConnectionResetError):
+            log.debug("client went away")
+        except Exception as exc:  # the server must answer, whatever the engine did
+            log.exception("internal error")
+            self._send_error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_HEAD(self) -> None:
+        self._dispatch("HEAD")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _send_text(self, text: str) -> None:
+        data = text.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    # -- endpoints ----------------------------------------------------------------
+
+    def _tags(self) -> None:
+        models = self.api.call(self.api.engine.list_models())
+        self.api.requests.append(("GET", "/api/tags", None))
+        self._send_json(200, {"models": [_model_entry(m) for m in models]})
+
+    def _ps(self) -> None:
+        models = {m.name: m for m in self.api.call(self.api.engine.list_models())}
+        running = []
+        for name in self.api._loaded:
+            info = models.get(name, ModelInfo(name))
+            entry = _model_entry(info)
+            entry.update({"expires_at": _now(), "size_vram": 0})
+            running.append(entry)
+        self._send_json(200, {"models": running})
+
+    def _show(self) -> None:
+        body = self._body()
+        self.api.requests.append(("POST", "/api/show", body))
+        name = self.api.resolve_model(body.get("model") or body.get("name"))
+        models = {m.name: m for m in self.api.call(self.api.engine.list_models())}
+        info = models.get(name, ModelInfo(name))
+        context = self.api.call(self.api.engine.context_length(name)) or info.context_length
+        arch = info.family or "llama"
+        self._send_json(
+            200,
+            {
+                "modelfile": f"FROM {name}",
+                "parameters": "",
+                "template": "",
+                "details": _model_entry(info)["details"],
+                "model_info": {"general.architecture": arch, f"{arch}.context_length": context},
+                "capabilities": ["completion", "tools"],
+                "modified_at": _now(),
+            },
+        )
+
+    def _stream_or_single(
+        self, body: dict[str, Any], messages: list[Message], tools: list[ToolSpec], shape: str
+    ) -> None:
+        model = self.api.resolve_model(body.get("model"))
+        options = _parse_options(body.get("options"))
+        engine = self.api.engine
+        chunks = self.api.iterate(
+            lambda: engine.stream(messages, model=model, tools=tools, options=options)
+        )
+        start = time.perf_counter_ns()
+        stream = body.get("stream", True) is not False
+        # The first chunk is awaited before any header goes out, so an engine that fails
+        # at once produces a proper HTTP error status, not a 200 with an error line.
+        first = next(chunks)
+        if not stream:
+            final = first
+            for final in chunks:  # noqa: B007 - only the done chunk matters
+                pass
+            self._send_json(200, self._final(final, model, shape, start))
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            for chunk in self._chain(first, chunks):
+                line = (
+                    self._final(chunk, model, shape, start, streamed=True)
+                    if chunk.done
+                    else self._partial(chunk, model, shape)
+                )
+                self._write_chunk(json.dumps(line).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            chunks.close()
+            return
+        except (EngineError, JarvisError) as exc:
+            self._write_chunk(json.dumps({"error": str(exc)}).encode() + b"\n")
+        self._write_chunk(b"")
+
+    @staticmethod
+    def _chain(first: StreamChunk, rest: Iterator[StreamChunk]) -> Iterator[StreamChunk]:
+        yield first
+        yield from rest
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    @staticmethod
+    def _partial(chunk: StreamChunk, model: str, shape: str) -> dict[str, Any]:
+        base: dict[str, Any] = {"model": _tag(model), "created_at": _now(), "done": False}
+        if shape == "chat":
+            base["message"] = {"role": "assistant", "content": chunk.delta}
+        else:
+            base["response"] = chunk.delta
+        return base
+
+    @staticmethod
+    def _final(
+        chunk: StreamChunk, model: str, shape: str, start_ns: int, streamed: bool = False
+    ) -> dict[str, Any]:
+        g = chunk.generation
+        if g is None:
+            raise EngineResponseError("engine ended its stream without a result")
+        total = time.perf_counter_ns() - start_ns
+        body: dict[str, Any] = {
+            "model": _tag(model),
+            "created_at": _now(),
+            "done": True,
+            "done_reason": "stop" if g.finish_reason.value == "tool_calls" else g.finish_reason.value,
+            "total_duration": total,
+            "load_duration": 0,
+            "prompt_eval_count": g.usage.prompt_tokens,
+            "prompt_eval_duration": 0,
+            "eval_count": g.usage.completion_tokens,
+            "eval_duration": total,
+        }
+        content = "" if streamed else g.content
+        if shape == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if g.tool_calls:
+                message["tool_calls"] = [
+                    {"function": {"name": c.name, "arguments": c.arguments_dict()}}
+                    for c in g.tool_calls
+                ]
+            body["message"] = message
+        else:
+            body["response"] = content
+        return body
+
+    def _chat(self) -> None:
+        body = self._body()
+        self.api.requests.append(("POST", "/api/chat", body))
+        messages = _parse_messages(body.get("messages", []))
+        tools = _parse_tools(body.get("tools"))
+        if not messages:
+            # Ollama answers an empty chat with a load-only reply.
+            model = self.api.resolve_model(body.get("model"))
+            self._send_json(
+                200,
+                {"model": _tag(model), "created_at": _now(), "message": {"role": "assistant", "content": ""},
+                 "done": True, "done_reason": "load"},
+            )  # fmt: skip
+            return
+        self._stream_or_single(body, messages, tools, "chat")
+
+    def _generate(self) -> None:
+        body = self._body()
+        self.api.requests.append(("POST", "/api/generate", body))
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            raise BadRequest("prompt must be a string")
+        if not prompt:
+            model = self.api.resolve_model(body.get("model"))
+            self._send_json(
+                200,
+                {"model": _tag(model), "created_at": _now(), "response": "", "done": True,
+                 "done_reason": "load"},
+            )  # fmt: skip
+            return
+        messages = []
+        if isinstance(body.get("system"), str) and body["system"]:
+            messages.append(Message.system(body["system"]))
+        messages.append(Message.user(prompt))
+        self._stream_or_single(body, messages, [], "generate")

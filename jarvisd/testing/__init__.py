@@ -1,0 +1,29 @@
+"""Test helpers shipped with jarvis, for its own tests and its users'.
+
+``OllamaStandIn`` is a protocol-faithful Ollama server (real HTTP on loopback, NDJSON
+streaming, error bodies, tool calls) answering from a :class:`ScriptedEngine`::
+
+    from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.testing import OllamaStandIn
+
+    engine = ScriptedEngine([reply("", ("calculator", {"expression": "2+2"})), reply("4")])
+    with OllamaStandIn(engine) as standin:
+        ollama.Client(host=standin.url).chat(model="scripted", messages=[...])
+
+Script an ``EngineResponseError("boom", 500)`` to get an error body with status 500.
+It is the same server as ``jarvis serve-model``, so it cannot drift from what users run.
+"""
+
+from __future__ import annotations
+
+from ..engines import Engine, ScriptedEngine, reply
+from ..server import OllamaServer
+
+__all__ = ["OllamaStandIn", "ScriptedEngine", "reply"]
+
+
+class OllamaStandIn(OllamaServer):
+    """An :class:`OllamaServer` on a free loopback port (``port=0``)."""
+
+    def __init__(self, engine: Engine | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(engine if engine is not None else ScriptedEngine(), host, port)
