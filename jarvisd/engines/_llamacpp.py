@@ -267,3 +267,84 @@ class LlamaCppEngine(Engine):
         if llama is not None:
             with contextlib.suppress(Exception):
                 llama.close()
+
+
+class LlamaCppPool(Engine):
+    """Several local models behind one engine, loaded on first use, one at a time
+    (2 cores and a few GB do not hold more): what ``jarvis serve-model`` serves."""
+
+    name: ClassVar[str] = "llamacpp"
+
+    def __init__(self, models: Sequence[str], *, n_ctx: int = 4096, n_threads: int = 0) -> None:
+        if not models:
+            raise ValueError("LlamaCppPool needs at least one model")
+        self.engines = {
+            Path(m).name if m.endswith(".gguf") else m: LlamaCppEngine(
+                m, n_ctx=n_ctx, n_threads=n_threads
+            )
+            for m in models
+        }
+        self.names = list(self.engines)
+        self._switch = asyncio.Lock()
+
+    def default_model(self) -> str:
+        return self.names[0]
+
+    async def _engine(self, model: str) -> LlamaCppEngine:
+        name = model or self.names[0]
+        engine = self.engines.get(name)
+        if engine is None:
+            raise EngineResponseError(f'model "{name}" not found, try pulling it first', 404)
+        async with self._switch:
+            for other_name, other in self.engines.items():
+                if other_name != name:
+                    await other.aclose()
+        return engine
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        engine = await self._engine(model)
+        return await engine.generate(messages, tools=tools, options=options)
+
+    async def stream(  # type: ignore[override]
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> AsyncIterator[StreamChunk]:
+        engine = await self._engine(model)
+        async for chunk in engine.stream(messages, tools=tools, options=options):
+            yield chunk
+
+    async def list_models(self) -> list[ModelInfo]:
+        from ..catalog import get_entry
+
+        infos = []
+        for name, engine in self.engines.items():
+            path = Path(engine.model)
+            if path.suffix == ".gguf":
+                size = path.stat().st_size if path.is_file() else 0
+                infos.append(ModelInfo(name, size=size, context_length=engine.n_ctx, family="llama"))
+            else:
+                entry = get_entry(name)
+                infos.append(ModelInfo(name, size=entry.size, context_length=engine.n_ctx,
+                                       family="llama", details=entry.description))  # fmt: skip
+        return infos
+
+    async def context_length(self, model: str = "") -> int | None:
+        return (await self._engine(model)).n_ctx if model in self.engines or not model else None
+
+    async def health(self) -> bool:
+        return await self.engines[self.names[0]].health()
+
+    async def aclose(self) -> None:
+        for engine in self.engines.values():
+            await engine.aclose()

@@ -157,7 +157,7 @@ class OllamaServer:
     """Serve ``engine`` over the Ollama HTTP API on ``host:port`` (0: any free port).
 
     Cheap to construct; ``start()``/``stop()`` or use as a context manager;
-    ``serve_forever()`` for a foreground server.
+    ``wait()`` blocks a foreground server.
     """
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 11434) -> None:
@@ -192,12 +192,10 @@ class OllamaServer:
         self._threads = [loop_thread, http_thread]
         return self
 
-    def serve_forever(self) -> None:
-        self.start()
-        try:
-            self._threads[1].join()
-        finally:
-            self.stop()
+    def wait(self) -> None:
+        """Block until the server stops (Ctrl-C raises KeyboardInterrupt here)."""
+        while self._httpd is not None and self._threads[1].is_alive():
+            self._threads[1].join(timeout=0.5)
 
     def stop(self) -> None:
         if self._httpd is not None:

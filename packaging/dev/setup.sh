@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Set up jarvis on a fresh Debian/Ubuntu machine (or re-check an existing setup), then
+# optionally run the demo or the whole test suite.
+#
+#   packaging/dev/setup.sh            set up: system packages, .venv, llama.cpp, default model
+#   packaging/dev/setup.sh --demo     ...then answer a question with the embedded model
+#   packaging/dev/setup.sh --test     ...then start a private Docker engine, build the
+#                                     sandbox image, pull the test model, lint, type-check
+#                                     and run every test
+#
+# Idempotent: a second run only checks. llama-cpp-python has no wheel on PyPI, so it is
+# compiled once (5 to 15 minutes on 2 cores) into a cache directory that later runs reuse:
+# JARVIS_WHEEL_CACHE (default ~/.cache/jarvis/wheels).
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+MODE=${1:-setup}
+LLAMA_VERSION=0.3.36
+# Portable CPU build: native builds used AVX-512/AMX paths that crash in some VMs, and a
+# cached wheel must run on every machine of the same kind.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF"
+WHEEL_CACHE=${JARVIS_WHEEL_CACHE:-$HOME/.cache/jarvis/wheels}/llama-$LLAMA_VERSION-portable-1
+VENV=$ROOT/.venv
+PY=$VENV/bin/python
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+apt_install() {
+    # Install the Debian packages that are missing (none: no apt-get at all).
+    local missing=()
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if ! command -v apt-get >/dev/null; then
+        say "please install: ${missing[*]} (no apt-get here)"; return 1
+    fi
+    say "installing ${missing[*]}"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+python_ok() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
+
+setup_python() {
+    local base=${JARVIS_PYTHON:-python3}
+    if ! python_ok "$base"; then
+        apt_install python3 python3-venv python3-dev
+        python_ok "$base" || { say "jarvis needs Python >= 3.11 with venv (set JARVIS_PYTHON)"; exit 1; }
+    fi
+    command -v cc >/dev/null && command -v c++ >/dev/null && command -v cmake >/dev/null || apt_install build-essential cmake
+    if [ ! -x "$PY" ]; then
+        say "creating $VENV"
+        "$base" -m venv "$VENV"
+    fi
+    say "installing jarvis and its dependencies into .venv"
+    "$PY" -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
+    "$PY" -c 'import jarvisd' || { say "installing jarvis failed"; exit 1; }
+}
+
+setup_llama() {
+    if "$PY" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$LLAMA_VERSION')" 2>/dev/null \
+        && [ -f "$VENV/.llama-portable-1" ]; then
+        return 0
+    fi
+    mkdir -p "$WHEEL_CACHE"
+    if ! ls "$WHEEL_CACHE"/llama_cpp_python-$LLAMA_VERSION-*.whl >/dev/null 2>&1; then
+        say "building llama-cpp-python $LLAMA_VERSION once (5 to 15 minutes on 2 cores); cached in $WHEEL_CACHE"
+        local tmp; tmp=$(mktemp -d)
+        CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+            "$PY" -m pip wheel -q --disable-pip-version-check --no-deps --no-cache-dir -w "$tmp" \
+            "llama-cpp-python==$LLAMA_VERSION" 2>&1 | grep -v '^WARNING: Location' || true
+        ls "$tmp"/llama_cpp_python-*.whl >/dev/null 2>&1 || { say "building llama-cpp-python failed"; exit 1; }
+        mv "$tmp"/llama_cpp_python-*.whl "$WHEEL_CACHE"/
+        rm -rf "$tmp"
+    fi
+    say "installing llama-cpp-python from $WHEEL_CACHE"
+    "$PY" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$WHEEL_CACHE"/llama_cpp_python-$LLAMA_VERSION-*.whl 2>&1 | grep -v '^WARNING: Location' || true
+    "$PY" -m pip install -q --disable-pip-version-check "llama-cpp-python==$LLAMA_VERSION" --find-links "$WHEEL_CACHE" 2>&1 | grep -v '^WARNING: Location' || true
+    "$PY" -c 'import llama_cpp' && touch "$VENV/.llama-portable-1"
+}
+
+pull_model() { "$VENV/bin/jarvis" models pull "$1" >/dev/null; }
+
+setup_python
+setup_llama
+say "fetching the default model"
+pull_model smollm2-135m
+
+case "$MODE" in
+    setup) say "ready: .venv/bin/jarvis ask \"your question\"" ;;
+    --demo)
+        say "asking the embedded model a question"
+        "$VENV/bin/jarvis" ask "Name three primary colors."
+        ;;
+    --test)
+        say "fetching the test model"
+        pull_model qwen2.5-coder-0.5b
+        say "starting a private Docker engine for the sandbox tests"
+        eval "$(bash packaging/dev/docker-up.sh)"
+        export DOCKER_HOST
+        "$VENV/bin/jarvis" sandbox build
+        say "lint and type check"
+        "$VENV/bin/ruff" check jarvisd tests runners benchmarks
+        "$VENV/bin/ruff" format --check jarvisd tests runners benchmarks
+        "$VENV/bin/mypy"
+        say "running every test"
+        export CI=${CI:-true}
+        "$PY" -m pytest -q -p no:cacheprovider
+        ;;
+    *) say "unknown mode $MODE (use --demo or --test)"; exit 2 ;;
+esac
