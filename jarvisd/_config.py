@@ -78,6 +78,8 @@ class ToolsConfig:
     file_read_max_bytes: int = 1_000_000
     allow_network: bool = False
     timeout: float = 30.0
+    llm_model: str = ""  # model for the `llm` tool (empty: the run's model)
+    memory_results: int = 5  # hits the `retrieval` tool returns
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,17 @@ from ._base import (
     run_to_completion,
     send_frame,
 )
+from ._select import executor_for
+from ._subprocess import Limits, SubprocessExecutor
 
 __all__ = [
     "Channel",
     "CodeExecutor",
     "ExecRequest",
     "ExecResult",
+    "Limits",
+    "SubprocessExecutor",
+    "executor_for",
     "receive_frame",
     "run_to_completion",
     "send_frame",

@@ -1,0 +1,207 @@
+"""The host-process backend of the code-executor seam.
+
+NOT A SECURITY BOUNDARY. The program runs as the same user, on the same filesystem and
+network as jarvis. What it does give: a fresh working directory, a minimal environment
+(no inherited secrets), rlimits on CPU time, address space, processes and file size, a
+new session, and a timeout after which the whole process group is killed (also on
+cancellation). Use a sandbox backend (docker, podman, bwrap) for untrusted code; config
+``sandbox.backend = "none"`` selects this one and logs a warning on every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from .._errors import SandboxError
+from ..protocol import MAX_FRAME_BYTES
+from ._base import Channel, CodeExecutor, ExecRequest, ExecResult
+
+__all__ = ["Limits", "SubprocessChannel", "SubprocessExecutor"]
+
+log = logging.getLogger(__name__)
+
+_ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
+_STDERR_TAIL = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    cpu_seconds: int | None = None  # None: the request's timeout, rounded up, plus one
+    memory_bytes: int = 1024 * 1024 * 1024
+    processes: int = 64  # RLIMIT_NPROC counts the user's processes; root is exempt
+    file_bytes: int = 64 * 1024 * 1024
+
+
+def _preexec(limits: Limits, timeout: float) -> None:
+    import resource
+
+    cpu = limits.cpu_seconds or int(timeout) + 1
+    for kind, value in (
+        (resource.RLIMIT_CPU, cpu),
+        (resource.RLIMIT_AS, limits.memory_bytes),
+        (resource.RLIMIT_NPROC, limits.processes),
+        (resource.RLIMIT_FSIZE, limits.file_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(kind, (value, value))
+
+
+class SubprocessChannel(Channel):
+    def __init__(self, process: asyncio.subprocess.Process, workdir: Path, timeout: float) -> None:
+        self.process = process
+        self.workdir = workdir
+        self.reason = ""
+        self.start = time.monotonic()
+        self._stderr: deque[bytes] = deque()
+        self._stderr_size = 0
+        self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self._watchdog = asyncio.get_running_loop().call_later(timeout, self._expire)
+        self._result: ExecResult | None = None
+
+    async def _drain_stderr(self) -> None:
+        stream = self.process.stderr
+        if stream is None:
+            return
+        while chunk := await stream.read(65536):
+            self._stderr.append(chunk)
+            self._stderr_size += len(chunk)
+            while self._stderr_size > _STDERR_TAIL and len(self._stderr) > 1:
+                self._stderr_size -= len(self._stderr.popleft())
+
+    def _expire(self) -> None:
+        self._kill_group("timeout")
+
+    def _kill_group(self, reason: str) -> None:
+        if self.process.returncode is not None:
+            return
+        if not self.reason:
+            self.reason = reason
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+    async def write(self, data: bytes) -> None:
+        stdin = self.process.stdin
+        if stdin is None or stdin.is_closing():
+            raise SandboxError("the program's stdin is closed")
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise SandboxError(f"the program stopped reading its input ({self.reason or 'exited'})") from exc
+
+    async def close_stdin(self) -> None:
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.is_closing():
+            stdin.close()
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                await stdin.wait_closed()
+
+    async def readline(self, limit: int = MAX_FRAME_BYTES + 1) -> bytes:
+        stdout = self.process.stdout
+        if stdout is None:
+            return b""
+        try:
+            return await stdout.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return exc.partial
+        except asyncio.LimitOverrunError:
+            # Longer than the stream's buffer: hand back an oversized piece so the
+            # caller's size check refuses it.
+            return await stdout.read(limit)
+
+    async def wait(self) -> ExecResult:
+        if self._result is not None:
+            return self._result
+        code = await self.process.wait()
+        self._watchdog.cancel()
+        rest = b""
+        if self.process.stdout is not None:
+            with contextlib.suppress(Exception):
+                rest = await asyncio.wait_for(self.process.stdout.read(), 1.0)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._stderr_task, 1.0)
+        # Children left in the group (daemonised helpers) go with it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        reason = self.reason
+        if not reason and code == -signal.SIGKILL:
+            reason = "killed"
+        if not reason and code == -signal.SIGXCPU:
+            reason = "timeout"
+        self._result = ExecResult(
+            exit_code=code,
+            stdout=rest.decode("utf-8", "replace"),
+            stderr=b"".join(self._stderr).decode("utf-8", "replace"),
+            timed_out=reason == "timeout",
+            reason=reason,
+            duration_s=time.monotonic() - self.start,
+        )
+        return self._result
+
+    async def kill(self, reason: str = "killed") -> None:
+        self._kill_group(reason)
+
+
+class SubprocessExecutor(CodeExecutor):
+    name: ClassVar[str] = "subprocess"
+    isolated: ClassVar[bool] = False
+
+    def __init__(self, limits: Limits | None = None, *, warn: bool = False) -> None:
+        self.limits = limits or Limits()
+        self.warn = warn
+
+    async def open(self, request: ExecRequest) -> Channel:
+        if self.warn:
+            log.warning(
+                "sandbox.backend is 'none': running %s as a host process (NOT isolated)",
+                request.argv[0] if request.argv else "?",
+            )
+        if not request.argv:
+            raise SandboxError("nothing to run: empty argv")
+        workdir = Path(tempfile.mkdtemp(prefix="jarvis-exec-"))
+        for name, text in request.files.items():
+            target = (workdir / name).resolve()
+            if not target.is_relative_to(workdir.resolve()):
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise SandboxError(f"refused to write {name!r} outside the working directory")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
+        env.setdefault("PATH", os.defpath)
+        env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1")
+        env.update(request.env)
+        limits, timeout = self.limits, request.timeout
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *request.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(workdir),
+                env=env,
+                start_new_session=True,
+                preexec_fn=lambda: _preexec(limits, timeout),
+                limit=MAX_FRAME_BYTES + 2,
+            )
+        except OSError as exc:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise SandboxError(f"cannot start {request.argv[0]}: {exc.strerror}") from exc
+        return SubprocessChannel(process, workdir, timeout)
+
+
+def python_executable() -> str:
+    return sys.executable

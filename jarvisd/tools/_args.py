@@ -1,0 +1,187 @@
+"""Tool arguments as local models really write them: parse, repair, validate.
+
+Repairs (each one seen from small models): code fences around the JSON, Python literals
+(single quotes, True/None), trailing commas, JSON double-encoded as a string, arguments
+wrapped in ``{"arguments": {...}}``, a bare value for a tool with one required
+parameter, numbers given as strings and the reverse. Whatever cannot be repaired gets a
+message that tells the model exactly what to send instead.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["ArgumentError", "parse_arguments", "validate_arguments"]
+
+_FENCE = re.compile(r"^\s*```[a-zA-Z_]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+class ArgumentError(ValueError):
+    """The arguments cannot be used; the message is written for the model."""
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    fixed = _TRAILING_COMMA.sub(r"\1", text)
+    try:
+        return json.loads(fixed)
+    except ValueError:
+        pass
+    try:  # {'a': 1, 'b': True}: a Python literal
+        return ast.literal_eval(fixed)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        raise ArgumentError("not valid JSON") from None
+
+
+def _try_json(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _required(schema: Mapping[str, Any]) -> list[str]:
+    req = schema.get("required") or []
+    return [r for r in req if isinstance(r, str)]
+
+
+def _sole_parameter(schema: Mapping[str, Any]) -> str | None:
+    props = schema.get("properties") or {}
+    required = _required(schema)
+    if len(required) == 1:
+        return required[0]
+    if len(props) == 1:
+        return next(iter(props))
+    return None
+
+
+def parse_arguments(text: str | Mapping[str, Any] | None, schema: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments object for ``schema``, repaired when possible."""
+    if text is None:
+        return {}
+    if isinstance(text, Mapping):
+        value: Any = dict(text)
+    elif text.startswith("{") and (fast := _try_json(text)) is not None:
+        value = fast  # the well-formed case, kept cheap
+    else:
+        raw = text.strip()
+        if not raw:
+            return {}
+        fence = _FENCE.match(raw)
+        if fence:
+            raw = fence.group(1).strip()
+        try:
+            value = _loads(raw)
+        except ArgumentError:
+            sole = _sole_parameter(schema)
+            if sole is None:
+                raise ArgumentError(
+                    f"arguments are not a JSON object: {_clip(raw)!r}; send an object like "
+                    f"{_example(schema)}"
+                ) from None
+            value = {sole: raw.strip().strip("\"'")}
+    # JSON double-encoded as a string: '"{\"expression\": \"1+1\"}"'
+    if isinstance(value, str) and value.strip().startswith("{"):
+        try:
+            inner = json.loads(value)
+        except ValueError:
+            inner = None
+        if isinstance(inner, dict):
+            value = inner
+    if isinstance(value, dict):
+        props = schema.get("properties") or {}
+        for wrapper in ("arguments", "parameters", "args", "input"):
+            inner = value.get(wrapper)
+            if len(value) == 1 and isinstance(inner, dict) and wrapper not in props:
+                value = inner
+                break
+        return value
+    sole = _sole_parameter(schema)
+    if sole is not None and isinstance(value, str | int | float | bool):
+        return {sole: value}
+    raise ArgumentError(
+        f"arguments must be a JSON object, got {type(value).__name__}; send {_example(schema)}"
+    )
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list, tuple),
+}
+
+
+def _coerce(name: str, value: Any, wanted: str) -> Any:
+    types = _TYPES.get(wanted)
+    if types is None:
+        return value
+    if isinstance(value, bool) and wanted in ("integer", "number"):
+        raise ArgumentError(f"parameter {name!r} must be a {wanted}, got a boolean")
+    if isinstance(value, types):
+        return value
+    if wanted == "string" and isinstance(value, int | float):
+        return str(value)
+    if wanted in ("integer", "number") and isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise ArgumentError(f"parameter {name!r} must be a {wanted}, got {value!r}") from None
+        if wanted == "integer":
+            if not number.is_integer():
+                raise ArgumentError(f"parameter {name!r} must be an integer, got {value!r}")
+            return int(number)
+        return number
+    if wanted == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if wanted == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ArgumentError(f"parameter {name!r} must be a {wanted}, got {type(value).__name__}")
+
+
+def validate_arguments(params: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Check ``params`` against the (flat) JSON schema; returns coerced values."""
+    props: Mapping[str, Any] = schema.get("properties") or {}
+    missing = [r for r in _required(schema) if r not in params]
+    if missing:
+        raise ArgumentError(
+            f"missing required parameter(s) {', '.join(map(repr, missing))}; send {_example(schema)}"
+        )
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        prop = props.get(key)
+        if prop is None:
+            if schema.get("additionalProperties", True) is False:
+                known = ", ".join(props) or "none"
+                raise ArgumentError(f"unknown parameter {key!r} (parameters: {known})")
+            out[key] = value
+            continue
+        wanted = prop.get("type")
+        if isinstance(wanted, str):
+            value = _coerce(key, value, wanted)
+        enum = prop.get("enum")
+        if enum is not None and value not in enum:
+            raise ArgumentError(f"parameter {key!r} must be one of {list(enum)}, got {value!r}")
+        out[key] = value
+    return out
+
+
+def _example(schema: Mapping[str, Any]) -> str:
+    props: Mapping[str, Any] = schema.get("properties") or {}
+    sample = {k: f"<{v.get('type', 'value')}>" for k, v in props.items()}
+    return json.dumps(sample)
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."

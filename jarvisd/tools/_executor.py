@@ -1,0 +1,238 @@
+"""The ToolExecutor: one call in, one :class:`ToolResult` out, whatever happens.
+
+For each call: look the tool up, parse and repair the arguments, validate them against
+the schema, ask the loop guard, publish TOOL_CALL_START, run (inline, in a thread, or
+awaited, under a timeout), publish TOOL_CALL_END with latency. Every failure becomes
+``ToolResult(success=False)`` with a message written for the model; nothing raises out
+except the run's own stop signals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._events import EventBus, EventType
+from .._messages import ToolCall, ToolResult, ToolSpec
+from .._run import Cancelled, RunContext
+from ._args import ArgumentError, parse_arguments, validate_arguments
+from ._base import _CURRENT_RUN, BaseTool
+
+__all__ = ["LoopGuard", "ToolExecutor"]
+
+MAX_RESULT_CHARS = 20_000
+
+
+@dataclass(slots=True)
+class LoopGuard:
+    """Counts identical calls (same tool, same arguments) within one agent run and
+    blocks them past ``max_repeats``. Its state is part of the loop's checkpoint."""
+
+    max_repeats: int = 2
+    counts: dict[str, int] = field(default_factory=dict)
+    last: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def key(name: str, params: Mapping[str, Any]) -> str:
+        try:
+            return name + ":" + json.dumps(params, sort_keys=True, default=str)
+        except (TypeError, ValueError):
+            return name + ":" + repr(sorted(params.items()))
+
+    def admit(self, key: str) -> int:
+        """Count one more call of ``key``; returns how many times it was seen before."""
+        seen = self.counts.get(key, 0)
+        self.counts[key] = seen + 1
+        return seen
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_repeats": self.max_repeats, "counts": dict(self.counts), "last": dict(self.last)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoopGuard:
+        return cls(
+            int(data.get("max_repeats", 2)),
+            {str(k): int(v) for k, v in (data.get("counts") or {}).items()},
+            {str(k): str(v) for k, v in (data.get("last") or {}).items()},
+        )
+
+
+def _fail(call: ToolCall, message: str, start: float, **meta: Any) -> ToolResult:
+    return ToolResult(
+        tool_name=call.name,
+        content=message,
+        success=False,
+        call_id=call.id,
+        latency_s=time.perf_counter() - start,
+        metadata=meta,
+    )
+
+
+class ToolExecutor:
+    def __init__(
+        self,
+        tools: Sequence[BaseTool],
+        *,
+        bus: EventBus | None = None,
+        timeout: float = 30.0,
+        max_result_chars: int = MAX_RESULT_CHARS,
+    ) -> None:
+        self.tools: dict[str, BaseTool] = {}
+        for tool in tools:
+            name = tool.spec.name
+            if name in self.tools:
+                raise ValueError(f"two tools are named {name!r}")
+            self.tools[name] = tool
+        self._lower = {name.lower(): name for name in self.tools}
+        self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
+        self.bus = bus
+        self.timeout = timeout
+        self.max_result_chars = max_result_chars
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.tools)
+
+    def get_openai_tools(self) -> list[dict[str, Any]]:
+        return [t.to_openai_function() for t in self.tools.values()]
+
+    def resolve(self, name: str) -> str | None:
+        """The offered tool ``name`` refers to (case-insensitive), or None."""
+        if name in self.tools:
+            return name
+        return self._lower.get(name.strip().lower())
+
+    def _is_inline(self, name: str) -> bool:
+        tool = self.tools.get(name)
+        return tool is not None and not tool.blocking and not inspect.iscoroutinefunction(tool.execute)
+
+    async def execute(
+        self, call: ToolCall, run: RunContext | None = None, guard: LoopGuard | None = None
+    ) -> ToolResult:
+        start = time.perf_counter()
+        resolved = self.resolve(call.name)
+        if resolved is None:
+            available = ", ".join(self.tools) or "none"
+            return _fail(call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start)
+        tool = self.tools[resolved]
+        schema = tool.spec.parameters
+        try:
+            params = validate_arguments(parse_arguments(call.arguments, schema), schema)
+        except ArgumentError as exc:
+            return _fail(call, f"Error: invalid arguments for {resolved}: {exc}", start)
+        key = ""
+        if guard is not None:
+            key = LoopGuard.key(resolved, params)
+            seen = guard.admit(key)
+            if seen >= guard.max_repeats:
+                last = guard.last.get(key, "")
+                return _fail(
+                    call,
+                    f"Blocked: {resolved} was already called {seen} times with exactly these "
+                    f"arguments (its result was: {last[:300]!r}). Do not repeat this call: use "
+                    "that result, try different arguments, or give your final answer.",
+                    start,
+                    blocked=True,
+                )
+        bus = run.bus if run is not None else self.bus
+        if bus is not None:
+            bus.publish(EventType.TOOL_CALL_START, tool=resolved, arguments=params, call_id=call.id)
+        token = _CURRENT_RUN.set(run)
+        try:
+            result = await self._invoke(tool, params, call, resolved, start)
+        finally:
+            _CURRENT_RUN.reset(token)
+        if guard is not None:
+            guard.last[key] = result.content[:300]
+        if bus is not None:
+            bus.publish(
+                EventType.TOOL_CALL_END,
+                tool=resolved,
+                call_id=call.id,
+                success=result.success,
+                latency_s=result.latency_s,
+                content=result.content[:500],
+            )
+        return result
+
+    async def _invoke(
+        self, tool: BaseTool, params: dict[str, Any], call: ToolCall, name: str, start: float
+    ) -> ToolResult:
+        timeout = tool.timeout or self.timeout
+        try:
+            if tool.blocking:
+                value = await asyncio.wait_for(asyncio.to_thread(tool.execute, **params), timeout)
+            else:
+                value = tool.execute(**params)
+                if inspect.isawaitable(value):
+                    async with asyncio.timeout(timeout):
+                        value = await value
+        except TimeoutError:
+            return _fail(call, f"Error: {name} timed out after {timeout:g} s.", start, timeout=True)
+        except Cancelled:
+            raise
+        except Exception as exc:
+            return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
+        latency = time.perf_counter() - start
+        if isinstance(value, ToolResult):
+            content = value.content
+            return ToolResult(
+                tool_name=name,
+                content=self._clip(content),
+                success=value.success,
+                call_id=call.id,
+                latency_s=latency,
+                metadata=value.metadata,
+            )
+        return ToolResult(name, self._clip(str(value)), True, call.id, latency)
+
+    def _clip(self, content: str) -> str:
+        if len(content) <= self.max_result_chars:
+            return content
+        cut = self.max_result_chars
+        return content[:cut] + f"\n[... truncated: {len(content) - cut} more characters]"
+
+    async def execute_all(
+        self, calls: Sequence[ToolCall], run: RunContext | None = None, guard: LoopGuard | None = None
+    ) -> list[ToolResult]:
+        """Run the calls of one turn, concurrently, results in call order. Calls to cheap
+        inline tools run directly (there is nothing to overlap); the rest as tasks that
+        race the run's cancel token. On cancellation every call still gets a result."""
+        if all(self._is_inline(self.resolve(c.name) or "") for c in calls):
+            return [await self.execute(c, run, guard) for c in calls]
+        tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
+        gathered = asyncio.gather(*tasks)
+        waiter = asyncio.ensure_future(run.cancel.wait()) if run is not None else None
+        try:
+            await asyncio.wait(
+                {gathered, waiter} if waiter is not None else {gathered},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except BaseException:
+            gathered.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            if waiter is not None:
+                waiter.cancel()
+        if gathered.done():
+            return list(gathered.result())
+        # Cancelled: stop what still runs; finished calls keep their real results.
+        gathered.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return [
+            t.result()
+            if t.done() and not t.cancelled() and t.exception() is None
+            else cancelled_result(c)
+            for c, t in zip(calls, tasks, strict=True)
+        ]
+
+
+def cancelled_result(call: ToolCall) -> ToolResult:
+    return ToolResult(call.name, "Cancelled: the run was stopped before this call finished.",
+                      False, call.id, 0.0, {"cancelled": True})  # fmt: skip
