@@ -59,10 +59,11 @@ def paths() -> Paths:
     import platformdirs
 
     dirs = platformdirs.PlatformDirs(APP, appauthor=False)
-    runtime_default = dirs.user_runtime_dir
-    # On a machine with no XDG_RUNTIME_DIR (root in a container, CI) platformdirs picks
-    # /run/user/UID, which may not exist: fall back to the state dir.
-    if not os.environ.get("XDG_RUNTIME_DIR") and not Path(runtime_default).parent.is_dir():
+    # Without XDG_RUNTIME_DIR (root in a container, CI) platformdirs warns and guesses a
+    # shared /tmp path: keep the socket under the private state dir instead.
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        runtime_default = dirs.user_runtime_dir
+    else:
         runtime_default = str(Path(dirs.user_state_dir) / "run")
     defaults = {
         "config": dirs.user_config_dir,

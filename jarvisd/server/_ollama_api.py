@@ -7,7 +7,9 @@ from what users run.
 
 Endpoints: ``GET /``, ``GET /api/version``, ``GET /api/tags``, ``POST /api/show``,
 ``GET /api/ps``, ``POST /api/chat`` and ``POST /api/generate`` (NDJSON streaming, the
-default as in Ollama, or one JSON object with ``"stream": false``). Errors are
+default as in Ollama, or one JSON object with ``"stream": false``). For OpenAI clients
+also ``GET /v1/models`` and ``POST /v1/chat/completions`` (server-sent events when
+``"stream": true``). Errors are
 ``{"error": "..."}`` bodies with Ollama's status codes; an error after streaming began is
 sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
 
@@ -30,7 +32,13 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .._errors import EngineError, EngineResponseError, EngineUnavailable, JarvisError, ModelNotFound
+from .._errors import (
+    EngineError,
+    EngineResponseError,
+    EngineUnavailable,
+    JarvisError,
+    ModelNotFound,
+)
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
 from ..engines import Engine, ModelInfo
 
@@ -182,12 +190,16 @@ class OllamaServer:
 
     def start(self) -> OllamaServer:
         self._loop = asyncio.new_event_loop()
-        loop_thread = threading.Thread(target=self._loop.run_forever, name="ollama-api-loop", daemon=True)
+        loop_thread = threading.Thread(
+            target=self._loop.run_forever, name="ollama-api-loop", daemon=True
+        )
         loop_thread.start()
         handler = type("Handler", (_Handler,), {"api": self})
         self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
-        http_thread = threading.Thread(target=self._httpd.serve_forever, name="ollama-api-http", daemon=True)
+        http_thread = threading.Thread(
+            target=self._httpd.serve_forever, name="ollama-api-http", daemon=True
+        )
         http_thread.start()
         self._threads = [loop_thread, http_thread]
         return self
@@ -259,7 +271,133 @@ class OllamaServer:
         return name
 
 
-class _Handler(BaseHTTPRequestHandler):
+def _parse_openai_messages(raw: Any) -> list[Message]:
+    if not isinstance(raw, list) or not raw:
+        raise BadRequest("messages must be a non-empty list")
+    messages = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise BadRequest("each message must be an object")
+        try:
+            role = Role(item.get("role"))
+        except ValueError:
+            raise BadRequest(f"unknown role {item.get('role')!r}") from None
+        calls = []
+        for call in item.get("tool_calls") or ():
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+                raise BadRequest("tool_calls[].function.name is required")
+            args = fn.get("arguments") or "{}"
+            calls.append(ToolCall.from_arguments(fn["name"], args, call.get("id")))
+        content = item.get("content") or ""
+        if isinstance(content, list):  # content parts: keep the text ones
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        messages.append(
+            Message(role, str(content), tuple(calls), item.get("tool_call_id"), item.get("name"))
+        )
+    return messages
+
+
+def _openai_options(body: dict[str, Any]) -> SamplingOptions:
+    try:
+        stop = body.get("stop") or ()
+        return SamplingOptions(
+            temperature=float(body.get("temperature", 0.8)),
+            max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024),
+            top_p=None if body.get("top_p") is None else float(body["top_p"]),
+            seed=None if body.get("seed") is None else int(body["seed"]),
+            stop=tuple(stop) if isinstance(stop, list) else (str(stop),),
+        )
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"invalid sampling options: {exc}") from None
+
+
+def _openai_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+    return [
+        {"index": i, "id": c.id, "type": "function",
+         "function": {"name": c.name, "arguments": c.arguments}}
+        for i, c in enumerate(calls)
+    ]  # fmt: skip
+
+
+class _OpenAIRoutes:
+    """OpenAI chat-completions routes, mixed into the handler."""
+
+    def _openai_models(self: _Handler) -> None:
+        models = self.api.call(self.api.engine.list_models())
+        self._send_json(
+            200,
+            {"object": "list",
+             "data": [{"id": m.name, "object": "model", "owned_by": "jarvis"} for m in models]},
+        )  # fmt: skip
+
+    def _openai_chat(self: _Handler) -> None:
+        body = self._body()
+        self.api.requests.append(("POST", "/v1/chat/completions", body))
+        messages = _parse_openai_messages(body.get("messages"))
+        tools = _parse_tools(body.get("tools"))
+        requested = body.get("model") or self.api.engine.default_model() or "default"
+        model = self.api.resolve_model(requested)
+        options = _openai_options(body)
+        engine = self.api.engine
+        chunks = self.api.iterate(
+            lambda: engine.stream(messages, model=model, tools=tools, options=options)
+        )
+        first = next(chunks)  # fail with a status code before any header is sent
+        created = int(time.time())
+        completion_id = "chatcmpl-" + ToolCall("x").id[5:]
+        if not body.get("stream"):
+            final = first
+            for final in chunks:  # noqa: B007 - only the done chunk matters
+                pass
+            g = final.generation
+            if g is None:
+                raise EngineResponseError("engine ended its stream without a result")
+            message: dict[str, Any] = {"role": "assistant", "content": g.content}
+            if g.tool_calls:
+                message["tool_calls"] = _openai_calls(g.tool_calls)
+            self._send_json(200, {
+                "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": g.finish_reason.value}],
+                "usage": g.usage.to_dict(),
+            })  # fmt: skip
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def event(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
+            data: dict[str, Any] = {
+                "id": completion_id, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }  # fmt: skip
+            if usage is not None:
+                data["usage"] = usage
+            self._write_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
+
+        try:
+            for chunk in self._chain(first, chunks):
+                if not chunk.done:
+                    event({"role": "assistant", "content": chunk.delta})
+                    continue
+                g = chunk.generation
+                if g is not None and g.tool_calls:
+                    event({"tool_calls": _openai_calls(g.tool_calls)})
+                reason = g.finish_reason.value if g is not None else "stop"
+                event({}, reason, g.usage.to_dict() if g is not None else None)
+            self._write_chunk(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            chunks.close()
+            return
+        except (EngineError, JarvisError) as exc:
+            self._write_chunk(
+                b"data: " + json.dumps({"error": {"message": str(exc)}}).encode() + b"\n\n"
+            )
+        self._write_chunk(b"")
+
+
+class _Handler(_OpenAIRoutes, BaseHTTPRequestHandler):
     api: OllamaServer
     protocol_version = "HTTP/1.1"
     server_version = "jarvis-ollama/" + VERSION
@@ -305,6 +443,8 @@ class _Handler(BaseHTTPRequestHandler):
             ("POST", "/api/show"): self._show,
             ("POST", "/api/chat"): self._chat,
             ("POST", "/api/generate"): self._generate,
+            ("GET", "/v1/models"): self._openai_models,
+            ("POST", "/v1/chat/completions"): self._openai_chat,
         }
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         route = routes.get((method, path))
@@ -454,7 +594,9 @@ class _Handler(BaseHTTPRequestHandler):
             "model": _tag(model),
             "created_at": _now(),
             "done": True,
-            "done_reason": "stop" if g.finish_reason.value == "tool_calls" else g.finish_reason.value,
+            "done_reason": "stop"
+            if g.finish_reason.value == "tool_calls"
+            else g.finish_reason.value,
             "total_duration": total,
             "load_duration": 0,
             "prompt_eval_count": g.usage.prompt_tokens,
