@@ -161,7 +161,9 @@ class BaseAgent(abc.ABC):
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:
             final: Generation | None = None
-            async for chunk in engine.stream(messages, model=use_model, tools=tools, options=sampling):
+            async for chunk in engine.stream(
+                messages, model=use_model, tools=tools, options=sampling
+            ):
                 if chunk.delta:
                     run.on_delta(chunk.delta)
                 if chunk.done:
@@ -171,7 +173,11 @@ class BaseAgent(abc.ABC):
         return await engine.generate(messages, model=use_model, tools=tools, options=sampling)
 
     def _max_turns_result(
-        self, tool_results: list[ToolResult], turns: int, content: str = "", usage: Usage | None = None
+        self,
+        tool_results: list[ToolResult],
+        turns: int,
+        content: str = "",
+        usage: Usage | None = None,
     ) -> AgentResult:
         return AgentResult(
             content=content or f"Stopped after reaching the limit of {turns} turns.",

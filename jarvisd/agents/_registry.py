@@ -17,8 +17,12 @@ _A = TypeVar("_A", bound=type[BaseAgent])
 
 BUILTIN_AGENTS: dict[str, str] = {
     "simple": "jarvisd.agents._simple:SimpleAgent",
+    "orchestrator": "jarvisd.agents._orchestrator:OrchestratorAgent",
+    "native_react": "jarvisd.agents._react:NativeReActAgent",
+    "native_openhands": "jarvisd.agents._codeact:NativeOpenHandsAgent",
+    "rlm": "jarvisd.agents._rlm:RLMAgent",
 }
-ALIASES: dict[str, str] = {}
+ALIASES: dict[str, str] = {"react": "native_react"}
 
 
 class AgentRegistry:

@@ -1,0 +1,183 @@
+"""NativeOpenHandsAgent (CodeAct): the model writes Python in ```python blocks; each
+block runs through the code-executor seam (``executor_for(config)``: a sandbox backend,
+or the host-process executor when ``sandbox.backend = "none"``) and its output comes
+back as the observation. Tools are also callable with Action / Action Input lines.
+
+URLs in the task are fetched and inlined only when ``tools.allow_network`` is true.
+The history is fitted to the engine's real context length by the shared loop.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, ClassVar
+
+from .._messages import Generation, ToolCall, ToolSpec
+from .._run import RunContext
+from .._toolcalls import recover_tool_calls
+from ..executors import CodeExecutor, ExecRequest, run_to_completion
+from ..tools import BaseTool, ToolExecutor
+from ._base import AgentContext, strip_think_tags
+from ._parsing import code_blocks, parse_react, tool_descriptions
+from ._toolloop import Dialect, LoopSetup, Step, ToolUsingAgent
+
+__all__ = ["CodeActDialect", "NativeOpenHandsAgent", "PythonTool", "prefetch_urls"]
+
+_URL = re.compile(r"https?://[^\s<>\"')\]]+")
+_TAGS = re.compile(r"<(script|style)[^>]*>.*?</\1>|<[^>]+>", re.DOTALL | re.IGNORECASE)
+
+
+def clip_output(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f"\n[... output truncated: {len(text) - limit} more characters]"
+
+
+class PythonTool(BaseTool):
+    """Runs one Python program through a :class:`CodeExecutor`."""
+
+    tool_id: ClassVar[str] = "python"
+
+    def __init__(self, executor: CodeExecutor, exec_timeout: float = 30.0, max_output_chars: int = 10_000) -> None:
+        self.executor = executor
+        self.exec_timeout = exec_timeout
+        self.max_output_chars = max_output_chars
+        # The executor kills the program at exec_timeout; this is only the backstop.
+        self.timeout = exec_timeout + 10
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            "python",
+            "Run a Python 3 program and return its output.",
+            {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+        )
+
+    async def execute(self, **params: Any) -> str:
+        python = "python3" if self.executor.isolated else sys.executable
+        request = ExecRequest(argv=[python, "main.py"], files={"main.py": str(params["code"])},
+                              timeout=self.exec_timeout)  # fmt: skip
+        result = await run_to_completion(self.executor, request)
+        out = result.stdout
+        if result.stderr.strip():
+            out += ("\n" if out else "") + result.stderr
+        out = clip_output(out.strip(), self.max_output_chars) or "(no output)"
+        if result.timed_out:
+            return f"{out}\n[killed: the program ran longer than {self.exec_timeout:g} s]"
+        if result.reason:
+            return f"{out}\n[stopped: {result.reason}]"
+        if result.exit_code != 0:
+            return f"{out}\n[exit code {result.exit_code}]"
+        return out
+
+
+CODEACT_PROMPT = """You solve tasks by writing and running Python code.
+- To run code, write one block:
+```python
+print(...)
+```
+  It runs as a fresh Python 3 program; you see what it prints (print the values you need).
+- You may also call a tool:
+Action: <tool name>
+Action Input: <JSON arguments>
+{tools}- When you know the answer, reply with:
+Final Answer: <the answer>"""
+
+
+class CodeActDialect(Dialect):
+    stop = ("\nObservation:",)
+
+    def system_prompt(self, executor: ToolExecutor) -> str | None:
+        specs = [s for s in executor.specs if s.name != "python"]
+        tools = f"  Tools:\n{tool_descriptions(specs)}\n" if specs else ""
+        return CODEACT_PROMPT.format(tools=tools)
+
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+        content = strip_think_tags(generation.content)
+        blocks = code_blocks(content, bare=True)
+        parsed = parse_react(content)
+        if blocks:
+            code = "\n\n".join(blocks)
+            return Step("calls", content, (ToolCall.from_arguments("python", {"code": code}),))
+        if parsed.action is not None:
+            name = executor.resolve(parsed.action) or parsed.action
+            return Step("calls", parsed.kept, (ToolCall(name=name, arguments=parsed.action_input or "{}"),))
+        if parsed.final is not None:
+            return Step("final", parsed.final)
+        names = [n for n in executor.names if n != "python"]
+        calls, _ = recover_tool_calls(content, names)
+        if calls:
+            return Step("calls", content, tuple(calls), recovered=True)
+        return Step("invalid", error="it has no ```python block, no 'Action:' and no 'Final Answer:'")
+
+    def corrective(self, step: Step) -> str:
+        return (
+            f"Your last reply could not be used: {step.error}. Either write a ```python "
+            "code block to run, or reply with 'Final Answer: <answer>'."
+        )
+
+
+async def prefetch_urls(text: str, *, limit: int = 3, max_chars: int = 4000, timeout: float = 10.0) -> str:
+    """``text`` with the content of the URLs in it appended (network access needed)."""
+    urls = list(dict.fromkeys(_URL.findall(text)))[:limit]
+    if not urls:
+        return text
+    import httpx
+
+    parts = [text]
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
+        for url in urls:
+            try:
+                response = await client.get(url)
+                response.raise_for_status()
+                body = _TAGS.sub(" ", response.text)
+                body = re.sub(r"\s+", " ", body).strip()
+                parts.append(f"Content of {url}:\n{clip_output(body, max_chars)}")
+            except httpx.HTTPError as exc:
+                parts.append(f"(Could not fetch {url}: {exc})")
+    return "\n\n".join(parts)
+
+
+class NativeOpenHandsAgent(ToolUsingAgent):
+    agent_id: ClassVar[str] = "native_openhands"
+
+    def __init__(
+        self,
+        *args: Any,
+        executor: CodeExecutor | None = None,
+        allow_network: bool | None = None,
+        exec_timeout: float = 30.0,
+        max_output_chars: int = 10_000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.code_executor = executor
+        self.allow_network = allow_network
+        self.exec_timeout = exec_timeout
+        self.max_output_chars = max_output_chars
+
+    def dialect(self) -> Dialect:
+        return CodeActDialect()
+
+    async def _setup(self, input: str, context: AgentContext | None, run: RunContext) -> LoopSetup:
+        code_executor, allow_network = self.code_executor, self.allow_network
+        if code_executor is None or allow_network is None:
+            from .._config import load_config
+            from ..executors import executor_for
+
+            config = load_config()
+            code_executor = code_executor or executor_for(config)
+            allow_network = config.tools.allow_network if allow_network is None else allow_network
+        metadata: dict[str, Any] = {"executor": code_executor.name}
+        task = input
+        if _URL.search(input):
+            if allow_network:
+                task = await prefetch_urls(input)
+                metadata["url_prefetch"] = True
+            else:
+                metadata["url_prefetch"] = "skipped: tools.allow_network is false"
+        dialect = self.dialect()
+        executor = self._executor([PythonTool(code_executor, self.exec_timeout, self.max_output_chars)])
+        messages = self._build_messages(task, context, system_prompt=self._system(dialect.system_prompt(executor)))
+        return LoopSetup(dialect, executor, messages, metadata=metadata)

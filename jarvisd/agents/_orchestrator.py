@@ -1,0 +1,115 @@
+"""OrchestratorAgent: the function-calling loop (default) or a structured JSON mode for
+models without native tool calling. Calls written into the text (fenced JSON,
+``<tool_call>`` tags, bare JSON) are recovered; a reply that tries to call a tool but
+cannot be read is re-prompted once, never mistaken for the answer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from .._errors import UsageError
+from .._messages import Generation, Message, ToolCall, ToolResult
+from .._toolcalls import extract_json_objects, recover_tool_calls
+from ..tools import ToolExecutor
+from ._base import strip_think_tags
+from ._parsing import tool_descriptions
+from ._toolloop import Dialect, Step, ToolUsingAgent
+
+__all__ = ["FunctionCallingDialect", "OrchestratorAgent", "StructuredDialect"]
+
+_ATTEMPT = re.compile(r"<tool_call>|\"(?:name|tool|function|arguments)\"\s*:", re.IGNORECASE)
+
+FUNCTION_PROMPT = (
+    "You are a helpful assistant with tools. When a tool helps, call it; when you have "
+    "the answer, reply with the answer in plain text. To call a tool, use the function "
+    'calling format, or write {"name": "<tool>", "arguments": {...}}.'
+)
+
+
+class FunctionCallingDialect(Dialect):
+    offers_tools: ClassVar[bool] = True
+
+    def system_prompt(self, executor: ToolExecutor) -> str | None:
+        return FUNCTION_PROMPT + "\nTools:\n" + tool_descriptions(executor.specs)
+
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+        content = strip_think_tags(generation.content)
+        if generation.tool_calls:
+            return Step("calls", content, generation.tool_calls)
+        calls, rest = recover_tool_calls(content, executor.names)
+        if calls:
+            return Step("calls", rest, tuple(calls), recovered=True)
+        if _ATTEMPT.search(content) and "{" in content:
+            return Step("invalid", error="it looks like a tool call but could not be read")
+        if not content:
+            return Step("invalid", error="the reply was empty")
+        return Step("final", content)
+
+    def assistant_message(self, generation: Generation, step: Step) -> Message:
+        return Message.assistant(step.content, step.calls)
+
+    def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        return [Message.tool(r.content, tool_call_id=r.call_id, name=r.tool_name) for r in results]
+
+    def corrective(self, step: Step) -> str:
+        return (
+            f"Your last reply could not be used: {step.error}. To call a tool, reply with "
+            'exactly {"name": "<tool name>", "arguments": {...}} using one of the listed '
+            "tools; otherwise reply with the final answer in plain text."
+        )
+
+
+STRUCTURED_PROMPT = """You solve tasks with tools. Reply with ONE JSON object and nothing else:
+- to call a tool: {{"tool": "<tool name>", "arguments": {{...}}}}
+- to finish: {{"final_answer": "<your answer>"}}
+Tools:
+{tools}"""
+
+
+class StructuredDialect(Dialect):
+    def system_prompt(self, executor: ToolExecutor) -> str | None:
+        return STRUCTURED_PROMPT.format(tools=tool_descriptions(executor.specs))
+
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+        content = strip_think_tags(generation.content)
+        if generation.tool_calls:
+            return Step("calls", content, generation.tool_calls)
+        for _, _, value in extract_json_objects(content):
+            if not isinstance(value, dict):
+                continue
+            if "final_answer" in value:
+                return Step("final", str(value["final_answer"]))
+            name = value.get("tool") or value.get("name")
+            if isinstance(name, str):
+                args = value.get("arguments", value.get("parameters", {}))
+                return Step("calls", content, (ToolCall.from_arguments(name, _args(args)),))
+        return Step("invalid", error='no JSON object with "tool" or "final_answer" was found')
+
+    def corrective(self, step: Step) -> str:
+        return (
+            f"Your last reply could not be used: {step.error}. Reply with one JSON object: "
+            '{"tool": "<name>", "arguments": {...}} or {"final_answer": "..."}.'
+        )
+
+
+def _args(value: Any) -> dict[str, Any] | str:
+    if isinstance(value, dict | str):
+        return value
+    return {}
+
+
+class OrchestratorAgent(ToolUsingAgent):
+    """Multi-turn tool calling; independent calls of one turn run concurrently."""
+
+    agent_id: ClassVar[str] = "orchestrator"
+
+    def __init__(self, *args: Any, mode: Literal["function_calling", "structured"] = "function_calling", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if mode not in ("function_calling", "structured"):
+            raise UsageError(f"orchestrator mode must be 'function_calling' or 'structured', not {mode!r}")
+        self.mode = mode
+
+    def dialect(self) -> Dialect:
+        return FunctionCallingDialect() if self.mode == "function_calling" else StructuredDialect()

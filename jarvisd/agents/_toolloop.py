@@ -1,0 +1,397 @@
+"""THE tool loop, shared by every tool-using agent (orchestrator, native_react,
+native_openhands, rlm). Agents differ only in their :class:`Dialect`: how the model is
+prompted, how its reply is read, and how tool results are fed back.
+
+One turn: fit the history to the engine's real context window, generate (through
+``BaseAgent._generate``: the run's budget and cancel token apply), parse the reply into
+a final answer, tool calls, or an unreadable reply. Calls of one turn run concurrently;
+each gets a result, even on cancellation (a synthetic "cancelled" result). An unreadable
+reply gets ONE corrective re-prompt; a second one in a row ends the run with
+``metadata["error"]``, never silently taken as the answer.
+
+Checkpoint state (``run.checkpoint(state)`` after every completed turn; ``run.resume``
+continues from it). A JSON object::
+
+    {
+      "version": 1,
+      "agent": "orchestrator",                # agent_id that wrote it
+      "input": "...",                          # the task
+      "messages": [Message.to_dict(), ...],    # the whole history so far
+      "turns": 3,                              # model turns completed
+      "tool_results": [ToolResult.to_dict(), ...],
+      "usage": {"prompt_tokens": .., "completion_tokens": .., "total_tokens": ..},
+      "reprompts": 0,                          # corrective re-prompts in a row
+      "guard": {"max_repeats": 2, "counts": {...}, "last": {...}}
+    }
+
+A state is written only after a turn's tool results are in ``messages``, so resuming
+never replays a call that already ran. Agents with process state (rlm's REPL) rebuild it
+in ``Dialect.resume``.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from .._events import EventBus
+from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
+from .._run import Cancelled, RunContext
+from ..engines import Engine
+from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
+from ._base import AgentContext, AgentResult, BaseAgent
+
+__all__ = [
+    "Dialect",
+    "LoopSetup",
+    "LoopState",
+    "Step",
+    "ToolUsingAgent",
+    "estimate_tokens",
+    "fit_messages",
+    "run_tool_loop",
+]
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one reply means."""
+
+    kind: Literal["final", "calls", "invalid"]
+    content: str = ""  # final: the answer; calls: the text kept in history
+    calls: tuple[ToolCall, ...] = ()
+    error: str = ""  # invalid: what was wrong, for the corrective prompt
+    recovered: bool = False  # calls were read from text, not structured tool_calls
+
+
+class Dialect(abc.ABC):
+    """How one agent talks to its model."""
+
+    #: Pass tool specs to the engine (native function calling).
+    offers_tools: ClassVar[bool] = False
+    #: Stop sequences for generation (e.g. ReAct stops before inventing observations).
+    stop: tuple[str, ...] = ()
+
+    def system_prompt(self, executor: ToolExecutor) -> str | None:
+        return None
+
+    @abc.abstractmethod
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step: ...
+
+    def assistant_message(self, generation: Generation, step: Step) -> Message:
+        """The reply as kept in history (text protocols keep plain text)."""
+        return Message.assistant(step.content)
+
+    def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        text = "\n\n".join(
+            f"Observation ({r.tool_name}): {r.content}" if len(results) > 1 else f"Observation: {r.content}"
+            for r in results
+        )
+        return [Message.user(text)]
+
+    def corrective(self, step: Step) -> str:
+        return f"Your reply could not be used: {step.error}. Answer again in the required format."
+
+    def final_from_results(self, results: Sequence[ToolResult]) -> str | None:
+        """A final answer produced by a tool (rlm's FINAL()), or None."""
+        return None
+
+    async def resume(self, state: LoopState, run: RunContext) -> None:
+        """Rebuild process state for a resumed loop (default: nothing to rebuild)."""
+
+
+@dataclass(slots=True)
+class LoopState:
+    input: str
+    messages: list[Message]
+    guard: LoopGuard
+    turns: int = 0
+    tool_results: list[ToolResult] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    reprompts: int = 0
+    recovered_calls: int = 0
+
+    def to_dict(self, agent: str) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "agent": agent,
+            "input": self.input,
+            "messages": [m.to_dict() for m in self.messages],
+            "turns": self.turns,
+            "tool_results": [r.to_dict() for r in self.tool_results],
+            "usage": self.usage.to_dict(),
+            "reprompts": self.reprompts,
+            "recovered_calls": self.recovered_calls,
+            "guard": self.guard.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
+        if data.get("version") != STATE_VERSION:
+            raise ValueError(f"unsupported loop state version {data.get('version')!r}")
+        usage = data.get("usage") or {}
+        return cls(
+            input=str(data.get("input", "")),
+            messages=[Message.from_dict(m) for m in data["messages"]],
+            guard=LoopGuard.from_dict(data.get("guard") or {}),
+            turns=int(data.get("turns", 0)),
+            tool_results=[
+                ToolResult(
+                    r["tool_name"], r["content"], bool(r.get("success", True)), r.get("call_id"),
+                    float(r.get("latency_s", 0.0)), r.get("metadata") or {},
+                )  # fmt: skip
+                for r in data.get("tool_results") or ()
+            ],
+            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+            reprompts=int(data.get("reprompts", 0)),
+            recovered_calls=int(data.get("recovered_calls", 0)),
+        )
+
+
+@dataclass(slots=True)
+class LoopSetup:
+    """Everything one run of the loop needs; ``close`` releases per-run resources."""
+
+    dialect: Dialect
+    executor: ToolExecutor
+    messages: list[Message]
+    close: Callable[[], Awaitable[None]] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# -- fitting the history into the real context window ------------------------------
+
+
+def estimate_tokens(message: Message) -> int:
+    """A conservative estimate (about 3 characters a token, plus framing): no tokenizer
+    is needed, and over-estimating only drops a turn early."""
+    size = len(message.content)
+    for call in message.tool_calls:
+        size += len(call.name) + len(call.arguments) + 16
+    return size // 3 + 8
+
+
+def _trim_middle(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    keep = max(max_chars - 80, 40)
+    head, tail = text[: keep // 2], text[-(keep // 2) :]
+    return f"{head}\n[... {len(text) - 2 * (keep // 2)} characters cut to fit the context window ...]\n{tail}"
+
+
+def _shrink(message: Message, tokens: int) -> Message:
+    return Message(
+        message.role, _trim_middle(message.content, max(tokens * 3, 120)), message.tool_calls,
+        message.tool_call_id, message.name,
+    )  # fmt: skip
+
+
+def fit_messages(messages: Sequence[Message], budget: int) -> list[Message]:
+    """The history to send when only ``budget`` tokens of prompt fit.
+
+    Kept: the leading system messages and the task (first user message), then whole
+    turns from the newest back; an assistant message is never separated from the
+    results of its tool calls. What is dropped is said in one short note. Oversized
+    single messages are cut in the middle rather than dropped.
+    """
+    sizes = [estimate_tokens(m) for m in messages]
+    if sum(sizes) <= budget:
+        return list(messages)
+    head_end = 0
+    while head_end < len(messages) and messages[head_end].role is Role.SYSTEM:
+        head_end += 1
+    if head_end < len(messages) and messages[head_end].role is Role.USER:
+        head_end += 1
+    head = list(messages[:head_end])
+    head_size = sum(sizes[:head_end])
+    if head_size > budget // 2:  # the task itself is huge: cut its middle
+        share = max(budget // 2 // max(len(head), 1), 32)
+        head = [_shrink(m, share) if estimate_tokens(m) > share else m for m in head]
+        head_size = sum(estimate_tokens(m) for m in head)
+    # Turn groups: an assistant message and everything up to the next assistant message.
+    groups: list[tuple[int, int]] = []
+    start = head_end
+    for i in range(head_end + 1, len(messages) + 1):
+        if i == len(messages) or messages[i].role is Role.ASSISTANT:
+            groups.append((start, i))
+            start = i
+    kept: list[Message] = []
+    left = budget - head_size - 30
+    for g_start, g_end in reversed(groups):
+        size = sum(sizes[g_start:g_end])
+        if size <= left:
+            kept = list(messages[g_start:g_end]) + kept
+            left -= size
+            continue
+        if not kept:  # even the newest turn is too big: keep it, cut down
+            share = max(left // max(g_end - g_start, 1), 32)
+            kept = [_shrink(m, share) for m in messages[g_start:g_end]]
+        break
+    dropped = len(messages) - head_end - len(kept)
+    note = [Message.user(f"[{dropped} earlier messages were left out to fit the context window.]")] if dropped else []
+    return head + note + kept
+
+
+# -- the agent base and the loop ---------------------------------------------------
+
+
+class ToolUsingAgent(BaseAgent):
+    """Base of agents that call tools. Subclasses provide :meth:`dialect` (and may
+    extend :meth:`_setup` with per-run tools or resources)."""
+
+    accepts_tools: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: str = "",
+        *,
+        tools: Sequence[BaseTool] = (),
+        bus: EventBus | None = None,
+        temperature: float = 0.7,
+        max_tokens: int = 1024,
+        system_prompt: str | None = None,
+        max_turns: int = 10,
+        max_repeats: int = 2,
+        tool_timeout: float = 30.0,
+    ) -> None:
+        super().__init__(
+            engine, model, bus=bus, temperature=temperature, max_tokens=max_tokens,
+            system_prompt=system_prompt,
+        )  # fmt: skip
+        if max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        self.tools = list(tools)
+        self.max_turns = max_turns
+        self.max_repeats = max_repeats
+        self.tool_timeout = tool_timeout
+
+    @abc.abstractmethod
+    def dialect(self) -> Dialect: ...
+
+    def _executor(self, extra: Sequence[BaseTool] = ()) -> ToolExecutor:
+        return ToolExecutor([*self.tools, *extra], bus=self.bus, timeout=self.tool_timeout)
+
+    def _system(self, dialect_prompt: str | None) -> str | None:
+        parts = [p for p in (dialect_prompt, self.system_prompt) if p]
+        return "\n\n".join(parts) or None
+
+    async def _setup(self, input: str, context: AgentContext | None, run: RunContext) -> LoopSetup:
+        dialect = self.dialect()
+        executor = self._executor()
+        messages = self._build_messages(
+            _with_memory(input, context), context, system_prompt=self._system(dialect.system_prompt(executor))
+        )
+        return LoopSetup(dialect, executor, messages)
+
+    async def arun(
+        self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
+    ) -> AgentResult:
+        run = self._run_context(run)
+        setup = await self._setup(input, context, run)
+        try:
+            return await run_tool_loop(self, setup, input, run)
+        finally:
+            if setup.close is not None:
+                await setup.close()
+
+
+def _with_memory(input: str, context: AgentContext | None) -> str:
+    if context is None or not context.memory_results:
+        return input
+    notes = "\n".join(f"- {getattr(m, 'text', m)}" for m in context.memory_results)
+    return f"{input}\n\nRelevant notes:\n{notes}"
+
+
+async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run: RunContext) -> AgentResult:
+    dialect, executor = setup.dialect, setup.executor
+    resumed = False
+    if run.resume is not None and run.resume.get("agent") == agent.agent_id:
+        state = LoopState.from_dict(run.resume)
+        resumed = True
+        await dialect.resume(state, run)
+    else:
+        state = LoopState(input, list(setup.messages), LoopGuard(agent.max_repeats))
+    agent._emit_turn_start(run, input, resumed=resumed)
+    specs: Sequence[ToolSpec] = executor.specs if dialect.offers_tools else ()
+    window = await agent.engine.context_length(agent.model)
+    budget = None
+    if window:
+        spec_tokens = sum(len(json.dumps(s.to_openai())) for s in specs) // 3
+        budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
+    stop = {"stop": dialect.stop} if dialect.stop else {}
+
+    def save() -> None:
+        if run.checkpoint is not None:
+            run.checkpoint(state.to_dict(agent.agent_id))
+
+    def finish(content: str, **meta: Any) -> AgentResult:
+        metadata = {
+            "agent": agent.agent_id,
+            "tool_calls": len(state.tool_results),
+            "recovered_calls": state.recovered_calls,
+            "blocked_calls": sum(1 for r in state.tool_results if r.metadata.get("blocked")),
+            **setup.metadata,
+            **meta,
+        }
+        if resumed:
+            metadata["resumed"] = True
+        agent._emit_turn_end(run, turns=state.turns, content=content, **{k: v for k, v in meta.items() if k == "error"})
+        if run.on_delta is not None and content and "error" not in meta:
+            run.on_delta(content)
+        return AgentResult(content, list(state.tool_results), state.turns, metadata, state.usage)
+
+    while state.turns < agent.max_turns:
+        run.cancel.raise_if_cancelled()
+        messages = fit_messages(state.messages, budget) if budget else state.messages
+        generation = await agent._generate(run, messages, tools=specs, **stop)
+        state.turns += 1
+        state.usage = state.usage + generation.usage
+        step = dialect.parse(generation, executor)
+        if step.kind == "final":
+            state.messages.append(Message.assistant(generation.content))
+            save()
+            return finish(step.content)
+        if step.kind == "invalid":
+            state.messages.append(Message.assistant(generation.content))
+            if state.reprompts >= 1:
+                save()
+                return finish(
+                    f"Error: the model's reply could not be used twice in a row ({step.error}). "
+                    f"Last reply: {generation.content[:500]!r}",
+                    error=f"unparseable model output: {step.error}",
+                )
+            state.reprompts += 1
+            state.messages.append(Message.user(dialect.corrective(step)))
+            save()
+            continue
+        state.reprompts = 0
+        if step.recovered:
+            state.recovered_calls += len(step.calls)
+        state.messages.append(dialect.assistant_message(generation, step))
+        try:
+            results = await executor.execute_all(step.calls, run, state.guard)
+        except BaseException:
+            # The history must never hold a call without a result, even when the run
+            # stops in the middle of a tool.
+            results = [cancelled_result(c) for c in step.calls]
+            state.messages.extend(dialect.result_messages(step, results))
+            save()
+            raise
+        state.tool_results.extend(results)
+        state.messages.extend(dialect.result_messages(step, results))
+        save()
+        if run.cancel.cancelled:
+            raise Cancelled(run.cancel.reason)
+        final = dialect.final_from_results(results)
+        if final is not None:
+            return finish(final)
+    result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
+    result.metadata.update(agent=agent.agent_id, tool_calls=len(state.tool_results), **setup.metadata)
+    agent._emit_turn_end(run, turns=state.turns, content=result.content, max_turns_exceeded=True)
+    return result

@@ -1,0 +1,1 @@
+"""Programs jarvis runs in other processes (the RLM REPL, in-container runners)."""
