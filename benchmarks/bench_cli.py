@@ -56,7 +56,9 @@ def _ask_rows(env: BenchEnv) -> list[Row]:
                 options={{"num_ctx": 8192}})
             print(r.message.content)
         """)
-        process_env = dict(os.environ, JARVIS_CONFIG_DIR=str(config_dir), JARVIS_DATA_DIR=str(env.tmp / "data"))
+        process_env = dict(
+            os.environ, JARVIS_CONFIG_DIR=str(config_dir), JARVIS_DATA_DIR=str(env.tmp / "data")
+        )
         times = time_commands(
             {
                 "jarvis": [env.jarvis_bin(), "ask", "--no-stream", "Name three primary colors."],

@@ -21,7 +21,7 @@ from ._messages import Usage
 __all__ = ["Budget", "BudgetExceeded", "CancelToken", "Cancelled", "RunContext", "RunStopped"]
 
 
-class RunStopped(Exception):  # noqa: N818 - a signal, not an error
+class RunStopped(Exception):
     """A run was told to stop. Not a JarvisError: nothing went wrong."""
 
 
@@ -79,8 +79,12 @@ class CancelToken:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
+        def resolve() -> None:
+            if not future.done():
+                future.set_result(None)
+
         def wake() -> None:
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            loop.call_soon_threadsafe(resolve)
 
         remove = self.on_cancel(wake)
         try:

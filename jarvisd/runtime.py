@@ -81,7 +81,8 @@ def build_agent(spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
     if spec.sandbox:
         from .sandbox import sandboxed_agent
 
-        return sandboxed_agent(key, spec, config, engine)
+        sandboxed: BaseAgent = sandboxed_agent(key, spec, config, engine)
+        return sandboxed
     return agent_cls(engine, spec.model, **kwargs)
 
 

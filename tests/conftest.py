@@ -30,7 +30,9 @@ def require(condition: bool, reason: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def isolated_dirs(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Path]:
     # Short base path: Unix socket paths are limited to about 107 bytes.
     root = tmp_path_factory.mktemp("jv")
     for key, var in ENV_VARS.items():
@@ -51,3 +53,15 @@ def real_model_path(name: str) -> Path:
     path = model_file(get_entry(name), REAL_MODELS_DIR)
     require(path.is_file(), f"model {name} not pulled into {REAL_MODELS_DIR} (run `make models`)")
     return path
+
+
+def link_real_models(*names: str) -> Path:
+    """Make catalog models pulled by `make setup` visible in this test's isolated data
+    dir (a symlink), so commands can name them; returns the isolated models dir."""
+    for name in names:
+        real_model_path(name)
+    target = paths().models
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(REAL_MODELS_DIR, target_is_directory=True)
+    return target

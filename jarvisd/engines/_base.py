@@ -73,5 +73,5 @@ class Engine(abc.ABC):
     def default_model(self) -> str:
         return ""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release connections, processes or loaded weights."""

@@ -24,6 +24,7 @@ from .._messages import (
     Role,
     SamplingOptions,
     StreamChunk,
+    ToolCall,
     ToolSpec,
     Usage,
 )
@@ -39,6 +40,13 @@ def llama_cpp_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("llama_cpp") is not None
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _to_chat(message: Message) -> dict[str, Any]:
@@ -86,7 +94,8 @@ class LlamaCppEngine(Engine):
         if model and model != self.model and Path(model).name != Path(self.model).name:
             raise EngineResponseError(
                 f"the embedded engine has {self.model!r} loaded, not {model!r}; "
-                f"set engine.llamacpp.model or pass --model to `jarvis ask`", 404
+                f"set engine.llamacpp.model or pass --model to `jarvis ask`",
+                404,
             )
 
     def load(self) -> Any:
@@ -163,7 +172,7 @@ class LlamaCppEngine(Engine):
             # llama.cpp raises ValueError when the prompt exceeds the context window.
             raise EngineResponseError(f"llama.cpp: {exc}", 400) from exc
         content = "".join(pieces)
-        calls = ()
+        calls: tuple[ToolCall, ...] = ()
         if tools:
             found, rest = recover_tool_calls(content, [t.name for t in tools])
             if found:
@@ -178,7 +187,7 @@ class LlamaCppEngine(Engine):
             latency_s=time.perf_counter() - start,
         )
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,
@@ -256,9 +265,8 @@ class LlamaCppEngine(Engine):
                         details=status.entry.description,
                     )
                 )
-        path = Path(self.model)
-        if path.suffix == ".gguf" and path.is_file():
-            infos.append(ModelInfo(self.model, size=path.stat().st_size, family="gguf"))
+        if self.model.endswith(".gguf"):
+            infos.append(ModelInfo(self.model, size=_file_size(self.model), family="gguf"))
         return infos
 
     async def aclose(self) -> None:
@@ -312,7 +320,7 @@ class LlamaCppPool(Engine):
         engine = await self._engine(model)
         return await engine.generate(messages, tools=tools, options=options)
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,
@@ -329,10 +337,15 @@ class LlamaCppPool(Engine):
 
         infos = []
         for name, engine in self.engines.items():
-            path = Path(engine.model)
-            if path.suffix == ".gguf":
-                size = path.stat().st_size if path.is_file() else 0
-                infos.append(ModelInfo(name, size=size, context_length=engine.n_ctx, family="llama"))
+            if engine.model.endswith(".gguf"):
+                infos.append(
+                    ModelInfo(
+                        name,
+                        size=_file_size(engine.model),
+                        context_length=engine.n_ctx,
+                        family="llama",
+                    )
+                )
             else:
                 entry = get_entry(name)
                 infos.append(ModelInfo(name, size=entry.size, context_length=engine.n_ctx,

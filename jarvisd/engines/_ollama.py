@@ -152,9 +152,7 @@ class OllamaEngine(Engine):
             with _translate(self.host, model):
                 shown = await self.client.show(model)
             info = shown.modelinfo or {}
-            length = next(
-                (int(v) for k, v in info.items() if k.endswith(".context_length")), None
-            )
+            length = next((int(v) for k, v in info.items() if k.endswith(".context_length")), None)
             self._num_ctx[model] = length
         return self._num_ctx[model]
 
@@ -179,7 +177,7 @@ class OllamaEngine(Engine):
             )
         return _generation(response, model, time.perf_counter() - start)
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,

@@ -167,7 +167,7 @@ class OpenAIEngine(Engine):
                 latency_s=time.perf_counter() - start,
             )
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,
@@ -213,7 +213,9 @@ class OpenAIEngine(Engine):
                             slot["name"] += fn.get("name") or ""
                             slot["arguments"] += fn.get("arguments") or ""
         tool_calls = tuple(
-            ToolCall(name=s["name"], arguments=s["arguments"] or "{}", id=s["id"] or ToolCall("x").id)
+            ToolCall(
+                name=s["name"], arguments=s["arguments"] or "{}", id=s["id"] or ToolCall("x").id
+            )
             for _, s in sorted(calls.items())
         )
         yield StreamChunk(

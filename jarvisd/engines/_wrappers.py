@@ -107,7 +107,7 @@ class InstrumentedEngine(WrapperEngine):
         )
         return replace(generation, latency_s=generation.latency_s or latency)
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,
@@ -177,7 +177,7 @@ class RunEngine(WrapperEngine):
         self.run.budget.charge(generation.usage)
         return generation
 
-    async def stream(  # type: ignore[override]
+    async def stream(
         self,
         messages: Sequence[Message],
         *,

@@ -25,10 +25,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from concurrent.futures import Future
 from datetime import UTC, datetime
-from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -186,7 +185,7 @@ class OllamaServer:
         if self._httpd is None:
             raise RuntimeError("server not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> OllamaServer:
         self._loop = asyncio.new_event_loop()
@@ -235,7 +234,9 @@ class OllamaServer:
         assert self._loop is not None
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def iterate(self, make: Callable[[], AsyncIterator[StreamChunk]]) -> Iterator[StreamChunk]:
+    def iterate(
+        self, make: Callable[[], AsyncIterator[StreamChunk]]
+    ) -> Generator[StreamChunk, None, None]:
         """Drive an async iterator on the loop thread, yielding here; closing this
         iterator (client gone) cancels the producer, which stops generation."""
         assert self._loop is not None
@@ -279,7 +280,7 @@ def _parse_openai_messages(raw: Any) -> list[Message]:
         if not isinstance(item, dict):
             raise BadRequest("each message must be an object")
         try:
-            role = Role(item.get("role"))
+            role = Role(str(item.get("role")))
         except ValueError:
             raise BadRequest(f"unknown role {item.get('role')!r}") from None
         calls = []
@@ -320,84 +321,7 @@ def _openai_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
-class _OpenAIRoutes:
-    """OpenAI chat-completions routes, mixed into the handler."""
-
-    def _openai_models(self: _Handler) -> None:
-        models = self.api.call(self.api.engine.list_models())
-        self._send_json(
-            200,
-            {"object": "list",
-             "data": [{"id": m.name, "object": "model", "owned_by": "jarvis"} for m in models]},
-        )  # fmt: skip
-
-    def _openai_chat(self: _Handler) -> None:
-        body = self._body()
-        self.api.requests.append(("POST", "/v1/chat/completions", body))
-        messages = _parse_openai_messages(body.get("messages"))
-        tools = _parse_tools(body.get("tools"))
-        requested = body.get("model") or self.api.engine.default_model() or "default"
-        model = self.api.resolve_model(requested)
-        options = _openai_options(body)
-        engine = self.api.engine
-        chunks = self.api.iterate(
-            lambda: engine.stream(messages, model=model, tools=tools, options=options)
-        )
-        first = next(chunks)  # fail with a status code before any header is sent
-        created = int(time.time())
-        completion_id = "chatcmpl-" + ToolCall("x").id[5:]
-        if not body.get("stream"):
-            final = first
-            for final in chunks:  # noqa: B007 - only the done chunk matters
-                pass
-            g = final.generation
-            if g is None:
-                raise EngineResponseError("engine ended its stream without a result")
-            message: dict[str, Any] = {"role": "assistant", "content": g.content}
-            if g.tool_calls:
-                message["tool_calls"] = _openai_calls(g.tool_calls)
-            self._send_json(200, {
-                "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": g.finish_reason.value}],
-                "usage": g.usage.to_dict(),
-            })  # fmt: skip
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
-        def event(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
-            data: dict[str, Any] = {
-                "id": completion_id, "object": "chat.completion.chunk", "created": created,
-                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }  # fmt: skip
-            if usage is not None:
-                data["usage"] = usage
-            self._write_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
-
-        try:
-            for chunk in self._chain(first, chunks):
-                if not chunk.done:
-                    event({"role": "assistant", "content": chunk.delta})
-                    continue
-                g = chunk.generation
-                if g is not None and g.tool_calls:
-                    event({"tool_calls": _openai_calls(g.tool_calls)})
-                reason = g.finish_reason.value if g is not None else "stop"
-                event({}, reason, g.usage.to_dict() if g is not None else None)
-            self._write_chunk(b"data: [DONE]\n\n")
-        except (BrokenPipeError, ConnectionResetError):
-            chunks.close()
-            return
-        except (EngineError, JarvisError) as exc:
-            self._write_chunk(
-                b"data: " + json.dumps({"error": {"message": str(exc)}}).encode() + b"\n\n"
-            )
-        self._write_chunk(b"")
-
-
-class _Handler(_OpenAIRoutes, BaseHTTPRequestHandler):
+class _Handler(BaseHTTPRequestHandler):
     api: OllamaServer
     protocol_version = "HTTP/1.1"
     server_version = "jarvis-ollama/" + VERSION
@@ -652,3 +576,78 @@ class _Handler(_OpenAIRoutes, BaseHTTPRequestHandler):
             messages.append(Message.system(body["system"]))
         messages.append(Message.user(prompt))
         self._stream_or_single(body, messages, [], "generate")
+
+    # -- OpenAI chat completions ----------------------------------------------------
+
+    def _openai_models(self) -> None:
+        models = self.api.call(self.api.engine.list_models())
+        self._send_json(
+            200,
+            {"object": "list",
+             "data": [{"id": m.name, "object": "model", "owned_by": "jarvis"} for m in models]},
+        )  # fmt: skip
+
+    def _openai_chat(self) -> None:
+        body = self._body()
+        self.api.requests.append(("POST", "/v1/chat/completions", body))
+        messages = _parse_openai_messages(body.get("messages"))
+        tools = _parse_tools(body.get("tools"))
+        requested = body.get("model") or self.api.engine.default_model() or "default"
+        model = self.api.resolve_model(requested)
+        options = _openai_options(body)
+        engine = self.api.engine
+        chunks = self.api.iterate(
+            lambda: engine.stream(messages, model=model, tools=tools, options=options)
+        )
+        first = next(chunks)  # fail with a status code before any header is sent
+        created = int(time.time())
+        completion_id = "chatcmpl-" + ToolCall("x").id[5:]
+        if not body.get("stream"):
+            final = first
+            for final in chunks:  # noqa: B007 - only the done chunk matters
+                pass
+            g = final.generation
+            if g is None:
+                raise EngineResponseError("engine ended its stream without a result")
+            message: dict[str, Any] = {"role": "assistant", "content": g.content}
+            if g.tool_calls:
+                message["tool_calls"] = _openai_calls(g.tool_calls)
+            self._send_json(200, {
+                "id": completion_id, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": message, "finish_reason": g.finish_reason.value}],
+                "usage": g.usage.to_dict(),
+            })  # fmt: skip
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def event(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
+            data: dict[str, Any] = {
+                "id": completion_id, "object": "chat.completion.chunk", "created": created,
+                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }  # fmt: skip
+            if usage is not None:
+                data["usage"] = usage
+            self._write_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
+
+        try:
+            for chunk in self._chain(first, chunks):
+                if not chunk.done:
+                    event({"role": "assistant", "content": chunk.delta})
+                    continue
+                g = chunk.generation
+                if g is not None and g.tool_calls:
+                    event({"tool_calls": _openai_calls(g.tool_calls)})
+                reason = g.finish_reason.value if g is not None else "stop"
+                event({}, reason, g.usage.to_dict() if g is not None else None)
+            self._write_chunk(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            chunks.close()
+            return
+        except (EngineError, JarvisError) as exc:
+            self._write_chunk(
+                b"data: " + json.dumps({"error": {"message": str(exc)}}).encode() + b"\n\n"
+            )
+        self._write_chunk(b"")

@@ -25,5 +25,7 @@ __all__ = ["OllamaStandIn", "ScriptedEngine", "reply"]
 class OllamaStandIn(OllamaServer):
     """An :class:`OllamaServer` on a free loopback port (``port=0``)."""
 
-    def __init__(self, engine: Engine | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, engine: Engine | None = None, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         super().__init__(engine if engine is not None else ScriptedEngine(), host, port)

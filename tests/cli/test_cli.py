@@ -16,15 +16,24 @@ from jarvisd.testing import OllamaStandIn
 JARVIS = [sys.executable, "-m", "jarvisd"]
 
 
-def jarvis(*args: str, input: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def jarvis(
+    *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*JARVIS, *args], capture_output=True, text=True, input=input, timeout=timeout, env=os.environ.copy()
+        [*JARVIS, *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=timeout,
+        env=os.environ.copy(),
     )
 
 
 def use_ollama(url: str) -> None:
     config_dir = Path(os.environ["JARVIS_CONFIG_DIR"])
-    (config_dir / "config.toml").write_text(f'[engine]\ndefault = "ollama"\n[engine.ollama]\nhost = "{url}"\n')
+    (config_dir / "config.toml").write_text(
+        f'[engine]\ndefault = "ollama"\n[engine.ollama]\nhost = "{url}"\n'
+    )
 
 
 def test_help_lists_commands() -> None:
@@ -56,7 +65,7 @@ def test_ask_json_and_stdin_question() -> None:
     with OllamaStandIn(ScriptedEngine([reply("42")])) as standin:
         use_ollama(standin.url)
         out = jarvis("ask", "--json", "-", input="What is six times seven?\n")
-        asked = [b for _, p, b in standin.requests if p == "/api/chat"][0]
+        asked = next(b for _, p, b in standin.requests if p == "/api/chat")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["answer"] == "42" and data["engine"] == "ollama" and data["turns"] == 1
@@ -87,7 +96,10 @@ def test_bad_config_is_one_clear_line() -> None:
     path.write_text("[agent]\nmax_tokens = 'lots'\n")
     out = jarvis("config", "show")
     assert out.returncode == 1
-    assert out.stderr.strip() == f"jarvis: error: {path}: agent.max_tokens: expected an integer, got 'lots'"
+    assert (
+        out.stderr.strip()
+        == f"jarvis: error: {path}: agent.max_tokens: expected an integer, got 'lots'"
+    )
 
 
 def test_config_show_and_path() -> None:

@@ -11,12 +11,20 @@ from jarvisd import EngineResponseError, EngineUnavailable, Message, ModelNotFou
 from jarvisd.engines import OllamaEngine, ScriptedEngine, reply
 from jarvisd.testing import OllamaStandIn
 
-CALC = ToolSpec("calculator", "Evaluate arithmetic.", {"type": "object", "properties": {"expression": {"type": "string"}}})
+CALC = ToolSpec(
+    "calculator",
+    "Evaluate arithmetic.",
+    {"type": "object", "properties": {"expression": {"type": "string"}}},
+)
 
 
 def test_generate_stream_tools_and_num_ctx() -> None:
     engine = ScriptedEngine(
-        [reply("Paris is the capital."), reply("", ("calculator", {"expression": "6*7"})), reply("one two three")],
+        [
+            reply("Paris is the capital."),
+            reply("", ("calculator", {"expression": "6*7"})),
+            reply("one two three"),
+        ],
         context_window=12345,
     )
 
@@ -25,7 +33,9 @@ def test_generate_stream_tools_and_num_ctx() -> None:
         g = await client.generate([Message.user("capital of France?")])
         assert g.content == "Paris is the capital." and g.usage.completion_tokens > 0
         g = await client.generate([Message.user("6*7?")], tools=[CALC])
-        assert [(c.name, c.arguments_dict()) for c in g.tool_calls] == [("calculator", {"expression": "6*7"})]
+        assert [(c.name, c.arguments_dict()) for c in g.tool_calls] == [
+            ("calculator", {"expression": "6*7"})
+        ]
         assert g.finish_reason.value == "tool_calls"
         deltas = []
         async for chunk in client.stream([Message.user("count")]):

@@ -10,7 +10,11 @@ from jarvisd import EngineResponseError, EngineUnavailable, Message, ToolSpec
 from jarvisd.engines import OpenAIEngine, ScriptedEngine, reply
 from jarvisd.testing import OllamaStandIn
 
-CALC = ToolSpec("calculator", "Evaluate arithmetic.", {"type": "object", "properties": {"expression": {"type": "string"}}})
+CALC = ToolSpec(
+    "calculator",
+    "Evaluate arithmetic.",
+    {"type": "object", "properties": {"expression": {"type": "string"}}},
+)
 
 
 def test_generate_stream_and_tool_calls() -> None:
@@ -28,9 +32,15 @@ def test_generate_stream_and_tool_calls() -> None:
         g = await client.generate([Message.system("be brief"), Message.user("hi")])
         assert g.content == "hello world" and g.usage.completion_tokens == 2
         g = await client.generate([Message.user("2^10?")], tools=[CALC])
-        assert g.tool_calls[0].name == "calculator" and g.tool_calls[0].arguments_dict() == {"expression": "2**10"}
+        assert g.tool_calls[0].name == "calculator" and g.tool_calls[0].arguments_dict() == {
+            "expression": "2**10"
+        }
         # The tool result travels back with its call id.
-        history = [Message.user("2^10?"), g.to_message(), Message.tool("1024", tool_call_id=g.tool_calls[0].id, name="calculator")]
+        history = [
+            Message.user("2^10?"),
+            g.to_message(),
+            Message.tool("1024", tool_call_id=g.tool_calls[0].id, name="calculator"),
+        ]
         chunks = [c async for c in client.stream(history)]
         assert "".join(c.delta for c in chunks) == "one two"
         assert chunks[-1].done and chunks[-1].generation is not None

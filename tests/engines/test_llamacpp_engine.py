@@ -1,0 +1,96 @@
+"""The embedded engine on a real model (tier 2)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jarvisd import Message, RunContext, SamplingOptions
+from jarvisd.engines import LlamaCppEngine, RunEngine
+from jarvisd.engines._llamacpp import LlamaCppPool
+from tests.conftest import link_real_models, real_model_path
+
+pytestmark = pytest.mark.model
+
+GREEDY = SamplingOptions(temperature=0, max_tokens=32)
+
+
+def test_generate_and_stream_agree() -> None:
+    engine = LlamaCppEngine(str(real_model_path("smollm2-135m")), n_ctx=2048)
+
+    async def go() -> None:
+        whole = await engine.generate([Message.user("Name three primary colors.")], options=GREEDY)
+        assert (
+            whole.content.strip()
+            and whole.usage.completion_tokens > 0
+            and whole.usage.prompt_tokens > 0
+        )
+        chunks = [
+            c
+            async for c in engine.stream(
+                [Message.user("Name three primary colors.")], options=GREEDY
+            )
+        ]
+        assert chunks[-1].done and chunks[-1].generation is not None
+        assert "".join(c.delta for c in chunks) == whole.content == chunks[-1].generation.content
+        assert await engine.context_length() == 2048
+        await engine.aclose()
+
+    asyncio.run(go())
+
+
+def test_cancel_stops_generation_quickly() -> None:
+    engine = LlamaCppEngine(str(real_model_path("smollm2-135m")), n_ctx=2048)
+    run = RunContext()
+
+    async def go() -> float:
+        guarded = RunEngine(engine, run)
+        task = asyncio.create_task(
+            guarded.generate(
+                [Message.user("Write a very long story.")], options=SamplingOptions(max_tokens=2000)
+            )
+        )
+        await asyncio.sleep(1.0)
+        start = asyncio.get_running_loop().time()
+        run.cancel.cancel("test")
+        with pytest.raises(Exception) as info:
+            await task
+        assert type(info.value).__name__ == "Cancelled"
+        elapsed = asyncio.get_running_loop().time() - start
+        # The engine is free again: a new request runs (the worker stopped).
+        again = await engine.generate([Message.user("Hi")], options=SamplingOptions(max_tokens=4))
+        assert again.usage.completion_tokens >= 1
+        await engine.aclose()
+        return elapsed
+
+    assert asyncio.run(go()) < 5
+
+
+def test_pool_refuses_unknown_model() -> None:
+    pool = LlamaCppPool([str(real_model_path("smollm2-135m"))])
+
+    async def go() -> None:
+        with pytest.raises(Exception, match="not found"):
+            await pool.generate([Message.user("x")], model="other")
+        await pool.aclose()
+
+    asyncio.run(go())
+
+
+def test_jarvis_ask_embedded_default() -> None:
+    link_real_models("smollm2-135m")
+    env = dict(os.environ)
+    out = subprocess.run(
+        [sys.executable, "-m", "jarvisd", "ask", "--json", "--temperature", "0", "--max-tokens", "30",
+         "Name three primary colors."],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["engine"] == "llamacpp" and data["model"] == "smollm2-135m"
+    assert data["answer"].strip() and data["usage"]["completion_tokens"] > 0
