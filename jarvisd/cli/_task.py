@@ -1,0 +1,216 @@
+"""``jarvis task``: long tasks run by jarvisd (submit, follow, wait, cancel)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from jarvisd._errors import UsageError
+
+__all__ = ["format_event", "task"]
+
+# Exit codes of `task wait`: how the task ended.
+WAIT_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 4, "interrupted": 5}
+
+
+def _client(timeout: float = 30.0) -> Any:
+    from jarvisd.daemon import Client
+
+    return Client(timeout=timeout)
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+
+
+def format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
+    """One log line for a stored event (None: streamed text, printed as it is)."""
+    if event == "inference_delta":
+        return None
+    if event == "tool_call_start":
+        args = json.dumps(data.get("arguments"), ensure_ascii=False)
+        return f"[{seq}] tool {data.get('tool')} {args}"
+    if event == "tool_call_end":
+        status = data.get("status") or ("ok" if data.get("success") else "error")
+        content = str(data.get("content", "")).replace("\n", " ")[:200]
+        return f"[{seq}] tool {data.get('tool')} -> {status}: {content}"
+    if event == "task_end":
+        reason = f" ({data.get('reason')})" if data.get("reason") else ""
+        return f"[{seq}] task {data.get('state')}{reason}"
+    details = " ".join(f"{k}={v}" for k, v in data.items() if k not in ("input", "content"))
+    return f"[{seq}] {event} {details}".rstrip()
+
+
+def _print_info(info: Any) -> None:
+    click.echo(f"id:        {info.id}")
+    click.echo(f"state:     {info.state}" + (f" ({info.reason})" if info.reason else ""))
+    click.echo(f"agent:     {info.spec.agent or '(default)'}"
+               + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
+               + ("  sandbox" if info.spec.sandbox else ""))  # fmt: skip
+    click.echo(f"input:     {info.spec.input[:200]}")
+    click.echo(f"created:   {_when(info.created_at)}   started: {_when(info.started_at)}   "
+               f"finished: {_when(info.finished_at)}")  # fmt: skip
+    click.echo(f"attempts:  {info.attempts}   checkpoints: {info.checkpoint_turns}   "
+               f"events: {info.last_seq}")  # fmt: skip
+    click.echo(f"usage:     cpu {info.cpu_seconds:.2f} s, memory {info.memory_bytes / 2**20:.1f} MiB"
+               + (f" (worker pid {info.worker_pid})" if info.worker_pid else ""))  # fmt: skip
+    if info.watch:
+        click.echo(f"watch:     {info.watch}")
+    if info.rerun_of:
+        click.echo(f"re-run of: {info.rerun_of}")
+    if info.result is not None:
+        click.echo("answer:")
+        click.echo(str(info.result.get("content", "")))
+
+
+@click.group()
+def task() -> None:
+    """Hand long tasks to jarvisd: submit, list, show, logs, wait, cancel."""
+
+
+@task.command()
+@click.argument("text")
+@click.option("-a", "--agent", default="", help="Agent key; default from config.")
+@click.option("-t", "--tools", default="", help="Comma-separated tools for tool-using agents.")
+@click.option("-e", "--engine", default=None, help="Engine name; default from the daemon's config.")
+@click.option("-m", "--model", default="", help="Model name.")
+@click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container.")
+@click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
+              help="Mount a host path into the sandbox (read-only unless :rw). Repeatable.")  # fmt: skip
+@click.option("--watch", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Re-run the task whenever files under this directory change.")  # fmt: skip
+@click.option(
+    "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
+)
+@click.option("--max-turns", type=int, default=None, help="Most model turns.")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+def submit(
+    text: str,
+    agent: str,
+    tools: str,
+    engine: str | None,
+    model: str,
+    sandbox: bool,
+    mounts: tuple[str, ...],
+    watch: str | None,
+    timeout: float | None,
+    max_turns: int | None,
+    as_json: bool,
+) -> None:
+    """Submit TEXT as a task; prints its id at once (the daemon stores it first)."""
+    import os
+
+    from jarvisd.runtime import AgentSpec
+
+    if mounts and not sandbox:
+        raise UsageError("--mount only applies with --sandbox")
+    if not text.strip():
+        raise UsageError("the task text is empty")
+
+    def absolute(mount: str) -> str:
+        path, sep, mode = mount.rpartition(":")
+        if sep and mode in ("rw", "ro"):
+            return os.path.abspath(os.path.expanduser(path)) + ":" + mode
+        return os.path.abspath(os.path.expanduser(mount))
+
+    spec = AgentSpec(
+        input=text,
+        agent=agent,
+        engine=engine,
+        model=model,
+        tools=tuple(t.strip() for t in tools.split(",") if t.strip()),
+        sandbox=sandbox,
+        mounts=tuple(absolute(m) for m in mounts),
+        max_turns=max_turns,
+    )
+    info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
+    click.echo(json.dumps(info.to_dict()) if as_json else info.id)
+
+
+@task.command("list")
+@click.option("--state", "states", multiple=True,
+              type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled",
+                                 "interrupted"]), help="Only tasks in this state (repeatable).")  # fmt: skip
+@click.option("-n", "--limit", default=50, show_default=True, help="Most tasks to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_(states: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List tasks, newest first."""
+    tasks = _client().list_tasks(states, limit)
+    if as_json:
+        click.echo(json.dumps([t.to_dict() for t in tasks], indent=2))
+        return
+    if not tasks:
+        click.echo("no tasks")
+        return
+    click.echo(f"{'ID':<12}  {'STATE':<11}  {'CREATED':<19}  INPUT")
+    for t in tasks:
+        text = t.spec.input.replace("\n", " ")
+        click.echo(f"{t.id:<12}  {t.state:<11}  {_when(t.created_at):<19}  {text[:60]}")
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show(task_id: str, as_json: bool) -> None:
+    """Show a task: state, timing, attempts, CPU and memory, its answer."""
+    info = _client().show(task_id)
+    if as_json:
+        click.echo(json.dumps(info.to_dict(), indent=2))
+    else:
+        _print_info(info)
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming until the task ends.")
+@click.option("--from", "since", default=0, show_default=True,
+              help="Only events after this sequence number (resume a follow).")  # fmt: skip
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+def logs(task_id: str, follow: bool, since: int, as_json: bool) -> None:
+    """Print a task's events (with -f, live until it ends)."""
+    in_text = False
+    for ev in _client().logs(task_id, since=since, follow=follow):
+        if as_json:
+            click.echo(json.dumps({"seq": ev.seq, "event": ev.event, "data": dict(ev.data),
+                                   "timestamp": ev.timestamp}, ensure_ascii=False))  # fmt: skip
+            continue
+        line = format_event(ev.seq, ev.event, dict(ev.data))
+        if line is None:
+            click.echo(str(ev.data.get("text", "")), nl=False)
+            in_text = True
+            continue
+        if in_text:
+            click.echo()
+            in_text = False
+        click.echo(line)
+    if in_text:
+        click.echo()
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("--timeout", type=float, default=None, help="Give up after this many seconds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+def wait(task_id: str, timeout: float | None, as_json: bool) -> None:
+    """Wait for a task to end; exit 0 succeeded, 1 failed, 4 cancelled, 5 interrupted,
+    6 still running at the timeout."""
+    info = _client().wait(task_id, timeout)
+    if as_json:
+        click.echo(json.dumps(info.to_dict(), indent=2))
+    elif info.result is not None:
+        click.echo(str(info.result.get("content", "")))
+    else:
+        click.echo(f"{info.id}: {info.state}" + (f" ({info.reason})" if info.reason else ""))
+    raise click.exceptions.Exit(WAIT_EXIT.get(info.state, 6))
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+def cancel(task_id: str, as_json: bool) -> None:
+    """Cancel a task: its engine request, tools, containers and subprocesses stop."""
+    info = _client().cancel(task_id)
+    click.echo(json.dumps(info.to_dict()) if as_json else f"{info.id}: {info.state}")

@@ -1,0 +1,175 @@
+"""A small synchronous client for the jarvisd socket (what the CLI uses).
+
+One connection per request; replies are read until the request's final one. An
+``error`` reply is raised as the matching :class:`JarvisError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from jarvisd._errors import DaemonError, DaemonUnavailable, ProtocolError, TaskNotFound, UsageError
+from jarvisd._paths import paths
+from jarvisd.runtime import AgentSpec
+
+from ._protocol import (
+    Ask,
+    DaemonStatus,
+    Delta,
+    ErrorReply,
+    EventReply,
+    Ok,
+    Ping,
+    Pong,
+    Reply,
+    Request,
+    ResultReply,
+    Shutdown,
+    Status,
+    StatusReply,
+    TaskCancel,
+    TaskInfo,
+    TaskList,
+    TaskListReply,
+    TaskLogs,
+    TaskReply,
+    TaskShow,
+    TaskSubmit,
+    TaskWait,
+    encode,
+    parse_reply,
+)
+
+__all__ = ["Client", "raise_for_error"]
+
+_R = TypeVar("_R", bound=Reply)
+_MAX_REPLY_BYTES = 64 * 1024 * 1024
+
+
+def raise_for_error(reply: ErrorReply) -> None:
+    if reply.code == "not_found":
+        raise TaskNotFound(reply.message)
+    if reply.code in ("usage", "bad_request"):
+        raise UsageError(reply.message)
+    raise DaemonError(f"jarvisd: {reply.message} ({reply.code})")
+
+
+class Client:
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        timeout: float | None = 30.0,
+        connect_timeout: float = 2.0,
+    ) -> None:
+        self.path = path or paths().socket
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._counter = 0
+
+    def _connect(self) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.connect_timeout)
+        try:
+            sock.connect(str(self.path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            raise DaemonUnavailable(
+                f"no jarvisd answers on {self.path} (start it with `jarvis daemon start`)"
+            ) from exc
+        except OSError as exc:
+            sock.close()
+            raise DaemonUnavailable(f"cannot connect to jarvisd on {self.path}: {exc}") from exc
+        return sock
+
+    def stream(self, request: Request, *, timeout: float | None = -1.0) -> Iterator[Reply]:
+        """Send ``request``; yield each reply up to and including the final one.
+        ``timeout`` is per read (None: wait forever; -1: the client's default)."""
+        sock = self._connect()
+        try:
+            sock.settimeout(self.timeout if timeout == -1.0 else timeout)
+            if not request.id:
+                self._counter += 1
+                request = dataclasses.replace(request, id=f"c{self._counter}")
+            try:
+                sock.sendall(encode(request))
+            except OSError as exc:
+                raise DaemonUnavailable(f"jarvisd closed the connection: {exc}") from exc
+            reader = sock.makefile("rb")
+            while True:
+                try:
+                    line = reader.readline(_MAX_REPLY_BYTES)
+                except TimeoutError as exc:
+                    raise DaemonError("jarvisd did not answer in time") from exc
+                except OSError as exc:
+                    raise DaemonUnavailable(f"lost the connection to jarvisd: {exc}") from exc
+                if not line:
+                    raise DaemonUnavailable("jarvisd closed the connection before answering")
+                reply = parse_reply(line)
+                if isinstance(reply, ErrorReply) and reply.id in ("", request.id):
+                    raise_for_error(reply)
+                yield reply
+                if reply.final:
+                    return
+        finally:
+            sock.close()
+
+    def call(self, request: Request, expect: type[_R], *, timeout: float | None = -1.0) -> _R:
+        """Send ``request`` and return its final reply, which must be an ``expect``."""
+        final: Reply | None = None
+        for reply in self.stream(request, timeout=timeout):
+            final = reply
+        if not isinstance(final, expect):
+            raise ProtocolError(f"jarvisd answered {request.op} with {type(final).__name__}")
+        return final
+
+    # -- one method per request -----------------------------------------------------
+
+    def ping(self) -> Pong:
+        return self.call(Ping(), Pong)
+
+    def status(self) -> DaemonStatus:
+        status = self.call(Status(), StatusReply).status
+        assert status is not None
+        return status
+
+    def shutdown(self) -> None:
+        self.call(Shutdown(), Ok)
+
+    def ask(self, spec: AgentSpec) -> Iterator[Delta | ResultReply]:
+        for reply in self.stream(Ask(spec=spec), timeout=None):
+            if isinstance(reply, Delta | ResultReply):
+                yield reply
+
+    def submit(
+        self, spec: AgentSpec, *, watch: str | None = None, timeout: float | None = None
+    ) -> TaskInfo:
+        return _task(self.call(TaskSubmit(spec=spec, watch=watch, timeout=timeout), TaskReply))
+
+    def list_tasks(self, states: tuple[str, ...] = (), limit: int = 100) -> list[TaskInfo]:
+        return list(self.call(TaskList(states=states, limit=limit), TaskListReply).tasks)
+
+    def show(self, task: str) -> TaskInfo:
+        return _task(self.call(TaskShow(task=task), TaskReply))
+
+    def cancel(self, task: str) -> TaskInfo:
+        return _task(self.call(TaskCancel(task=task), TaskReply))
+
+    def wait(self, task: str, timeout: float | None = None) -> TaskInfo:
+        return _task(self.call(TaskWait(task=task, timeout=timeout), TaskReply, timeout=None))
+
+    def logs(self, task: str, *, since: int = 0, follow: bool = False) -> Iterator[EventReply]:
+        for reply in self.stream(TaskLogs(task=task, since=since, follow=follow),
+                                 timeout=None if follow else -1.0):  # fmt: skip
+            if isinstance(reply, EventReply):
+                yield reply
+
+
+def _task(reply: TaskReply) -> TaskInfo:
+    if reply.task is None:
+        raise ProtocolError("jarvisd sent a task reply without a task")
+    return reply.task

@@ -1,0 +1,533 @@
+"""jarvisd: the asyncio server on the Unix socket, and its lifecycle.
+
+Lifecycle, as uvicorn does it: signal handlers only set a flag (and wake the loop); the
+previous handlers are restored on the way out; the socket and pid files are removed in
+``finally``; the process exits with a named :class:`ExitCode`. On SIGTERM/SIGINT the
+daemon stops accepting, stops running tasks at their next safe point and records each
+for resuming (see ``_tasks``), then exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import importlib
+import logging
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from jarvisd._config import Config, load_config
+from jarvisd._errors import (
+    ConfigError,
+    DaemonError,
+    JarvisError,
+    ProtocolError,
+    TaskNotFound,
+    UsageError,
+)
+from jarvisd._paths import paths
+from jarvisd._version import __version__
+
+from ._protocol import (
+    PROTOCOL_VERSION,
+    TERMINAL_STATES,
+    Ask,
+    DaemonStatus,
+    Delta,
+    ErrorReply,
+    Ok,
+    Ping,
+    Pong,
+    Reply,
+    Request,
+    ResultReply,
+    Shutdown,
+    Status,
+    StatusReply,
+    TaskCancel,
+    TaskList,
+    TaskListReply,
+    TaskLogs,
+    TaskReply,
+    TaskShow,
+    TaskSubmit,
+    TaskWait,
+    encode,
+    parse_request,
+    request_id,
+)
+from ._store import TaskStore
+from ._tasks import TaskManager
+from ._watch import Watcher, WatchFilter
+
+__all__ = ["Daemon", "DaemonPaths", "ExitCode"]
+
+log = logging.getLogger(__name__)
+
+_CONFIG_WATCH = "config"
+_FOLLOW_POLL_S = 1.0
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # stopped on request (signal or `shutdown`)
+    FAILURE = 1  # an unexpected error
+    USAGE = 2
+    ALREADY_RUNNING = 73  # another jarvisd answers on the socket
+    CONFIG = 78  # the config file is invalid at start
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonPaths:
+    socket: Path
+    pid_file: Path
+    database: Path
+    log_file: Path
+
+    @classmethod
+    def default(cls) -> DaemonPaths:
+        p = paths()
+        return cls(p.socket, p.runtime / "jarvisd.pid", p.state / "jarvisd.db",
+                   p.state / "jarvisd.log")  # fmt: skip
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process on the other end of a Unix socket (None: unknown here)."""
+    if hasattr(socket, "SO_PEERCRED"):
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        return int(uid)
+    return None  # elsewhere the 0700 directory and 0600 socket are the guard
+
+
+def socket_answers(path: Path, timeout: float = 1.0) -> bool:
+    """Does a daemon answer a ping on ``path``?"""
+    from ._client import Client
+
+    try:
+        Client(path, timeout=timeout).ping()
+    except JarvisError:
+        return False
+    return True
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        daemon_paths: DaemonPaths | None = None,
+        config_path: Path | None = None,
+    ) -> None:
+        self.paths = daemon_paths or DaemonPaths.default()
+        self.config_path = config_path or paths().config_file
+        self.config = config or Config()
+        self.config_error = ""
+        self.config_loaded_at = time.time()
+        self.started_at = time.time()
+        self.store = TaskStore(self.paths.database)
+        self.tasks = TaskManager(self.store, lambda: self.config)
+        self.watcher = Watcher(debounce=1.0)
+        self.should_exit = False
+        self._stop = asyncio.Event()
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._watch_runs: dict[str, str] = {}  # watch task id -> its latest run's id
+        self._previous_handlers: dict[int, Any] = {}
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def handle_exit(self, sig: int, frame: FrameType | None = None) -> None:
+        """Signal handler: only sets the flag and wakes the loop."""
+        self.should_exit = True
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    def _install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self._previous_handlers[sig] = signal.signal(sig, self.handle_exit)
+
+    def _restore_signal_handlers(self) -> None:
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers.clear()
+
+    async def serve(self) -> ExitCode:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        runtime = self.paths.socket.parent
+        runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
+        runtime.chmod(0o700)
+        if self.paths.socket.exists() or self.paths.socket.is_symlink():
+            if await asyncio.to_thread(socket_answers, self.paths.socket):
+                log.error("another jarvisd already answers on %s", self.paths.socket)
+                return ExitCode.ALREADY_RUNNING
+            log.warning("removing a stale socket %s", self.paths.socket)
+            self.paths.socket.unlink()
+        self._install_signal_handlers()
+        bound = False
+        try:
+            self.store.open()
+            self._sweep_orphans()
+            await self.tasks.start()
+            limit = self.config.daemon.max_frame_bytes + 1
+            old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
+            try:
+                self._server = await asyncio.start_unix_server(
+                    self._on_connection, path=str(self.paths.socket), limit=limit
+                )
+            finally:
+                os.umask(old_umask)
+            bound = True
+            self.paths.socket.chmod(0o600)
+            self.paths.pid_file.write_text(f"{os.getpid()}\n")
+            self._start_watching()
+            log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
+                     self.paths.socket)  # fmt: skip
+            watch_loop = asyncio.create_task(
+                self.watcher.run(self._stop, self._on_watch_fire, self._watch_busy)
+            )
+            await self._stop.wait()
+            log.info("shutting down: no new connections; stopping running tasks")
+            self._server.close()
+            await self.tasks.stop()
+            for conn in list(self._connections):
+                conn.cancel()
+            await asyncio.gather(*self._connections, watch_loop, return_exceptions=True)
+            return ExitCode.OK
+        finally:
+            self.watcher.stop()
+            if self._server is not None:
+                self._server.close()
+            self.store.close()
+            if bound:
+                with contextlib.suppress(FileNotFoundError):
+                    self.paths.socket.unlink()
+                with contextlib.suppress(FileNotFoundError):
+                    self.paths.pid_file.unlink()
+            self._restore_signal_handlers()
+
+    def _sweep_orphans(self) -> None:
+        """Remove sandbox containers a previous daemon left (when the sandbox has it)."""
+        try:
+            sweep_orphans = getattr(
+                importlib.import_module("jarvisd.sandbox"), "sweep_orphans", None
+            )
+        except ImportError as exc:
+            log.info("no orphan sweep: %s", exc)
+            return
+        if sweep_orphans is None:
+            log.info("no orphan sweep: jarvisd.sandbox has no sweep_orphans")
+            return
+        try:
+            removed = sweep_orphans(self.config)
+        except (JarvisError, ImportError, OSError) as exc:
+            log.warning("orphan container sweep failed, continuing: %s", exc)
+            return
+        if removed:
+            log.warning("removed orphan sandbox containers: %s", removed)
+
+    # -- watching -------------------------------------------------------------------
+
+    def _start_watching(self) -> None:
+        self.watcher.start()
+        config_dir = self.config_path.parent
+        config_dir.mkdir(parents=True, exist_ok=True)
+        target = os.path.realpath(self.config_path)
+        self.watcher.add(_CONFIG_WATCH, config_dir,
+                         lambda path: os.path.realpath(path) == target, recursive=False)  # fmt: skip
+        for task_id, path in self.store.active_watches():
+            self._add_task_watch(task_id, path)
+
+    def _add_task_watch(self, task_id: str, path: str) -> None:
+        p = paths()
+        own = WatchFilter.for_daemon(
+            [p.state, p.data, p.cache, p.runtime, self.paths.database.parent]
+        )
+        try:
+            self.watcher.add(task_id, Path(path), own)
+        except OSError as exc:
+            log.error("task %s: cannot watch %s: %s", task_id, path, exc)
+
+    def _on_watch_fire(self, key: str) -> None:
+        if key == _CONFIG_WATCH:
+            self.reload_config()
+            return
+        try:
+            origin = self.store.get(key)
+        except TaskNotFound:
+            self.watcher.remove(key)
+            return
+        if origin.state == "cancelled":
+            self.watcher.remove(key)
+            return
+        try:
+            rerun = self.tasks.submit(origin.spec, timeout=origin.timeout, rerun_of=origin.id)
+        except DaemonError as exc:
+            log.warning("watch %s: cannot re-run: %s", key, exc)
+            return
+        self._watch_runs[key] = rerun.id
+        log.info("watch %s: files changed, re-running as task %s", key, rerun.id)
+
+    def _watch_busy(self, key: str) -> bool:
+        """True while the watch's latest run is live: its writes are not 'changes'."""
+        if key == _CONFIG_WATCH:
+            return False
+        latest = self._watch_runs.get(key, key)
+        with contextlib.suppress(TaskNotFound):
+            info = self.store.get(latest)
+            if info.state not in TERMINAL_STATES:
+                return True
+            return info.finished_at is not None and time.time() - info.finished_at < 0.5
+        return False
+
+    def reload_config(self) -> None:
+        try:
+            config = load_config(self.config_path)
+        except ConfigError as exc:
+            if not self.config_path.exists():
+                config = Config()
+            else:
+                self.config_error = f"{exc} (keeping the previous configuration)"
+                log.error("config reload refused: %s", self.config_error)
+                return
+        self.config = config
+        self.config_error = ""
+        self.config_loaded_at = time.time()
+        log.info("configuration reloaded from %s", self.config_path)
+
+    # -- connections ----------------------------------------------------------------
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await self._serve_connection(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("connection handler failed")
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _send(self, writer: asyncio.StreamWriter, reply: Reply) -> None:
+        writer.write(encode(reply))
+        await writer.drain()
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        sock = writer.get_extra_info("socket")
+        uid = peer_uid(sock) if sock is not None else None
+        if uid is not None and uid != os.getuid():
+            log.warning("refused a connection from uid %d", uid)
+            await self._send(writer, ErrorReply(code="denied",
+                             message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})"))  # fmt: skip
+            return
+        max_bytes = self.config.daemon.max_frame_bytes
+        while True:
+            try:
+                line = await reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError:
+                await self._send(writer, ErrorReply(code="frame_too_large",
+                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                return
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial.strip():
+                    await self._send(writer, ErrorReply(code="bad_request",
+                                     message="the request did not end with a newline"))  # fmt: skip
+                return
+            if len(line) > max_bytes + 1:
+                await self._send(writer, ErrorReply(code="frame_too_large",
+                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                return
+            if not line.strip():
+                continue
+            try:
+                request = parse_request(line)
+            except ProtocolError as exc:
+                code = "version" if "protocol version" in str(exc) else "bad_request"
+                await self._send(
+                    writer, ErrorReply(id=request_id(line), code=code, message=str(exc))
+                )
+                continue
+            async with contextlib.aclosing(self._dispatch(request)) as replies:
+                async for reply in replies:
+                    await self._send(writer, reply)
+            if isinstance(request, Shutdown):
+                return
+
+    async def _dispatch(self, request: Request) -> AsyncGenerator[Reply, None]:
+        rid = request.id
+        try:
+            async with contextlib.aclosing(self._answer(request)) as replies:
+                async for reply in replies:
+                    yield reply
+        except TaskNotFound as exc:
+            yield ErrorReply(id=rid, code="not_found", message=str(exc))
+        except (UsageError, ProtocolError) as exc:
+            yield ErrorReply(id=rid, code="usage", message=str(exc))
+        except DaemonError as exc:
+            code = "queue_full" if "queue is full" in str(exc) else "shutting_down"
+            yield ErrorReply(id=rid, code=code, message=str(exc))
+        except JarvisError as exc:
+            yield ErrorReply(id=rid, code="failed", message=f"{type(exc).__name__}: {exc}")
+        except (ConnectionError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            log.exception("request %s failed", request.op)
+            yield ErrorReply(id=rid, code="internal", message=f"{type(exc).__name__}: {exc}")
+
+    async def _answer(self, request: Request) -> AsyncGenerator[Reply, None]:
+        rid = request.id
+        if isinstance(request, Ping):
+            yield Pong(id=rid, pid=os.getpid(), version=__version__)
+        elif isinstance(request, Status):
+            yield StatusReply(id=rid, status=self.status())
+        elif isinstance(request, Shutdown):
+            yield Ok(id=rid, message="shutting down")
+            self.should_exit = True
+            self._stop.set()
+        elif isinstance(request, Ask):
+            async with contextlib.aclosing(self._ask(request)) as replies:
+                async for reply in replies:
+                    yield reply
+        elif isinstance(request, TaskSubmit):
+            yield TaskReply(id=rid, task=self._submit(request))
+        elif isinstance(request, TaskList):
+            yield TaskListReply(
+                id=rid, tasks=tuple(self.store.list_tasks(request.states, request.limit))
+            )
+        elif isinstance(request, TaskShow):
+            yield TaskReply(id=rid, task=self.tasks.show(request.task))
+        elif isinstance(request, TaskCancel):
+            info = await self.tasks.cancel(request.task)
+            self.watcher.remove(info.id)
+            if not info.finished:  # answer once it has really stopped
+                info = await self._wait(TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3))
+            yield TaskReply(id=rid, task=info)
+        elif isinstance(request, TaskLogs):
+            async with contextlib.aclosing(self._logs(request)) as replies:
+                async for reply in replies:
+                    yield reply
+        elif isinstance(request, TaskWait):
+            yield TaskReply(id=rid, task=await self._wait(request))
+        else:  # pragma: no cover - parse_request only builds the types above
+            raise ProtocolError(f"unhandled op {request.op!r}")
+
+    def status(self) -> DaemonStatus:
+        import psutil
+
+        counts = self.store.counts()
+        return DaemonStatus(
+            pid=os.getpid(),
+            version=__version__,
+            protocol=PROTOCOL_VERSION,
+            started_at=self.started_at,
+            uptime_s=time.time() - self.started_at,
+            running=self.tasks.running,
+            queued=self.tasks.queued,
+            memory_bytes=psutil.Process().memory_info().rss,
+            max_concurrent=self.config.daemon.max_concurrent,
+            max_queued=self.config.daemon.max_queued,
+            socket=str(self.paths.socket),
+            config_source=self.config.source,
+            config_loaded_at=self.config_loaded_at,
+            config_error=self.config_error,
+            watches=len([k for k in self.watcher.keys if k != _CONFIG_WATCH]),
+            tasks_total=sum(counts.values()),
+        )
+
+    def _submit(self, request: TaskSubmit) -> Any:
+        watch = None
+        if request.watch is not None:
+            path = Path(request.watch).expanduser()
+            if not path.is_dir():
+                raise UsageError(f"--watch {request.watch}: not a directory")
+            watch = str(path.resolve())
+        info = self.tasks.submit(request.spec, watch=watch, timeout=request.timeout)
+        if watch is not None:
+            self._add_task_watch(info.id, watch)
+        return info
+
+    async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:
+        """Run the spec here, streaming text as it is generated, then the outcome."""
+        from jarvisd._run import RunContext
+        from jarvisd.cli._ask import run_ask
+
+        queue: asyncio.Queue[Reply | None] = asyncio.Queue()
+        run = RunContext(on_delta=lambda text: queue.put_nowait(Delta(id=request.id, text=text)))
+
+        async def go() -> None:
+            try:
+                outcome = await run_ask(request.spec, run, self.config)
+                queue.put_nowait(ResultReply(id=request.id, result=outcome))
+            except Exception as exc:
+                if isinstance(exc, JarvisError):
+                    message = str(exc)
+                    code = "usage" if isinstance(exc, UsageError) else "failed"
+                else:
+                    log.exception("ask failed")
+                    code, message = "internal", f"{type(exc).__name__}: {exc}"
+                queue.put_nowait(ErrorReply(id=request.id, code=code, message=message,
+                                            ))  # fmt: skip
+            finally:
+                queue.put_nowait(None)
+
+        worker = asyncio.create_task(go())
+        try:
+            while (reply := await queue.get()) is not None:
+                yield reply
+        finally:
+            if not worker.done():  # the client went away: stop the run
+                run.cancel.cancel("the client disconnected")
+                await asyncio.gather(worker, return_exceptions=True)
+
+    async def _logs(self, request: TaskLogs) -> AsyncGenerator[Reply, None]:
+        task_id = self.store.resolve(request.task)
+        since = request.since
+        while True:
+            changed = self.tasks.changed(task_id)
+            state = self.store.get(task_id).state
+            events = self.store.events(task_id, since)
+            for event in events:
+                since = event.seq
+                yield type(event)(id=request.id, seq=event.seq, event=event.event,
+                                  data=event.data, timestamp=event.timestamp)  # fmt: skip
+            if events:
+                continue  # there may be more than one page
+            if not request.follow or state in TERMINAL_STATES:
+                yield Ok(id=request.id, message=state)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), _FOLLOW_POLL_S)
+
+    async def _wait(self, request: TaskWait) -> Any:
+        task_id = self.store.resolve(request.task)
+        deadline = None if request.timeout is None else time.monotonic() + request.timeout
+        while True:
+            changed = self.tasks.changed(task_id)
+            info = self.store.get(task_id)
+            if info.finished:
+                return info
+            left = _FOLLOW_POLL_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                return self.tasks.show(task_id)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, _FOLLOW_POLL_S))

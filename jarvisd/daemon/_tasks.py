@@ -1,0 +1,491 @@
+"""Scheduling, running and recovering tasks.
+
+Each running task is a worker process (``jarvisd.daemon._worker``) speaking frames v1.
+Everything it reports is stored before the daemon answers its barrier pings, so the
+store always holds a true prefix of what happened. Recovery after a crash reads that
+prefix and decides, per task, with no guessing:
+
+* a tool call started and never ended: its effect is unverified. The task is marked
+  ``interrupted`` and the call gets a synthetic ``effect_unverified`` end event; nothing
+  is replayed on its own.
+* tool calls completed after the last checkpoint: resuming would replay them, so the
+  task is ``interrupted`` too.
+* otherwise the task is queued again and resumes from its last checkpoint (the last
+  completed model turn), with a ``task_resumed`` event saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jarvisd._config import Config
+from jarvisd._errors import DaemonError
+from jarvisd.protocol import (
+    Cancel,
+    ErrorFrame,
+    EventFrame,
+    FrameError,
+    Ping,
+    Pong,
+    ResultFrame,
+    Start,
+    decode_line,
+    encode,
+)
+from jarvisd.runtime import AgentSpec
+
+from ._protocol import TaskInfo
+from ._store import TaskStore
+from ._worker import CHECKPOINT_EVENT
+
+__all__ = ["SHUTDOWN_REASON", "TaskManager"]
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_REASON = "daemon shutdown"
+#: A task that was running during this many daemon crashes is not resumed again.
+MAX_ATTEMPTS = 3
+_WORKER_FRAME_LIMIT = 64 * 1024 * 1024
+_SAMPLE_EVERY_S = 1.0
+
+
+@dataclass(slots=True)
+class _Running:
+    task_id: str
+    proc: asyncio.subprocess.Process
+    started: float
+    cancel_reason: str = ""
+    outcome: tuple[str, str, dict[str, Any] | None] | None = None
+    cpu_seconds: float = 0.0
+    memory_bytes: int = 0
+    timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    killer: asyncio.Task[None] | None = None
+
+
+def _tree(pid: int) -> list[Any]:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def measure_tree(pid: int) -> tuple[float, int]:
+    """CPU seconds (user + system) and resident memory of ``pid`` and its descendants."""
+    import psutil
+
+    cpu, rss = 0.0, 0
+    for proc in _tree(pid):
+        try:
+            times = proc.cpu_times()
+            cpu += times.user + times.system
+            rss += proc.memory_info().rss
+        except psutil.Error:
+            continue
+    return cpu, rss
+
+
+def kill_tree(pid: int, grace: float = 1.0) -> None:
+    """End ``pid`` and every descendant: SIGTERM, then SIGKILL after ``grace``."""
+    import psutil
+
+    procs = _tree(pid)
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    # Descendants already re-parented away from the worker are still in its session.
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def kill_stale_worker(pid: int | None, started: float | None) -> bool:
+    """End a worker left over from a daemon that died, if it still runs (same pid and
+    start time, so a recycled pid is never touched)."""
+    import psutil
+
+    if not pid:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if started is not None and abs(proc.create_time() - started) > 0.5:
+            return False
+    except psutil.Error:
+        return False
+    kill_tree(pid, grace=0.5)
+    return True
+
+
+class TaskManager:
+    def __init__(
+        self,
+        store: TaskStore,
+        config: Callable[[], Config],
+        *,
+        python: str = sys.executable,
+        cancel_grace: float = 5.0,
+    ) -> None:
+        self.store = store
+        self._config = config
+        self._python = python
+        self.cancel_grace = cancel_grace
+        self._queue: deque[str] = deque()
+        self._running: dict[str, _Running] = {}
+        self._changed: dict[str, asyncio.Event] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._scheduler: asyncio.Task[None] | None = None
+        self._sampler: asyncio.Task[None] | None = None
+        self._runners: set[asyncio.Task[None]] = set()
+        self._starting: set[str] = set()
+        #: Called with a task id whenever a task reaches a final state.
+        self.on_finished: Callable[[str], None] | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.recover()
+        self._scheduler = asyncio.create_task(self._schedule(), name="jarvisd-scheduler")
+        self._sampler = asyncio.create_task(self._sample(), name="jarvisd-sampler")
+
+    async def stop(self) -> None:
+        """Stop every running task at its next safe point and record it for resuming."""
+        self._stopping = True
+        self._wake.set()
+        for rt in list(self._running.values()):
+            self._signal_cancel(rt, SHUTDOWN_REASON)
+        if self._runners:
+            await asyncio.wait(self._runners, timeout=self.cancel_grace + 5)
+        for task in (self._scheduler, self._sampler):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def recover(self) -> None:
+        """Settle what a previous daemon left: see the module docstring."""
+        for task_id in self.store.ids_in("running"):
+            pid, started = self.store.worker_of(task_id)
+            if kill_stale_worker(pid, started):
+                log.warning(
+                    "task %s: ended a worker (pid %s) left by a previous daemon", task_id, pid
+                )
+            self._settle_interrupted(task_id, "the daemon stopped while it was running")
+        for task_id in self.store.ids_in("queued"):
+            self._queue.append(task_id)
+        self._wake.set()
+
+    def _settle_interrupted(self, task_id: str, why: str) -> None:
+        info = self.store.get(task_id)
+        cp = self.store.checkpoint(task_id)
+        in_flight = self.store.open_tool_calls(task_id)
+        if in_flight:
+            for call in in_flight:
+                self.store.append_event(
+                    task_id,
+                    "tool_call_end",
+                    {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
+                     "status": "effect_unverified", "synthetic": True,
+                     "content": f"{why}: this call may or may not have taken effect"},
+                )  # fmt: skip
+            names = ", ".join(f"{c.get('tool')} ({c.get('call_id')})" for c in in_flight)
+            self._finish(
+                task_id,
+                "interrupted",
+                f"{why}; tool call {names} was in flight: effect unverified, not replayed "
+                "(check its effect, then resubmit)",
+            )
+        elif self.store.tool_calls_since(task_id, cp.seq):
+            self._finish(
+                task_id,
+                "interrupted",
+                f"{why}; tool calls completed after the last checkpoint would be replayed by "
+                "a resume, so it was not resumed (resubmit to run again)",
+            )
+        elif info.attempts >= MAX_ATTEMPTS:
+            self._finish(
+                task_id, "interrupted", f"{why}; not resumed after {info.attempts} attempts"
+            )
+        else:
+            self.store.append_event(
+                task_id,
+                "task_resumed",
+                {"reason": why, "from_turn": cp.turns if cp.state is not None else 0,
+                 "checkpoint_seq": cp.seq},
+            )  # fmt: skip
+            self.store.requeue(task_id, f"{why}; resuming from turn {cp.turns}")
+            self._notify(task_id)
+
+    # -- requests -------------------------------------------------------------------
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    def queue_full(self) -> bool:
+        return len(self._queue) >= self._config().daemon.max_queued
+
+    def submit(
+        self,
+        spec: AgentSpec,
+        *,
+        watch: str | None = None,
+        timeout: float | None = None,
+        rerun_of: str | None = None,
+    ) -> TaskInfo:
+        if self._stopping:
+            raise DaemonError("the daemon is shutting down")
+        if self.queue_full():
+            raise DaemonError(f"the queue is full ({self._config().daemon.max_queued} tasks)")
+        info = self.store.create(spec, watch=watch, timeout=timeout, rerun_of=rerun_of)
+        self._queue.append(info.id)
+        self._wake.set()
+        return info
+
+    def show(self, ref: str) -> TaskInfo:
+        info = self.store.get(ref)
+        rt = self._running.get(info.id)
+        if rt is not None:
+            cpu, mem = measure_tree(rt.proc.pid)
+            rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+            return _with_usage(info, rt.cpu_seconds, rt.memory_bytes)
+        return info
+
+    async def cancel(self, ref: str, reason: str = "cancelled by the user") -> TaskInfo:
+        info = self.store.get(ref)
+        self.store.stop_watching(info.id)
+        if info.state == "queued":
+            with contextlib.suppress(ValueError):
+                self._queue.remove(info.id)
+            self._finish(info.id, "cancelled", reason)
+        elif info.id in self._running:
+            self._signal_cancel(self._running[info.id], reason)
+        return self.store.get(info.id)
+
+    def changed(self, task_id: str) -> asyncio.Event:
+        """An event set at the next new event or state of ``task_id``. Take it *before*
+        reading the store, so nothing that happens in between is missed."""
+        return self._changed.setdefault(task_id, asyncio.Event())
+
+    def _notify(self, task_id: str) -> None:
+        event = self._changed.pop(task_id, None)
+        if event is not None:
+            event.set()
+
+    def _finish(self, task_id: str, state: str, reason: str = "", result: Any = None,
+                cpu: float | None = None, mem: int | None = None) -> None:  # fmt: skip
+        self.store.finish(task_id, state, reason, result, cpu_seconds=cpu, memory_bytes=mem)
+        self.store.append_event(task_id, "task_end", {"state": state, "reason": reason})
+        self._notify(task_id)
+        if self.on_finished is not None:
+            self.on_finished(task_id)
+
+    # -- running --------------------------------------------------------------------
+
+    async def _schedule(self) -> None:
+        while not self._stopping:
+            limit = self._config().daemon.max_concurrent
+            while self._queue and len(self._running) + len(self._starting) < limit:
+                task_id = self._queue.popleft()
+                self._starting.add(task_id)
+                runner = asyncio.create_task(self._run(task_id), name=f"task-{task_id}")
+                self._runners.add(runner)
+                runner.add_done_callback(self._runners.discard)
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _run(self, task_id: str) -> None:
+        try:
+            await self._run_worker(task_id)
+        except Exception as exc:  # one task's failure must not stop the scheduler
+            log.exception("task %s: the daemon failed running it", task_id)
+            with contextlib.suppress(Exception):
+                self._finish(task_id, "failed", f"internal error in the daemon: {exc}")
+        finally:
+            self._starting.discard(task_id)
+            rt = self._running.pop(task_id, None)
+            if rt is not None:
+                for timer in rt.timers:
+                    timer.cancel()
+            self._wake.set()
+
+    async def _run_worker(self, task_id: str) -> None:
+        info = self.store.get(task_id)
+        if info.state != "queued":  # cancelled while it waited
+            return
+        config = self._config()
+        cp = self.store.checkpoint(task_id)
+        proc = await asyncio.create_subprocess_exec(
+            self._python, "-m", "jarvisd.daemon._worker",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
+            limit=_WORKER_FRAME_LIMIT,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+        rt = _Running(task_id, proc, time.time())
+        self._running[task_id] = rt
+        self._starting.discard(task_id)
+        try:
+            import psutil
+
+            created = psutil.Process(proc.pid).create_time()
+        except Exception:
+            created = None
+        self.store.mark_running(task_id, proc.pid, created or time.time())
+        self.store.append_event(
+            task_id,
+            "task_start",
+            {"attempt": info.attempts + 1, "worker_pid": proc.pid,
+             "resume_from_turn": cp.turns if cp.state is not None else 0},
+        )  # fmt: skip
+        self._notify(task_id)
+        limit = info.timeout or config.daemon.task_timeout
+        loop = asyncio.get_running_loop()
+        rt.timers.append(
+            loop.call_later(limit, self._signal_cancel, rt, f"time limit of {limit:g} s reached")
+        )
+        start = Start(
+            task="agent",
+            payload={"task_id": task_id, "spec": info.spec.to_dict(), "config": config.to_dict(),
+                     "config_source": config.source or "", "resume": cp.state},
+        )  # fmt: skip
+        self._write(rt, encode(start))
+        if self._stopping:
+            self._signal_cancel(rt, SHUTDOWN_REASON)
+        await self._pump(rt)
+        returncode = await proc.wait()
+        if rt.killer is not None:
+            rt.killer.cancel()
+        # Subprocesses a tool started must not outlive the task: they are still in the
+        # worker's session (process group) even after being re-parented.
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        self._settle(rt, returncode)
+
+    def _write(self, rt: _Running, data: bytes) -> None:
+        stdin = rt.proc.stdin
+        if stdin is None or stdin.is_closing():
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            stdin.write(data)
+
+    async def _pump(self, rt: _Running) -> None:
+        stdout = rt.proc.stdout
+        assert stdout is not None
+        while True:
+            try:
+                line = await stdout.readline()
+            except ValueError:  # a line over the limit: the worker is broken
+                log.error("task %s: oversized frame from the worker", rt.task_id)
+                kill_tree(rt.proc.pid, grace=0.2)
+                rt.outcome = ("failed", "the worker sent an oversized frame", None)
+                return
+            if not line:
+                return
+            try:
+                frame = decode_line(line, _WORKER_FRAME_LIMIT)
+            except FrameError as exc:
+                log.error("task %s: bad frame from the worker: %s", rt.task_id, exc)
+                continue
+            if frame is None:
+                log.info(
+                    "task %s: worker output: %s", rt.task_id, line.decode(errors="replace").rstrip()
+                )
+            elif isinstance(frame, EventFrame):
+                if frame.type == CHECKPOINT_EVENT:
+                    self.store.save_checkpoint(rt.task_id, frame.data)
+                else:
+                    self.store.append_event(rt.task_id, frame.type, frame.data)
+                    self._notify(rt.task_id)
+            elif isinstance(frame, Ping):
+                # Everything before this ping is committed: answer the barrier.
+                self._write(rt, encode(Pong(id=frame.id)))
+            elif isinstance(frame, ResultFrame):
+                rt.outcome = ("succeeded", "", dict(frame.result))
+            elif isinstance(frame, ErrorFrame):
+                cancelled = frame.code == "cancelled"
+                reason = frame.message if cancelled else f"{frame.code}: {frame.message}"
+                rt.outcome = ("cancelled" if cancelled else "failed", reason, None)
+
+    def _signal_cancel(self, rt: _Running, reason: str) -> None:
+        if rt.cancel_reason:
+            return
+        rt.cancel_reason = reason
+        log.info("task %s: cancelling (%s)", rt.task_id, reason)
+        self._write(rt, encode(Cancel(reason=reason)))
+        rt.killer = asyncio.create_task(self._kill_after(rt, self.cancel_grace))
+
+    async def _kill_after(self, rt: _Running, grace: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(rt.proc.wait()), grace)
+            return
+        log.warning(
+            "task %s: worker still running %.1f s after cancel: killing it", rt.task_id, grace
+        )
+        await asyncio.to_thread(kill_tree, rt.proc.pid, 1.0)
+
+    def _settle(self, rt: _Running, returncode: int) -> None:
+        task_id = rt.task_id
+        cpu, mem = rt.cpu_seconds, rt.memory_bytes
+        outcome = rt.outcome
+        if rt.cancel_reason == SHUTDOWN_REASON and (outcome is None or outcome[0] != "succeeded"):
+            self.store.set_usage(task_id, cpu, mem)
+            self._settle_interrupted(task_id, "the daemon was shut down")
+            return
+        if outcome is None:
+            how = f"signal {-returncode}" if returncode < 0 else f"code {returncode}"
+            if rt.cancel_reason:
+                outcome = ("cancelled", rt.cancel_reason, None)
+            else:
+                outcome = ("failed", f"the worker exited with {how} before a result", None)
+        state, reason, result = outcome
+        if state == "cancelled" and rt.cancel_reason:
+            reason = rt.cancel_reason
+        self._close_open_calls(
+            task_id, "cancelled" if state == "cancelled" else "effect_unverified", reason
+        )
+        self._finish(task_id, state, reason, result, cpu, mem)
+
+    def _close_open_calls(self, task_id: str, status: str, reason: str) -> None:
+        """Every tool call gets an end: a synthetic one when the run stopped mid-call."""
+        for call in self.store.open_tool_calls(task_id):
+            self.store.append_event(
+                task_id,
+                "tool_call_end",
+                {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
+                 "status": status, "synthetic": True, "content": f"{status}: {reason}"},
+            )  # fmt: skip
+
+    async def _sample(self) -> None:
+        while True:
+            await asyncio.sleep(_SAMPLE_EVERY_S)
+            for rt in list(self._running.values()):
+                cpu, mem = await asyncio.to_thread(measure_tree, rt.proc.pid)
+                if mem:
+                    rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+
+
+def _with_usage(info: TaskInfo, cpu: float, mem: int) -> TaskInfo:
+    from dataclasses import replace
+
+    return replace(info, cpu_seconds=cpu, memory_bytes=mem)

@@ -1,0 +1,198 @@
+"""The task worker: one process per running task, driven by jarvisd over frames v1.
+
+A separate process gives each task its own CPU and memory figures (psutil), a process
+tree that can be ended as a whole on cancel, and a crash that cannot take the daemon
+down. The daemon writes to stdin, reads frames from stdout::
+
+    daemon -> worker   start {task: "agent", payload: {spec, config, resume}}
+                       cancel {reason}
+                       pong (answers a barrier ping, same id)
+    worker -> daemon   event {type, data}     every run event, in order
+                       event {type: "checkpoint", data: state}  after each model turn
+                       ping                   barrier: "have you stored everything so far?"
+                       result {result} | error {code, message}
+
+Before a tool call runs, and after each checkpoint, the worker waits for the daemon to
+confirm it stored the events so far (a ping/pong barrier). So a tool can never have an
+effect the daemon has no record of, and a resumed task never starts before the state it
+resumes from. When the daemon goes away (stdin closes) the run is cancelled and the
+worker exits at once, so a restarted daemon can never find a task running twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import IO, Any
+
+from jarvisd.protocol import (
+    Cancel,
+    ErrorFrame,
+    EventFrame,
+    Frame,
+    FrameError,
+    FrameReader,
+    Ping,
+    Pong,
+    ResultFrame,
+    Start,
+    encode,
+)
+
+log = logging.getLogger("jarvisd.worker")
+
+#: The worker's exit codes (the daemon reads them when no result arrived).
+EXIT_OK = 0
+EXIT_BAD_START = 64
+EXIT_HOST_GONE = 75
+BARRIER_TIMEOUT_S = 30.0
+CHECKPOINT_EVENT = "checkpoint"
+
+
+class _Host:
+    """The worker's link to the daemon: frames out, a reader thread for frames in."""
+
+    def __init__(self, out: IO[bytes], reader: FrameReader) -> None:
+        self._out = out
+        self._reader = reader
+        self._write_lock = threading.Lock()
+        self._waiting: dict[str, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.on_cancel: Any = None  # set once the run exists: callable(reason)
+
+    def send(self, frame: Frame) -> None:
+        data = encode(frame)
+        with self._write_lock:
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (BrokenPipeError, OSError):
+                self.gone()
+
+    def barrier(self) -> None:
+        """Block until the daemon has stored every frame sent so far."""
+        ping = Ping()
+        event = threading.Event()
+        with self._lock:
+            self._waiting[ping.id] = event
+        self.send(ping)
+        if not event.wait(BARRIER_TIMEOUT_S):
+            log.error("the daemon did not confirm within %.0f s: stopping", BARRIER_TIMEOUT_S)
+            self.gone()
+
+    def gone(self) -> None:
+        # Nothing can be recorded any more: stop before anything else has an effect.
+        os._exit(EXIT_HOST_GONE)
+
+    def read_forever(self) -> None:
+        try:
+            for frame in self._reader:
+                if isinstance(frame, Pong):
+                    with self._lock:
+                        waiter = self._waiting.pop(frame.id, None)
+                    if waiter is not None:
+                        waiter.set()
+                elif isinstance(frame, Cancel) and self.on_cancel is not None:
+                    self.on_cancel(frame.reason or "cancelled")
+        except (FrameError, OSError) as exc:
+            log.error("bad frame from the daemon: %s", exc)
+        self.gone()
+
+
+def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(json.dumps(dict(data), default=repr))
+    return result
+
+
+async def _run(host: _Host, start: Start) -> None:
+    from jarvisd._config import parse_config
+    from jarvisd._errors import JarvisError
+    from jarvisd._events import Event, EventType
+    from jarvisd._run import BudgetExceeded, Cancelled, RunContext
+    from jarvisd.runtime import AgentSpec, run_agent
+
+    payload = start.payload
+    try:
+        spec = AgentSpec.from_dict(payload.get("spec") or {})
+        config = parse_config(payload.get("config") or {}, str(payload.get("config_source") or ""))
+    except JarvisError as exc:
+        host.send(ErrorFrame(code="usage", message=str(exc)))
+        host.barrier()
+        return
+    resume = payload.get("resume")
+    loop = asyncio.get_running_loop()
+
+    def on_delta(text: str) -> None:
+        host.send(EventFrame(type=EventType.INFERENCE_DELTA.value, data={"text": text}))
+
+    def checkpoint(state: Mapping[str, Any]) -> None:
+        host.send(EventFrame(type=CHECKPOINT_EVENT, data=_jsonable(state)))
+        host.barrier()
+
+    run = RunContext(
+        run_id=str(payload.get("task_id") or ""),
+        on_delta=on_delta,
+        checkpoint=checkpoint,
+        resume=resume if isinstance(resume, Mapping) else None,
+    )
+
+    def forward(event: Event) -> None:
+        if event.type is EventType.INFERENCE_DELTA:
+            return  # deltas arrive through on_delta
+        host.send(EventFrame(type=event.type.value, data=_jsonable(event.data)))
+        if event.type is EventType.TOOL_CALL_START:
+            host.barrier()
+
+    run.bus.subscribe(forward)
+    host.on_cancel = lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason)
+    try:
+        result = await run_agent(spec, run, config=config)
+    except Cancelled as exc:
+        host.send(ErrorFrame(code="cancelled", message=str(exc) or run.cancel.reason))
+    except BudgetExceeded as exc:
+        host.send(ErrorFrame(code="budget", message=str(exc)))
+    except JarvisError as exc:
+        host.send(ErrorFrame(code=type(exc).__name__, message=str(exc)))
+    except Exception as exc:
+        log.exception("task failed")
+        host.send(ErrorFrame(code="internal", message=f"{type(exc).__name__}: {exc}"))
+    else:
+        host.send(ResultFrame(result=_jsonable(result.to_dict())))
+    host.barrier()
+
+
+def main() -> int:
+    # Frames go to a private copy of stdout; anything a library prints goes to stderr,
+    # so it can never interleave with a frame.
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    logging.basicConfig(
+        level=os.environ.get("JARVISD_WORKER_LOG", "WARNING"),
+        format="%(asctime)s worker[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    reader = FrameReader(sys.stdin.buffer)
+    try:
+        start = reader.read()
+    except FrameError as exc:
+        log.error("bad start frame: %s", exc)
+        return EXIT_BAD_START
+    if not isinstance(start, Start) or start.task != "agent":
+        log.error("expected a start frame for an agent, got %r", start)
+        return EXIT_BAD_START
+    host = _Host(out, reader)
+    threading.Thread(target=host.read_forever, name="jarvisd-host", daemon=True).start()
+    asyncio.run(_run(host, start))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    code = main()
+    # The reader thread is blocked on stdin: leave without interpreter teardown.
+    sys.stderr.flush()
+    os._exit(code)
