@@ -92,6 +92,7 @@ class SandboxConfig:
     memory: str = "512m"
     cpus: float = 1.0
     pids: int = 128
+    tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
 
 
 @dataclass(frozen=True, slots=True)

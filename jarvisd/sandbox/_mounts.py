@@ -1,0 +1,324 @@
+"""Mount security: which host paths a sandbox may see, and how.
+
+A requested mount ("PATH" or "PATH:rw") becomes a :class:`Mount` only if every check
+passes; otherwise :class:`MountRefused` says which check failed and why:
+
+1. The text has no ``,`` or control character, and the path no ``:`` (they would
+   change the meaning of an engine's mount spec), and the path exists.
+2. Symlinks are resolved first; the checks below apply to the resolved path (and the
+   blocked-name check to the path as written as well).
+3. No component of the path matches a blocked pattern (``.ssh``, ``*.pem``,
+   ``token*``...; case-insensitive globs; multi-component patterns such as
+   ``.config/gcloud`` match consecutive components).
+4. The path does not CONTAIN anything sensitive: it is not ``/``, a home directory,
+   an ancestor of one, or a system directory (``/etc``, ``/proc``, ``/run``...), and a
+   bounded walk of the tree finds no blocked name. A tree too large to walk completely
+   is refused: mount a narrower directory.
+5. The path lies inside an allowed root (config ``sandbox.allowed_roots``, entries
+   "PATH" or "PATH:rw"); read-write only if that root says ``:rw``.
+6. The path would not shadow the sandbox's own system directories inside the
+   container (it is mounted at the same path it has on the host).
+
+What this cannot see: a hard link to a secret under an innocent name (links are
+files); an allowed tree changed after the check (the window is the container start).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import pwd
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._errors import MountRefused
+
+__all__ = [
+    "BLOCKED_PATTERNS",
+    "AllowedRoot",
+    "Mount",
+    "MountPolicy",
+    "parse_mount_request",
+]
+
+#: Globs matched (case-insensitively) against every path component. Patterns with a
+#: "/" match that many consecutive components.
+BLOCKED_PATTERNS: tuple[str, ...] = (
+    # key material and credential stores
+    ".ssh", ".gnupg", ".gpg", ".aws", ".azure", ".config/gcloud", ".kube", ".docker",
+    ".netrc", ".pgpass", ".my.cnf", ".npmrc", ".pypirc", ".gem/credentials", ".cargo/credentials*",
+    ".password-store", ".local/share/keyrings", "keyrings", ".vault-token", ".terraform.d",
+    ".oci", ".mozilla", ".config/google-chrome", ".config/chromium", ".config/gh",
+    ".git-credentials", ".htpasswd", "shadow", "gshadow", "*.kdbx", "*.keychain*",
+    # environment files: .env, .env.local, prod.env, my.env.d ...
+    ".env*", "*.env", "*.env.*",
+    # keys and certificates
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.ovpn", "*.asc",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.ppk",
+    # names that say what they hold
+    "*credential*", "token*", ".token*", "*_token*", "*-token*", "*secret*", "*password*",
+    "*passwd*",
+    # shell and tool histories often hold pasted secrets
+    ".*_history", ".*history",
+    # sockets: a mounted docker.sock is root on the host
+    "*.sock", "*.socket",
+)  # fmt: skip
+
+#: Directories whose contents are host state, never data to hand to an agent: a mount
+#: equal to, under, or containing one of these is refused.
+SYSTEM_DIRS: tuple[str, ...] = (
+    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker",
+    "/var/lib/containers", "/var/lib/containerd", "/var/log", "/var/spool", "/var/mail",
+    "/var/backups", "/lost+found",
+)  # fmt: skip
+
+#: Paths inside the container that a host mount must not cover (it is mounted at its
+#: host path): the image's own system and jarvis's code and inputs (nor anything under
+#: them), and a few directories it may only go inside of.
+RESERVED_TARGETS: tuple[str, ...] = (
+    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/proc", "/sys",
+    "/dev", "/opt/jarvis", "/opt/jarvis-in",
+)  # fmt: skip
+RESERVED_EXACT: tuple[str, ...] = ("/", "/tmp", "/var", "/opt", "/run", "/home", "/mnt", "/srv")
+
+#: Entries a mount's tree may hold before it counts as too large to verify.
+MAX_SCAN_ENTRIES = 20_000
+
+
+@dataclass(frozen=True, slots=True)
+class AllowedRoot:
+    path: Path
+    writable: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.path}:rw" if self.writable else str(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """A checked mount: host ``source`` (symlinks resolved) at ``target`` inside."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.source}{'' if self.read_only else ':rw'}"
+
+
+def parse_mount_request(text: str) -> tuple[str, bool]:
+    """Split "PATH", "PATH:ro" or "PATH:rw" into (path, wants_rw), refusing characters
+    that would change the meaning of an engine's mount spec."""
+    if not isinstance(text, str) or not text.strip():
+        raise MountRefused("empty mount path")
+    _refuse_bad_chars(text, text)
+    path, wants_rw = text, False
+    if text.endswith(":rw"):
+        path, wants_rw = text[:-3], True
+    elif text.endswith(":ro"):
+        path = text[:-3]
+    if ":" in path:
+        raise MountRefused(f"mount path {path!r} contains ':' (refused: ambiguous in mount specs)")
+    if not path:
+        raise MountRefused(f"mount {text!r} names no path")
+    return path, wants_rw
+
+
+def _refuse_bad_chars(path: str, shown: str) -> None:
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise MountRefused(f"mount path {shown!r} contains a control character")
+    if "," in path:
+        raise MountRefused(f"mount path {shown!r} contains ',' (refused: ambiguous in mount specs)")
+
+
+def _blocked_component(parts: Sequence[str], patterns: Sequence[str]) -> str | None:
+    """The first pattern matching a component (or run of components), or None."""
+    lowered = [p.lower() for p in parts]
+    for pattern in patterns:
+        pieces = pattern.lower().split("/")
+        n = len(pieces)
+        for i in range(len(lowered) - n + 1):
+            if all(fnmatch.fnmatchcase(lowered[i + k], pieces[k]) for k in range(n)):
+                return pattern
+    return None
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    return path == parent or path.is_relative_to(parent)
+
+
+def home_directories() -> list[Path]:
+    """$HOME, the current user's home, and the homes of root and of every login user."""
+    homes: set[Path] = set()
+    for text in (os.environ.get("HOME"), os.path.expanduser("~")):
+        if text and text != "/":
+            homes.add(Path(text))
+    try:
+        entries = pwd.getpwall()
+    except OSError:  # pragma: no cover - no passwd database
+        entries = []
+    for entry in entries:
+        if (entry.pw_uid == 0 or entry.pw_uid >= 1000) and entry.pw_dir not in ("", "/"):
+            if entry.pw_dir.startswith("/nonexistent"):
+                continue
+            homes.add(Path(entry.pw_dir))
+    resolved = set()
+    for home in homes:
+        resolved.add(home)
+        try:
+            resolved.add(Path(os.path.realpath(home)))
+        except OSError:  # pragma: no cover
+            pass
+    return sorted(resolved)
+
+
+class MountPolicy:
+    """Checks mount requests against allowed roots and blocked patterns.
+
+    Cheap to construct; :meth:`check` does the filesystem work. ``extra_sensitive``
+    adds paths a mount may not equal, lie under or contain (e.g. the engine socket).
+    """
+
+    def __init__(
+        self,
+        allowed_roots: Iterable[str],
+        *,
+        blocked: Sequence[str] = BLOCKED_PATTERNS,
+        extra_sensitive: Iterable[str | Path] = (),
+        max_scan_entries: int = MAX_SCAN_ENTRIES,
+    ) -> None:
+        self.allowed_root_specs = tuple(allowed_roots)
+        self.blocked = tuple(blocked)
+        self.extra_sensitive = tuple(Path(p) for p in extra_sensitive)
+        self.max_scan_entries = max_scan_entries
+
+    # -- allowed roots ---------------------------------------------------------------
+
+    def allowed_roots(self) -> list[AllowedRoot]:
+        """The configured roots, resolved. Roots that do not exist are skipped: they
+        cannot hold anything to mount."""
+        roots = []
+        for spec in self.allowed_root_specs:
+            try:
+                path, writable = parse_mount_request(spec)
+            except MountRefused as exc:
+                raise MountRefused(f"sandbox.allowed_roots entry {spec!r}: {exc}") from None
+            expanded = Path(path).expanduser()
+            if not expanded.is_absolute():
+                raise MountRefused(f"sandbox.allowed_roots entry {spec!r} must be absolute")
+            if expanded.exists():
+                roots.append(AllowedRoot(Path(os.path.realpath(expanded)), writable))
+        return roots
+
+    # -- the check -------------------------------------------------------------------
+
+    def check_all(self, requests: Iterable[str]) -> list[Mount]:
+        mounts: list[Mount] = []
+        for request in requests:
+            mount = self.check(request)
+            if any(m.source == mount.source for m in mounts):
+                raise MountRefused(f"{mount.source} is requested more than once")
+            mounts.append(mount)
+        return mounts
+
+    def check(self, request: str) -> Mount:
+        """The mount ``request`` ("PATH" or "PATH:rw") may become, or MountRefused."""
+        text, wants_rw = parse_mount_request(request)
+        written = Path(os.path.abspath(os.path.expanduser(text)))
+        try:
+            info = os.lstat(written)
+        except FileNotFoundError:
+            raise MountRefused(f"{written} does not exist") from None
+        except OSError as exc:
+            raise MountRefused(f"{written} cannot be inspected: {exc.strerror}") from exc
+        del info
+        pattern = _blocked_component(written.parts, self.blocked)
+        if pattern is not None:
+            raise MountRefused(f"{written} is blocked: it matches {pattern!r}")
+        try:
+            real = Path(os.path.realpath(written, strict=True))
+        except OSError as exc:
+            raise MountRefused(f"{written} cannot be resolved: {exc.strerror}") from exc
+        shown = str(written) if real == written else f"{written} (-> {real})"
+        _refuse_bad_chars(str(real), shown)
+        if ":" in str(real):
+            raise MountRefused(f"{shown} contains ':' (refused: ambiguous in mount specs)")
+        pattern = _blocked_component(real.parts, self.blocked)
+        if pattern is not None:
+            raise MountRefused(f"{shown} is blocked: it matches {pattern!r}")
+        mode = os.stat(real).st_mode
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise MountRefused(f"{shown} is neither a regular file nor a directory")
+        self._refuse_sensitive(real, shown)
+        root = self._allowed_root(real, shown)
+        if wants_rw and not root.writable:
+            raise MountRefused(
+                f"{shown} cannot be mounted read-write: allowed root {root.path} is read-only "
+                f"(write it as \"{root.path}:rw\" in sandbox.allowed_roots to allow writes)"
+            )
+        for reserved in RESERVED_TARGETS:
+            if _is_within(real, Path(reserved)):
+                raise MountRefused(f"{shown} would cover the sandbox's own {reserved}")
+        if str(real) in RESERVED_EXACT:
+            raise MountRefused(f"{shown} is refused: mount a directory inside it")
+        if stat.S_ISDIR(mode):
+            self._scan(real, shown)
+        return Mount(real, str(real), read_only=not wants_rw)
+
+    def _refuse_sensitive(self, real: Path, shown: str) -> None:
+        if real == Path("/"):
+            raise MountRefused("/ is refused: it contains the whole host, secrets included")
+        for home in home_directories():
+            if _is_within(home, real):
+                raise MountRefused(
+                    f"{shown} is refused: it contains the home directory {home} "
+                    "(mount a project directory inside it instead)"
+                )
+        for text in (*SYSTEM_DIRS, *map(str, self.extra_sensitive)):
+            system = Path(text)
+            if _is_within(real, system) or _is_within(system, real):
+                raise MountRefused(f"{shown} is refused: it is or contains host state ({system})")
+
+    def _allowed_root(self, real: Path, shown: str) -> AllowedRoot:
+        roots = self.allowed_roots()
+        if not self.allowed_root_specs:
+            raise MountRefused(
+                f"{shown} is not allowed: no sandbox.allowed_roots are configured "
+                "(add the directory, or \"DIR:rw\" for writes, to sandbox.allowed_roots)"
+            )
+        matching = [r for r in roots if _is_within(real, r.path)]
+        if not matching:
+            listed = ", ".join(str(r) for r in roots) or "none that exist"
+            raise MountRefused(f"{shown} is outside the allowed roots ({listed})")
+        # The most specific root decides read-write.
+        return max(matching, key=lambda r: len(r.path.parts))
+
+    def _scan(self, real: Path, shown: str) -> None:
+        """Refuse a directory holding a blocked name anywhere below it."""
+        seen = 0
+        stack = [real]
+        while stack:
+            current = stack.pop()
+            try:
+                entries = list(os.scandir(current))
+            except OSError as exc:
+                raise MountRefused(
+                    f"{shown} cannot be verified: {current} is unreadable ({exc.strerror})"
+                ) from exc
+            for entry in entries:
+                seen += 1
+                if seen > self.max_scan_entries:
+                    raise MountRefused(
+                        f"{shown} holds more than {self.max_scan_entries} entries: too large to "
+                        "verify that it contains no secrets (mount a narrower directory)"
+                    )
+                rel = Path(entry.path).relative_to(real)
+                pattern = _blocked_component(rel.parts, self.blocked)
+                if pattern is not None:
+                    raise MountRefused(
+                        f"{shown} is refused: it contains {entry.path}, which matches {pattern!r}"
+                    )
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))

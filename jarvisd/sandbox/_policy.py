@@ -1,0 +1,119 @@
+"""The one sandbox policy every backend applies, read from config ``[sandbox]``.
+
+Agents' code, the in-container agent runner and ``jarvis sandbox run`` all get exactly
+this: no network, read-only root, tmpfs /tmp, no capabilities, no-new-privileges, a
+non-root user, pids/memory/CPU limits, an init process, checked read-only mounts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._config import Config
+from .._errors import ConfigError, SandboxError
+
+__all__ = [
+    "CODE_ROOT",
+    "INPUT_DIR",
+    "LABEL",
+    "OWNER_LABEL",
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "SandboxPolicy",
+    "code_dirs",
+    "container_argv",
+    "parse_size",
+]
+
+#: Every container jarvis starts carries this label (value "1"): sweeps find them by it.
+LABEL = "jarvis.sandbox"
+#: "HOST:PID" of the process that started the container: sweeps spare live owners'.
+OWNER_LABEL = "jarvis.sandbox.owner"
+#: The user sandboxed programs run as when jarvis itself runs as root (keep in step
+#: with the image's /etc/passwd written by ``_image.py``).
+SANDBOX_UID = 10001
+SANDBOX_GID = 10001
+#: Where jarvis's own packages appear inside the sandbox (read-only, PYTHONPATH).
+CODE_ROOT = "/opt/jarvis"
+#: Where an ExecRequest's files appear (read-only; copied to /tmp/work before running).
+INPUT_DIR = "/opt/jarvis-in"
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
+
+
+def parse_size(text: str, key: str = "sandbox.memory") -> int:
+    """"512m" -> bytes. Units k, m, g, t (powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ConfigError("<config>", key, 'a size such as "512m" or "1g"', text)
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[match[2].lower()]
+    return int(float(match[1]) * scale)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPolicy:
+    image: str = "jarvis-sandbox:latest"
+    memory_bytes: int = 512 << 20
+    cpus: float = 1.0
+    pids: int = 128
+    tmp_bytes: int = 64 << 20
+    timeout: float = 120.0
+    uid: int = SANDBOX_UID
+    gid: int = SANDBOX_GID
+
+    @classmethod
+    def from_config(cls, config: Config) -> SandboxPolicy:
+        s = config.sandbox
+        if s.pids < 8:
+            raise ConfigError(config.source or "<config>", "sandbox.pids", "at least 8", s.pids)
+        if s.cpus <= 0:
+            raise ConfigError(config.source or "<config>", "sandbox.cpus", "more than 0", s.cpus)
+        uid, gid = os.getuid(), os.getgid()
+        if uid == 0:
+            uid, gid = SANDBOX_UID, SANDBOX_GID
+        return cls(
+            image=s.image,
+            memory_bytes=parse_size(s.memory, "sandbox.memory"),
+            cpus=s.cpus,
+            pids=s.pids,
+            tmp_bytes=parse_size(s.tmp_size, "sandbox.tmp_size"),
+            timeout=s.timeout,
+            uid=uid,
+            gid=gid,
+        )
+
+    @property
+    def memory_text(self) -> str:
+        return f"{self.memory_bytes >> 20} MiB"
+
+
+def code_dirs() -> dict[str, Path]:
+    """The installed ``jarvisd`` and ``runners`` package directories, mounted read-only
+    at CODE_ROOT so the sandbox runs exactly the host's version of jarvis."""
+    import jarvisd
+
+    found = {"jarvisd": Path(jarvisd.__file__).resolve().parent}
+    try:
+        import runners
+    except ImportError as exc:  # pragma: no cover - broken installation
+        raise SandboxError(f"jarvis's runners package is not installed: {exc}") from exc
+    runners_file = getattr(runners, "__file__", None)
+    if runners_file is None:  # pragma: no cover
+        raise SandboxError("jarvis's runners package has no location")
+    found["runners"] = Path(runners_file).resolve().parent
+    return found
+
+
+def container_argv(argv: Sequence[str]) -> list[str]:
+    """Host argv -> sandbox argv: a host Python interpreter (``sys.executable``, a venv's
+    python) becomes the image's ``/usr/bin/python3``."""
+    out = list(argv)
+    if out and (out[0] == sys.executable or _PYTHON_NAME.match(os.path.basename(out[0]))):
+        out[0] = "/usr/bin/python3"
+    return out
