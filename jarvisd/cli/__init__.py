@@ -16,13 +16,20 @@ from .._version import __version__
 # name -> ("module:attr", one-line help). Help text is kept here so that listing the
 # commands never imports them.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "agents": ("jarvisd.cli._agents:agents", "List the agents and whether they accept tools."),
     "ask": ("jarvisd.cli._ask:ask", "Ask a one-off question and print the answer."),
     "config": ("jarvisd.cli._config:config", "Show the configuration and where it lives."),
+    "completion": ("jarvisd.cli._completion:completion", "Print the shell completion script."),
+    "daemon": ("jarvisd.cli._daemon:daemon", "Start, stop and inspect the jarvisd daemon."),
+    "memory": ("jarvisd.cli._memory:memory", "Add text to memory and search it."),
     "models": ("jarvisd.cli._models:models", "List, download and locate local models."),
+    "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),
+    "trace": ("jarvisd.cli._trace:trace", "List recorded runs and show one."),
     "serve-model": (
         "jarvisd.cli._serve:serve_model",
         "Serve a local model over the Ollama HTTP API.",
     ),
+    "task": ("jarvisd.cli._task:task", "Hand long tasks to jarvisd: submit, logs, wait, cancel."),
 }
 
 

@@ -25,32 +25,18 @@ def _read_question(question: str) -> str:
     return question
 
 
-def ask_in_process(spec: Any, on_delta: Callable[[str], None] | None) -> dict[str, Any]:
-    """Run ``spec`` in this process; returns the JSON-able outcome (same shape as the
-    daemon's ask reply)."""
-    import asyncio
-
-    from .._config import load_config
-    from .._run import RunContext
+async def run_ask(spec: Any, run: Any, config: Any) -> dict[str, Any]:
+    """Run ``spec`` under ``run`` and return the JSON-able outcome. The one place that
+    shapes it: the in-process path and the daemon's ``ask`` both call this."""
     from ..engines import select_engine
     from ..runtime import run_agent
 
-    config = load_config()
     engine = select_engine(config, spec.engine, spec.model)
-    run = RunContext(on_delta=on_delta)
     start = time.perf_counter()
-
-    async def go() -> Any:
-        try:
-            return await run_agent(spec, run, config=config, engine=engine)
-        finally:
-            await engine.aclose()
-
     try:
-        result = asyncio.run(go())
-    except KeyboardInterrupt:
-        run.cancel.cancel("interrupted")
-        raise
+        result = await run_agent(spec, run, config=config, engine=engine)
+    finally:
+        await engine.aclose()
     return {
         "answer": result.content,
         "agent": spec.agent or config.agent.default,
@@ -62,6 +48,60 @@ def ask_in_process(spec: Any, on_delta: Callable[[str], None] | None) -> dict[st
         "metadata": result.metadata,
         "duration_s": round(time.perf_counter() - start, 3),
     }
+
+
+def ask_in_process(spec: Any, on_delta: Callable[[str], None] | None) -> dict[str, Any]:
+    """Run ``spec`` in this process; returns the JSON-able outcome (same shape as the
+    daemon's ask reply)."""
+    import asyncio
+
+    from .._config import load_config
+    from .._run import RunContext
+
+    run = RunContext(on_delta=on_delta)
+    try:
+        outcome: dict[str, Any] = asyncio.run(run_ask(spec, run, load_config()))
+    except KeyboardInterrupt:
+        run.cancel.cancel("interrupted")
+        raise
+    return outcome
+
+
+def ask_via_daemon(spec: Any, on_delta: Callable[[str], None] | None) -> dict[str, Any] | None:
+    """Run ``spec`` in a running jarvisd; None when no daemon answers (run in process)."""
+    import dataclasses
+    import itertools
+    import os
+
+    from .._errors import DaemonUnavailable
+    from ..daemon import Client
+    from ..daemon._protocol import Delta
+
+    # The daemon has its own working directory: send absolute paths.
+    def absolute(mount: str) -> str:
+        path, sep, mode = mount.rpartition(":")
+        if sep and mode in ("rw", "ro"):
+            return os.path.abspath(os.path.expanduser(path)) + ":" + mode
+        return os.path.abspath(os.path.expanduser(mount))
+
+    spec = dataclasses.replace(
+        spec,
+        mounts=tuple(absolute(m) for m in spec.mounts),
+        context_file=None if spec.context_file is None
+        else os.path.abspath(os.path.expanduser(spec.context_file)),
+    )  # fmt: skip
+    try:
+        replies = Client(connect_timeout=0.5).ask(spec)
+        first = next(replies)
+    except DaemonUnavailable:
+        return None
+    for reply in itertools.chain([first], replies):
+        if isinstance(reply, Delta):
+            if on_delta is not None:
+                on_delta(reply.text)
+        else:
+            return dict(reply.result)
+    raise DaemonUnavailable("jarvisd ended the answer without a result")
 
 
 def render(outcome: dict[str, Any], *, as_json: bool, streamed: bool) -> None:
@@ -82,9 +122,15 @@ def render(outcome: dict[str, Any], *, as_json: bool, streamed: bool) -> None:
 
 @click.command()
 @click.argument("question")
-@click.option("-a", "--agent", default="", help="Agent key (see `jarvis agents list`); default from config.")
-@click.option("-e", "--engine", default=None, help="llamacpp (embedded), ollama, openai, or a plugin.")
-@click.option("-m", "--model", default="", help="Model name (catalog name or .gguf path for llamacpp).")
+@click.option(
+    "-a", "--agent", default="", help="Agent key (see `jarvis agents list`); default from config."
+)
+@click.option(
+    "-e", "--engine", default=None, help="llamacpp (embedded), ollama, openai, or a plugin."
+)
+@click.option(
+    "-m", "--model", default="", help="Model name (catalog name or .gguf path for llamacpp)."
+)
 @click.option("-t", "--tools", default="", help="Comma-separated tools for tool-using agents.")
 @click.option("--context", "context_file", type=click.Path(dir_okay=False), default=None,
               help="A file given to the agent as its context (rlm keeps it in its REPL).")  # fmt: skip
@@ -96,6 +142,7 @@ def render(outcome: dict[str, Any], *, as_json: bool, streamed: bool) -> None:
 @click.option("--max-turns", type=int, default=None, help="Most model turns for tool-using agents.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 @click.option("--no-stream", is_flag=True, help="Print the answer at the end instead of streaming.")
+@click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 def ask(
     question: str,
     agent: str,
@@ -110,6 +157,7 @@ def ask(
     max_turns: int | None,
     as_json: bool,
     no_stream: bool,
+    no_daemon: bool,
 ) -> None:
     """Ask QUESTION (or `-` to read it from stdin) and print the answer.
 
@@ -148,5 +196,7 @@ def ask(
         click.echo(text, nl=False)
         sys.stdout.flush()
 
-    outcome = ask_in_process(spec, on_delta if stream else None)
+    outcome = None if no_daemon else ask_via_daemon(spec, on_delta if stream else None)
+    if outcome is None:
+        outcome = ask_in_process(spec, on_delta if stream else None)
     render(outcome, as_json=as_json, streamed=streamed)

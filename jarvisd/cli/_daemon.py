@@ -91,11 +91,12 @@ def stop_daemon(timeout: float = 30.0) -> int | None:
         pid = int(_client().ping().pid)
         _client().shutdown()
     except DaemonUnavailable:
-        pid = _read_pid(dp.pid_file)
-        if pid is None or not _pid_alive(pid):
+        stale = _read_pid(dp.pid_file)
+        if stale is None or not _pid_alive(stale):
             return None
         import signal
 
+        pid = stale
         os.kill(pid, signal.SIGTERM)  # alive but not answering: the signal path
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
