@@ -140,6 +140,8 @@ async def prefetch_urls(text: str, *, limit: int = 3, max_chars: int = 4000, tim
 
 
 class NativeOpenHandsAgent(ToolUsingAgent):
+    """CodeAct: writes Python that runs through the code executor (sandbox)."""
+
     agent_id: ClassVar[str] = "native_openhands"
 
     def __init__(

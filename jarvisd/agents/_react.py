@@ -70,6 +70,8 @@ class ReActDialect(Dialect):
 
 
 class NativeReActAgent(ToolUsingAgent):
+    """Thought / Action / Action Input / Final Answer loop with visible reasoning."""
+
     agent_id: ClassVar[str] = "native_react"
 
     def dialect(self) -> Dialect:

@@ -232,6 +232,8 @@ class RLMDialect(Dialect):
 
 
 class RLMAgent(ToolUsingAgent):
+    """Recursive LM: long context in a REPL process, sub-calls via llm_query."""
+
     agent_id: ClassVar[str] = "rlm"
 
     def __init__(

@@ -123,12 +123,16 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+def _a(word: str) -> str:
+    return ("an " if word[0] in "aeiou" else "a ") + word
+
+
 def _coerce(name: str, value: Any, wanted: str) -> Any:
     types = _TYPES.get(wanted)
     if types is None:
         return value
     if isinstance(value, bool) and wanted in ("integer", "number"):
-        raise ArgumentError(f"parameter {name!r} must be a {wanted}, got a boolean")
+        raise ArgumentError(f"parameter {name!r} must be {_a(wanted)}, got a boolean")
     if isinstance(value, types):
         return value
     if wanted == "string" and isinstance(value, int | float):
@@ -137,7 +141,7 @@ def _coerce(name: str, value: Any, wanted: str) -> Any:
         try:
             number = float(value.strip())
         except ValueError:
-            raise ArgumentError(f"parameter {name!r} must be a {wanted}, got {value!r}") from None
+            raise ArgumentError(f"parameter {name!r} must be {_a(wanted)}, got {value!r}") from None
         if wanted == "integer":
             if not number.is_integer():
                 raise ArgumentError(f"parameter {name!r} must be an integer, got {value!r}")
@@ -147,7 +151,7 @@ def _coerce(name: str, value: Any, wanted: str) -> Any:
         return int(value)
     if wanted == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise ArgumentError(f"parameter {name!r} must be a {wanted}, got {type(value).__name__}")
+    raise ArgumentError(f"parameter {name!r} must be {_a(wanted)}, got {type(value).__name__}")
 
 
 def validate_arguments(params: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,47 @@
+"""``jarvis agents``: the agents this installation knows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+
+def agent_rows() -> list[dict[str, Any]]:
+    from ..agents import AgentRegistry
+    from ..agents._registry import ALIASES
+
+    rows = []
+    for key in AgentRegistry.keys():
+        cls = AgentRegistry.get(key)
+        import sys
+
+        doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        rows.append({
+            "key": key,
+            "alias_of": ALIASES.get(key),
+            "class": f"{cls.__module__}:{cls.__qualname__}",
+            "accepts_tools": cls.accepts_tools,
+            "description": doc[0].strip() if doc else "",
+        })  # fmt: skip
+    return rows
+
+
+@click.group()
+def agents() -> None:
+    """List the agents and whether they accept tools."""
+
+
+@agents.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_agents(as_json: bool) -> None:
+    """Every agent key, its class, whether it accepts --tools."""
+    rows = agent_rows()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        tools = "tools" if row["accepts_tools"] else "-"
+        alias = f" (alias of {row['alias_of']})" if row["alias_of"] else ""
+        click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}")

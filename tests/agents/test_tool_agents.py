@@ -1,0 +1,301 @@
+"""Scripted tests of the tool-using agents, directly and through the Ollama protocol
+(an OllamaEngine talking HTTP to the stand-in): tool loop, max turns, calls recovered
+from text, repeated calls blocked, unreadable output reported."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jarvisd._messages import Message, Role, ToolCall
+from jarvisd._run import Cancelled, RunContext
+from jarvisd.agents import AgentContext, AgentRegistry
+from jarvisd.agents._toolloop import LoopState, estimate_tokens, fit_messages
+from jarvisd.engines import Engine, ScriptedEngine, reply
+from jarvisd.executors import SubprocessExecutor
+from jarvisd.tools import CalculatorTool, ThinkTool
+
+from ._helpers import via_ollama
+
+
+@contextlib.contextmanager
+def engine_for(kind: str, scripted: ScriptedEngine) -> Iterator[Engine]:
+    if kind == "ollama":
+        with via_ollama(scripted) as engine:
+            yield engine
+    else:
+        yield scripted
+
+
+def make(key: str, engine: Engine, **kw: Any) -> Any:
+    if key == "native_openhands":
+        kw.setdefault("executor", SubprocessExecutor())
+        kw.setdefault("allow_network", False)
+    kw.setdefault("tools", [CalculatorTool(), ThinkTool()])
+    return AgentRegistry.create(key, engine, "scripted" if key else "", temperature=0, **kw)
+
+
+def arun(agent: Any, text: str, run: RunContext | None = None, context: AgentContext | None = None) -> Any:
+    async def go() -> Any:
+        try:
+            return await agent.arun(text, context, run=run)
+        finally:
+            if not isinstance(agent.engine, ScriptedEngine):
+                await agent.engine.aclose()  # the HTTP client belongs to this event loop
+
+    return asyncio.run(go())
+
+
+# A tool call as each agent's model writes it, and a final answer.
+CALL = {
+    "orchestrator": lambda expr: reply("", ("calculator", {"expression": expr})),
+    "native_react": lambda expr: reply(f'Thought: compute it\nAction: calculator\nAction Input: {{"expression": "{expr}"}}'),
+    "native_openhands": lambda expr: reply(f"```python\nprint({expr})\n```"),
+}
+FINAL = {
+    "orchestrator": lambda text: reply(text),
+    "native_react": lambda text: reply(f"Thought: done\nFinal Answer: {text}"),
+    "native_openhands": lambda text: reply(f"Final Answer: {text}"),
+}
+AGENTS = list(CALL)
+KINDS = ["direct", "ollama"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", AGENTS)
+def test_tool_loop_runs_the_tool_and_returns_the_answer(key: str, kind: str) -> None:
+    scripted = ScriptedEngine([CALL[key]("2**10 + 3**5"), FINAL[key]("1267")])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine), "What is 2^10 + 3^5?")
+    assert result.content == "1267"
+    assert result.turns == 2
+    assert [r.content for r in result.tool_results] == ["1267"]
+    assert "error" not in result.metadata
+    # The second request carried the tool's result back to the model.
+    assert "1267" in scripted.calls[1].messages[-1].content
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", AGENTS)
+def test_max_turns(key: str, kind: str) -> None:
+    scripted = ScriptedEngine([CALL[key](f"{i}+1") for i in range(3)])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine, max_turns=3), "count")
+    assert result.turns == 3
+    assert result.metadata["max_turns_exceeded"] is True
+    assert len(result.tool_results) == 3
+
+
+RECOVERED = {
+    "fenced": '```json\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n```',
+    "tagged": '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6*7"}}\n</tool_call>',
+    "bare": 'I will compute. {"name": "calculator", "arguments": {"expression": "6*7"}}',
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", ["orchestrator", "native_react"])
+@pytest.mark.parametrize("style", list(RECOVERED))
+def test_calls_written_as_text_are_recovered(key: str, kind: str, style: str) -> None:
+    scripted = ScriptedEngine([reply(RECOVERED[style]), FINAL[key]("42")])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine), "6*7?")
+    assert result.content == "42"
+    assert [r.content for r in result.tool_results] == ["42"]
+    assert result.metadata["recovered_calls"] == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_codeact_runs_tools_from_json_and_action_lines(kind: str) -> None:
+    scripted = ScriptedEngine([
+        reply('{"name": "calculator", "arguments": {"expression": "6*7"}}'),
+        reply('action: Calculator\naction input: {"expression": "6*8"}'),
+        FINAL["native_openhands"]("ok"),
+    ])  # fmt: skip
+    with engine_for(kind, scripted) as engine:
+        result = arun(make("native_openhands", engine), "go")
+    assert [r.content for r in result.tool_results] == ["42", "48"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", AGENTS)
+def test_repeated_identical_calls_are_blocked_and_the_model_is_told(key: str, kind: str) -> None:
+    scripted = ScriptedEngine([CALL[key]("1+1") for _ in range(3)] + [FINAL[key]("2")])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine, max_repeats=2), "1+1?")
+    assert result.content == "2"
+    assert [r.success for r in result.tool_results] == [True, True, False]
+    assert result.metadata["blocked_calls"] == 1
+    told = scripted.calls[3].messages[-1].content
+    assert "Blocked" in told and "already called 2 times" in told
+
+
+UNPARSEABLE = {
+    "orchestrator": '{"name": "calculator", "arguments": {"expression": "1+1"',  # broken JSON
+    "native_react": "I think the answer is 2.",
+    "native_openhands": "The answer is probably 2.",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", AGENTS)
+def test_unparseable_output_gets_one_reprompt_then_an_error(key: str, kind: str) -> None:
+    scripted = ScriptedEngine([reply(UNPARSEABLE[key]), reply(UNPARSEABLE[key])])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine), "1+1?")
+    assert result.turns == 2
+    assert "unparseable model output" in result.metadata["error"]
+    assert result.content.startswith("Error:")
+    corrective = scripted.calls[1].messages[-1]
+    assert corrective.role is Role.USER and "could not be used" in corrective.content
+
+
+@pytest.mark.parametrize("key", AGENTS)
+def test_one_reprompt_recovers(key: str) -> None:
+    scripted = ScriptedEngine([reply(UNPARSEABLE[key]), FINAL[key]("2")])
+    result = arun(make(key, scripted), "1+1?")
+    assert result.content == "2" and "error" not in result.metadata
+
+
+def test_react_markers_are_case_insensitive_and_hallucinated_observations_cut() -> None:
+    scripted = ScriptedEngine([
+        reply('THOUGHT: x\n**action:** CALCULATOR\nACTION INPUT: 6*7\nObservation: 41\nFinal Answer: 41'),
+        reply("thought: ok\nFINAL ANSWER: 42"),
+    ])  # fmt: skip
+    result = arun(make("react", scripted), "6*7?")
+    assert result.content == "42"
+    assert result.tool_results[0].content == "42"
+    kept = scripted.calls[1].messages[-2].content
+    assert "41" not in kept and scripted.calls[0].options.stop == ("\nObservation:",)
+
+
+def test_orchestrator_structured_mode() -> None:
+    scripted = ScriptedEngine.from_replies(['{"tool": "calculator", "arguments": {"expression": "3*3"}}', '{"final_answer": "9"}'])
+    result = arun(make("orchestrator", scripted, mode="structured"), "3*3?")
+    assert result.content == "9" and result.tool_results[0].content == "9"
+    assert scripted.calls[0].tools == ()  # no native tools offered in structured mode
+
+
+def test_parallel_calls_of_one_turn_each_get_a_result_in_order() -> None:
+    calls = [ToolCall.from_arguments("calculator", {"expression": f"{i}*2"}) for i in range(3)]
+    scripted = ScriptedEngine([reply("", *calls), reply("done")])
+    result = arun(make("orchestrator", scripted), "doubles")
+    assert [r.content for r in result.tool_results] == ["0", "2", "4"]
+    tool_msgs = [m for m in scripted.calls[1].messages if m.role is Role.TOOL]
+    assert [m.tool_call_id for m in tool_msgs] == [c.id for c in calls]
+
+
+def test_checkpoint_after_each_turn_and_resume_continues() -> None:
+    states: list[dict[str, Any]] = []
+    scripted = ScriptedEngine([CALL["orchestrator"]("1+2"), CALL["orchestrator"]("3+4")])
+    run = RunContext(checkpoint=lambda s: states.append(dict(s)))
+    with pytest.raises(Exception, match="script exhausted"):
+        arun(make("orchestrator", scripted), "sum", run)
+    assert [s["turns"] for s in states] == [1, 2]
+    last = states[-1]
+    assert last["version"] == 1 and last["agent"] == "orchestrator"
+    assert LoopState.from_dict(last).messages[-1].role is Role.TOOL
+    # Resume: only the remaining turn is generated; no tool call is replayed.
+    scripted2 = ScriptedEngine([reply("3 and 7")])
+    result = arun(make("orchestrator", scripted2), "sum", RunContext(resume=last))
+    assert result.content == "3 and 7" and result.turns == 3
+    assert [r.content for r in result.tool_results] == ["3", "7"]
+    assert len(scripted2.calls) == 1 and result.metadata["resumed"] is True
+
+
+def test_cancellation_during_a_tool_leaves_no_call_without_a_result() -> None:
+    from jarvisd._messages import ToolSpec
+    from jarvisd.tools import BaseTool
+
+    class Hang(BaseTool):
+        spec = ToolSpec("hang", "never returns")  # type: ignore[assignment]
+
+        async def execute(self, **params: object) -> str:
+            await asyncio.sleep(60)
+            return "never"
+
+    states: list[dict[str, Any]] = []
+    run = RunContext(checkpoint=lambda s: states.append(dict(s)))
+    scripted = ScriptedEngine([reply("", ("hang", {}), ("calculator", {"expression": "1+1"}))])
+    agent = make("orchestrator", scripted, tools=[Hang(), CalculatorTool()])
+
+    async def go() -> None:
+        asyncio.get_running_loop().call_later(0.2, run.cancel.cancel, "user stop")
+        await agent.arun("x", run=run)
+
+    with pytest.raises(Cancelled):
+        asyncio.run(go())
+    messages = [Message.from_dict(m) for m in states[-1]["messages"]]
+    answered = {m.tool_call_id: m.content for m in messages if m.role is Role.TOOL}
+    calls = messages[-3].tool_calls
+    assert set(answered) == {c.id for c in calls}
+    assert "Cancelled" in answered[calls[0].id] and answered[calls[1].id] == "2"
+
+
+def test_budget_applies_to_the_loop() -> None:
+    from jarvisd._run import Budget, BudgetExceeded
+
+    scripted = ScriptedEngine([CALL["orchestrator"](f"{i}") for i in range(5)])
+    with pytest.raises(BudgetExceeded):
+        arun(make("orchestrator", scripted), "x", RunContext(budget=Budget(max_calls=2)))
+    assert len(scripted.calls) == 2
+
+
+def test_history_is_fitted_to_the_engines_real_context_length() -> None:
+    big = "word " * 3000  # ~5000 tokens by the estimate
+    scripted = ScriptedEngine(
+        [CALL["native_openhands"](f"'{i}' * 2000") for i in range(4)] + [FINAL["native_openhands"]("ok")],
+        context_window=2048,
+    )
+    agent = make("native_openhands", scripted, max_tokens=256)
+    result = arun(agent, "task " + big)
+    assert result.content == "ok"
+    for call in scripted.calls:
+        assert sum(estimate_tokens(m) for m in call.messages) <= 2048 - 256
+        assert call.messages[0].role is Role.SYSTEM
+    last = scripted.calls[-1].messages
+    assert any("left out to fit the context window" in m.content for m in last)
+    assert any("cut to fit the context window" in m.content for m in last)
+
+
+def test_fit_messages_keeps_turn_groups_whole() -> None:
+    msgs = [Message.system("s"), Message.user("task")]
+    for i in range(10):
+        call = ToolCall("calculator", "{}", id=f"c{i}")
+        msgs += [Message.assistant("", [call]), Message.tool("x" * 300, tool_call_id=f"c{i}", name="calculator")]
+    fitted = fit_messages(msgs, 400)
+    ids = [m.tool_call_id for m in fitted if m.role is Role.TOOL]
+    call_ids = [c.id for m in fitted for c in m.tool_calls]
+    assert ids == call_ids and ids[-1] == "c9" and len(ids) < 10
+
+
+def test_codeact_code_runs_in_another_process_and_network_prefetch_is_off() -> None:
+    import os
+
+    scripted = ScriptedEngine([reply("```python\nimport os\nprint(os.getpid())\n```"), reply("Final Answer: done")])
+    result = arun(make("native_openhands", scripted), "see http://example.invalid/page")
+    assert result.tool_results[0].content.strip() != str(os.getpid())
+    assert result.metadata["url_prefetch"].startswith("skipped")
+    assert "Content of" not in scripted.calls[0].messages[-1].content
+
+
+def test_codeact_timeout_is_reported() -> None:
+    scripted = ScriptedEngine([reply("```python\nwhile True: pass\n```"), reply("Final Answer: gave up")])
+    result = arun(make("native_openhands", scripted, exec_timeout=1), "spin")
+    assert "killed: the program ran longer than 1 s" in result.tool_results[0].content
+    assert result.content == "gave up"
+
+
+def test_simple_agent_refuses_tools_and_registry_knows_every_key() -> None:
+    from jarvisd._errors import UsageError
+
+    keys = AgentRegistry.keys()
+    for key in ("simple", "orchestrator", "native_react", "react", "native_openhands", "rlm"):
+        assert key in keys
+    assert AgentRegistry.get("react") is AgentRegistry.get("native_react")
+    with pytest.raises(UsageError):
+        AgentRegistry.create("simple", ScriptedEngine(), tools=[CalculatorTool()])

@@ -1,0 +1,260 @@
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from jarvisd._config import Config, ToolsConfig
+from jarvisd._errors import UsageError
+from jarvisd._events import EventBus, EventType
+from jarvisd._messages import ToolCall
+from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.memory import MemoryStore
+from jarvisd.tools import (
+    ArgumentError,
+    CalculatorError,
+    CalculatorTool,
+    FileReadTool,
+    LoopGuard,
+    RetrievalTool,
+    ThinkTool,
+    ToolExecutor,
+    ToolRegistry,
+    build_tools,
+    evaluate,
+    parse_arguments,
+    validate_arguments,
+)
+
+CALC_SCHEMA = CalculatorTool().spec.parameters
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+# -- calculator --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [("2+3*4", 14), ("2^10 + 3^5", 1267), ("sqrt(16)", 4.0), ("7 // 2", 3), ("-(3)", -3), ("10 / 4 =", 2.5)],
+)
+def test_calculator_computes(expr: str, value: float) -> None:
+    assert evaluate(expr) == value
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("9**9**9", "exponent 387420489 is too large"),
+        ("1" * 200, "number literal too large"),
+        ("0x" + "f" * 200, "number literal too large"),
+        ("(1).real", "attribute access"),
+        ("().__class__", "attribute access"),
+        ("__import__('os')", "unknown function '__import__'"),
+        ("2**4000 * 2**4000", "too large"),
+        ("10**400.5", "result too large for a float"),
+        ("factorial(10000)", "factorial takes an integer up to 500"),
+        ("x[0]", "indexing"),
+        ("'a' * 3", "only numbers"),
+        ("1/0", "division by zero"),
+        ("1e308 * 10", "not a finite number"),
+        ("lambda: 1", "Lambda is not allowed"),
+        ("+".join(["1"] * 300), "too long"),
+    ],
+)
+def test_calculator_refuses_with_a_clear_message(expr: str, message: str) -> None:
+    with pytest.raises(CalculatorError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        evaluate(expr)
+
+
+def test_calculator_refusal_reaches_the_model_as_a_failed_result() -> None:
+    result = run(ToolExecutor([CalculatorTool()]).execute(ToolCall("calculator", '{"expression": "9**9**9"}')))
+    assert not result.success
+    assert "exponent" in result.content and "too large" in result.content
+
+
+# -- arguments: parse, repair, validate ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"expression": "1+1"}',
+        "{'expression': '1+1'}",
+        '{"expression": "1+1",}',
+        '```json\n{"expression": "1+1"}\n```',
+        '"{\\"expression\\": \\"1+1\\"}"',
+        '{"arguments": {"expression": "1+1"}}',
+        "1+1",
+    ],
+)
+def test_arguments_are_repaired(raw: str) -> None:
+    assert validate_arguments(parse_arguments(raw, CALC_SCHEMA), CALC_SCHEMA) == {"expression": "1+1"}
+
+
+def test_argument_types_are_coerced_or_refused() -> None:
+    schema = {"type": "object", "properties": {"k": {"type": "integer"}, "q": {"type": "string"}}, "required": ["q"]}
+    assert validate_arguments({"q": 5, "k": "3"}, schema) == {"q": "5", "k": 3}
+    with pytest.raises(ArgumentError, match="missing required parameter"):
+        validate_arguments({"k": 1}, schema)
+    with pytest.raises(ArgumentError, match="must be an integer"):
+        validate_arguments({"q": "x", "k": "many"}, schema)
+    with pytest.raises(ArgumentError, match="not a JSON object"):
+        parse_arguments("not json at all", {**schema, "required": ["q", "k"]})
+
+
+# -- executor --------------------------------------------------------------------------
+
+
+def test_executor_reports_unknown_tools_and_bad_arguments() -> None:
+    ex = ToolExecutor([CalculatorTool()])
+    unknown = run(ex.execute(ToolCall("weather", "{}")))
+    assert not unknown.success and "unknown tool 'weather'" in unknown.content and "calculator" in unknown.content
+    bad = run(ex.execute(ToolCall("calculator", '{"expr": 1}')))
+    assert not bad.success and "missing required parameter" in bad.content
+    ok = run(ex.execute(ToolCall("CALCULATOR", '{"expression": "6*7"}')))
+    assert ok.success and ok.content == "42" and ok.tool_name == "calculator"
+
+
+def test_executor_publishes_events_and_latency() -> None:
+    bus = EventBus()
+    seen: list[EventType] = []
+    bus.subscribe(lambda e: seen.append(e.type))
+    result = run(ToolExecutor([ThinkTool()]).execute(ToolCall("think", '{"thought": "hm"}'), RunContext(bus=bus)))
+    assert result.content == "hm" and result.latency_s > 0
+    assert seen == [EventType.TOOL_CALL_START, EventType.TOOL_CALL_END]
+
+
+def test_loop_guard_blocks_identical_calls_after_the_limit() -> None:
+    ex = ToolExecutor([CalculatorTool()])
+    guard = LoopGuard(max_repeats=2)
+    results = [run(ex.execute(ToolCall("calculator", '{"expression": "1+1"}'), None, guard)) for _ in range(3)]
+    assert [r.success for r in results] == [True, True, False]
+    assert "Blocked" in results[2].content and "'2'" in results[2].content
+    assert results[2].metadata["blocked"] is True
+    # Same arguments written differently count as the same call.
+    again = run(ex.execute(ToolCall("calculator", "{'expression': '1+1'}"), None, guard))
+    assert not again.success
+    assert LoopGuard.from_dict(guard.to_dict()).counts == guard.counts
+
+
+def test_executor_timeout_and_exceptions_become_results() -> None:
+    from jarvisd._messages import ToolSpec
+    from jarvisd.tools import BaseTool
+
+    class Slow(BaseTool):
+        spec = ToolSpec("slow", "sleeps")  # type: ignore[assignment]
+
+        async def execute(self, **params: object) -> str:
+            await asyncio.sleep(5)
+            return "done"
+
+    class Broken(BaseTool):
+        spec = ToolSpec("broken", "raises")  # type: ignore[assignment]
+
+        def execute(self, **params: object) -> str:
+            raise RuntimeError("kaput")
+
+    ex = ToolExecutor([Slow(), Broken()], timeout=0.1)
+    slow, broken = run(ex.execute_all([ToolCall("slow"), ToolCall("broken")]))
+    assert not slow.success and "timed out" in slow.content
+    assert not broken.success and "kaput" in broken.content
+
+
+def test_independent_calls_of_one_turn_run_concurrently() -> None:
+    from jarvisd._messages import ToolSpec
+    from jarvisd.tools import BaseTool
+
+    class Nap(BaseTool):
+        spec = ToolSpec("nap", "sleeps", {"type": "object", "properties": {"n": {"type": "integer"}}})  # type: ignore[assignment]
+
+        async def execute(self, **params: object) -> str:
+            await asyncio.sleep(0.3)
+            return str(params.get("n"))
+
+    async def go() -> tuple[list[str], float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        results = await ToolExecutor([Nap()]).execute_all([ToolCall("nap", f'{{"n": {i}}}') for i in range(4)])
+        return [r.content for r in results], loop.time() - start
+
+    contents, elapsed = run(go())
+    assert contents == ["0", "1", "2", "3"]
+    assert elapsed < 1.0  # sequential would take 1.2 s
+
+
+# -- file_read -------------------------------------------------------------------------
+
+
+def test_file_read_allows_roots_and_refuses_outside_and_symlinks(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("hello")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    (root / "link.txt").symlink_to(secret)
+    (root / "dirlink").symlink_to(tmp_path)
+    tool = FileReadTool([root], max_bytes=3)
+    ex = ToolExecutor([tool])
+
+    def read(path: str) -> tuple[bool, str]:
+        r = run(ex.execute(ToolCall("file_read", f'{{"path": "{path}"}}')))
+        return r.success, r.content
+
+    ok, text = read(str(root / "a.txt"))
+    assert ok and text.startswith("hel") and "truncated" in text
+    for bad in (str(secret), str(root / "link.txt"), str(root / "dirlink" / "secret.txt"), str(root / ".." / "secret.txt")):
+        ok, text = read(bad)
+        assert not ok and "outside the allowed roots" in text, bad
+    ok, text = read("a.txt")  # relative to the first root
+    assert ok
+    ok, text = read(str(root / "missing.txt"))
+    assert not ok and "no such file" in text
+    assert "no allowed roots" in read_with(FileReadTool([]), str(root / "a.txt"))
+
+
+def read_with(tool: FileReadTool, path: str) -> str:
+    return run(ToolExecutor([tool]).execute(ToolCall("file_read", f'{{"path": "{path}"}}'))).content
+
+
+# -- memory, retrieval, llm, registry -----------------------------------------------------
+
+
+def test_memory_store_and_retrieval_tool(tmp_path: Path) -> None:
+    store = MemoryStore(tmp_path / "m.db")
+    store.add("The launch code is 4417.", source="note")
+    store.add("Bananas are yellow.")
+    hits = store.search('what is the "launch" code? AND OR (')
+    assert hits and "4417" in hits[0].text
+    assert store.search("...") == []
+    out = run(ToolExecutor([RetrievalTool(store)]).execute(ToolCall("retrieval", '{"query": "bananas"}')))
+    assert out.success and "yellow" in out.content
+    with pytest.raises(UsageError):
+        store.add("   ")
+
+
+def test_llm_tool_uses_the_runs_budget() -> None:
+    engine = ScriptedEngine([reply("Paris")])
+    tools = build_tools(["llm"], Config(), engine)
+    ctx = RunContext()
+    result = run(ToolExecutor(tools).execute(ToolCall("llm", '{"prompt": "Capital of France?"}'), ctx))
+    assert result.success and result.content == "Paris"
+    assert ctx.budget.calls == 1
+
+
+def test_registry_builds_configured_tools(tmp_path: Path) -> None:
+    cfg = Config(tools=ToolsConfig(file_read_roots=(str(tmp_path),), file_read_max_bytes=10))
+    tools = build_tools(["calculator", "file_read", "calculator", "think"], cfg)
+    assert [t.spec.name for t in tools] == ["calculator", "file_read", "think"]
+    assert isinstance(tools[1], FileReadTool) and tools[1].roots == [tmp_path.resolve()]
+    assert set(ToolRegistry.keys()) >= {"calculator", "think", "retrieval", "llm", "file_read"}
+    with pytest.raises(UsageError, match="unknown tool 'nope'"):
+        build_tools(["nope"], cfg)
+    spec = tools[0].to_openai_function()
+    assert spec["function"]["name"] == "calculator" and "expression" in spec["function"]["parameters"]["properties"]
+    assert os.environ.get("JARVIS_DATA_DIR")  # the isolated dirs fixture is active
