@@ -1,0 +1,192 @@
+"""RLM: the REPL runs in its own process, context as a variable, llm_query/llm_batch
+answered by the host through the run's engine, FINAL/FINAL_VAR, timeouts, depth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from jarvisd._messages import Generation, Message, ToolSpec
+from jarvisd._run import RunContext
+from jarvisd.agents import AgentContext, AgentRegistry
+from jarvisd.engines import Engine, ScriptedEngine, reply
+from jarvisd.executors import SubprocessExecutor
+
+from ._helpers import router, via_ollama
+
+CONTEXT = "".join(f"Line {i}: filler text about nothing in particular.\n" for i in range(400))
+CONTEXT = CONTEXT.replace("Line 321:", "Line 321: the secret code is 7781.")
+
+
+def code(src: str) -> Generation:
+    return reply(f"```python\n{src}\n```")
+
+
+def rlm(engine: Engine, **kw: Any) -> Any:
+    kw.setdefault("executor", SubprocessExecutor())
+    return AgentRegistry.create("rlm", engine, "scripted", temperature=0, **kw)
+
+
+def arun(agent: Any, text: str, context: str = CONTEXT, run: RunContext | None = None) -> Any:
+    async def go() -> Any:
+        try:
+            return await agent.arun(text, AgentContext(metadata={"context": context}), run=run)
+        finally:
+            if not isinstance(agent.engine, ScriptedEngine):
+                await agent.engine.aclose()
+
+    return asyncio.run(go())
+
+
+def finder(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
+    text = messages[-1].content
+    return "7781" if "7781" in text else "none"
+
+
+def test_rlm_finds_a_fact_in_a_long_context_with_llm_batch_and_final() -> None:
+    root = [
+        code("print(len(context))\nprint(context[:60])"),
+        code("chunks = [context[i:i+4000] for i in range(0, len(context), 4000)]\n"
+             "answers = llm_batch(['Secret code in this text? ' + c for c in chunks])\n"
+             "print(answers)"),  # fmt: skip
+        code("code = [a for a in answers if a != 'none'][0]\nFINAL_VAR('code')"),
+    ]
+    queue = list(root)
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            return queue.pop(0)
+        return reply(finder(messages, tools))
+
+    scripted = ScriptedEngine(fallback=answer)
+    result = arun(rlm(scripted), "What is the secret code?")
+    assert result.content == "7781"
+    assert result.turns == 3
+    assert str(len(CONTEXT)) in result.tool_results[0].content
+    sub_calls = [c for c in scripted.calls if c.messages[0].role.value != "system"]
+    assert len(sub_calls) == -(-len(CONTEXT) // 4000)
+    # The context never went into the root model's prompt.
+    assert all(len(c.messages[-1].content) < 5000 for c in scripted.calls)
+    assert result.metadata["context_chars"] == len(CONTEXT)
+
+
+def test_rlm_through_the_ollama_protocol() -> None:
+    scripted = router([
+        code("x = llm_query('Secret code in: ' + context[12000:14000])\nprint(x)"),
+        code("FINAL(x)"),
+    ], sub="7781")  # fmt: skip
+    with via_ollama(scripted) as engine:
+        result = arun(rlm(engine), "What is the secret code?")
+    assert result.content == "7781"
+    assert result.tool_results[0].content.strip() == "7781"
+
+
+def test_llm_batch_is_concurrent() -> None:
+    scripted = router([code("t = llm_batch(['a', 'b', 'c', 'd', 'e'])\nprint(t)"), code("FINAL('ok')")])
+    scripted.latency_s = 0.2
+    agent = rlm(scripted)
+    started = time.perf_counter()
+    result = arun(agent, "batch")
+    elapsed = time.perf_counter() - started
+    assert result.content == "ok"
+    assert result.tool_results[0].content.count("sub-answer") == 5
+    # 2 root turns (0.4 s) + one concurrent batch (0.2 s) + process start; sequential would add 0.8 s.
+    assert elapsed < 0.4 + 0.2 + 0.75
+
+
+def test_repl_is_a_separate_persistent_process_and_output_is_truncated() -> None:
+    scripted = router([
+        code("import os\npid = os.getpid()\nprint(pid)"),
+        code("print(pid)\nprint('x' * 500)"),
+        code("FINAL(str(pid))"),
+    ])  # fmt: skip
+    result = arun(rlm(scripted, max_output_chars=100), "pid")
+    first, second = (r.content for r in result.tool_results[:2])
+    assert first.strip() != str(os.getpid())
+    assert second.startswith(first.strip())  # the variable persisted
+    assert "output truncated" in second
+    assert result.content == first.strip()
+
+
+def test_errors_in_a_cell_are_reported_and_the_loop_continues() -> None:
+    scripted = router([code("1/0"), code("FINAL(context[:4])")])
+    result = arun(rlm(scripted), "x")
+    assert "ZeroDivisionError" in result.tool_results[0].content
+    assert not result.tool_results[0].success
+    assert result.content == "Line"
+
+
+def test_exec_timeout_kills_and_restarts_the_repl() -> None:
+    scripted = router([code("y = 5\nwhile True: pass"), code("print(len(context))\nprint('y' in dir())"), code("FINAL('done')")])
+    result = arun(rlm(scripted, exec_timeout=1.0), "spin")
+    assert "timed out after 1 s" in result.tool_results[0].content
+    assert result.tool_results[1].content.split() == [str(len(CONTEXT)), "False"]
+    assert result.content == "done"
+
+
+def test_sub_call_errors_become_exceptions_in_the_cell() -> None:
+    from jarvisd._errors import EngineResponseError
+
+    calls = {"n": 0}
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            calls["n"] += 1
+            return [code("try:\n    llm_query('q')\nexcept Exception as e:\n    print(type(e).__name__, e)"),
+                    code("FINAL('x')")][calls["n"] - 1]  # fmt: skip
+        raise EngineResponseError("model exploded", 500)
+
+    result = arun(rlm(ScriptedEngine(fallback=answer)), "x")
+    assert "LLMQueryError model exploded" in result.tool_results[0].content
+
+
+def test_recursive_sub_calls_are_depth_limited() -> None:
+    depths: list[int] = []
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            system = messages[0].content
+            if "of 100 characters" in system:  # the nested RLM's context
+                if len(messages) == 2:
+                    return code("inner = llm_query('summarize', context=context)\nFINAL('nested:' + inner)")
+            elif len(messages) == 2:
+                return code("r = llm_query('look', context='z' * 100)\nFINAL(r)")
+        depths.append(1)
+        return reply("plain")
+
+    result = arun(rlm(ScriptedEngine(fallback=answer), max_depth=2), "x")
+    # depth 0 -> nested RLM at depth 1 -> its sub-call at depth 2 is a plain call.
+    assert result.content == "nested:plain"
+    assert depths == [1]
+
+
+def test_no_code_and_no_final_is_reported_not_taken_as_the_answer() -> None:
+    scripted = router([reply("The code is probably 1234."), reply("I am sure it is 1234.")])
+    result = arun(rlm(scripted), "x")
+    assert "unparseable" in result.metadata["error"]
+
+
+def test_final_written_as_text_ends_the_run() -> None:
+    scripted = router([reply("FINAL(7781)")])
+    assert arun(rlm(scripted), "x").content == "7781"
+
+
+def test_cancel_stops_the_repl() -> None:
+    scripted = router([code("import time\ntime.sleep(30)")])
+    run = RunContext()
+
+    async def go() -> None:
+        asyncio.get_running_loop().call_later(0.5, run.cancel.cancel, "stop")
+        await rlm(scripted).arun("x", AgentContext(metadata={"context": "c"}), run=run)
+
+    from jarvisd._run import Cancelled
+
+    started = time.perf_counter()
+    with pytest.raises(Cancelled):
+        asyncio.run(go())
+    assert time.perf_counter() - started < 5
