@@ -420,12 +420,23 @@ class TaskManager:
             elif isinstance(frame, Ping):
                 # Everything before this ping is committed: answer the barrier.
                 self._write(rt, encode(Pong(id=frame.id)))
-            elif isinstance(frame, ResultFrame):
-                rt.outcome = ("succeeded", "", dict(frame.result))
-            elif isinstance(frame, ErrorFrame):
-                cancelled = frame.code == "cancelled"
-                reason = frame.message if cancelled else f"{frame.code}: {frame.message}"
-                rt.outcome = ("cancelled" if cancelled else "failed", reason, None)
+            elif isinstance(frame, ResultFrame | ErrorFrame):
+                # The worker waits for our barrier answer: measure it while it is alive.
+                self._measure(rt)
+                self._outcome(rt, frame)
+
+    def _measure(self, rt: _Running) -> None:
+        cpu, mem = measure_tree(rt.proc.pid)
+        if mem:
+            rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+
+    def _outcome(self, rt: _Running, frame: ResultFrame | ErrorFrame) -> None:
+        if isinstance(frame, ResultFrame):
+            rt.outcome = ("succeeded", "", dict(frame.result))
+        else:
+            cancelled = frame.code == "cancelled"
+            reason = frame.message if cancelled else f"{frame.code}: {frame.message}"
+            rt.outcome = ("cancelled" if cancelled else "failed", reason, None)
 
     def _signal_cancel(self, rt: _Running, reason: str) -> None:
         if rt.cancel_reason:

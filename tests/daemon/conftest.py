@@ -1,0 +1,120 @@
+"""A real jarvisd process on a temporary socket, answering from a scripted engine
+behind a real Ollama-protocol HTTP server (``OllamaStandIn``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from jarvisd._messages import Generation, Message, Role, ToolSpec
+from jarvisd.daemon import Client, DaemonPaths
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.testing import OllamaStandIn
+
+
+def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+    """Deterministic answers keyed by the conversation.
+
+    * "use calc": call calculator(2+2), then answer with the tool's result.
+    * "use llm": call the llm tool (itself an engine call), then answer.
+    * a prompt from the llm tool: "sub-answer".
+    * anything else: "answer to <text>".
+    """
+    first_user = next((m.content for m in messages if m.role is Role.USER), "")
+    last = messages[-1]
+    if last.role is Role.TOOL:
+        return reply(f"done: {last.content}")
+    if "use calc" in first_user and tools:
+        return reply("", ("calculator", {"expression": "2+2"}))
+    if "use llm" in first_user and tools:
+        return reply("", ("llm", {"prompt": "inner question"}))
+    if first_user == "inner question":
+        return reply("sub-answer")
+    return reply(f"answer to {first_user}")
+
+
+class DaemonProcess:
+    def __init__(self, root: Path, standin_url: str) -> None:
+        self.root = root
+        self.standin_url = standin_url
+        self.paths = DaemonPaths.default()
+        self.config_file = Path(os.environ["JARVIS_CONFIG_DIR"]) / "config.toml"
+        self.log = root / "jarvisd-test.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.client = Client(timeout=30.0)
+
+    def write_config(self, daemon: str = "", extra: str = "") -> None:
+        self.config_file.write_text(
+            f'[engine]\ndefault = "ollama"\nmodel = "scripted"\n'
+            f'[engine.ollama]\nhost = "{self.standin_url}"\n'
+            f"[daemon]\n{daemon}\n{extra}"
+        )
+
+    def start(self) -> DaemonProcess:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jarvisd.daemon", "--log-level", "INFO"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"jarvisd exited {self.proc.returncode}:\n{self.log_text()}")
+            try:
+                self.client.ping()
+                return self
+            except Exception:
+                time.sleep(0.05)
+        raise AssertionError(f"jarvisd did not answer:\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self, timeout: float = 30) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log_text()}")
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine(fallback=script)
+
+
+@pytest.fixture
+def standin(engine: ScriptedEngine) -> Iterator[OllamaStandIn]:
+    with OllamaStandIn(engine) as server:
+        yield server
+
+
+@pytest.fixture
+def jarvisd(isolated_dirs: Path, standin: OllamaStandIn) -> Iterator[DaemonProcess]:
+    daemon = DaemonProcess(isolated_dirs, standin.url)
+    daemon.write_config("max_concurrent = 2")
+    yield daemon
+    if daemon.proc is not None and daemon.proc.poll() is None:
+        daemon.proc.kill()
+        daemon.proc.wait(10)
