@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from importlib.metadata import entry_points
 from typing import Any
 
 from ._errors import JarvisError
@@ -38,6 +37,9 @@ def import_from_string(target: str) -> Any:
 
 def load_plugins(group: str, builtins: Mapping[str, str]) -> dict[str, str]:
     """Built-ins plus entry points of ``group``, name -> import string."""
+    # importlib.metadata costs ~50 ms: imported only when plugins are looked up.
+    from importlib.metadata import entry_points
+
     found = dict(builtins)
     for ep in entry_points(group=group):
         if ep.name in found and found[ep.name] != ep.value:

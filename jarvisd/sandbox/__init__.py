@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._errors import UsageError
+from ._agent import RUNNER_ARGV, SandboxedAgent, sandboxed_agent
 from ._docker import DockerChannel, DockerExecutor, connect, engine_address, sweep_orphans
 from ._mounts import BLOCKED_PATTERNS, AllowedRoot, Mount, MountPolicy, parse_mount_request
 from ._policy import LABEL, SandboxPolicy
@@ -28,11 +29,14 @@ __all__ = [
     "DockerExecutor",
     "Mount",
     "MountPolicy",
+    "RUNNER_ARGV",
     "SandboxPolicy",
+    "SandboxedAgent",
     "connect",
     "engine_address",
     "executor_for_backend",
     "parse_mount_request",
+    "sandboxed_agent",
     "sweep_orphans",
 ]
 

@@ -49,6 +49,7 @@ from ._policy import (
     SandboxPolicy,
     code_dirs,
     container_argv,
+    ensure_bytecode,
 )
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -190,7 +191,9 @@ class DockerExecutor(CodeExecutor):
         from docker.types import Mount as DockerMount
 
         specs = []
-        binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code_dirs().items())]
+        code = code_dirs()
+        ensure_bytecode(code)
+        binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
         if inputs is not None:
             binds.append((str(inputs), INPUT_DIR, True))
         binds += [(str(m.source), m.target, m.read_only) for m in mounts]

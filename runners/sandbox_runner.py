@@ -1,0 +1,259 @@
+"""The in-container agent runner: ``python3 -m runners.sandbox_runner``.
+
+Standard library only (it runs in the bare python3 sandbox image, with jarvis's own
+packages mounted read-only on PYTHONPATH). It speaks frame protocol v1
+(``jarvisd.protocol``) on its stdin and stdout:
+
+1. The host sends ``start`` with ``task="agent"`` and the payload::
+
+       {"spec": AgentSpec.to_dict() (sandbox false), "config": Config.to_dict(),
+        "context": {"conversation": [Message...], "metadata": {...}} | null,
+        "depth": int, "run_id": str}
+
+   Secrets, if any, travel only here: never in argv or the environment.
+2. The runner builds the agent with a :class:`ProxyEngine`: each generation is an
+   ``infer`` frame (``request`` = :func:`infer_request`) answered by the host with
+   ``infer_result`` (same id). The host calls its real engine under the run's budget
+   and cancel token; several ``infer`` frames may be in flight at once.
+3. The agent's events go to the host as ``event`` frames (inference events excepted:
+   the host publishes those itself); ``cancel`` from the host cancels the run.
+4. The runner ends with one ``result`` frame (``AgentResult.to_dict()``) or one
+   ``error`` frame (``code`` = the jarvis error class, ``cancelled`` or ``crash``).
+
+Anything else the agent prints goes to stderr: file descriptor 1 carries frames only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import IO, Any
+
+from jarvisd._errors import EngineError, JarvisError
+from jarvisd._events import Event, EventType
+from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
+from jarvisd._run import Cancelled, RunContext, RunStopped
+from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
+from jarvisd.protocol import (
+    Cancel,
+    ErrorFrame,
+    EventFrame,
+    Frame,
+    FrameError,
+    FrameReader,
+    Infer,
+    InferResult,
+    Ping,
+    Pong,
+    ResultFrame,
+    Start,
+    encode,
+)
+
+__all__ = ["FrameLink", "ProxyEngine", "infer_request", "jsonable", "main", "parse_infer_request"]
+
+_HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.INFERENCE_DELTA}
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` made JSON-safe (unknown objects become their text)."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def infer_request(
+    messages: Sequence[Message], model: str, tools: Sequence[ToolSpec], options: SamplingOptions
+) -> dict[str, Any]:
+    """The ``infer`` frame's ``request`` object."""
+    return {
+        "messages": [m.to_dict() for m in messages],
+        "model": model,
+        "tools": [
+            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+            for t in tools
+        ],
+        "options": {
+            "temperature": options.temperature,
+            "max_tokens": options.max_tokens,
+            "top_p": options.top_p,
+            "seed": options.seed,
+            "stop": list(options.stop),
+        },
+    }
+
+
+def parse_infer_request(
+    request: Mapping[str, Any],
+) -> tuple[list[Message], str, list[ToolSpec], SamplingOptions]:
+    """The inverse of :func:`infer_request`; ValueError when malformed."""
+    try:
+        messages = [Message.from_dict(m) for m in request.get("messages") or ()]
+        tools = [
+            ToolSpec(str(t["name"]), str(t.get("description", "")), dict(t.get("parameters") or {}))
+            for t in request.get("tools") or ()
+        ]
+        raw = request.get("options") or {}
+        options = SamplingOptions(
+            temperature=float(raw.get("temperature", DEFAULT_OPTIONS.temperature)),
+            max_tokens=int(raw.get("max_tokens", DEFAULT_OPTIONS.max_tokens)),
+            top_p=None if raw.get("top_p") is None else float(raw["top_p"]),
+            seed=None if raw.get("seed") is None else int(raw["seed"]),
+            stop=tuple(str(s) for s in raw.get("stop") or ()),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"malformed infer request: {exc}") from exc
+    if not messages:
+        raise ValueError("malformed infer request: no messages")
+    return messages, str(request.get("model") or ""), tools, options
+
+
+class FrameLink:
+    """Frames in from the host (a reader thread) and out to it (one lock)."""
+
+    def __init__(self, inp: IO[bytes], out: IO[bytes]) -> None:
+        self.reader = FrameReader(inp)
+        self.out = out
+        self._lock = threading.Lock()
+        self._waiting: dict[str, asyncio.Future[InferResult]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.run: RunContext | None = None
+        self.closed = False
+
+    def send(self, frame: Frame) -> None:
+        data = encode(frame)
+        with self._lock:
+            self.out.write(data)
+            self.out.flush()
+
+    def start(self, loop: asyncio.AbstractEventLoop, run: RunContext) -> None:
+        self._loop, self.run = loop, run
+        threading.Thread(target=self._read, name="frames-in", daemon=True).start()
+
+    def _read(self) -> None:
+        reason = "the host closed the channel"
+        try:
+            for frame in self.reader:
+                if isinstance(frame, InferResult):
+                    self._resolve(frame)
+                elif isinstance(frame, Cancel):
+                    reason = frame.reason or "cancelled by the host"
+                    break
+                elif isinstance(frame, Ping):
+                    self.send(Pong(id=frame.id))
+        except (FrameError, OSError) as exc:
+            reason = f"bad input from the host: {exc}"
+        self.closed = True
+        if self.run is not None:
+            self.run.cancel.cancel(reason)
+
+    def _resolve(self, frame: InferResult) -> None:
+        assert self._loop is not None
+        future = self._waiting.pop(frame.id, None)
+        if future is not None:
+            self._loop.call_soon_threadsafe(lambda: future.done() or future.set_result(frame))
+
+    async def call(self, frame: Infer) -> InferResult:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[InferResult] = loop.create_future()
+        self._waiting[frame.id] = future
+        try:
+            self.send(frame)
+            return await future
+        finally:
+            self._waiting.pop(frame.id, None)
+
+
+class ProxyEngine(Engine):
+    """An engine whose generations happen on the host, over the frame link."""
+
+    name = "proxy"
+
+    def __init__(self, link: FrameLink) -> None:
+        self.link = link
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        reply = await self.link.call(Infer(request=infer_request(messages, model, tools, options)))
+        if reply.error is not None or reply.generation is None:
+            raise EngineError(reply.error or "the host sent no generation")
+        return Generation.from_dict(reply.generation)
+
+
+def _forward_events(link: FrameLink, event: Event) -> None:
+    if event.type in _HOST_EVENTS:
+        return
+    link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
+
+
+async def run_agent_task(start: Start, link: FrameLink) -> Frame:
+    from jarvisd._config import parse_config
+    from jarvisd.agents import AgentContext
+    from jarvisd.runtime import AgentSpec, build_agent
+
+    payload = start.payload
+    spec = AgentSpec.from_dict({**dict(payload.get("spec") or {}), "sandbox": False})
+    config = parse_config(payload.get("config") or {}, "<host config>")
+    # Inside the container the code executor is a plain process: the container is
+    # the sandbox (there is no engine in here to start another one).
+    config = dataclasses.replace(
+        config, sandbox=dataclasses.replace(config.sandbox, backend="none")
+    )
+    context = None
+    raw_context = payload.get("context")
+    if isinstance(raw_context, Mapping):
+        context = AgentContext(
+            conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
+            metadata=dict(raw_context.get("metadata") or {}),
+        )
+    run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
+    run.bus.subscribe(lambda event: _forward_events(link, event))
+    link.start(asyncio.get_running_loop(), run)
+    agent = build_agent(spec, config, ProxyEngine(link))
+    result = await agent.arun(spec.input, context, run=run)
+    return ResultFrame(result=jsonable(result.to_dict()))
+
+
+def main() -> int:
+    # fd 1 carries frames only: whatever else writes to it (print, a child process)
+    # goes to stderr instead.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    link = FrameLink(sys.stdin.buffer, out)
+    try:
+        start = link.reader.read()
+    except FrameError as exc:
+        link.send(ErrorFrame(code="protocol", message=str(exc)))
+        return 2
+    if not isinstance(start, Start):
+        link.send(ErrorFrame(code="protocol", message="expected a start frame first"))
+        return 2
+    try:
+        if start.task != "agent":
+            raise JarvisError(f"unknown task {start.task!r} (this runner runs: agent)")
+        reply = asyncio.run(run_agent_task(start, link))
+    except RunStopped as exc:
+        reply = ErrorFrame(code="cancelled" if isinstance(exc, Cancelled) else "stopped",
+                           message=str(exc))  # fmt: skip
+    except JarvisError as exc:
+        reply = ErrorFrame(code=type(exc).__name__, message=str(exc))
+    except Exception as exc:
+        traceback.print_exc()
+        reply = ErrorFrame(code="crash", message=f"{type(exc).__name__}: {exc}")
+    link.send(reply)
+    return 0 if isinstance(reply, ResultFrame) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
