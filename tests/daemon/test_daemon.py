@@ -18,7 +18,6 @@ from jarvisd._errors import DaemonError, DaemonUnavailable, TaskNotFound
 from jarvisd.daemon import Client
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runtime import AgentSpec
-
 from tests.conftest import require
 
 from .conftest import DaemonProcess
