@@ -325,6 +325,7 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
         spec_tokens = sum(len(json.dumps(s.to_openai())) for s in specs) // 3
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
     stop = {"stop": dialect.stop} if dialect.stop else {}
+    counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
 
     def save() -> None:
         if run.checkpoint is not None:
@@ -348,7 +349,13 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
 
     while state.turns < agent.max_turns:
         run.cancel.raise_if_cancelled()
-        messages = fit_messages(state.messages, budget) if budget else state.messages
+        if len(state.messages) != counted[0]:  # size only what was appended since
+            counted[1] += sum(estimate_tokens(m) for m in state.messages[counted[0] :])
+            counted[0] = len(state.messages)
+        if budget and counted[1] > budget:
+            messages = fit_messages(state.messages, budget)
+        else:
+            messages = list(state.messages)
         generation = await agent._generate(run, messages, tools=specs, **stop)
         state.turns += 1
         state.usage = state.usage + generation.usage

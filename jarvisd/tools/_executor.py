@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,10 +38,8 @@ class LoopGuard:
 
     @staticmethod
     def key(name: str, params: Mapping[str, Any]) -> str:
-        try:
-            return name + ":" + json.dumps(params, sort_keys=True, default=str)
-        except (TypeError, ValueError):
-            return name + ":" + repr(sorted(params.items()))
+        # repr of the sorted items: canonical for equal arguments, and cheap.
+        return name + ":" + repr(sorted(params.items()))
 
     def admit(self, key: str) -> int:
         """Count one more call of ``key``; returns how many times it was seen before."""
@@ -89,6 +86,9 @@ class ToolExecutor:
                 raise ValueError(f"two tools are named {name!r}")
             self.tools[name] = tool
         self._lower = {name.lower(): name for name in self.tools}
+        self._inline = {
+            name: not t.blocking and not inspect.iscoroutinefunction(t.execute) for name, t in self.tools.items()
+        }
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         self.bus = bus
         self.timeout = timeout
@@ -108,8 +108,7 @@ class ToolExecutor:
         return self._lower.get(name.strip().lower())
 
     def _is_inline(self, name: str) -> bool:
-        tool = self.tools.get(name)
-        return tool is not None and not tool.blocking and not inspect.iscoroutinefunction(tool.execute)
+        return self._inline.get(name, False)
 
     async def execute(
         self, call: ToolCall, run: RunContext | None = None, guard: LoopGuard | None = None
