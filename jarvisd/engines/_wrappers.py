@@ -150,17 +150,32 @@ class RunEngine(WrapperEngine):
         return options if allowed == options.max_tokens else replace(options, max_tokens=allowed)
 
     async def _race(self, work: Awaitable[_T]) -> _T:
-        task = asyncio.ensure_future(work)
-        waiter = asyncio.ensure_future(self.run.cancel.wait())
+        # Awaited in the caller's own task (no helper tasks: a turn costs microseconds,
+        # not loop iterations); the token's callback cancels that task while ``work``
+        # runs, and only then.
+        self.run.cancel.raise_if_cancelled()
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - always inside a task under asyncio.run
+            return await work
+        loop = asyncio.get_running_loop()
+        state = {"active": True, "fired": False}
+
+        def fire() -> None:
+            if state["active"]:
+                state["fired"] = True
+                task.cancel()
+
+        remove = self.run.cancel.on_cancel(lambda: loop.call_soon_threadsafe(fire))
         try:
-            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            return await work
+        except asyncio.CancelledError:
+            if state["fired"]:
+                task.uncancel()
+                raise Cancelled(self.run.cancel.reason) from None
+            raise
         finally:
-            waiter.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            raise Cancelled(self.run.cancel.reason)
-        return task.result()
+            state["active"] = False
+            remove()
 
     async def generate(
         self,
