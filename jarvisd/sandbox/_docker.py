@@ -541,6 +541,8 @@ class DockerChannel(Channel):
         self._reader.join(timeout=5)
         with contextlib.suppress(OSError):
             self._sock.close()
+        with contextlib.suppress(OSError):
+            self._raw.close()
         _remove_tree(self._inputs)
         return code, oom
 
