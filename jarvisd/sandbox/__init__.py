@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import UsageError
 from ._agent import RUNNER_ARGV, SandboxedAgent, sandboxed_agent
+from ._bwrap import BwrapExecutor
 from ._docker import DockerChannel, DockerExecutor, connect, engine_address, sweep_orphans
 from ._mounts import BLOCKED_PATTERNS, AllowedRoot, Mount, MountPolicy, parse_mount_request
 from ._policy import LABEL, SandboxPolicy
@@ -25,6 +26,7 @@ __all__ = [
     "BLOCKED_PATTERNS",
     "LABEL",
     "AllowedRoot",
+    "BwrapExecutor",
     "DockerChannel",
     "DockerExecutor",
     "Mount",
@@ -45,4 +47,6 @@ def executor_for_backend(name: str, config: Config) -> CodeExecutor:
     """The sandbox executor called ``name``: docker, podman or bwrap (no I/O yet)."""
     if name in ("docker", "podman"):
         return DockerExecutor(config, flavor=name)
+    if name == "bwrap":
+        return BwrapExecutor(config)
     raise UsageError(f"unknown sandbox backend {name!r} (docker, podman, bwrap or none)")

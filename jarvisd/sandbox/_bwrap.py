@@ -1,0 +1,156 @@
+"""The lighter backend for machines without a container engine: bubblewrap.
+
+What it gives: new user, pid, network (loopback only), IPC, UTS and cgroup namespaces;
+an empty tmpfs root with the host's /usr (and python3) read-only, a fresh /proc and
+/dev, a private tmpfs /tmp; checked mounts (``--ro-bind`` is recursive, so mounts
+nested under an allowed directory are read-only too); all capabilities dropped; a new
+session (no terminal injection); jarvis's packages read-only at /opt/jarvis; a clean
+environment. It starts in tens of milliseconds and needs no image.
+
+What it does NOT give (be honest about it): no cgroup limits. Memory, processes, CPU
+time and file size are rlimits (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU, RLIMIT_FSIZE) on
+the sandbox's processes: RLIMIT_NPROC counts every process of the uid it runs as (as
+root, jarvis runs it as uid 10001 so the limit binds; root itself would be exempt), a
+memory hog gets MemoryError rather than an OOM kill, and the /tmp tmpfs is bounded by
+its size only. No seccomp filter. The host kernel's /usr is visible read-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource  # noqa: F401 - loaded before fork: the sandbox uid may not read our stdlib
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+
+from .._config import Config
+from .._errors import SandboxError, SandboxUnavailable
+from ..executors import Channel, CodeExecutor, ExecRequest
+from ..executors._subprocess import Limits, SubprocessChannel, _preexec
+from ..protocol import MAX_FRAME_BYTES
+from ._mounts import MountPolicy
+from ._policy import CODE_ROOT, INPUT_DIR, SandboxPolicy, code_dirs
+
+__all__ = ["BwrapExecutor", "bwrap_path"]
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+class BwrapExecutor(CodeExecutor):
+    name: ClassVar[str] = "bwrap"
+    isolated: ClassVar[bool] = True
+
+    def __init__(self, config: Config, *, policy: SandboxPolicy | None = None) -> None:
+        self.config = config
+        self.policy = policy or SandboxPolicy.from_config(config)
+        self.mounts = MountPolicy(config.sandbox.allowed_roots)
+
+    def _argv(self, request: ExecRequest, mounts: list[tuple[str, str, bool]], inputs: str | None) -> list[str]:
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise SandboxUnavailable(
+                "bubblewrap is not installed: apt-get install -y bubblewrap "
+                '(or set sandbox.backend = "docker")'
+            )
+        policy = self.policy
+        argv = [
+            bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "sandbox", "--tmpfs", "/",
+            "--ro-bind", "/usr", "/usr",
+            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+            "--ro-bind-try", "/etc/localtime", "/etc/localtime",
+            "--proc", "/proc", "--dev", "/dev",
+            "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+            "--dir", CODE_ROOT,
+        ]  # fmt: skip
+        for name, path in sorted(code_dirs().items()):
+            argv += ["--ro-bind", str(path), f"{CODE_ROOT}/{name}"]
+        if inputs is not None:
+            argv += ["--ro-bind", inputs, INPUT_DIR]
+        for source, target, read_only in mounts:
+            argv += ["--ro-bind" if read_only else "--bind", source, target]
+        argv += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
+        env = {
+            "PYTHONPATH": CODE_ROOT,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": "/tmp",
+            "TMPDIR": "/tmp",
+            "LANG": "C.UTF-8",
+            **request.env,
+        }
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        if os.getuid() == 0:
+            argv += ["--uid", str(policy.uid), "--gid", str(policy.gid)]
+        program = list(request.argv)
+        if program and os.path.basename(program[0]).startswith("python"):
+            program[0] = "/usr/bin/python3"
+        if inputs is not None:
+            shim = (
+                "import os,shutil,sys;shutil.copytree(sys.argv[1],'/tmp/work');"
+                "os.chdir('/tmp/work');os.execvp(sys.argv[2],sys.argv[2:])"
+            )
+            program = ["/usr/bin/python3", "-c", shim, INPUT_DIR, *program]
+        return [*argv, "--chdir", "/tmp", "--", *program]
+
+    async def open(self, request: ExecRequest) -> Channel:
+        if not request.argv:
+            raise SandboxError("nothing to run: empty argv")
+        checked = self.mounts.check_all(request.mounts)
+        mounts = [(str(m.source), m.target, m.read_only) for m in checked]
+        workdir = Path(tempfile.mkdtemp(prefix="jarvis-bwrap-"))
+        inputs = None
+        try:
+            if request.files:
+                for name, text in request.files.items():
+                    target = (workdir / name).resolve()
+                    if not target.is_relative_to(workdir.resolve()):
+                        raise SandboxError(f"refused to write {name!r} outside the working directory")
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text, encoding="utf-8")
+                for dirpath, _dirs, names in os.walk(workdir):
+                    os.chmod(dirpath, 0o755)
+                    for n in names:
+                        os.chmod(os.path.join(dirpath, n), 0o644)
+                inputs = str(workdir)
+            argv = self._argv(request, mounts, inputs)
+            limits = Limits(
+                memory_bytes=self.policy.memory_bytes,
+                processes=self.policy.pids,
+                file_bytes=self.policy.tmp_bytes,
+            )
+            timeout = request.timeout
+            # As root, run bubblewrap as the sandbox uid: RLIMIT_NPROC does not bind root,
+            # and an unprivileged user namespace is all bwrap needs.
+            user = self.policy.uid if os.getuid() == 0 else None
+            group = self.policy.gid if os.getuid() == 0 else None
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd="/",
+                env={"PATH": os.environ.get("PATH", os.defpath)},
+                start_new_session=True,
+                preexec_fn=lambda: _preexec(limits, timeout),
+                user=user,
+                group=group,
+                extra_groups=[] if user is not None else None,
+                limit=MAX_FRAME_BYTES + 2,
+            )
+        except OSError as exc:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise SandboxUnavailable(f"cannot start bubblewrap: {exc.strerror or exc}") from exc
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        with contextlib.suppress(OSError):
+            os.chmod(workdir, 0o755)
+        return SubprocessChannel(process, workdir, timeout)
