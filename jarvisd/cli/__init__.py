@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("jarvisd.cli._models:models", "List, download and locate local models."),
     "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),
     "trace": ("jarvisd.cli._trace:trace", "List recorded runs and show one."),
+    "sandbox": ("jarvisd.cli._sandbox:sandbox", "Build, check and use the agents' sandbox."),
     "serve-model": (
         "jarvisd.cli._serve:serve_model",
         "Serve a local model over the Ollama HTTP API.",
