@@ -21,7 +21,14 @@ from typing import Any
 
 from benchmarks.harness import BenchEnv, Row, median
 
-OPENJARVIS_SCRIPT = r'''
+
+def _default_options() -> object:
+    from jarvisd._messages import SamplingOptions
+
+    return SamplingOptions()
+
+
+OPENJARVIS_SCRIPT = r"""
 import asyncio, json, sys, time
 from openjarvis.core.events import EventBus
 from openjarvis.core.types import ToolCall
@@ -88,7 +95,7 @@ answers = rlm._make_batch_query(["a", "b", "c", "d", "e"])
 out["batch_s"] = time.perf_counter() - start
 assert len(answers) == 5
 print(json.dumps(out))
-'''
+"""
 
 
 def _openjarvis(env: BenchEnv, n: int) -> dict[str, float] | None:
@@ -134,6 +141,7 @@ async def _ours(n: int) -> dict[str, float]:
 
     counter = {"n": 0}
     usage = Usage(1, 1)
+    _DEFAULT_OPTIONS = SamplingOptions()
 
     def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
         # Built the way a real engine returns them (model and latency set), as cheaply
@@ -147,7 +155,9 @@ async def _ours(n: int) -> dict[str, float]:
 
     loops = []
     for _ in range(n // 100 + 20):
-        agent = OrchestratorAgent(ScriptedEngine(fallback=script), "m", tools=[CalculatorTool()], max_turns=10)
+        agent = OrchestratorAgent(
+            ScriptedEngine(fallback=script), "m", tools=[CalculatorTool()], max_turns=10
+        )
         loop_run = RunContext()
         loop_run.bus.subscribe(lambda e: None)
         start = time.perf_counter()
@@ -168,7 +178,7 @@ async def _ours(n: int) -> dict[str, float]:
 
         async def generate(
             self, messages: Sequence[Message], *, model: str = "", tools: Sequence[ToolSpec] = (),
-            options: SamplingOptions = SamplingOptions(),
+            options: SamplingOptions = _DEFAULT_OPTIONS,
         ) -> Generation:  # fmt: skip
             if messages[0].role.value == "system":
                 return self.root.pop(0)

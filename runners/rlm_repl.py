@@ -39,7 +39,7 @@ class LLMQueryError(RuntimeError):
     """A sub-call failed on the host (the message says why)."""
 
 
-class CellCancelled(BaseException):  # noqa: N818 - a signal: not catchable by `except Exception`
+class CellCancelled(BaseException):
     pass
 
 
@@ -148,7 +148,9 @@ class Repl:
         for frame in self.reader:
             if isinstance(frame, Start) and frame.task == "init":
                 self.namespace["context"] = frame.payload.get("context", "")
-                self.max_output_chars = int(frame.payload.get("max_output_chars", self.max_output_chars))
+                self.max_output_chars = int(
+                    frame.payload.get("max_output_chars", self.max_output_chars)
+                )
                 self.send(ResultFrame(id=frame.id, result={"ok": True}))
             elif isinstance(frame, Start) and frame.task == "exec":
                 result = self.run_cell(str(frame.payload.get("code", "")))

@@ -39,7 +39,9 @@ class PythonTool(BaseTool):
 
     tool_id: ClassVar[str] = "python"
 
-    def __init__(self, executor: CodeExecutor, exec_timeout: float = 30.0, max_output_chars: int = 10_000) -> None:
+    def __init__(
+        self, executor: CodeExecutor, exec_timeout: float = 30.0, max_output_chars: int = 10_000
+    ) -> None:
         self.executor = executor
         self.exec_timeout = exec_timeout
         self.max_output_chars = max_output_chars
@@ -102,14 +104,18 @@ class CodeActDialect(Dialect):
             return Step("calls", content, (ToolCall.from_arguments("python", {"code": code}),))
         if parsed.action is not None:
             name = executor.resolve(parsed.action) or parsed.action
-            return Step("calls", parsed.kept, (ToolCall(name=name, arguments=parsed.action_input or "{}"),))
+            return Step(
+                "calls", parsed.kept, (ToolCall(name=name, arguments=parsed.action_input or "{}"),)
+            )
         if parsed.final is not None:
             return Step("final", parsed.final)
         names = [n for n in executor.names if n != "python"]
         calls, _ = recover_tool_calls(content, names)
         if calls:
             return Step("calls", content, tuple(calls), recovered=True)
-        return Step("invalid", error="it has no ```python block, no 'Action:' and no 'Final Answer:'")
+        return Step(
+            "invalid", error="it has no ```python block, no 'Action:' and no 'Final Answer:'"
+        )
 
     def corrective(self, step: Step) -> str:
         return (
@@ -118,7 +124,9 @@ class CodeActDialect(Dialect):
         )
 
 
-async def prefetch_urls(text: str, *, limit: int = 3, max_chars: int = 4000, timeout: float = 10.0) -> str:
+async def prefetch_urls(
+    text: str, *, limit: int = 3, max_chars: int = 4000, fetch_timeout: float = 10.0
+) -> str:
     """``text`` with the content of the URLs in it appended (network access needed)."""
     urls = list(dict.fromkeys(_URL.findall(text)))[:limit]
     if not urls:
@@ -126,7 +134,7 @@ async def prefetch_urls(text: str, *, limit: int = 3, max_chars: int = 4000, tim
     import httpx
 
     parts = [text]
-    async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
+    async with httpx.AsyncClient(timeout=fetch_timeout, follow_redirects=True) as client:
         for url in urls:
             try:
                 response = await client.get(url)
@@ -180,6 +188,10 @@ class NativeOpenHandsAgent(ToolUsingAgent):
             else:
                 metadata["url_prefetch"] = "skipped: tools.allow_network is false"
         dialect = self.dialect()
-        executor = self._executor([PythonTool(code_executor, self.exec_timeout, self.max_output_chars)])
-        messages = self._build_messages(task, context, system_prompt=self._system(dialect.system_prompt(executor)))
+        executor = self._executor(
+            [PythonTool(code_executor, self.exec_timeout, self.max_output_chars)]
+        )
+        messages = self._build_messages(
+            task, context, system_prompt=self._system(dialect.system_prompt(executor))
+        )
         return LoopSetup(dialect, executor, messages, metadata=metadata)

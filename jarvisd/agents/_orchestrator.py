@@ -105,10 +105,17 @@ class OrchestratorAgent(ToolUsingAgent):
 
     agent_id: ClassVar[str] = "orchestrator"
 
-    def __init__(self, *args: Any, mode: Literal["function_calling", "structured"] = "function_calling", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        mode: Literal["function_calling", "structured"] = "function_calling",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         if mode not in ("function_calling", "structured"):
-            raise UsageError(f"orchestrator mode must be 'function_calling' or 'structured', not {mode!r}")
+            raise UsageError(
+                f"orchestrator mode must be 'function_calling' or 'structured', not {mode!r}"
+            )
         self.mode = mode
 
     def dialect(self) -> Dialect:

@@ -83,7 +83,9 @@ def code_blocks(text: str, *, bare: bool = False) -> list[str]:
 
 
 _FINAL_CALL = re.compile(r"(?<![\w.])FINAL\((.*)\)", re.DOTALL)
-_FINAL_ANSWER = re.compile(rf"^{_DECOR}final answer{_DECOR}\s*:{_DECOR}(.*)", re.IGNORECASE | re.DOTALL | re.MULTILINE)
+_FINAL_ANSWER = re.compile(
+    rf"^{_DECOR}final answer{_DECOR}\s*:{_DECOR}(.*)", re.IGNORECASE | re.DOTALL | re.MULTILINE
+)
 
 
 def final_answer(text: str, *, final_call: bool = False) -> str | None:
@@ -105,7 +107,8 @@ def tool_descriptions(specs: object) -> str:
         props = spec.parameters.get("properties") or {}
         required = set(spec.parameters.get("required") or ())
         args = ", ".join(
-            f"{k} ({v.get('type', 'any')}{'' if k in required else ', optional'})" for k, v in props.items()
+            f"{k} ({v.get('type', 'any')}{'' if k in required else ', optional'})"
+            for k, v in props.items()
         )
         lines.append(f"- {spec.name}: {spec.description} Arguments: {args or 'none'}.")
     return "\n".join(lines)

@@ -45,13 +45,18 @@ class ReActDialect(Dialect):
     stop = ("\nObservation:",)
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
-        return REACT_PROMPT.format(tools=tool_descriptions(executor.specs), names=", ".join(executor.names))
+        return REACT_PROMPT.format(
+            tools=tool_descriptions(executor.specs), names=", ".join(executor.names)
+        )
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
         parsed = parse_react(content)
         if parsed.action is not None:
-            call = ToolCall(name=executor.resolve(parsed.action) or parsed.action, arguments=parsed.action_input or "{}")
+            call = ToolCall(
+                name=executor.resolve(parsed.action) or parsed.action,
+                arguments=parsed.action_input or "{}",
+            )
             return Step("calls", parsed.kept, (call,))
         if parsed.final is not None:
             return Step("final", parsed.final)
@@ -60,7 +65,10 @@ class ReActDialect(Dialect):
         calls, _ = recover_tool_calls(content, executor.names)
         if calls:
             return Step("calls", content, tuple(calls), recovered=True)
-        return Step("invalid", error="it has neither an 'Action:' with 'Action Input:' nor a 'Final Answer:'")
+        return Step(
+            "invalid",
+            error="it has neither an 'Action:' with 'Action Input:' nor a 'Final Answer:'",
+        )
 
     def corrective(self, step: Step) -> str:
         return (

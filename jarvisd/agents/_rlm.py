@@ -73,10 +73,15 @@ class ReplSession:
             return self.channel
         python = "python3" if self.executor.isolated else sys.executable
         env = {} if self.executor.isolated else {"PYTHONPATH": str(_ROOT)}
-        request = ExecRequest(argv=[python, "-m", "runners.rlm_repl"], env=env, timeout=self.agent.session_timeout)
+        request = ExecRequest(
+            argv=[python, "-m", "runners.rlm_repl"], env=env, timeout=self.agent.session_timeout
+        )
         channel = await self.executor.open(request)
         self.channel = channel
-        init = Start(task="init", payload={"context": self.context, "max_output_chars": self.agent.max_output_chars})
+        init = Start(
+            task="init",
+            payload={"context": self.context, "max_output_chars": self.agent.max_output_chars},
+        )
         await send_frame(channel, init)
         reply = await self._next(channel)
         if not isinstance(reply, ResultFrame):
@@ -194,14 +199,20 @@ class RLMDialect(Dialect):
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         specs = [s for s in executor.specs if s.name != "repl"]
-        tools = f"\nOther tools (call them as functions is NOT possible; describe needs in llm_query):\n{tool_descriptions(specs)}" if specs else ""
+        tools = (
+            f"\nOther tools (call them as functions is NOT possible; describe needs in llm_query):\n{tool_descriptions(specs)}"
+            if specs
+            else ""
+        )
         return RLM_PROMPT.format(length=self.context_chars, chunk=self.chunk, tools=tools)
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
         blocks = code_blocks(content, bare=True)
         if blocks:
-            return Step("calls", content, (ToolCall.from_arguments("repl", {"code": "\n\n".join(blocks)}),))
+            return Step(
+                "calls", content, (ToolCall.from_arguments("repl", {"code": "\n\n".join(blocks)}),)
+            )
         final = final_answer(content, final_call=True)
         if final is not None:
             return Step("final", final)
@@ -278,7 +289,9 @@ class RLMAgent(ToolUsingAgent):
                 sub_max_tokens=self.sub_max_tokens, max_output_chars=self.max_output_chars,
                 exec_timeout=self.exec_timeout, max_depth=self.max_depth, chunk_chars=self.chunk_chars,
             )  # fmt: skip
-            result = await nested.arun(prompt, AgentContext(metadata={"context": str(context)}), run=child)
+            result = await nested.arun(
+                prompt, AgentContext(metadata={"context": str(context)}), run=child
+            )
             return result.content
         text = prompt if context is None else f"{prompt}\n\n{context}"
         generation = await self._generate(
@@ -312,7 +325,9 @@ class RLMAgent(ToolUsingAgent):
         session = ReplSession(self, run, text, code_executor)
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])
-        messages = self._build_messages(input, None, system_prompt=self._system(dialect.system_prompt(executor)))
+        messages = self._build_messages(
+            input, None, system_prompt=self._system(dialect.system_prompt(executor))
+        )
         if context is not None:
             messages[-1:-1] = context.conversation
         return LoopSetup(

@@ -89,7 +89,9 @@ class Dialect(abc.ABC):
 
     def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
         text = "\n\n".join(
-            f"Observation ({r.tool_name}): {r.content}" if len(results) > 1 else f"Observation: {r.content}"
+            f"Observation ({r.tool_name}): {r.content}"
+            if len(results) > 1
+            else f"Observation: {r.content}"
             for r in results
         )
         return [Message.user(text)]
@@ -101,7 +103,7 @@ class Dialect(abc.ABC):
         """A final answer produced by a tool (rlm's FINAL()), or None."""
         return None
 
-    async def resume(self, state: LoopState, run: RunContext) -> None:
+    async def resume(self, state: LoopState, run: RunContext) -> None:  # noqa: B027 - optional hook
         """Rebuild process state for a resumed loop (default: nothing to rebuild)."""
 
 
@@ -142,9 +144,13 @@ class LoopState:
             turns=int(data.get("turns", 0)),
             tool_results=[
                 ToolResult(
-                    r["tool_name"], r["content"], bool(r.get("success", True)), r.get("call_id"),
-                    float(r.get("latency_s", 0.0)), r.get("metadata") or {},
-                )  # fmt: skip
+                    r["tool_name"],
+                    r["content"],
+                    bool(r.get("success", True)),
+                    r.get("call_id"),
+                    float(r.get("latency_s", 0.0)),
+                    r.get("metadata") or {},
+                )
                 for r in data.get("tool_results") or ()
             ],
             usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
@@ -233,7 +239,11 @@ def fit_messages(messages: Sequence[Message], budget: int) -> list[Message]:
             kept = [_shrink(m, share) for m in messages[g_start:g_end]]
         break
     dropped = len(messages) - head_end - len(kept)
-    note = [Message.user(f"[{dropped} earlier messages were left out to fit the context window.]")] if dropped else []
+    note = (
+        [Message.user(f"[{dropped} earlier messages were left out to fit the context window.]")]
+        if dropped
+        else []
+    )
     return head + note + kept
 
 
@@ -285,7 +295,9 @@ class ToolUsingAgent(BaseAgent):
         dialect = self.dialect()
         executor = self._executor()
         messages = self._build_messages(
-            _with_memory(input, context), context, system_prompt=self._system(dialect.system_prompt(executor))
+            _with_memory(input, context),
+            context,
+            system_prompt=self._system(dialect.system_prompt(executor)),
         )
         return LoopSetup(dialect, executor, messages)
 
@@ -308,7 +320,9 @@ def _with_memory(input: str, context: AgentContext | None) -> str:
     return f"{input}\n\nRelevant notes:\n{notes}"
 
 
-async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run: RunContext) -> AgentResult:
+async def run_tool_loop(
+    agent: ToolUsingAgent, setup: LoopSetup, input: str, run: RunContext
+) -> AgentResult:
     dialect, executor = setup.dialect, setup.executor
     resumed = False
     if run.resume is not None and run.resume.get("agent") == agent.agent_id:
@@ -324,7 +338,6 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
     if window:
         spec_tokens = sum(len(json.dumps(s.to_openai())) for s in specs) // 3
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
-    stop = {"stop": dialect.stop} if dialect.stop else {}
     counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
 
     def save() -> None:
@@ -342,7 +355,12 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
         }
         if resumed:
             metadata["resumed"] = True
-        agent._emit_turn_end(run, turns=state.turns, content=content, **{k: v for k, v in meta.items() if k == "error"})
+        agent._emit_turn_end(
+            run,
+            turns=state.turns,
+            content=content,
+            **{k: v for k, v in meta.items() if k == "error"},
+        )
         if run.on_delta is not None and content and "error" not in meta:
             run.on_delta(content)
         return AgentResult(content, list(state.tool_results), state.turns, metadata, state.usage)
@@ -356,7 +374,7 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
             messages = fit_messages(state.messages, budget)
         else:
             messages = list(state.messages)
-        generation = await agent._generate(run, messages, tools=specs, **stop)
+        generation = await agent._generate(run, messages, tools=specs, stop=dialect.stop or None)
         state.turns += 1
         state.usage = state.usage + generation.usage
         step = dialect.parse(generation, executor)
@@ -397,8 +415,10 @@ async def run_tool_loop(agent: ToolUsingAgent, setup: LoopSetup, input: str, run
             raise Cancelled(run.cancel.reason)
         final = dialect.final_from_results(results)
         if final is not None:
-            return finish(final)
+            return finish(final, final_from_tool=True)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
-    result.metadata.update(agent=agent.agent_id, tool_calls=len(state.tool_results), **setup.metadata)
+    result.metadata.update(
+        agent=agent.agent_id, tool_calls=len(state.tool_results), **setup.metadata
+    )
     agent._emit_turn_end(run, turns=state.turns, content=result.content, max_turns_exceeded=True)
     return result

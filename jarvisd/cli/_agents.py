@@ -13,7 +13,7 @@ def agent_rows() -> list[dict[str, Any]]:
     from ..agents._registry import ALIASES
 
     rows = []
-    for key in AgentRegistry.keys():
+    for key in AgentRegistry.keys():  # noqa: SIM118 - a classmethod, not a dict
         cls = AgentRegistry.get(key)
         import sys
 

@@ -22,10 +22,16 @@ def list_tools(as_json: bool) -> None:
 
     config = load_config()
     rows = []
-    for name in ToolRegistry.keys():
+    for name in ToolRegistry.keys():  # noqa: SIM118 - a classmethod, not a dict
         # A placeholder engine: listing must not start a model.
         spec = ToolRegistry.create(name, config, ScriptedEngine()).spec
-        rows.append({"name": spec.name, "description": spec.description, "parameters": dict(spec.parameters)})
+        rows.append(
+            {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": dict(spec.parameters),
+            }
+        )
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -42,7 +48,6 @@ def run_tool(name: str, arguments: str, as_json: bool) -> None:
     import asyncio
 
     from .._config import load_config
-    from .._errors import JarvisError
     from .._messages import ToolCall
     from ..tools import ToolExecutor, build_tools
 
@@ -53,7 +58,9 @@ def run_tool(name: str, arguments: str, as_json: bool) -> None:
 
         engine = select_engine(config, None, "")
     tool_list = build_tools([name], config, engine)
-    result = asyncio.run(ToolExecutor(tool_list, timeout=config.tools.timeout).execute(ToolCall(name, arguments)))
+    result = asyncio.run(
+        ToolExecutor(tool_list, timeout=config.tools.timeout).execute(ToolCall(name, arguments))
+    )
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2))
     else:

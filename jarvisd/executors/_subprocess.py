@@ -100,7 +100,9 @@ class SubprocessChannel(Channel):
             stdin.write(data)
             await stdin.drain()
         except (BrokenPipeError, ConnectionResetError) as exc:
-            raise SandboxError(f"the program stopped reading its input ({self.reason or 'exited'})") from exc
+            raise SandboxError(
+                f"the program stopped reading its input ({self.reason or 'exited'})"
+            ) from exc
 
     async def close_stdin(self) -> None:
         stdin = self.process.stdin
@@ -175,7 +177,7 @@ class SubprocessExecutor(CodeExecutor):
         workdir = Path(tempfile.mkdtemp(prefix="jarvis-exec-"))
         for name, text in request.files.items():
             target = (workdir / name).resolve()
-            if not target.is_relative_to(workdir.resolve()):
+            if not target.is_relative_to(workdir.resolve()):  # noqa: ASYNC240 - fresh temp dir
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise SandboxError(f"refused to write {name!r} outside the working directory")
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -60,11 +60,13 @@ def _sole_parameter(schema: Mapping[str, Any]) -> str | None:
     if len(required) == 1:
         return required[0]
     if len(props) == 1:
-        return next(iter(props))
+        return str(next(iter(props)))
     return None
 
 
-def parse_arguments(text: str | Mapping[str, Any] | None, schema: Mapping[str, Any]) -> dict[str, Any]:
+def parse_arguments(
+    text: str | Mapping[str, Any] | None, schema: Mapping[str, Any]
+) -> dict[str, Any]:
     """The arguments object for ``schema``, repaired when possible."""
     if text is None:
         return {}
@@ -104,7 +106,8 @@ def parse_arguments(text: str | Mapping[str, Any] | None, schema: Mapping[str, A
             if len(value) == 1 and isinstance(inner, dict) and wrapper not in props:
                 value = inner
                 break
-        return value
+        found: dict[str, Any] = value
+        return found
     sole = _sole_parameter(schema)
     if sole is not None and isinstance(value, str | int | float | bool):
         return {sole: value}

@@ -86,7 +86,9 @@ class LLMTool(BaseTool):
         if params.get("system"):
             messages.insert(0, Message.system(str(params["system"])))
         generation = await RunEngine(self.engine, child).generate(
-            messages, model=self.model, options=SamplingOptions(temperature=0.3, max_tokens=self.max_tokens)
+            messages,
+            model=self.model,
+            options=SamplingOptions(temperature=0.3, max_tokens=self.max_tokens),
         )
         return generation.content.strip()
 
@@ -122,7 +124,9 @@ class FileReadTool(BaseTool):
     def check(self, raw: str) -> Path:
         """The resolved path, or ToolError saying why it is refused."""
         if not self.roots:
-            raise ToolError("file_read has no allowed roots: set tools.file_read_roots in the config")
+            raise ToolError(
+                "file_read has no allowed roots: set tools.file_read_roots in the config"
+            )
         if "\x00" in raw:
             raise ToolError("path contains a NUL byte")
         path = Path(raw).expanduser()
@@ -136,7 +140,9 @@ class FileReadTool(BaseTool):
             raise ToolError(f"cannot resolve {raw}: {exc}") from None
         if not self._inside(resolved):
             allowed = ", ".join(map(str, self.roots))
-            raise ToolError(f"refused: {raw} resolves to {resolved}, outside the allowed roots ({allowed})")
+            raise ToolError(
+                f"refused: {raw} resolves to {resolved}, outside the allowed roots ({allowed})"
+            )
         return resolved
 
     def execute(self, **params: Any) -> str:
@@ -149,7 +155,11 @@ class FileReadTool(BaseTool):
                 raise ToolError(f"refused: {raw} changed into a symlink") from None
             raise ToolError(f"cannot open {raw}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as handle:
-            real = Path(os.path.realpath(f"/proc/self/fd/{fd}")) if Path("/proc/self/fd").exists() else resolved
+            real = (
+                Path(os.path.realpath(f"/proc/self/fd/{fd}"))
+                if Path("/proc/self/fd").exists()
+                else resolved
+            )
             if not self._inside(real):
                 raise ToolError(f"refused: {raw} is outside the allowed roots")
             if not os.path.isfile(real):

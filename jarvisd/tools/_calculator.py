@@ -21,7 +21,7 @@ from .._errors import ToolError
 from .._messages import ToolSpec
 from ._base import BaseTool
 
-__all__ = ["CalculatorTool", "CalculatorError", "evaluate"]
+__all__ = ["CalculatorError", "CalculatorTool", "evaluate"]
 
 MAX_CHARS = 500
 MAX_LITERAL_DIGITS = 100
@@ -45,7 +45,10 @@ _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
 _FUNCS: dict[str, Callable[..., Any]] = {
     "abs": abs,
     "round": round,
@@ -97,7 +100,9 @@ class _Evaluator:
                 raise CalculatorError("attribute access (a.b) is not allowed: use plain arithmetic")
             if isinstance(node, ast.Subscript):
                 raise CalculatorError("indexing (a[b]) is not allowed: use plain arithmetic")
-            raise CalculatorError(f"{type(node).__name__} is not allowed in an arithmetic expression")
+            raise CalculatorError(
+                f"{type(node).__name__} is not allowed in an arithmetic expression"
+            )
         return handler(self, node, depth)
 
     def constant(self, node: ast.Constant, depth: int) -> Any:
@@ -105,7 +110,9 @@ class _Evaluator:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise CalculatorError(f"only numbers are allowed, not {type(value).__name__}")
         if isinstance(value, int) and value.bit_length() > _LITERAL_BITS:
-            raise CalculatorError(f"number literal too large (more than {MAX_LITERAL_DIGITS} digits)")
+            raise CalculatorError(
+                f"number literal too large (more than {MAX_LITERAL_DIGITS} digits)"
+            )
         return value
 
     def binop(self, node: ast.BinOp, depth: int) -> Any:
@@ -116,9 +123,13 @@ class _Evaluator:
         right = self.eval(node.right, depth + 1)
         if op is operator.pow:
             self._check_power(left, right)
-        elif op is operator.mul and type(left) is int and type(right) is int:
-            if left.bit_length() + right.bit_length() > MAX_INT_BITS + 1:
-                raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
+        elif (
+            op is operator.mul
+            and type(left) is int
+            and type(right) is int
+            and left.bit_length() + right.bit_length() > MAX_INT_BITS + 1
+        ):
+            raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
         try:
             return _check_int(op(left, right))
         except ZeroDivisionError:
@@ -158,14 +169,19 @@ class _Evaluator:
     def _check_power(base: Any, exponent: Any) -> None:
         if abs(exponent) > MAX_EXPONENT:
             raise CalculatorError(f"exponent {exponent} is too large (limit {MAX_EXPONENT})")
-        if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-            if abs(base) > 1 and exponent * math.log2(abs(base)) > MAX_INT_BITS:
-                raise CalculatorError(
-                    f"{base}**{exponent} is too large (more than {MAX_INT_BITS} bits)"
-                )
+        if (
+            isinstance(base, int)
+            and isinstance(exponent, int)
+            and exponent > 0
+            and abs(base) > 1
+            and exponent * math.log2(abs(base)) > MAX_INT_BITS
+        ):
+            raise CalculatorError(
+                f"{base}**{exponent} is too large (more than {MAX_INT_BITS} bits)"
+            )
 
 
-_LONG_DIGITS = re.compile(r"\d{%d,}" % (MAX_LITERAL_DIGITS + 1))
+_LONG_DIGITS = re.compile(r"\d{" + str(MAX_LITERAL_DIGITS + 1) + ",}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -204,7 +220,9 @@ def evaluate(expression: str) -> int | float:
     # Long digit runs are refused before parsing: int() of a huge literal is itself slow.
     if _LONG_DIGITS.search(text):
         raise CalculatorError(f"number literal too large (more than {MAX_LITERAL_DIGITS} digits)")
-    value = _Evaluator().eval(_parse(text.replace("^", "**").replace("×", "*").replace("÷", "/")))
+    value = _Evaluator().eval(
+        _parse(text.replace("^", "**").replace("\u00d7", "*").replace("\u00f7", "/"))
+    )
     if not isinstance(value, int | float):
         raise CalculatorError("the expression does not produce a number")
     if isinstance(value, float) and not math.isfinite(value):

@@ -48,7 +48,11 @@ class LoopGuard:
         return seen
 
     def to_dict(self) -> dict[str, Any]:
-        return {"max_repeats": self.max_repeats, "counts": dict(self.counts), "last": dict(self.last)}
+        return {
+            "max_repeats": self.max_repeats,
+            "counts": dict(self.counts),
+            "last": dict(self.last),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopGuard:
@@ -87,7 +91,8 @@ class ToolExecutor:
             self.tools[name] = tool
         self._lower = {name.lower(): name for name in self.tools}
         self._inline = {
-            name: not t.blocking and not inspect.iscoroutinefunction(t.execute) for name, t in self.tools.items()
+            name: not t.blocking and not inspect.iscoroutinefunction(t.execute)
+            for name, t in self.tools.items()
         }
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         self.bus = bus
@@ -117,7 +122,9 @@ class ToolExecutor:
         resolved = self.resolve(call.name)
         if resolved is None:
             available = ", ".join(self.tools) or "none"
-            return _fail(call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start)
+            return _fail(
+                call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start
+            )
         tool = self.tools[resolved]
         schema = tool.spec.parameters
         try:
@@ -197,7 +204,10 @@ class ToolExecutor:
         return content[:cut] + f"\n[... truncated: {len(content) - cut} more characters]"
 
     async def execute_all(
-        self, calls: Sequence[ToolCall], run: RunContext | None = None, guard: LoopGuard | None = None
+        self,
+        calls: Sequence[ToolCall],
+        run: RunContext | None = None,
+        guard: LoopGuard | None = None,
     ) -> list[ToolResult]:
         """Run the calls of one turn, concurrently, results in call order. Calls to cheap
         inline tools run directly (there is nothing to overlap); the rest as tasks that
@@ -207,11 +217,11 @@ class ToolExecutor:
         tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
         gathered = asyncio.gather(*tasks)
         waiter = asyncio.ensure_future(run.cancel.wait()) if run is not None else None
+        pending: set[asyncio.Future[Any]] = {gathered}
+        if waiter is not None:
+            pending.add(waiter)
         try:
-            await asyncio.wait(
-                {gathered, waiter} if waiter is not None else {gathered},
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             gathered.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -58,10 +58,15 @@ class ToolRegistry:
         return tool
 
 
-def _builtin(name: str, tool_cls: type[BaseTool], config: Config, engine: Engine | None) -> BaseTool:
+def _builtin(
+    name: str, tool_cls: type[BaseTool], config: Config, engine: Engine | None
+) -> BaseTool:
     kwargs: dict[str, Any] = {}
     if name == "file_read":
-        kwargs = {"roots": config.tools.file_read_roots, "max_bytes": config.tools.file_read_max_bytes}
+        kwargs = {
+            "roots": config.tools.file_read_roots,
+            "max_bytes": config.tools.file_read_max_bytes,
+        }
     elif name == "llm":
         if engine is None:
             raise UsageError("the llm tool needs an engine")
@@ -73,7 +78,9 @@ def _builtin(name: str, tool_cls: type[BaseTool], config: Config, engine: Engine
     return tool
 
 
-def build_tools(names: Sequence[str], config: Config, engine: Engine | None = None) -> list[BaseTool]:
+def build_tools(
+    names: Sequence[str], config: Config, engine: Engine | None = None
+) -> list[BaseTool]:
     """The tools ``names`` (order kept, duplicates dropped); UsageError for unknown ones."""
     seen: dict[str, BaseTool] = {}
     for raw in names:

@@ -51,9 +51,11 @@ def finder(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> str:
 def test_rlm_finds_a_fact_in_a_long_context_with_llm_batch_and_final() -> None:
     root = [
         code("print(len(context))\nprint(context[:60])"),
-        code("chunks = [context[i:i+4000] for i in range(0, len(context), 4000)]\n"
-             "answers = llm_batch(['Secret code in this text? ' + c for c in chunks])\n"
-             "print(answers)"),  # fmt: skip
+        code(
+            "chunks = [context[i:i+4000] for i in range(0, len(context), 4000)]\n"
+            "answers = llm_batch(['Secret code in this text? ' + c for c in chunks])\n"
+            "print(answers)"
+        ),
         code("code = [a for a in answers if a != 'none'][0]\nFINAL_VAR('code')"),
     ]
     queue = list(root)
@@ -87,7 +89,9 @@ def test_rlm_through_the_ollama_protocol() -> None:
 
 
 def test_llm_batch_is_concurrent() -> None:
-    scripted = router([code("t = llm_batch(['a', 'b', 'c', 'd', 'e'])\nprint(t)"), code("FINAL('ok')")])
+    scripted = router(
+        [code("t = llm_batch(['a', 'b', 'c', 'd', 'e'])\nprint(t)"), code("FINAL('ok')")]
+    )
     scripted.latency_s = 0.2
     agent = rlm(scripted)
     started = time.perf_counter()
@@ -122,7 +126,13 @@ def test_errors_in_a_cell_are_reported_and_the_loop_continues() -> None:
 
 
 def test_exec_timeout_kills_and_restarts_the_repl() -> None:
-    scripted = router([code("y = 5\nwhile True: pass"), code("print(len(context))\nprint('y' in dir())"), code("FINAL('done')")])
+    scripted = router(
+        [
+            code("y = 5\nwhile True: pass"),
+            code("print(len(context))\nprint('y' in dir())"),
+            code("FINAL('done')"),
+        ]
+    )
     result = arun(rlm(scripted, exec_timeout=1.0), "spin")
     assert "timed out after 1 s" in result.tool_results[0].content
     assert result.tool_results[1].content.split() == [str(len(CONTEXT)), "False"]
@@ -153,7 +163,9 @@ def test_recursive_sub_calls_are_depth_limited() -> None:
             system = messages[0].content
             if "of 100 characters" in system:  # the nested RLM's context
                 if len(messages) == 2:
-                    return code("inner = llm_query('summarize', context=context)\nFINAL('nested:' + inner)")
+                    return code(
+                        "inner = llm_query('summarize', context=context)\nFINAL('nested:' + inner)"
+                    )
             elif len(messages) == 2:
                 return code("r = llm_query('look', context='z' * 100)\nFINAL(r)")
         depths.append(1)

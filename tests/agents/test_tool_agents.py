@@ -39,7 +39,9 @@ def make(key: str, engine: Engine, **kw: Any) -> Any:
     return AgentRegistry.create(key, engine, "scripted" if key else "", temperature=0, **kw)
 
 
-def arun(agent: Any, text: str, run: RunContext | None = None, context: AgentContext | None = None) -> Any:
+def arun(
+    agent: Any, text: str, run: RunContext | None = None, context: AgentContext | None = None
+) -> Any:
     async def go() -> Any:
         try:
             return await agent.arun(text, context, run=run)
@@ -53,7 +55,9 @@ def arun(agent: Any, text: str, run: RunContext | None = None, context: AgentCon
 # A tool call as each agent's model writes it, and a final answer.
 CALL = {
     "orchestrator": lambda expr: reply("", ("calculator", {"expression": expr})),
-    "native_react": lambda expr: reply(f'Thought: compute it\nAction: calculator\nAction Input: {{"expression": "{expr}"}}'),
+    "native_react": lambda expr: reply(
+        f'Thought: compute it\nAction: calculator\nAction Input: {{"expression": "{expr}"}}'
+    ),
     "native_openhands": lambda expr: reply(f"```python\nprint({expr})\n```"),
 }
 FINAL = {
@@ -174,7 +178,9 @@ def test_react_markers_are_case_insensitive_and_hallucinated_observations_cut() 
 
 
 def test_orchestrator_structured_mode() -> None:
-    scripted = ScriptedEngine.from_replies(['{"tool": "calculator", "arguments": {"expression": "3*3"}}', '{"final_answer": "9"}'])
+    scripted = ScriptedEngine.from_replies(
+        ['{"tool": "calculator", "arguments": {"expression": "3*3"}}', '{"final_answer": "9"}']
+    )
     result = arun(make("orchestrator", scripted, mode="structured"), "3*3?")
     assert result.content == "9" and result.tool_results[0].content == "9"
     assert scripted.calls[0].tools == ()  # no native tools offered in structured mode
@@ -248,7 +254,8 @@ def test_budget_applies_to_the_loop() -> None:
 def test_history_is_fitted_to_the_engines_real_context_length() -> None:
     big = "word " * 3000  # ~5000 tokens by the estimate
     scripted = ScriptedEngine(
-        [CALL["native_openhands"](f"'{i}' * 2000") for i in range(4)] + [FINAL["native_openhands"]("ok")],
+        [CALL["native_openhands"](f"'{i}' * 2000") for i in range(4)]
+        + [FINAL["native_openhands"]("ok")],
         context_window=2048,
     )
     agent = make("native_openhands", scripted, max_tokens=256)
@@ -266,7 +273,10 @@ def test_fit_messages_keeps_turn_groups_whole() -> None:
     msgs = [Message.system("s"), Message.user("task")]
     for i in range(10):
         call = ToolCall("calculator", "{}", id=f"c{i}")
-        msgs += [Message.assistant("", [call]), Message.tool("x" * 300, tool_call_id=f"c{i}", name="calculator")]
+        msgs += [
+            Message.assistant("", [call]),
+            Message.tool("x" * 300, tool_call_id=f"c{i}", name="calculator"),
+        ]
     fitted = fit_messages(msgs, 400)
     ids = [m.tool_call_id for m in fitted if m.role is Role.TOOL]
     call_ids = [c.id for m in fitted for c in m.tool_calls]
@@ -276,7 +286,9 @@ def test_fit_messages_keeps_turn_groups_whole() -> None:
 def test_codeact_code_runs_in_another_process_and_network_prefetch_is_off() -> None:
     import os
 
-    scripted = ScriptedEngine([reply("```python\nimport os\nprint(os.getpid())\n```"), reply("Final Answer: done")])
+    scripted = ScriptedEngine(
+        [reply("```python\nimport os\nprint(os.getpid())\n```"), reply("Final Answer: done")]
+    )
     result = arun(make("native_openhands", scripted), "see http://example.invalid/page")
     assert result.tool_results[0].content.strip() != str(os.getpid())
     assert result.metadata["url_prefetch"].startswith("skipped")
@@ -284,7 +296,9 @@ def test_codeact_code_runs_in_another_process_and_network_prefetch_is_off() -> N
 
 
 def test_codeact_timeout_is_reported() -> None:
-    scripted = ScriptedEngine([reply("```python\nwhile True: pass\n```"), reply("Final Answer: gave up")])
+    scripted = ScriptedEngine(
+        [reply("```python\nwhile True: pass\n```"), reply("Final Answer: gave up")]
+    )
     result = arun(make("native_openhands", scripted, exec_timeout=1), "spin")
     assert "killed: the program ran longer than 1 s" in result.tool_results[0].content
     assert result.content == "gave up"

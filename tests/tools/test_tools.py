@@ -41,7 +41,14 @@ def run(coro):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize(
     ("expr", "value"),
-    [("2+3*4", 14), ("2^10 + 3^5", 1267), ("sqrt(16)", 4.0), ("7 // 2", 3), ("-(3)", -3), ("10 / 4 =", 2.5)],
+    [
+        ("2+3*4", 14),
+        ("2^10 + 3^5", 1267),
+        ("sqrt(16)", 4.0),
+        ("7 // 2", 3),
+        ("-(3)", -3),
+        ("10 / 4 =", 2.5),
+    ],
 )
 def test_calculator_computes(expr: str, value: float) -> None:
     assert evaluate(expr) == value
@@ -73,7 +80,11 @@ def test_calculator_refuses_with_a_clear_message(expr: str, message: str) -> Non
 
 
 def test_calculator_refusal_reaches_the_model_as_a_failed_result() -> None:
-    result = run(ToolExecutor([CalculatorTool()]).execute(ToolCall("calculator", '{"expression": "9**9**9"}')))
+    result = run(
+        ToolExecutor([CalculatorTool()]).execute(
+            ToolCall("calculator", '{"expression": "9**9**9"}')
+        )
+    )
     assert not result.success
     assert "exponent" in result.content and "too large" in result.content
 
@@ -94,11 +105,17 @@ def test_calculator_refusal_reaches_the_model_as_a_failed_result() -> None:
     ],
 )
 def test_arguments_are_repaired(raw: str) -> None:
-    assert validate_arguments(parse_arguments(raw, CALC_SCHEMA), CALC_SCHEMA) == {"expression": "1+1"}
+    assert validate_arguments(parse_arguments(raw, CALC_SCHEMA), CALC_SCHEMA) == {
+        "expression": "1+1"
+    }
 
 
 def test_argument_types_are_coerced_or_refused() -> None:
-    schema = {"type": "object", "properties": {"k": {"type": "integer"}, "q": {"type": "string"}}, "required": ["q"]}
+    schema = {
+        "type": "object",
+        "properties": {"k": {"type": "integer"}, "q": {"type": "string"}},
+        "required": ["q"],
+    }
     assert validate_arguments({"q": 5, "k": "3"}, schema) == {"q": "5", "k": 3}
     with pytest.raises(ArgumentError, match="missing required parameter"):
         validate_arguments({"k": 1}, schema)
@@ -114,7 +131,11 @@ def test_argument_types_are_coerced_or_refused() -> None:
 def test_executor_reports_unknown_tools_and_bad_arguments() -> None:
     ex = ToolExecutor([CalculatorTool()])
     unknown = run(ex.execute(ToolCall("weather", "{}")))
-    assert not unknown.success and "unknown tool 'weather'" in unknown.content and "calculator" in unknown.content
+    assert (
+        not unknown.success
+        and "unknown tool 'weather'" in unknown.content
+        and "calculator" in unknown.content
+    )
     bad = run(ex.execute(ToolCall("calculator", '{"expr": 1}')))
     assert not bad.success and "missing required parameter" in bad.content
     ok = run(ex.execute(ToolCall("CALCULATOR", '{"expression": "6*7"}')))
@@ -125,7 +146,11 @@ def test_executor_publishes_events_and_latency() -> None:
     bus = EventBus()
     seen: list[EventType] = []
     bus.subscribe(lambda e: seen.append(e.type))
-    result = run(ToolExecutor([ThinkTool()]).execute(ToolCall("think", '{"thought": "hm"}'), RunContext(bus=bus)))
+    result = run(
+        ToolExecutor([ThinkTool()]).execute(
+            ToolCall("think", '{"thought": "hm"}'), RunContext(bus=bus)
+        )
+    )
     assert result.content == "hm" and result.latency_s > 0
     assert seen == [EventType.TOOL_CALL_START, EventType.TOOL_CALL_END]
 
@@ -133,7 +158,10 @@ def test_executor_publishes_events_and_latency() -> None:
 def test_loop_guard_blocks_identical_calls_after_the_limit() -> None:
     ex = ToolExecutor([CalculatorTool()])
     guard = LoopGuard(max_repeats=2)
-    results = [run(ex.execute(ToolCall("calculator", '{"expression": "1+1"}'), None, guard)) for _ in range(3)]
+    results = [
+        run(ex.execute(ToolCall("calculator", '{"expression": "1+1"}'), None, guard))
+        for _ in range(3)
+    ]
     assert [r.success for r in results] == [True, True, False]
     assert "Blocked" in results[2].content and "'2'" in results[2].content
     assert results[2].metadata["blocked"] is True
@@ -171,7 +199,9 @@ def test_independent_calls_of_one_turn_run_concurrently() -> None:
     from jarvisd.tools import BaseTool
 
     class Nap(BaseTool):
-        spec = ToolSpec("nap", "sleeps", {"type": "object", "properties": {"n": {"type": "integer"}}})  # type: ignore[assignment]
+        spec = ToolSpec(
+            "nap", "sleeps", {"type": "object", "properties": {"n": {"type": "integer"}}}
+        )  # type: ignore[assignment]
 
         async def execute(self, **params: object) -> str:
             await asyncio.sleep(0.3)
@@ -180,7 +210,9 @@ def test_independent_calls_of_one_turn_run_concurrently() -> None:
     async def go() -> tuple[list[str], float]:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        results = await ToolExecutor([Nap()]).execute_all([ToolCall("nap", f'{{"n": {i}}}') for i in range(4)])
+        results = await ToolExecutor([Nap()]).execute_all(
+            [ToolCall("nap", f'{{"n": {i}}}') for i in range(4)]
+        )
         return [r.content for r in results], loop.time() - start
 
     contents, elapsed = run(go())
@@ -208,7 +240,12 @@ def test_file_read_allows_roots_and_refuses_outside_and_symlinks(tmp_path: Path)
 
     ok, text = read(str(root / "a.txt"))
     assert ok and text.startswith("hel") and "truncated" in text
-    for bad in (str(secret), str(root / "link.txt"), str(root / "dirlink" / "secret.txt"), str(root / ".." / "secret.txt")):
+    for bad in (
+        str(secret),
+        str(root / "link.txt"),
+        str(root / "dirlink" / "secret.txt"),
+        str(root / ".." / "secret.txt"),
+    ):
         ok, text = read(bad)
         assert not ok and "outside the allowed roots" in text, bad
     ok, text = read("a.txt")  # relative to the first root
@@ -232,7 +269,9 @@ def test_memory_store_and_retrieval_tool(tmp_path: Path) -> None:
     hits = store.search('what is the "launch" code? AND OR (')
     assert hits and "4417" in hits[0].text
     assert store.search("...") == []
-    out = run(ToolExecutor([RetrievalTool(store)]).execute(ToolCall("retrieval", '{"query": "bananas"}')))
+    out = run(
+        ToolExecutor([RetrievalTool(store)]).execute(ToolCall("retrieval", '{"query": "bananas"}'))
+    )
     assert out.success and "yellow" in out.content
     with pytest.raises(UsageError):
         store.add("   ")
@@ -242,7 +281,9 @@ def test_llm_tool_uses_the_runs_budget() -> None:
     engine = ScriptedEngine([reply("Paris")])
     tools = build_tools(["llm"], Config(), engine)
     ctx = RunContext()
-    result = run(ToolExecutor(tools).execute(ToolCall("llm", '{"prompt": "Capital of France?"}'), ctx))
+    result = run(
+        ToolExecutor(tools).execute(ToolCall("llm", '{"prompt": "Capital of France?"}'), ctx)
+    )
     assert result.success and result.content == "Paris"
     assert ctx.budget.calls == 1
 
@@ -256,5 +297,8 @@ def test_registry_builds_configured_tools(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown tool 'nope'"):
         build_tools(["nope"], cfg)
     spec = tools[0].to_openai_function()
-    assert spec["function"]["name"] == "calculator" and "expression" in spec["function"]["parameters"]["properties"]
+    assert (
+        spec["function"]["name"] == "calculator"
+        and "expression" in spec["function"]["parameters"]["properties"]
+    )
     assert os.environ.get("JARVIS_DATA_DIR")  # the isolated dirs fixture is active

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from jarvisd._config import Config, SandboxConfig
+from jarvisd._errors import SandboxUnavailable
+from jarvisd._run import RunContext
+from jarvisd.agents import AgentRegistry
+from jarvisd.cli import cli
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.executors import SubprocessExecutor, executor_for
+from jarvisd.tools import CalculatorTool
+from jarvisd.traces import TraceCollector, TraceStore
+
+
+def test_trace_collector_stores_a_run_and_the_cli_shows_it() -> None:
+    run = RunContext()
+    collector = TraceCollector().attach(run.bus)
+    scripted = ScriptedEngine([reply("", ("calculator", {"expression": "2+2"})), reply("4")])
+    agent = AgentRegistry.create("orchestrator", scripted, tools=[CalculatorTool()])
+    asyncio.run(agent.arun("2+2?", run=run))
+    assert len(collector.saved) == 1
+    trace = TraceStore().get(collector.saved[0])
+    assert trace.agent == "orchestrator" and trace.content == "4" and trace.tool_calls == 1
+    kinds = [e["type"] for e in trace.events]
+    assert (
+        kinds[0] == "agent_turn_start"
+        and "tool_call_end" in kinds
+        and kinds[-1] == "agent_turn_end"
+    )
+    runner = CliRunner()
+    listed = json.loads(runner.invoke(cli, ["trace", "list", "--json"]).output)
+    assert listed[0]["id"] == trace.id
+    shown = runner.invoke(cli, ["trace", "show", trace.id[:6]])
+    assert shown.exit_code == 0 and "tool_call_start" in shown.output
+
+
+def test_memory_and_tools_cli() -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["memory", "add", "The vault code is 991."]).exit_code == 0
+    hits = json.loads(runner.invoke(cli, ["memory", "search", "vault code", "--json"]).output)
+    assert hits[0]["text"] == "The vault code is 991."
+    out = runner.invoke(cli, ["tools", "run", "calculator", '{"expression": "6*7"}'])
+    assert out.exit_code == 0 and out.output.strip() == "42"
+    bad = runner.invoke(cli, ["tools", "run", "calculator", '{"expression": "9**9**9"}'])
+    assert bad.exit_code == 1 and "too large" in bad.output
+    agents = json.loads(runner.invoke(cli, ["agents", "list", "--json"]).output)
+    by_key = {a["key"]: a for a in agents}
+    assert by_key["orchestrator"]["accepts_tools"] and not by_key["simple"]["accepts_tools"]
+
+
+def test_executor_for_backends() -> None:
+    assert isinstance(
+        executor_for(Config(sandbox=SandboxConfig(backend="none"))), SubprocessExecutor
+    )
+    try:
+        import jarvisd.sandbox as sandbox
+
+        available = hasattr(sandbox, "executor_for_backend")
+    except ImportError:
+        available = False
+    if not available:
+        with pytest.raises(SandboxUnavailable, match="not available"):
+            executor_for(Config(sandbox=SandboxConfig(backend="docker")))
