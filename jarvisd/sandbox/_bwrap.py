@@ -1,7 +1,7 @@
 """The lighter backend for machines without a container engine: bubblewrap.
 
 What it gives: new user, pid, network (loopback only), IPC, UTS and cgroup namespaces;
-an empty tmpfs root with the host's /usr (and python3) read-only, a fresh /proc and
+an empty read-only tmpfs root with the host's /usr (and python3) read-only, a fresh /proc and
 /dev, a private tmpfs /tmp; checked mounts (``--ro-bind`` is recursive, so mounts
 nested under an allowed directory are read-only too); all capabilities dropped; a new
 session (no terminal injection); jarvis's packages read-only at /opt/jarvis; a clean
@@ -76,6 +76,7 @@ class BwrapExecutor(CodeExecutor):
             argv += ["--ro-bind", inputs, INPUT_DIR]
         for source, target, read_only in mounts:
             argv += ["--ro-bind" if read_only else "--bind", source, target]
+        argv += ["--remount-ro", "/"]  # the tmpfs root too: only /tmp and :rw mounts write
         argv += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
         env = {
             "PYTHONPATH": CODE_ROOT,
