@@ -4,6 +4,9 @@ Standard library only (it runs in the bare python3 sandbox image, with jarvis's 
 packages mounted read-only on PYTHONPATH). It speaks frame protocol v1
 (``jarvisd.protocol``) on its stdin and stdout:
 
+Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()"``
+(or ``-m runners.sandbox_runner``).
+
 1. The host sends ``start`` with ``task="agent"`` and the payload::
 
        {"spec": AgentSpec.to_dict() (sandbox false), "config": Config.to_dict(),
@@ -56,7 +59,15 @@ from jarvisd.protocol import (
     encode,
 )
 
-__all__ = ["FrameLink", "ProxyEngine", "infer_request", "jsonable", "main", "parse_infer_request"]
+__all__ = [
+    "FrameLink",
+    "ProxyEngine",
+    "entry",
+    "infer_request",
+    "jsonable",
+    "main",
+    "parse_infer_request",
+]
 
 _HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.INFERENCE_DELTA}
 
@@ -155,7 +166,12 @@ class FrameLink:
         assert self._loop is not None
         future = self._waiting.pop(frame.id, None)
         if future is not None:
-            self._loop.call_soon_threadsafe(lambda: future.done() or future.set_result(frame))
+
+            def deliver() -> None:
+                if not future.done():
+                    future.set_result(frame)
+
+            self._loop.call_soon_threadsafe(deliver)
 
     async def call(self, frame: Infer) -> InferResult:
         loop = asyncio.get_running_loop()
@@ -255,5 +271,14 @@ def main() -> int:
     return 0 if isinstance(reply, ResultFrame) else 1
 
 
+def entry() -> None:
+    """Run :func:`main` and leave at once."""
+    code = main()
+    # Skip interpreter teardown: the frame reader thread may sit in a read on stdin,
+    # and closing stdin at shutdown would wait a second for its lock.
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -105,7 +105,7 @@ def run(mounts: tuple[str, ...], timeout: float | None, command: tuple[str, ...]
 
 
 async def _run(
-    config: object, argv: list[str], mounts: tuple[str, ...], timeout: float | None
+    config: object, argv: list[str], mounts: tuple[str, ...], seconds: float | None
 ) -> int:
     from .._config import Config
     from ..executors import ExecRequest
@@ -114,7 +114,7 @@ async def _run(
     assert isinstance(config, Config)
     executor = executor_for_backend(config.sandbox.backend, config)
     request = ExecRequest(
-        argv=argv, timeout=timeout or config.sandbox.timeout, mounts=tuple(mounts)
+        argv=argv, timeout=seconds or config.sandbox.timeout, mounts=tuple(mounts)
     )
     stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     channel = await executor.open(request)

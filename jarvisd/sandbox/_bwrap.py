@@ -18,9 +18,9 @@ its size only. No seccomp filter. The host kernel's /usr is visible read-only.
 from __future__ import annotations
 
 import asyncio
-import resource  # noqa: F401 - loaded before fork: the sandbox uid may not read our stdlib
 import contextlib
 import os
+import resource  # noqa: F401 - loaded before fork: the sandbox uid may not read our stdlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,6 +31,7 @@ from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, CodeExecutor, ExecRequest
 from ..executors._subprocess import Limits, SubprocessChannel, _preexec
 from ..protocol import MAX_FRAME_BYTES
+from ._docker import _write_inputs
 from ._mounts import MountPolicy
 from ._policy import CODE_ROOT, INPUT_DIR, SandboxPolicy, code_dirs
 
@@ -50,7 +51,9 @@ class BwrapExecutor(CodeExecutor):
         self.policy = policy or SandboxPolicy.from_config(config)
         self.mounts = MountPolicy(config.sandbox.allowed_roots)
 
-    def _argv(self, request: ExecRequest, mounts: list[tuple[str, str, bool]], inputs: str | None) -> list[str]:
+    def _argv(
+        self, request: ExecRequest, mounts: list[tuple[str, str, bool]], inputs: str | None
+    ) -> list[str]:
         bwrap = bwrap_path()
         if bwrap is None:
             raise SandboxUnavailable(
@@ -106,21 +109,11 @@ class BwrapExecutor(CodeExecutor):
             raise SandboxError("nothing to run: empty argv")
         checked = self.mounts.check_all(request.mounts)
         mounts = [(str(m.source), m.target, m.read_only) for m in checked]
-        workdir = Path(tempfile.mkdtemp(prefix="jarvis-bwrap-"))
-        inputs = None
+        # The files' directory doubles as the channel's work directory (removed at the end).
+        written = _write_inputs(request.files, self.policy) if request.files else None
+        workdir = written or Path(tempfile.mkdtemp(prefix="jarvis-bwrap-"))
+        inputs = str(written) if written is not None else None
         try:
-            if request.files:
-                for name, text in request.files.items():
-                    target = (workdir / name).resolve()
-                    if not target.is_relative_to(workdir.resolve()):
-                        raise SandboxError(f"refused to write {name!r} outside the working directory")
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_text(text, encoding="utf-8")
-                for dirpath, _dirs, names in os.walk(workdir):
-                    os.chmod(dirpath, 0o755)
-                    for n in names:
-                        os.chmod(os.path.join(dirpath, n), 0o644)
-                inputs = str(workdir)
             argv = self._argv(request, mounts, inputs)
             limits = Limits(
                 memory_bytes=self.policy.memory_bytes,

@@ -441,7 +441,9 @@ class DockerChannel(Channel):
 
     async def write(self, data: bytes) -> None:
         if self._stdin_closed or self._removed:
-            raise SandboxError(f"the sandboxed program's stdin is closed ({self.reason or 'ended'})")
+            raise SandboxError(
+                f"the sandboxed program's stdin is closed ({self.reason or 'ended'})"
+            )
         try:
             await asyncio.to_thread(self._send, data)
         except OSError as exc:
@@ -497,8 +499,6 @@ class DockerChannel(Channel):
             return self._result
         rest = await self._drain()
         code, oom = await asyncio.to_thread(self._finish)
-        if self._result is not None:  # a concurrent wait finished first
-            return self._result
         reason = self.reason or ("oom" if oom else "")
         stderr = b"".join(self._stderr).decode("utf-8", "replace")
         note = ""
@@ -531,8 +531,9 @@ class DockerChannel(Channel):
             try:
                 status = self.api.wait(self.id, timeout=self.timeout + 30)
                 code = int(status.get("StatusCode", 137))
-                state = self.api.inspect_container(self.id).get("State") or {}
-                oom = bool(state.get("OOMKilled"))
+                if code == 137:  # SIGKILL: the memory limit, or something else?
+                    state = self.api.inspect_container(self.id).get("State") or {}
+                    oom = bool(state.get("OOMKilled"))
             except (docker.errors.DockerException, requests.exceptions.RequestException):
                 code = 137  # removed under us (timeout or kill)
         self._done.set()

@@ -131,7 +131,9 @@ def _policy_check(executor: Any) -> Check:
         )
         facts = json.loads(result.stdout.strip().splitlines()[-1])
     except (SandboxError, ValueError, IndexError) as exc:
-        return Check("policy", False, f"a probe container failed: {exc}", "see jarvis -vv sandbox doctor")
+        return Check(
+            "policy", False, f"a probe container failed: {exc}", "see jarvis -vv sandbox doctor"
+        )
     finally:
         close = getattr(executor, "close", None)
         if close is not None:

@@ -256,7 +256,7 @@ class MountPolicy:
         if wants_rw and not root.writable:
             raise MountRefused(
                 f"{shown} cannot be mounted read-write: allowed root {root.path} is read-only "
-                f"(write it as \"{root.path}:rw\" in sandbox.allowed_roots to allow writes)"
+                f'(write it as "{root.path}:rw" in sandbox.allowed_roots to allow writes)'
             )
         for reserved in RESERVED_TARGETS:
             if _is_within(real, Path(reserved)):
@@ -286,7 +286,7 @@ class MountPolicy:
         if not self.allowed_root_specs:
             raise MountRefused(
                 f"{shown} is not allowed: no sandbox.allowed_roots are configured "
-                "(add the directory, or \"DIR:rw\" for writes, to sandbox.allowed_roots)"
+                '(add the directory, or "DIR:rw" for writes, to sandbox.allowed_roots)'
             )
         matching = [r for r in roots if _is_within(real, r.path)]
         if not matching:

@@ -49,7 +49,7 @@ _PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
 
 
 def parse_size(text: str, key: str = "sandbox.memory") -> int:
-    """"512m" -> bytes. Units k, m, g, t (powers of 1024)."""
+    """ "512m" -> bytes. Units k, m, g, t (powers of 1024)."""
     match = _SIZE.match(text)
     if not match:
         raise ConfigError("<config>", key, 'a size such as "512m" or "1g"', text)
@@ -127,8 +127,15 @@ def ensure_bytecode(dirs: dict[str, Path]) -> None:
     if sys.implementation.cache_tag != IMAGE_CACHE_TAG:
         return
     for directory in dirs.values():
-        if os.access(directory, os.W_OK):
-            compileall.compile_dir(str(directory), quiet=2, workers=1)
+        if directory in _COMPILED or not os.access(directory, os.W_OK):
+            continue
+        compileall.compile_dir(str(directory), quiet=2, workers=1)
+        # Once per process: a file edited later is still correct inside (Python checks
+        # the source's mtime), only slower to start.
+        _COMPILED.add(directory)
+
+
+_COMPILED: set[Path] = set()
 
 
 def container_argv(argv: Sequence[str]) -> list[str]:

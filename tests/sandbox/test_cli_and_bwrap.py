@@ -22,7 +22,9 @@ from tests.conftest import require
 from .conftest import sandbox_config
 
 
-def jarvis(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def jarvis(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "jarvisd", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
@@ -46,7 +48,9 @@ def test_sandbox_run_cli(tmp_path: Path, roots: tuple[Path, Path]) -> None:
                   f"import sys; print(open('{ro}/in.txt').read()); sys.exit(7)", env=env)  # fmt: skip
     assert done.returncode == 7, done.stderr
     assert done.stdout == "from the host\n"
-    slow = jarvis("sandbox", "run", "--timeout", "1", "--", "python3", "-c", "while 1: pass", env=env)
+    slow = jarvis(
+        "sandbox", "run", "--timeout", "1", "--", "python3", "-c", "while 1: pass", env=env
+    )
     assert slow.returncode == 124 and "timed out after 1s" in slow.stderr
     hog = jarvis("sandbox", "run", "--", "python3", "-c", "x = bytearray(1 << 30)", env=env)
     assert hog.returncode == 137 and "out of memory" in hog.stderr

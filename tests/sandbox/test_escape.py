@@ -116,10 +116,14 @@ def test_read_only_mount_and_nested_mount(roots: tuple[Path, Path]) -> None:
     (project / "data.txt").write_text("data")
     # A file system mounted under the allowed directory: `:ro` alone would leave it
     # writable inside the container on engine 20.10.
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", str(nested)],
-        capture_output=True,
-    ).returncode == 0
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", str(nested)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
     code = f"""
 import errno
 for path in ("{project}/new.txt", "{project}/data.txt", "{nested}/x.txt"):

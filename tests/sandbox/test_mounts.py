@@ -125,7 +125,7 @@ def test_tree_too_large_refused(tree: Path) -> None:
 
 
 def test_no_allowed_roots_refuses_everything(tree: Path) -> None:
-    with pytest.raises(MountRefused, match="no sandbox.allowed_roots"):
+    with pytest.raises(MountRefused, match=r"no sandbox\.allowed_roots"):
         MountPolicy([]).check(str(tree / "ro" / "proj"))
 
 

@@ -55,7 +55,7 @@ def test_cancel_kills_the_container(roots: tuple[Path, Path]) -> None:
     async def scenario() -> float:
         task = asyncio.ensure_future(run_agent(spec, run, config=sandbox_config(roots),
                                                engine=engine))  # fmt: skip
-        while not engine.calls:  # wait until the container asked for inference
+        while not engine.calls:  # noqa: ASYNC110 - wait until the container asks for inference
             await asyncio.sleep(0.05)
         start = time.monotonic()
         run.cancel.cancel("user pressed stop")
