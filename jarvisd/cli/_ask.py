@@ -25,18 +25,21 @@ def _read_question(question: str) -> str:
     return question
 
 
-async def run_ask(spec: Any, run: Any, config: Any) -> dict[str, Any]:
+async def run_ask(spec: Any, run: Any, config: Any, engine: Any = None) -> dict[str, Any]:
     """Run ``spec`` under ``run`` and return the JSON-able outcome. The one place that
-    shapes it: the in-process path and the daemon's ``ask`` both call this."""
+    shapes it: the in-process path and the daemon's ``ask`` both call this. An engine
+    passed in (the daemon keeps them warm) is not closed here."""
     from ..engines import select_engine
     from ..runtime import run_agent
 
-    engine = select_engine(config, spec.engine, spec.model)
+    own = engine is None
+    engine = engine or select_engine(config, spec.engine, spec.model)
     start = time.perf_counter()
     try:
         result = await run_agent(spec, run, config=config, engine=engine)
     finally:
-        await engine.aclose()
+        if own:
+            await engine.aclose()
     return {
         "answer": result.content,
         "agent": spec.agent or config.agent.default,

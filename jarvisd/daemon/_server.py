@@ -36,6 +36,8 @@ from jarvisd._errors import (
 )
 from jarvisd._paths import paths
 from jarvisd._version import __version__
+from jarvisd.engines import Engine
+from jarvisd.runtime import AgentSpec
 
 from ._protocol import (
     PROTOCOL_VERSION,
@@ -142,6 +144,8 @@ class Daemon:
         self._connections: set[asyncio.Task[Any]] = set()
         self._watch_runs: dict[str, str] = {}  # watch task id -> its latest run's id
         self._previous_handlers: dict[int, Any] = {}
+        self._engines: dict[tuple[str, str], Engine] = {}
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -199,6 +203,7 @@ class Daemon:
             log.info("shutting down: no new connections; stopping running tasks")
             self._server.close()
             await self.tasks.stop()
+            await self._close_engines()
             for conn in list(self._connections):
                 conn.cancel()
             await asyncio.gather(*self._connections, watch_loop, return_exceptions=True)
@@ -302,6 +307,10 @@ class Daemon:
         self.config = config
         self.config_error = ""
         self.config_loaded_at = time.time()
+        if self._engines:  # they were built from the old config
+            task = asyncio.get_running_loop().create_task(self._close_engines())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         log.info("configuration reloaded from %s", self.config_path)
 
     # -- connections ----------------------------------------------------------------
@@ -466,6 +475,25 @@ class Daemon:
             self._add_task_watch(info.id, watch)
         return info
 
+    def _engine_for(self, spec: AgentSpec) -> Engine:
+        """A warm engine for ``ask`` (its HTTP client, or a loaded llama.cpp model, is
+        reused across questions); the cache is dropped when the config changes."""
+        from jarvisd.engines import select_engine
+
+        key = (spec.engine or "", spec.model)
+        engine = self._engines.get(key)
+        if engine is None:
+            engine = self._engines[key] = select_engine(self.config, spec.engine, spec.model)
+        return engine
+
+    async def _close_engines(self) -> None:
+        engines, self._engines = list(self._engines.values()), {}
+        for engine in engines:
+            try:
+                await engine.aclose()
+            except Exception:
+                log.exception("closing engine %s failed", engine.name)
+
     async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:
         """Run the spec here, streaming text as it is generated, then the outcome."""
         from jarvisd._run import RunContext
@@ -476,7 +504,8 @@ class Daemon:
 
         async def go() -> None:
             try:
-                outcome = await run_ask(request.spec, run, self.config)
+                engine = self._engine_for(request.spec)
+                outcome = await run_ask(request.spec, run, self.config, engine)
                 queue.put_nowait(ResultReply(id=request.id, result=outcome))
             except Exception as exc:
                 if isinstance(exc, JarvisError):

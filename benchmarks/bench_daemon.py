@@ -1,0 +1,155 @@
+"""jarvisd rows: `ask` through the daemon against calling the same engine directly
+(interleaved), 200 tasks submitted at once, daemon memory with 100+ queued tasks, and
+submissions per second. The engine is a scripted one behind a real Ollama-protocol
+server, so the numbers measure jarvis, not a model."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import BenchEnv, Row, percentile
+
+TASKS = 200
+
+
+def _daemon_env(root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    for key in ("config", "data", "cache", "state", "runtime"):
+        (root / key).mkdir(parents=True, exist_ok=True)
+        env[f"JARVIS_{key.upper()}_DIR"] = str(root / key)
+    env.pop("JARVIS_CONFIG", None)
+    return env
+
+
+def run(env: BenchEnv) -> list[Row]:
+    import psutil
+
+    from jarvisd._messages import Message
+    from jarvisd.daemon import Client
+    from jarvisd.engines import OllamaEngine, ScriptedEngine, reply
+    from jarvisd.runtime import AgentSpec
+    from jarvisd.testing import OllamaStandIn
+
+    root = Path(env.tmp) / f"jd{os.getpid()}"
+    proc_env = _daemon_env(root)
+    os.environ.update({k: v for k, v in proc_env.items() if k.startswith("JARVIS_")})
+    engine = ScriptedEngine(fallback=reply("Red, yellow and blue."))
+    rows: list[Row] = []
+    with OllamaStandIn(engine) as standin:
+        (root / "config" / "config.toml").write_text(
+            f'[engine]\ndefault = "ollama"\nmodel = "scripted"\n'
+            f'[engine.ollama]\nhost = "{standin.url}"\n[daemon]\nmax_concurrent = 2\n'
+        )
+        log = open(root / "jarvisd.log", "ab")  # noqa: SIM115 - closed below
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "jarvisd.daemon", "--log-level", "WARNING"],
+            env=proc_env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        client = Client(timeout=120)
+        try:
+            for _ in range(200):
+                try:
+                    client.ping()
+                    break
+                except Exception:
+                    time.sleep(0.05)
+            rows.append(_ask_row(env, client, standin.url, Message, OllamaEngine, AgentSpec))
+            rows.extend(_task_rows(client, daemon.pid, psutil, AgentSpec))
+        finally:
+            daemon.terminate()
+            daemon.wait(60)
+            log.close()
+    return rows
+
+
+def _ask_row(env, client, url, Message, OllamaEngine, AgentSpec) -> Row:  # type: ignore[no-untyped-def]
+    spec = AgentSpec(input="Name three primary colors.")
+    direct_engine = OllamaEngine(url, model="scripted")
+    loop = asyncio.new_event_loop()
+    messages = [Message.user(spec.input)]
+
+    def via_daemon() -> str:
+        for reply in client.ask(spec):
+            if hasattr(reply, "result"):
+                return str(reply.result["answer"])
+        raise AssertionError("no result")
+
+    async def stream() -> str:
+        # The same call the agent makes when it streams to a terminal.
+        text = ""
+        async for chunk in direct_engine.stream(messages):
+            text += chunk.delta
+        return text
+
+    def direct() -> str:
+        return loop.run_until_complete(stream())
+
+    runs = env.runs(40, 8)
+    ours: list[float] = []
+    base: list[float] = []
+    for i in range(runs + 2):  # interleaved A B A B; the first two are warm-up
+        for fn, sink in ((via_daemon, ours), (direct, base)):
+            start = time.perf_counter()
+            assert fn() == "Red, yellow and blue."
+            if i >= 2:
+                sink.append((time.perf_counter() - start) * 1000)
+    loop.run_until_complete(direct_engine.aclose())
+    loop.close()
+    p50, b50 = percentile(ours, 50), percentile(base, 50)
+    return Row(
+        "`ask` round trip through jarvisd (p50)",
+        p50,
+        "ms",
+        baseline=b50,
+        baseline_name="same engine streamed directly",
+        target="<= 50 ms more at p50",
+        passed=p50 - b50 <= 50,
+        notes=f"+{p50 - b50:.1f} ms at p50; p95 {percentile(ours, 95):.1f} vs "
+        f"{percentile(base, 95):.1f} ms; {len(ours)} interleaved runs; socket client, "
+        "not counting CLI process start-up",
+    )
+
+
+def _task_rows(client, daemon_pid, psutil, AgentSpec) -> list[Row]:  # type: ignore[no-untyped-def]
+    proc = psutil.Process(daemon_pid)
+    idle_rss = proc.memory_info().rss / 2**20
+    start = time.perf_counter()
+    ids = [client.submit(AgentSpec(input=f"task {i}")).id for i in range(TASKS)]
+    submit_s = time.perf_counter() - start
+    queued = client.status().queued
+    loaded_rss = proc.memory_info().rss / 2**20
+    done = [client.wait(task_id, timeout=600) for task_id in ids]
+    total_s = time.perf_counter() - start
+    ok = sum(1 for t in done if t.state == "succeeded")
+    return [
+        Row(
+            f"{TASKS} tasks submitted at once",
+            ok,
+            "tasks",
+            target=f"all {TASKS} succeed",
+            passed=ok == TASKS,
+            notes=f"all done in {total_s:.1f} s with max_concurrent=2 "
+            f"({total_s / TASKS * 1000:.0f} ms per task: one worker process each)",
+        ),
+        Row(
+            f"jarvisd memory with {queued} queued tasks",
+            loaded_rss,
+            "MB",
+            baseline=idle_rss,
+            baseline_name="idle jarvisd",
+            notes="RSS of the daemon process (workers are separate processes)",
+            passed=queued >= 100 and loaded_rss < 200,
+            target=">= 100 queued, < 200 MB",
+        ),
+        Row(
+            "task submissions per second",
+            TASKS / submit_s,
+            "tasks/s",
+            notes="one connection per submission; each stored (SQLite WAL) before the reply",
+        ),
+    ]
