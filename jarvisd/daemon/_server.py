@@ -234,7 +234,7 @@ class Daemon:
             return
         try:
             removed = sweep_orphans(self.config)
-        except (JarvisError, ImportError, OSError) as exc:
+        except Exception as exc:  # no container engine must never stop the daemon
             log.warning("orphan container sweep failed, continuing: %s", exc)
             return
         if removed:
