@@ -222,6 +222,8 @@ class Daemon:
 
     def _sweep_orphans(self) -> None:
         """Remove sandbox containers a previous daemon left (when the sandbox has it)."""
+        if self.config.sandbox.backend not in ("docker", "podman"):
+            return
         try:
             sweep_orphans = getattr(
                 importlib.import_module("jarvisd.sandbox"), "sweep_orphans", None
