@@ -86,12 +86,27 @@ def connect(config: Config, flavor: str = "docker", timeout: float = 60.0) -> An
     """A connected ``docker.DockerClient``, or SandboxUnavailable saying what to do."""
     import docker
     import docker.errors
+    import requests.exceptions
 
     address = engine_address(config, flavor)
     where = address or "the default Docker socket"
+    socket_path = (address or "unix:///var/run/docker.sock").removeprefix("unix://")
+    if "://" not in socket_path and not os.path.exists(socket_path):
+        # Checked first: the SDK leaks the socket of a failed unix connection.
+        raise SandboxUnavailable(
+            f"no container engine at {where}: {socket_path} does not exist; start one (for "
+            "development: packaging/dev/docker-up.sh, then export the DOCKER_HOST it prints) "
+            'or set sandbox.backend = "bwrap"'
+        )
+    client = None
     try:
-        client = docker.DockerClient(base_url=address or None, version="auto", timeout=timeout)
-    except docker.errors.DockerException as exc:
+        # Negotiate the API version ourselves (what version="auto" does) so a failed
+        # attempt can close its connection instead of leaking it.
+        client = docker.DockerClient(base_url=address or None, version="1.41", timeout=timeout)
+        client.api._version = str(client.api.version(api_version=False)["ApiVersion"])
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        if client is not None:
+            client.close()
         raise SandboxUnavailable(
             f"no container engine answers at {where} ({exc}); start one (for development: "
             "packaging/dev/docker-up.sh, then export the DOCKER_HOST it prints) or set "
