@@ -21,7 +21,7 @@ continues from it). A JSON object::
       "tool_results": [ToolResult.to_dict(), ...],
       "usage": {"prompt_tokens": .., "completion_tokens": .., "total_tokens": ..},
       "reprompts": 0,                          # corrective re-prompts in a row
-      "guard": {"max_repeats": 2, "counts": {...}, "last": {...}}
+      "guard": {"max_repeats": 1, "counts": {...}, "last": {...}}
     }
 
 A state is written only after a turn's tool results are in ``messages``, so resuming
@@ -32,6 +32,7 @@ in ``Dialect.resume``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -267,7 +268,7 @@ class ToolUsingAgent(BaseAgent):
         max_tokens: int = 1024,
         system_prompt: str | None = None,
         max_turns: int = 10,
-        max_repeats: int = 2,
+        max_repeats: int = 1,
         tool_timeout: float = 30.0,
     ) -> None:
         super().__init__(
@@ -396,6 +397,7 @@ async def run_tool_loop(
             save()
             continue
         state.reprompts = 0
+        step = _unique_calls(step)
         if step.recovered:
             state.recovered_calls += len(step.calls)
         state.messages.append(dialect.assistant_message(generation, step))
@@ -416,9 +418,63 @@ async def run_tool_loop(
         final = dialect.final_from_results(results)
         if final is not None:
             return finish(final, final_from_tool=True)
+        if all(r.metadata.get("blocked") for r in results):
+            if state.turns >= agent.max_turns:
+                break
+            # Every call was blocked as a repeat of one whose result the model already
+            # has: small local models loop like this. One turn without tools asks for
+            # the answer instead.
+            content, meta = await _answer_turn(agent, run, state, dialect, executor)
+            save()
+            return finish(content, **meta)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
     result.metadata.update(
         agent=agent.agent_id, tool_calls=len(state.tool_results), **setup.metadata
     )
     agent._emit_turn_end(run, turns=state.turns, content=result.content, max_turns_exceeded=True)
     return result
+
+
+def _unique_calls(step: Step) -> Step:
+    """Collapse identical calls within one reply (small models sometimes emit the same
+    call a dozen times): each distinct call runs once and appears once in the history."""
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for call in step.calls:
+        key = (call.name, " ".join(call.arguments.split()))
+        if key not in seen:
+            seen.add(key)
+            unique.append(call)
+    if len(unique) == len(step.calls):
+        return step
+    return dataclasses.replace(step, calls=tuple(unique))
+
+
+ANSWER_NOW = (
+    "You already have the tool results above. Do not call any tool. Using those results, "
+    "answer the original request now: {input}"
+)
+
+
+async def _answer_turn(
+    agent: ToolUsingAgent,
+    run: RunContext,
+    state: LoopState,
+    dialect: Dialect,
+    executor: ToolExecutor,
+) -> tuple[str, dict[str, Any]]:
+    """One generation without tools; its text is the answer unless it is yet another call."""
+    state.messages.append(Message.user(ANSWER_NOW.format(input=state.input)))
+    generation = await agent._generate(run, state.messages, stop=dialect.stop or None)
+    state.turns += 1
+    state.usage = state.usage + generation.usage
+    state.messages.append(Message.assistant(generation.content))
+    step = dialect.parse(generation, executor)
+    if step.kind == "calls":
+        return (
+            "Error: the model kept calling tools after it was asked to answer. "
+            f"Last reply: {generation.content[:500]!r}",
+            {"error": "the model did not stop calling tools", "answer_turn": True},
+        )
+    text = step.content if step.kind == "final" else agent.strip_think_tags(generation.content)
+    return text, {"answer_turn": True}

@@ -32,7 +32,7 @@ class LoopGuard:
     """Counts identical calls (same tool, same arguments) within one agent run and
     blocks them past ``max_repeats``. Its state is part of the loop's checkpoint."""
 
-    max_repeats: int = 2
+    max_repeats: int = 1
     counts: dict[str, int] = field(default_factory=dict)
     last: dict[str, str] = field(default_factory=dict)
 
@@ -57,7 +57,7 @@ class LoopGuard:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopGuard:
         return cls(
-            int(data.get("max_repeats", 2)),
+            int(data.get("max_repeats", 1)),
             {str(k): int(v) for k, v in (data.get("counts") or {}).items()},
             {str(k): str(v) for k, v in (data.get("last") or {}).items()},
         )
