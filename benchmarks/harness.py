@@ -81,14 +81,18 @@ def time_commands(
     for i in range(warmup + runs):
         for key, argv in commands.items():
             start = time.perf_counter()
-            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+            subprocess.run(
+                argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False
+            )
             elapsed = time.perf_counter() - start
             if i >= warmup:
                 times[key].append(elapsed)
     return times
 
 
-def time_calls(fns: dict[str, Callable[[], object]], runs: int, warmup: int = 1) -> dict[str, list[float]]:
+def time_calls(
+    fns: dict[str, Callable[[], object]], runs: int, warmup: int = 1
+) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {k: [] for k in fns}
     for i in range(warmup + runs):
         for key, fn in fns.items():
@@ -157,7 +161,9 @@ def render_markdown(rows: list[Row], meta: dict[str, object]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--only", nargs="*", help="bench module names (e.g. bench_cli)")
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -193,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cores, {platform.platform()}",
         "python": platform.python_version(),
         "when": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "openjarvis": oj_python and OPENJARVIS_VERSION or oj_error,
+        "openjarvis": (oj_python and OPENJARVIS_VERSION) or oj_error,
     }
     (out / "results.md").write_text(render_markdown(rows, meta))
     (out / "results.json").write_text(

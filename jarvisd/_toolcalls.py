@@ -85,7 +85,9 @@ def recover_tool_calls(text: str, names: Collection[str]) -> tuple[list[ToolCall
         calls: list[ToolCall] = []
         spans: list[tuple[int, int]] = []
         for match in pattern.finditer(text):
-            found = [c for _, _, v in extract_json_objects(match.group(1)) for c in _calls_in(v, names)]
+            found = [
+                c for _, _, v in extract_json_objects(match.group(1)) for c in _calls_in(v, names)
+            ]
             if found:
                 calls.extend(found)
                 spans.append(match.span())

@@ -16,8 +16,14 @@ def make_wheel(directory: Path, name: str, payload: bytes) -> None:
     module = name.replace("-", "_")
     with zipfile.ZipFile(directory / f"{module}-0.1.0-py3-none-any.whl", "w") as wheel:
         wheel.writestr(f"{module}/data/part.bin", payload)
-        wheel.writestr(f"{module}-0.1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
-        wheel.writestr(f"{module}-0.1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(
+            f"{module}-0.1.0.dist-info/METADATA",
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n",
+        )
+        wheel.writestr(
+            f"{module}-0.1.0.dist-info/WHEEL",
+            "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        )
         wheel.writestr(f"{module}-0.1.0.dist-info/RECORD", "")
 
 

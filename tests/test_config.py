@@ -19,7 +19,10 @@ def test_missing_default_file_gives_defaults() -> None:
 
 
 def test_values_are_typed(tmp_path: Path) -> None:
-    cfg = load_config(write(tmp_path, """
+    cfg = load_config(
+        write(
+            tmp_path,
+            """
 [engine]
 default = "ollama"
 [engine.ollama]
@@ -27,7 +30,9 @@ host = "http://10.0.0.5:11434"
 timeout = 5
 [sandbox]
 allowed_roots = ["/srv/data", "/srv/out:rw"]
-"""))
+""",
+        )
+    )
     assert cfg.engine.default == "ollama"
     assert cfg.engine.ollama.timeout == 5.0 and isinstance(cfg.engine.ollama.timeout, float)
     assert cfg.sandbox.allowed_roots == ("/srv/data", "/srv/out:rw")
@@ -46,7 +51,9 @@ allowed_roots = ["/srv/data", "/srv/out:rw"]
         ("[engine\n", "", "valid TOML"),
     ],
 )
-def test_bad_file_names_file_key_and_expectation(tmp_path: Path, text: str, key: str, expected: str) -> None:
+def test_bad_file_names_file_key_and_expectation(
+    tmp_path: Path, text: str, key: str, expected: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as info:
         load_config(path)

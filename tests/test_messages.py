@@ -17,7 +17,9 @@ def test_message_round_trip() -> None:
 
 
 def test_generation_round_trip() -> None:
-    g = Generation("hi", (ToolCall("t", '{"a": 1}', "call_1"),), Usage(3, 4), FinishReason.TOOL_CALLS, "m")
+    g = Generation(
+        "hi", (ToolCall("t", '{"a": 1}', "call_1"),), Usage(3, 4), FinishReason.TOOL_CALLS, "m"
+    )
     assert Generation.from_dict(g.to_dict()) == g
     assert g.usage.total_tokens == 7
 

@@ -49,7 +49,9 @@ def _to_toml(data: dict[str, object], prefix: str = "") -> str:
         if isinstance(value, dict):
             tables.append((key, value))
         else:
-            scalars.append(f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}")
+            scalars.append(
+                f"{key} = {json.dumps(list(value) if isinstance(value, tuple) else value)}"
+            )
     out = []
     if scalars:
         if prefix:

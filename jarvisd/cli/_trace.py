@@ -49,5 +49,7 @@ def show(trace_id: str, as_json: bool) -> None:
     click.echo("events:")
     for event in t.events:
         offset = event["timestamp"] - t.started
-        data = {k: v for k, v in event["data"].items() if k not in ("input", "content", "arguments")}
+        data = {
+            k: v for k, v in event["data"].items() if k not in ("input", "content", "arguments")
+        }
         click.echo(f"  +{offset:8.3f}s {event['type']:<18} {json.dumps(data, default=str)[:160]}")

@@ -28,7 +28,7 @@ def executor_for(config: Config) -> CodeExecutor:
     except (ImportError, AttributeError) as exc:
         raise SandboxUnavailable(
             f"sandbox backend {backend!r} is not available in this installation ({exc}); "
-            "set sandbox.backend = \"none\" to run code as a host process (not isolated)"
+            'set sandbox.backend = "none" to run code as a host process (not isolated)'
         ) from exc
     executor = factory(backend, config)
     if not isinstance(executor, CodeExecutor):

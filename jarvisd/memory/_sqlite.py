@@ -103,12 +103,16 @@ class MemoryStore:
             return []
         match = " OR ".join('"' + w.replace('"', '""') + '"' for w in words[:32])
         with self._lock:
-            rows = self._db().execute(
-                "SELECT m.id, m.text, m.source, m.metadata, bm25(memories_fts) AS rank "
-                "FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
-                "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
-                (match, max(1, k)),
-            ).fetchall()
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT m.id, m.text, m.source, m.metadata, bm25(memories_fts) AS rank "
+                    "FROM memories_fts JOIN memories m ON m.id = memories_fts.rowid "
+                    "WHERE memories_fts MATCH ? ORDER BY rank LIMIT ?",
+                    (match, max(1, k)),
+                )
+                .fetchall()
+            )
         return [
             MemoryHit(int(r[0]), r[1], -float(r[4]), r[2], json.loads(r[3] or "{}")) for r in rows
         ]

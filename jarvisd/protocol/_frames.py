@@ -204,7 +204,9 @@ class Log(Frame):
 
     @classmethod
     def from_body(cls, id: str, body: Mapping[str, Any]) -> Log:
-        return cls(id=id, level=str(body.get("level", "info")), message=str(body.get("message", "")))
+        return cls(
+            id=id, level=str(body.get("level", "info")), message=str(body.get("message", ""))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +221,18 @@ class Pong(Frame):
 
 KINDS: dict[str, type[Frame]] = {
     cls.kind: cls
-    for cls in (Start, Infer, InferResult, Cancel, EventFrame, ResultFrame, ErrorFrame, Log, Ping, Pong)
+    for cls in (
+        Start,
+        Infer,
+        InferResult,
+        Cancel,
+        EventFrame,
+        ResultFrame,
+        ErrorFrame,
+        Log,
+        Ping,
+        Pong,
+    )
 }
 
 
@@ -278,7 +291,9 @@ class FrameReader:
     """Reads frames from a binary stream; non-frame lines are collected in ``noise``
     (bounded), so a chatty program cannot corrupt the protocol or exhaust memory."""
 
-    def __init__(self, stream: IO[bytes], max_bytes: int = MAX_FRAME_BYTES, noise_limit: int = 65536):
+    def __init__(
+        self, stream: IO[bytes], max_bytes: int = MAX_FRAME_BYTES, noise_limit: int = 65536
+    ):
         self.stream = stream
         self.max_bytes = max_bytes
         self.noise_limit = noise_limit

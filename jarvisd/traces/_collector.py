@@ -121,17 +121,23 @@ class TraceStore:
 
     def list(self, limit: int = 20) -> list[Trace]:
         with self._lock:
-            rows = self._db().execute(
-                "SELECT * FROM traces ORDER BY started DESC LIMIT ?", (max(1, limit),)
-            ).fetchall()
+            rows = (
+                self._db()
+                .execute("SELECT * FROM traces ORDER BY started DESC LIMIT ?", (max(1, limit),))
+                .fetchall()
+            )
         return [_row(r, with_events=False) for r in rows]
 
     def get(self, trace_id: str) -> Trace:
         with self._lock:
-            rows = self._db().execute(
-                "SELECT * FROM traces WHERE id = ? OR id LIKE ? ORDER BY started DESC LIMIT 2",
-                (trace_id, trace_id.replace("%", "") + "%"),
-            ).fetchall()
+            rows = (
+                self._db()
+                .execute(
+                    "SELECT * FROM traces WHERE id = ? OR id LIKE ? ORDER BY started DESC LIMIT 2",
+                    (trace_id, trace_id.replace("%", "") + "%"),
+                )
+                .fetchall()
+            )
         if not rows:
             raise TaskNotFound(f"no trace {trace_id!r} (see `jarvis trace list`)")
         exact = [r for r in rows if r[0] == trace_id]
