@@ -105,12 +105,23 @@ async def run_agent(
     engine: Engine | None = None,
 ) -> AgentResult:
     """Run ``spec`` to its result. The engine is closed afterwards only if built here."""
+    from .traces import TraceCollector
+
     config = config or load_config()
+    run = run or RunContext()
     own_engine = engine is None
     engine = engine or select_engine(config, spec.engine, spec.model)
+    # Every top-level run is recorded for `jarvis trace`; nested agents share its bus.
+    collector = TraceCollector(run_id=run.run_id).attach(run.bus) if run.depth == 0 else None
+    error = ""
     try:
         agent = build_agent(spec, config, engine)
-        return await agent.arun(spec.input, _context(spec), run=run or RunContext())
+        return await agent.arun(spec.input, _context(spec), run=run)
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
+        if collector is not None:
+            collector.detach(run.bus, error)
         if own_engine:
             await engine.aclose()

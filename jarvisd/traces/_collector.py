@@ -164,6 +164,7 @@ class TraceCollector:
     """Collects one bus's events into traces and saves each finished trace."""
 
     def __init__(self, store: TraceStore | None = None, run_id: str = "") -> None:
+        self._own_store = store is None
         self.store = store or TraceStore()
         self.run_id = run_id
         self.current: Trace | None = None
@@ -173,8 +174,18 @@ class TraceCollector:
         bus.subscribe(self)
         return self
 
-    def detach(self, bus: EventBus) -> None:
+    def detach(self, bus: EventBus, error: str = "") -> None:
+        """Stop listening; a run that ended without its final event (an exception,
+        a cancellation) is still saved, with ``error``."""
         bus.unsubscribe(self)
+        trace, self.current = self.current, None
+        if trace is not None:
+            trace.ended = time.time()
+            trace.error = trace.error or error or "the run ended without a result"
+            self.store.save(trace)
+            self.saved.append(trace.id)
+        if self._own_store:
+            self.store.close()
 
     def __call__(self, event: Event) -> None:
         data: Mapping[str, Any] = event.data

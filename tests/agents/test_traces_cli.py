@@ -66,3 +66,23 @@ def test_executor_for_backends() -> None:
     if not available:
         with pytest.raises(SandboxUnavailable, match="not available"):
             executor_for(Config(sandbox=SandboxConfig(backend="docker")))
+
+
+def test_every_run_agent_call_is_traced_even_when_it_fails() -> None:
+    import asyncio
+
+    from jarvisd import EngineResponseError
+    from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.runtime import AgentSpec, run_agent
+    from jarvisd.traces import TraceStore
+
+    asyncio.run(run_agent(AgentSpec("hello", agent="simple"), engine=ScriptedEngine([reply("hi")])))
+    failing = ScriptedEngine([EngineResponseError("model exploded", 500)])
+    with pytest.raises(EngineResponseError):
+        asyncio.run(run_agent(AgentSpec("boom", agent="simple"), engine=failing))
+    store = TraceStore()
+    traces = store.list()
+    store.close()
+    assert [t.input for t in traces] == ["boom", "hello"]
+    assert traces[1].content == "hi" and not traces[1].error
+    assert "model exploded" in traces[0].error
