@@ -5,7 +5,8 @@ container where the jarvisd package is mounted read-only.
 
 Protocol (``jarvisd.protocol`` frames on stdin/stdout):
 
-* host -> REPL ``Start(task="init", payload={"context": str, "max_output_chars": int})``
+* host -> REPL ``Start(task="init", payload={"context": str, "question": str,
+  "max_output_chars": int})``
   once, answered with ``ResultFrame(result={"ok": True})``;
 * host -> REPL ``Start(task="exec", payload={"code": str})`` per step, answered with
   ``ResultFrame(result={"stdout": str, "error": str | None, "final": str | None})``;
@@ -58,6 +59,7 @@ class Repl:
             "FINAL": self.final_value,
             "FINAL_VAR": self.final_var,
             "context": "",
+            "question": "",
         }
 
     # -- wire ----------------------------------------------------------------------
@@ -148,6 +150,7 @@ class Repl:
         for frame in self.reader:
             if isinstance(frame, Start) and frame.task == "init":
                 self.namespace["context"] = frame.payload.get("context", "")
+                self.namespace["question"] = frame.payload.get("question", "")
                 self.max_output_chars = int(
                     frame.payload.get("max_output_chars", self.max_output_chars)
                 )

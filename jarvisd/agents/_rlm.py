@@ -38,15 +38,26 @@ log = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parent.parent.parent  # holds jarvisd/ and runners/
 
 RLM_PROMPT = """You answer a question about a long text that you cannot read directly. It is stored in
-a Python REPL as the variable `context` (a string of {length} characters). Write Python in
-a ```python block; you will see what it prints. Variables persist between blocks.
+a Python REPL as the variable `context` (a string of {length} characters); the question is
+in the variable `question`. Write Python in a ```python block; you will see what it
+prints. Variables persist between blocks.
 Available in the REPL:
 - llm_query(prompt) -> str: ask a language model; include the piece of text it should read
   in the prompt, e.g. llm_query("Find the secret code in: " + context[:3000]).
 - llm_batch(prompts) -> list[str]: ask several prompts at once (much faster than a loop).
 - FINAL(value): finish with this answer. FINAL_VAR("name"): finish with a variable's value.
 Look at the text in chunks of at most {chunk} characters, ask llm_query about the chunks,
-combine the answers, and call FINAL(...) with the result.{tools}"""
+combine the answers, and call FINAL(...) with the result. For example:
+```python
+chunks = [context[i:i + {chunk}] for i in range(0, len(context), {chunk})]
+answers = llm_batch([question + " Answer from this text only, or say NONE.\n\n" + c for c in chunks])
+found = [a for a in answers if "NONE" not in a.upper()]
+print(found)
+```
+and then, once the answer is clear:
+```python
+FINAL(found[0])
+```{tools}"""
 
 
 class ReplSession:
@@ -58,10 +69,12 @@ class ReplSession:
         run: RunContext,
         context: str,
         executor: CodeExecutor,
+        question: str = "",
     ) -> None:
         self.agent = agent
         self.run = run
         self.context = context
+        self.question = question
         self.executor = executor
         self.channel: Channel | None = None
         self.noise: list[str] = []
@@ -80,7 +93,11 @@ class ReplSession:
         self.channel = channel
         init = Start(
             task="init",
-            payload={"context": self.context, "max_output_chars": self.agent.max_output_chars},
+            payload={
+                "context": self.context,
+                "question": self.question,
+                "max_output_chars": self.agent.max_output_chars,
+            },
         )
         await send_frame(channel, init)
         reply = await self._next(channel)
@@ -322,7 +339,7 @@ class RLMAgent(ToolUsingAgent):
             from ..executors import executor_for
 
             code_executor = executor_for(load_config())
-        session = ReplSession(self, run, text, code_executor)
+        session = ReplSession(self, run, text, code_executor, question=input)
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])
         messages = self._build_messages(

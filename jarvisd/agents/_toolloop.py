@@ -410,6 +410,10 @@ async def run_tool_loop(
             state.messages.extend(dialect.result_messages(step, results))
             save()
             raise
+        known = {r.content for r in state.tool_results if r.success}
+        no_progress = all(
+            r.metadata.get("blocked") or (r.success and r.content in known) for r in results
+        )
         state.tool_results.extend(results)
         state.messages.extend(dialect.result_messages(step, results))
         save()
@@ -418,12 +422,12 @@ async def run_tool_loop(
         final = dialect.final_from_results(results)
         if final is not None:
             return finish(final, final_from_tool=True)
-        if all(r.metadata.get("blocked") for r in results):
+        if no_progress:
             if state.turns >= agent.max_turns:
                 break
-            # Every call was blocked as a repeat of one whose result the model already
-            # has: small local models loop like this. One turn without tools asks for
-            # the answer instead.
+            # Nothing new this turn: every call was blocked as a repeat, or returned a
+            # result the model already had (small local models feed a result back into
+            # the tool). One turn without tools asks for the answer instead.
             content, meta = await _answer_turn(agent, run, state, dialect, executor)
             save()
             return finish(content, **meta)
