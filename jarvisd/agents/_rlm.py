@@ -50,7 +50,7 @@ Look at the text in chunks of at most {chunk} characters, ask llm_query about th
 combine the answers, and call FINAL(...) with the result. For example:
 ```python
 chunks = [context[i:i + {chunk}] for i in range(0, len(context), {chunk})]
-answers = llm_batch([question + " Answer from this text only, or say NONE.\n\n" + c for c in chunks])
+answers = llm_batch([question + " Answer from this text only, or say NONE. Text: " + c for c in chunks])
 found = [a for a in answers if "NONE" not in a.upper()]
 print(found)
 ```

@@ -455,9 +455,24 @@ def _unique_calls(step: Step) -> Step:
 
 
 ANSWER_NOW = (
-    "You already have the tool results above. Do not call any tool. Using those results, "
-    "answer the original request now: {input}"
+    "{input}\n\nThese tool results are already known:\n{results}\n\n"
+    "Using these results, answer the request above in plain text. Do not call any tool."
 )
+
+
+def _known_results(state: LoopState, limit: int = 20, max_chars: int = 1000) -> str:
+    """The run's distinct successful tool results as plain lines. Shown without any
+    tool-call syntax, which small models would otherwise imitate instead of answering."""
+    lines: list[str] = []
+    for result in state.tool_results:
+        if not result.success:
+            continue
+        arguments = result.metadata.get("arguments") or {}
+        args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        line = f"- {result.tool_name}({args}) returned: {result.content[:max_chars]}"
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines[-limit:]) or "- (no tool succeeded)"
 
 
 async def _answer_turn(
@@ -467,12 +482,13 @@ async def _answer_turn(
     dialect: Dialect,
     executor: ToolExecutor,
 ) -> tuple[str, dict[str, Any]]:
-    """One generation without tools; its text is the answer unless it is yet another call."""
-    state.messages.append(Message.user(ANSWER_NOW.format(input=state.input)))
-    generation = await agent._generate(run, state.messages, stop=dialect.stop or None)
+    """One generation without tools on a flattened prompt (the request and the known
+    results); its text is the answer unless it is yet another call."""
+    prompt = Message.user(ANSWER_NOW.format(input=state.input, results=_known_results(state)))
+    generation = await agent._generate(run, [prompt])
     state.turns += 1
     state.usage = state.usage + generation.usage
-    state.messages.append(Message.assistant(generation.content))
+    state.messages.extend([prompt, Message.assistant(generation.content)])
     step = dialect.parse(generation, executor)
     if step.kind == "calls":
         return (

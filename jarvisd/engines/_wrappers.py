@@ -165,7 +165,10 @@ class RunEngine(WrapperEngine):
                 state["fired"] = True
                 task.cancel()
 
-        remove = self.run.cancel.on_cancel(lambda: loop.call_soon_threadsafe(fire))
+        def wake() -> None:  # the token may be cancelled from another thread
+            loop.call_soon_threadsafe(fire)
+
+        remove = self.run.cancel.on_cancel(wake)
         try:
             return await work
         except asyncio.CancelledError:

@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .._events import EventBus, EventType
@@ -153,6 +153,8 @@ class ToolExecutor:
             result = await self._invoke(tool, params, call, resolved, start)
         finally:
             _CURRENT_RUN.reset(token)
+        # Kept with the result: the loop's answer turn lists calls with their arguments.
+        result = replace(result, metadata={**result.metadata, "arguments": params})
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:

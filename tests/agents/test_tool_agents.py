@@ -137,9 +137,15 @@ def test_repeated_identical_calls_are_blocked_and_the_model_is_told(key: str, ki
     # The blocked call is answered in the history, then one turn without tools asks for
     # the answer (small local models otherwise repeat the call until max_turns).
     last = scripted.calls[2]
-    told = " ".join(m.content for m in last.messages[-2:])
+    told = " ".join(m.content for m in scripted.calls[1].messages) + str(result.tool_results[1])
     assert "Blocked" in told and "already called 1 times" in told
-    assert "Do not call any tool" in last.messages[-1].content and last.tools == ()
+    # The answer turn shows the known results as plain text, without call syntax.
+    assert [m.role.value for m in last.messages] == ["user"] and last.tools == ()
+    assert "Do not call any tool" in last.messages[0].content
+    shown = {"native_openhands": "python(code='print(1+1)') returned: 2"}.get(
+        key, "calculator(expression='1+1') returned: 2"
+    )
+    assert shown in last.messages[0].content
     assert result.metadata["answer_turn"] is True
 
 
