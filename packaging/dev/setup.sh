@@ -98,6 +98,7 @@ case "$MODE" in
     --test)
         say "fetching the test model"
         pull_model qwen2.5-coder-0.5b
+        pull_model qwen2.5-coder-1.5b
         say "starting a private Docker engine for the sandbox tests"
         eval "$(bash packaging/dev/docker-up.sh)"
         export DOCKER_HOST
