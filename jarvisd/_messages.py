@@ -216,6 +216,17 @@ class SamplingOptions:
     seed: int | None = None
     stop: tuple[str, ...] = ()
 
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI chat-completions sampling fields (llama.cpp takes the same)."""
+        fields: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.top_p is not None:
+            fields["top_p"] = self.top_p
+        if self.seed is not None:
+            fields["seed"] = self.seed
+        if self.stop:
+            fields["stop"] = list(self.stop)
+        return fields
+
 
 @dataclass(frozen=True, slots=True)
 class Generation:

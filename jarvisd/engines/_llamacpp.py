@@ -138,18 +138,11 @@ class LlamaCppEngine(Engine):
         start = time.perf_counter()
         kwargs: dict[str, Any] = {
             "messages": [_to_chat(m) for m in messages],
-            "temperature": options.temperature,
-            "max_tokens": options.max_tokens,
             "stream": True,
+            **options.to_openai(),
         }
         if tools:
             kwargs["tools"] = [t.to_openai() for t in tools]
-        if options.top_p is not None:
-            kwargs["top_p"] = options.top_p
-        if options.seed is not None:
-            kwargs["seed"] = options.seed
-        if options.stop:
-            kwargs["stop"] = list(options.stop)
         pieces: list[str] = []
         reason: str | None = None
         tokens = 0

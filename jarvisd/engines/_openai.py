@@ -114,18 +114,11 @@ class OpenAIEngine(Engine):
         body: dict[str, Any] = {
             "model": model or self.model or "default",
             "messages": [to_openai_message(m) for m in messages],
-            "temperature": options.temperature,
-            "max_tokens": options.max_tokens,
             "stream": stream,
+            **options.to_openai(),
         }
         if tools:
             body["tools"] = [t.to_openai() for t in tools]
-        if options.top_p is not None:
-            body["top_p"] = options.top_p
-        if options.seed is not None:
-            body["seed"] = options.seed
-        if options.stop:
-            body["stop"] = list(options.stop)
         if stream:
             body["stream_options"] = {"include_usage": True}
         return body

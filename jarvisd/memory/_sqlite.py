@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import UsageError
+from .._sqlite import open_db
 
 __all__ = ["MemoryHit", "MemoryStore", "default_memory_path"]
 
@@ -77,12 +78,7 @@ class MemoryStore:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            path = self.path or default_memory_path()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(path), check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-            self._conn = conn
+            self._conn = open_db(self.path or default_memory_path(), _SCHEMA)
         return self._conn
 
     def add(self, text: str, *, source: str = "", metadata: Mapping[str, Any] | None = None) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 
 from .._errors import TaskNotFound
 from .._events import Event, EventBus, EventType
+from .._sqlite import open_db
 
 __all__ = ["Trace", "TraceCollector", "TraceStore", "default_trace_path"]
 
@@ -98,12 +99,7 @@ class TraceStore:
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
-            path = self.path or default_trace_path()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(path), check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
-            self._conn = conn
+            self._conn = open_db(self.path or default_trace_path(), _SCHEMA)
         return self._conn
 
     def save(self, trace: Trace) -> None:
