@@ -235,6 +235,17 @@ class RLMDialect(Dialect):
             return Step("final", final)
         return Step("invalid", error="it has no ```python block and no FINAL(...)")
 
+    def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        # Small models repeat their code unless told what comes next.
+        output = "\n\n".join(r.content for r in results)
+        return [
+            Message.user(
+                f"REPL output:\n{output}\n\nIf this output answers the question, reply with "
+                "a ```python block that calls FINAL(...) with the answer. Otherwise write new "
+                "code."
+            )
+        ]
+
     def corrective(self, step: Step) -> str:
         return (
             f"Your last reply could not be used: {step.error}. Write Python in a ```python "

@@ -46,10 +46,10 @@ class Counting(WrapperEngine):
         return await super().generate(messages, model=model, tools=tools, options=options)
 
 
-def engine(n_ctx: int = 4096) -> Any:
+def engine(n_ctx: int = 4096, model: str = MODEL) -> Any:
     from jarvisd.engines import LlamaCppEngine
 
-    return LlamaCppEngine(str(real_model_path(MODEL)), n_ctx=n_ctx)
+    return LlamaCppEngine(str(real_model_path(model)), n_ctx=n_ctx)
 
 
 def run(agent: Any, text: str, context: AgentContext | None = None) -> Any:
@@ -96,15 +96,15 @@ def test_native_react_action_lines_become_a_tool_call() -> None:
 
 
 def test_rlm_reads_a_context_larger_than_the_window_through_sub_calls() -> None:
-    lines = [
-        f"Record {i}: the weather was mild and nothing happened on day {i}." for i in range(900)
-    ]
-    lines[613] = "Record 613: the vault password is TANGERINE-42."
-    context = "\n".join(lines)  # about 60k characters, ~15k tokens: 7x the 2048 window
-    counting = Counting(engine(n_ctx=2048))
+    # The 0.5B model cannot follow the RLM protocol at all (it answers without code);
+    # the 1.5B model writes the chunking code and ends through FINAL.
+    lines = [f"Record {i}: the weather was mild and nothing happened on day {i}." for i in range(200)]
+    lines[137] = "Record 137: the vault password is TANGERINE-42."
+    context = "\n".join(lines)  # about 12.5k characters, ~3.5k tokens: 3.5x the 1024 window
+    counting = Counting(engine(n_ctx=1024, model="qwen2.5-coder-1.5b"))
     agent = AgentRegistry.create(
-        "rlm", counting, temperature=0, max_tokens=400, max_turns=6, executor=SubprocessExecutor(),
-        sub_max_tokens=64, exec_timeout=600,
+        "rlm", counting, temperature=0, max_tokens=300, max_turns=6, executor=SubprocessExecutor(),
+        sub_temperature=0, sub_max_tokens=64, exec_timeout=600,
     )  # fmt: skip
     result = run(agent, "What is the vault password?", AgentContext(metadata={"context": context}))
     steps = [r for r in result.tool_results if r.tool_name == "repl"]
