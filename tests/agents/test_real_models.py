@@ -98,7 +98,9 @@ def test_native_react_action_lines_become_a_tool_call() -> None:
 def test_rlm_reads_a_context_larger_than_the_window_through_sub_calls() -> None:
     # The 0.5B model cannot follow the RLM protocol at all (it answers without code);
     # the 1.5B model writes the chunking code and ends through FINAL.
-    lines = [f"Record {i}: the weather was mild and nothing happened on day {i}." for i in range(200)]
+    lines = [
+        f"Record {i}: the weather was mild and nothing happened on day {i}." for i in range(200)
+    ]
     lines[137] = "Record 137: the vault password is TANGERINE-42."
     context = "\n".join(lines)  # about 12.5k characters, ~3.5k tokens: 3.5x the 1024 window
     counting = Counting(engine(n_ctx=1024, model="qwen2.5-coder-1.5b"))
