@@ -13,7 +13,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._events import EventBus, EventType
@@ -150,11 +150,12 @@ class ToolExecutor:
             bus.publish(EventType.TOOL_CALL_START, tool=resolved, arguments=params, call_id=call.id)
         token = _CURRENT_RUN.set(run)
         try:
-            result = await self._invoke(tool, params, call, resolved, start)
+            if self._inline[resolved]:  # cheap sync tools: no task, no timeout machinery
+                result = self._invoke_inline(tool, params, call, resolved, start)
+            else:
+                result = await self._invoke(tool, params, call, resolved, start)
         finally:
             _CURRENT_RUN.reset(token)
-        # Kept with the result: the loop's answer turn lists calls with their arguments.
-        result = replace(result, metadata={**result.metadata, "arguments": params})
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:
@@ -186,18 +187,36 @@ class ToolExecutor:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
+        return self._result(value, params, call, name, start)
+
+    def _invoke_inline(
+        self, tool: BaseTool, params: dict[str, Any], call: ToolCall, name: str, start: float
+    ) -> ToolResult:
+        try:
+            value = tool.execute(**params)
+        except Cancelled:
+            raise
+        except Exception as exc:
+            return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
+        return self._result(value, params, call, name, start)
+
+    def _result(
+        self, value: Any, params: dict[str, Any], call: ToolCall, name: str, start: float
+    ) -> ToolResult:
         latency = time.perf_counter() - start
+        # The arguments stay with the result: the loop's answer turn lists them.
         if isinstance(value, ToolResult):
-            content = value.content
             return ToolResult(
                 tool_name=name,
-                content=self._clip(content),
+                content=self._clip(value.content),
                 success=value.success,
                 call_id=call.id,
                 latency_s=latency,
-                metadata=value.metadata,
+                metadata={**value.metadata, "arguments": params},
             )
-        return ToolResult(name, self._clip(str(value)), True, call.id, latency)
+        return ToolResult(
+            name, self._clip(str(value)), True, call.id, latency, {"arguments": params}
+        )
 
     def _clip(self, content: str) -> str:
         if len(content) <= self.max_result_chars:
