@@ -160,6 +160,19 @@ def _model_entry(info: ModelInfo) -> dict[str, Any]:
     }
 
 
+class _HTTPServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # The standard server prints tracebacks to stderr; clients that drop a
+        # keep-alive connection are routine, anything else is logged.
+        import sys
+
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            log.debug("client %s went away: %s", client_address, exc)
+        else:
+            log.exception("error serving %s", client_address)
+
+
 class OllamaServer:
     """Serve ``engine`` over the Ollama HTTP API on ``host:port`` (0: any free port).
 
@@ -194,7 +207,7 @@ class OllamaServer:
         )
         loop_thread.start()
         handler = type("Handler", (_Handler,), {"api": self})
-        self._httpd = ThreadingHTTPServer((self.host, self.port), handler)
+        self._httpd = _HTTPServer((self.host, self.port), handler)
         self._httpd.daemon_threads = True
         http_thread = threading.Thread(
             target=self._httpd.serve_forever, name="ollama-api-http", daemon=True
