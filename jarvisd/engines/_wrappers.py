@@ -105,7 +105,9 @@ class InstrumentedEngine(WrapperEngine):
             completion_tokens=generation.usage.completion_tokens,
             tool_calls=len(generation.tool_calls),
         )
-        return replace(generation, latency_s=generation.latency_s or latency)
+        if generation.latency_s:
+            return generation
+        return replace(generation, latency_s=latency)
 
     async def stream(
         self,
