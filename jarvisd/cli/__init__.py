@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("jarvisd.cli._sandbox:sandbox", "Build, check and use the agents' sandbox."),
     "serve-model": (
         "jarvisd.cli._serve:serve_model",
-        "Serve a local model over the Ollama HTTP API.",
+        "Serve local models over the Ollama and OpenAI HTTP APIs.",
     ),
     "task": ("jarvisd.cli._task:task", "Hand long tasks to jarvisd: submit, logs, wait, cancel."),
 }

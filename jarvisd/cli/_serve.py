@@ -12,9 +12,10 @@ import click
               help="Catalog name or .gguf path to serve (repeatable; default: config).")  # fmt: skip
 @click.option("--n-ctx", type=int, default=None, help="Context window (default: config).")
 def serve_model(host: str, port: int, models: tuple[str, ...], n_ctx: int | None) -> None:
-    """Serve local models over the Ollama API: /api/chat, /api/generate, /api/tags,
-    /api/show, /api/ps. Any Ollama client (or `jarvis ask --engine ollama`) can then
-    use them with no Ollama installed. Models load on first use, one at a time.
+    """Serve local models over the Ollama API (/api/chat, /api/generate, /api/tags,
+    /api/show, /api/ps) and the OpenAI API (/v1/chat/completions, /v1/models). Any
+    Ollama or OpenAI client (or `jarvis ask --engine ollama`) can then use them with no
+    Ollama installed. Models load on first use, one at a time.
     """
     from .._config import load_config
     from ..engines._llamacpp import LlamaCppPool
