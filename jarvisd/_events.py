@@ -45,21 +45,22 @@ class EventBus:
     skipped: telemetry must never change the outcome of a run."""
 
     def __init__(self) -> None:
-        self._subscribers: list[tuple[EventType | None, Subscriber]] = []
+        # Replaced, never mutated: publish iterates it without a lock or a copy.
+        self._subscribers: tuple[tuple[EventType | None, Subscriber], ...] = ()
         self._lock = threading.Lock()
 
     def subscribe(self, callback: Subscriber, event_type: EventType | None = None) -> None:
         """Call ``callback`` for every event of ``event_type`` (None: every event)."""
         with self._lock:
-            self._subscribers.append((event_type, callback))
+            self._subscribers = (*self._subscribers, (event_type, callback))
 
     def unsubscribe(self, callback: Subscriber) -> None:
         with self._lock:
-            self._subscribers = [(t, c) for t, c in self._subscribers if c is not callback]
+            self._subscribers = tuple((t, c) for t, c in self._subscribers if c is not callback)
 
     def publish(self, event_type: EventType, **data: Any) -> Event:
-        event = Event(event_type, data)
-        for wanted, callback in tuple(self._subscribers):
+        event = Event(event_type, data, time.time())
+        for wanted, callback in self._subscribers:
             if wanted is not None and wanted is not event_type:
                 continue
             try:

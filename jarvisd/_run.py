@@ -140,8 +140,19 @@ class RunContext:
     #: A state saved by ``checkpoint``: the top agent continues from it instead of
     #: starting over.
     resume: Mapping[str, Any] | None = None
+    #: Engines bound to this run's token, ledger and bus (``RunEngine.bind``), shared
+    #: with child contexts, which have the same three.
+    bound_engines: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def child(self) -> RunContext:
         """Context for a nested agent: same token, ledger and bus; one level deeper;
         no streaming, checkpoints or resume (those belong to the top agent)."""
-        return RunContext(self.bus, self.budget, self.cancel, self.run_id, None, self.depth + 1)
+        return RunContext(
+            self.bus,
+            self.budget,
+            self.cancel,
+            self.run_id,
+            None,
+            self.depth + 1,
+            bound_engines=self.bound_engines,
+        )

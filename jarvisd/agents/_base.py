@@ -96,6 +96,7 @@ class BaseAgent(abc.ABC):
         self.bus = bus
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self._cached_options: tuple[dict[str, Any], SamplingOptions] | None = None
         self.system_prompt = system_prompt
 
     @abc.abstractmethod
@@ -142,7 +143,12 @@ class BaseAgent(abc.ABC):
     def _options(self, **overrides: Any) -> SamplingOptions:
         values: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return SamplingOptions(**values)
+        cached = self._cached_options
+        if cached is not None and cached[0] == values:  # the usual case: every turn alike
+            return cached[1]
+        options = SamplingOptions(**values)
+        self._cached_options = (values, options)
+        return options
 
     async def _generate(
         self,
@@ -156,7 +162,7 @@ class BaseAgent(abc.ABC):
     ) -> Generation:
         """One engine call under the run's budget and cancel token, with the agent's
         defaults. With ``stream`` and a run that streams, text goes to ``run.on_delta``."""
-        engine = RunEngine(self.engine, run)
+        engine = RunEngine.bind(self.engine, run)
         sampling = self._options(**options)
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:

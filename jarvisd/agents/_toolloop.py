@@ -340,6 +340,7 @@ async def run_tool_loop(
         spec_tokens = sum(len(json.dumps(s.to_openai())) for s in specs) // 3
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
     counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
+    known = {r.content for r in state.tool_results if r.success}  # results the model has
 
     def save() -> None:
         if run.checkpoint is not None:
@@ -368,13 +369,13 @@ async def run_tool_loop(
 
     while state.turns < agent.max_turns:
         run.cancel.raise_if_cancelled()
-        if len(state.messages) != counted[0]:  # size only what was appended since
-            counted[1] += sum(estimate_tokens(m) for m in state.messages[counted[0] :])
-            counted[0] = len(state.messages)
-        if budget and counted[1] > budget:
-            messages = fit_messages(state.messages, budget)
-        else:
-            messages = list(state.messages)
+        messages = list(state.messages)
+        if budget:
+            for message in messages[counted[0] :]:  # size only what was appended since
+                counted[1] += estimate_tokens(message)
+            counted[0] = len(messages)
+            if counted[1] > budget:
+                messages = fit_messages(messages, budget)
         generation = await agent._generate(run, messages, tools=specs, stop=dialect.stop or None)
         state.turns += 1
         state.usage = state.usage + generation.usage
@@ -410,10 +411,10 @@ async def run_tool_loop(
             state.messages.extend(dialect.result_messages(step, results))
             save()
             raise
-        known = {r.content for r in state.tool_results if r.success}
         no_progress = all(
             r.metadata.get("blocked") or (r.success and r.content in known) for r in results
         )
+        known.update(r.content for r in results if r.success)
         state.tool_results.extend(results)
         state.messages.extend(dialect.result_messages(step, results))
         save()
@@ -442,6 +443,8 @@ async def run_tool_loop(
 def _unique_calls(step: Step) -> Step:
     """Collapse identical calls within one reply (small models sometimes emit the same
     call a dozen times): each distinct call runs once and appears once in the history."""
+    if len(step.calls) < 2:
+        return step
     seen: set[tuple[str, str]] = set()
     unique = []
     for call in step.calls:

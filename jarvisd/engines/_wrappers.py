@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -140,47 +140,77 @@ class InstrumentedEngine(WrapperEngine):
 class RunEngine(WrapperEngine):
     """Binds an engine to one run: every call first reserves budget (so the run cannot
     overshoot its token cap by a whole call), races the run's cancel token, and charges
-    the tokens it really used. Inference events go to the run's bus."""
+    the tokens it really used. Inference events go to the run's bus.
+
+    Use :meth:`bind`: one wrapper per run and engine, registered once with the token."""
 
     def __init__(self, inner: Engine, run: RunContext) -> None:
         super().__init__(InstrumentedEngine(inner, run.bus))
         self.run = run
+        self._engine = inner
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: set[asyncio.Task[object]] = set()  # tasks inside an engine call
+        self._fired: set[asyncio.Task[object]] = set()  # of those, the ones we cancelled
+
+    @classmethod
+    def bind(cls, engine: Engine, run: RunContext) -> RunEngine:
+        """The run's wrapper around ``engine``, built on first use and then reused (a
+        turn costs microseconds; the wrapper should not cost more)."""
+        if isinstance(engine, RunEngine) and engine.run.cancel is run.cancel:
+            return engine
+        bound = run.bound_engines.get(id(engine))
+        # The cached wrapper holds the engine, so its id cannot be reused while cached.
+        if not isinstance(bound, RunEngine) or bound._engine is not engine:
+            bound = run.bound_engines[id(engine)] = cls(engine, run)
+        return bound
 
     def _limit(self, options: SamplingOptions) -> SamplingOptions:
         self.run.cancel.raise_if_cancelled()
         allowed = self.run.budget.reserve(options.max_tokens)
         return options if allowed == options.max_tokens else replace(options, max_tokens=allowed)
 
+    def _wake(self) -> None:
+        # Called by the token, perhaps from another thread, perhaps long after the
+        # run's loop has closed (then there is nothing left to interrupt).
+        if self._loop is None or not self._waiting:
+            return
+        try:
+            self._loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:
+            pass
+
+    def _fire(self) -> None:
+        for task in tuple(self._waiting):
+            self._fired.add(task)
+            task.cancel()
+
     async def _race(self, work: Awaitable[_T]) -> _T:
-        # Awaited in the caller's own task (no helper tasks: a turn costs microseconds,
-        # not loop iterations); the token's callback cancels that task while ``work``
-        # runs, and only then.
-        self.run.cancel.raise_if_cancelled()
+        # Awaited in the caller's own task (no helper task per call); while ``work``
+        # runs, the task is listed in ``_waiting`` and the token's one callback
+        # cancels it.
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
             return await work
-        loop = asyncio.get_running_loop()
-        state = {"active": True, "fired": False}
-
-        def fire() -> None:
-            if state["active"]:
-                state["fired"] = True
-                task.cancel()
-
-        def wake() -> None:  # the token may be cancelled from another thread
-            loop.call_soon_threadsafe(fire)
-
-        remove = self.run.cancel.on_cancel(wake)
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self.run.cancel.on_cancel(self._wake)
+        self._waiting.add(task)
         try:
+            # Checked after joining ``_waiting``: a cancel from another thread either
+            # sees this task there or is seen here.
+            if self.run.cancel.cancelled:
+                if isinstance(work, Coroutine):
+                    work.close()
+                raise Cancelled(self.run.cancel.reason)
             return await work
         except asyncio.CancelledError:
-            if state["fired"]:
+            if task in self._fired:
                 task.uncancel()
                 raise Cancelled(self.run.cancel.reason) from None
             raise
         finally:
-            state["active"] = False
-            remove()
+            self._waiting.discard(task)
+            self._fired.discard(task)
 
     async def generate(
         self,

@@ -117,7 +117,7 @@ class _Session:
         self.agent = agent
         self.channel = channel
         self.run_ctx = run
-        self.engine = RunEngine(agent.engine, run)
+        self.engine = RunEngine.bind(agent.engine, run)
         self.stopped: RunStopped | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self.noise: list[str] = []

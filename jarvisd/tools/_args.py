@@ -100,12 +100,13 @@ def parse_arguments(
         if isinstance(inner, dict):
             value = inner
     if isinstance(value, dict):
-        props = schema.get("properties") or {}
-        for wrapper in ("arguments", "parameters", "args", "input"):
-            inner = value.get(wrapper)
-            if len(value) == 1 and isinstance(inner, dict) and wrapper not in props:
-                value = inner
-                break
+        if len(value) == 1:  # {"arguments": {...}}: a wrapper the model added
+            props = schema.get("properties") or {}
+            for wrapper in ("arguments", "parameters", "args", "input"):
+                inner = value.get(wrapper)
+                if isinstance(inner, dict) and wrapper not in props:
+                    value = inner
+                    break
         found: dict[str, Any] = value
         return found
     sole = _sole_parameter(schema)

@@ -85,7 +85,7 @@ class LLMTool(BaseTool):
         messages = [Message.user(str(params["prompt"]))]
         if params.get("system"):
             messages.insert(0, Message.system(str(params["system"])))
-        generation = await RunEngine(self.engine, child).generate(
+        generation = await RunEngine.bind(self.engine, child).generate(
             messages,
             model=self.model,
             options=SamplingOptions(temperature=0.3, max_tokens=self.max_tokens),
