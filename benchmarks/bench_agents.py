@@ -15,17 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import time
+from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
 from benchmarks.harness import BenchEnv, Row, median
 
-
-def _default_options() -> object:
-    from jarvisd._messages import SamplingOptions
-
-    return SamplingOptions()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 OPENJARVIS_SCRIPT = r"""
@@ -123,7 +121,7 @@ async def _ours(n: int) -> dict[str, float]:
     )
     from jarvisd._run import RunContext
     from jarvisd.agents import AgentContext, OrchestratorAgent, RLMAgent
-    from jarvisd.engines import Engine, ScriptedEngine, reply
+    from jarvisd.engines import Engine, reply
     from jarvisd.executors import SubprocessExecutor
     from jarvisd.tools import CalculatorTool, ToolExecutor
 
@@ -139,25 +137,30 @@ async def _ours(n: int) -> dict[str, float]:
         await ex.execute(call, run)
     out["dispatch_us"] = (time.perf_counter() - start) / n * 1e6
 
-    counter = {"n": 0}
     usage = Usage(1, 1)
     _DEFAULT_OPTIONS = SamplingOptions()
 
-    def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
-        # Built the way a real engine returns them (model and latency set), as cheaply
-        # as OpenJarvis's fake builds its dicts.
-        counter["n"] += 1
-        n = counter["n"]
-        if n % 10 == 0:
-            return Generation("done", usage=usage, model="m", latency_s=1e-6)
-        calls = (ToolCall("calculator", json.dumps({"expression": f"{n}+1"}), id=f"c{n}"),)
-        return Generation("", calls, usage, FinishReason.TOOL_CALLS, "m", 1e-6)
+    class Fake(Engine):
+        """The same fake as OpenJarvis's side: every 10th call answers, the others call
+        the calculator. Replies are built the way a real engine returns them."""
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        async def generate(
+            self, messages: Sequence[Message], *, model: str = "", tools: Sequence[ToolSpec] = (),
+            options: SamplingOptions = _DEFAULT_OPTIONS,
+        ) -> Generation:  # fmt: skip
+            self.n += 1
+            n = self.n
+            if n % 10 == 0:
+                return Generation("done", usage=usage, model="m", latency_s=1e-6)
+            calls = (ToolCall("calculator", json.dumps({"expression": f"{n}+1"}), id=f"c{n}"),)
+            return Generation("", calls, usage, FinishReason.TOOL_CALLS, "m", 1e-6)
 
     loops = []
     for _ in range(n // 100 + 20):
-        agent = OrchestratorAgent(
-            ScriptedEngine(fallback=script), "m", tools=[CalculatorTool()], max_turns=10
-        )
+        agent = OrchestratorAgent(Fake(), "m", tools=[CalculatorTool()], max_turns=10)
         loop_run = RunContext()
         loop_run.bus.subscribe(lambda e: None)
         start = time.perf_counter()
@@ -193,13 +196,26 @@ async def _ours(n: int) -> dict[str, float]:
     return out
 
 
+def _in_own_process(n: int) -> dict[str, float]:
+    """Our side, like OpenJarvis's, in a fresh interpreter: the harness's own heap must
+    not weigh on either."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.bench_agents", str(n)],
+        capture_output=True, text=True, timeout=600, check=False, cwd=ROOT,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"jarvis benchmark process failed: {proc.stderr[-2000:]}")
+    data: dict[str, float] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return data
+
+
 def run(env: BenchEnv) -> list[Row]:
     n = 2000 if env.quick else 20000
     rounds = env.runs(3, 1)
     ours: list[dict[str, float]] = []
     theirs: list[dict[str, float]] = []
     for _ in range(rounds):
-        ours.append(asyncio.run(_ours(n)))
+        ours.append(_in_own_process(n))
         oj = _openjarvis(env, n)
         if oj is not None:
             theirs.append(oj)
@@ -223,3 +239,7 @@ def run(env: BenchEnv) -> list[Row]:
     rows.append(Row("llm_batch, 5 calls x 0.2 s", batch, "s", base_batch, "OpenJarvis 1.0.4",
                     "< 0.35 s wall", batch < 0.35, "REPL in its own process; host answers concurrently"))  # fmt: skip
     return rows
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_ours(int(sys.argv[1])))))

@@ -27,7 +27,7 @@ class EventType(enum.StrEnum):
     RUN_END = "run_end"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     type: EventType
     data: Mapping[str, Any] = field(default_factory=dict)

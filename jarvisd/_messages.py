@@ -185,7 +185,7 @@ class ToolResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -228,7 +228,7 @@ class SamplingOptions:
         return fields
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Generation:
     """One reply from an engine."""
 

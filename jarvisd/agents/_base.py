@@ -25,6 +25,8 @@ _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 
 def strip_think_tags(text: str) -> str:
     """Remove ``<think>...</think>`` blocks (an unclosed one runs to the end)."""
+    if "<" not in text:  # the usual reply: nothing to strip
+        return text.strip()
     return _THINK.sub("", text).strip()
 
 
@@ -96,7 +98,6 @@ class BaseAgent(abc.ABC):
         self.bus = bus
         self.temperature = temperature
         self.max_tokens = max_tokens
-        self._cached_options: tuple[dict[str, Any], SamplingOptions] | None = None
         self.system_prompt = system_prompt
 
     @abc.abstractmethod
@@ -143,12 +144,7 @@ class BaseAgent(abc.ABC):
     def _options(self, **overrides: Any) -> SamplingOptions:
         values: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         values.update({k: v for k, v in overrides.items() if v is not None})
-        cached = self._cached_options
-        if cached is not None and cached[0] == values:  # the usual case: every turn alike
-            return cached[1]
-        options = SamplingOptions(**values)
-        self._cached_options = (values, options)
-        return options
+        return SamplingOptions(**values)
 
     async def _generate(
         self,
@@ -158,12 +154,15 @@ class BaseAgent(abc.ABC):
         tools: Sequence[ToolSpec] = (),
         stream: bool = False,
         model: str | None = None,
+        sampling: SamplingOptions | None = None,
         **options: Any,
     ) -> Generation:
         """One engine call under the run's budget and cancel token, with the agent's
-        defaults. With ``stream`` and a run that streams, text goes to ``run.on_delta``."""
+        defaults (or ``sampling``, built once by a loop with :meth:`_options`). With
+        ``stream`` and a run that streams, text goes to ``run.on_delta``."""
         engine = RunEngine.bind(self.engine, run)
-        sampling = self._options(**options)
+        if sampling is None:
+            sampling = self._options(**options)
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:
             final: Generation | None = None

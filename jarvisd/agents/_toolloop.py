@@ -59,7 +59,7 @@ __all__ = [
 STATE_VERSION = 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Step:
     """What one reply means."""
 
@@ -341,6 +341,7 @@ async def run_tool_loop(
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
     counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
     known = {r.content for r in state.tool_results if r.success}  # results the model has
+    sampling = agent._options(stop=dialect.stop or None)
 
     def save() -> None:
         if run.checkpoint is not None:
@@ -376,7 +377,7 @@ async def run_tool_loop(
             counted[0] = len(messages)
             if counted[1] > budget:
                 messages = fit_messages(messages, budget)
-        generation = await agent._generate(run, messages, tools=specs, stop=dialect.stop or None)
+        generation = await agent._generate(run, messages, tools=specs, sampling=sampling)
         state.turns += 1
         state.usage = state.usage + generation.usage
         step = dialect.parse(generation, executor)
@@ -411,9 +412,10 @@ async def run_tool_loop(
             state.messages.extend(dialect.result_messages(step, results))
             save()
             raise
-        no_progress = all(
-            r.metadata.get("blocked") or (r.success and r.content in known) for r in results
-        )
+        no_progress = True
+        for r in results:
+            if not (r.metadata.get("blocked") or (r.success and r.content in known)):
+                no_progress = False
         known.update(r.content for r in results if r.success)
         state.tool_results.extend(results)
         state.messages.extend(dialect.result_messages(step, results))

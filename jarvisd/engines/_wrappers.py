@@ -62,6 +62,39 @@ class WrapperEngine(Engine):
         await self.inner.aclose()
 
 
+def _started(bus: EventBus, engine: str, model: str, messages: int) -> float:
+    bus.publish(EventType.INFERENCE_START, engine=engine, model=model, messages=messages)
+    return time.perf_counter()
+
+
+def _ended(bus: EventBus, engine: str, model: str, start: float, generation: Generation) -> float:
+    latency = time.perf_counter() - start
+    bus.publish(
+        EventType.INFERENCE_END,
+        engine=engine,
+        model=generation.model or model,
+        latency_s=latency,
+        prompt_tokens=generation.usage.prompt_tokens,
+        completion_tokens=generation.usage.completion_tokens,
+        tool_calls=len(generation.tool_calls),
+    )
+    return latency
+
+
+def _failed(bus: EventBus, engine: str, model: str, start: float, exc: BaseException) -> None:
+    bus.publish(
+        EventType.INFERENCE_END,
+        engine=engine,
+        model=model,
+        latency_s=time.perf_counter() - start,
+        error=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def _timed(generation: Generation, latency: float) -> Generation:
+    return generation if generation.latency_s else replace(generation, latency_s=latency)
+
+
 class InstrumentedEngine(WrapperEngine):
     """Publishes INFERENCE_START / INFERENCE_END (tokens, latency, error) on a bus."""
 
@@ -78,36 +111,15 @@ class InstrumentedEngine(WrapperEngine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
         model = model or self.inner.default_model()
-        self.bus.publish(
-            EventType.INFERENCE_START, engine=self.name, model=model, messages=len(messages)
-        )
-        start = time.perf_counter()
+        start = _started(self.bus, self.name, model, len(messages))
         try:
             generation = await self.inner.generate(
                 messages, model=model, tools=tools, options=options
             )
         except BaseException as exc:
-            self.bus.publish(
-                EventType.INFERENCE_END,
-                engine=self.name,
-                model=model,
-                latency_s=time.perf_counter() - start,
-                error=f"{type(exc).__name__}: {exc}",
-            )
+            _failed(self.bus, self.name, model, start, exc)
             raise
-        latency = time.perf_counter() - start
-        self.bus.publish(
-            EventType.INFERENCE_END,
-            engine=self.name,
-            model=generation.model or model,
-            latency_s=latency,
-            prompt_tokens=generation.usage.prompt_tokens,
-            completion_tokens=generation.usage.completion_tokens,
-            tool_calls=len(generation.tool_calls),
-        )
-        if generation.latency_s:
-            return generation
-        return replace(generation, latency_s=latency)
+        return _timed(generation, _ended(self.bus, self.name, model, start, generation))
 
     async def stream(
         self,
@@ -118,22 +130,10 @@ class InstrumentedEngine(WrapperEngine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
         model = model or self.inner.default_model()
-        self.bus.publish(
-            EventType.INFERENCE_START, engine=self.name, model=model, messages=len(messages)
-        )
-        start = time.perf_counter()
+        start = _started(self.bus, self.name, model, len(messages))
         async for chunk in self.inner.stream(messages, model=model, tools=tools, options=options):
             if chunk.done and chunk.generation is not None:
-                g = chunk.generation
-                self.bus.publish(
-                    EventType.INFERENCE_END,
-                    engine=self.name,
-                    model=g.model or model,
-                    latency_s=time.perf_counter() - start,
-                    prompt_tokens=g.usage.prompt_tokens,
-                    completion_tokens=g.usage.completion_tokens,
-                    tool_calls=len(g.tool_calls),
-                )
+                _ended(self.bus, self.name, model, start, chunk.generation)
             yield chunk
 
 
@@ -145,9 +145,8 @@ class RunEngine(WrapperEngine):
     Use :meth:`bind`: one wrapper per run and engine, registered once with the token."""
 
     def __init__(self, inner: Engine, run: RunContext) -> None:
-        super().__init__(InstrumentedEngine(inner, run.bus))
+        super().__init__(inner)
         self.run = run
-        self._engine = inner
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: set[asyncio.Task[object]] = set()  # tasks inside an engine call
         self._fired: set[asyncio.Task[object]] = set()  # of those, the ones we cancelled
@@ -156,12 +155,13 @@ class RunEngine(WrapperEngine):
     def bind(cls, engine: Engine, run: RunContext) -> RunEngine:
         """The run's wrapper around ``engine``, built on first use and then reused (a
         turn costs microseconds; the wrapper should not cost more)."""
+        bound: RunEngine | None = run.bound_engines.get(id(engine))
+        # The cached wrapper holds the engine, so its id cannot be reused while cached.
+        if bound is not None and bound.inner is engine:
+            return bound
         if isinstance(engine, RunEngine) and engine.run.cancel is run.cancel:
             return engine
-        bound = run.bound_engines.get(id(engine))
-        # The cached wrapper holds the engine, so its id cannot be reused while cached.
-        if not isinstance(bound, RunEngine) or bound._engine is not engine:
-            bound = run.bound_engines[id(engine)] = cls(engine, run)
+        bound = run.bound_engines[id(engine)] = cls(engine, run)
         return bound
 
     def _limit(self, options: SamplingOptions) -> SamplingOptions:
@@ -221,11 +221,18 @@ class RunEngine(WrapperEngine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
         options = self._limit(options)
-        generation = await self._race(
-            self.inner.generate(messages, model=model, tools=tools, options=options)
-        )
+        model = model or self.inner.default_model()
+        bus = self.run.bus
+        start = _started(bus, self.name, model, len(messages))
+        try:
+            generation = await self._race(
+                self.inner.generate(messages, model=model, tools=tools, options=options)
+            )
+        except BaseException as exc:
+            _failed(bus, self.name, model, start, exc)
+            raise
         self.run.budget.charge(generation.usage)
-        return generation
+        return _timed(generation, _ended(bus, self.name, model, start, generation))
 
     async def stream(
         self,
@@ -236,7 +243,12 @@ class RunEngine(WrapperEngine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
         options = self._limit(options)
-        iterator = aiter(self.inner.stream(messages, model=model, tools=tools, options=options))
+        model = model or self.inner.default_model()
+        iterator = aiter(
+            InstrumentedEngine(self.inner, self.run.bus).stream(
+                messages, model=model, tools=tools, options=options
+            )
+        )
         try:
             while True:
                 try:

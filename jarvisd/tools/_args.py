@@ -41,10 +41,15 @@ def _loads(text: str) -> Any:
         raise ArgumentError("not valid JSON") from None
 
 
+_DECODER = json.JSONDecoder()
+
+
 def _try_json(text: str) -> dict[str, Any] | None:
     try:
-        value = json.loads(text)
+        value, end = _DECODER.raw_decode(text)
     except ValueError:
+        return None
+    if end != len(text) and text[end:].strip():
         return None
     return value if isinstance(value, dict) else None
 
@@ -70,7 +75,7 @@ def parse_arguments(
     """The arguments object for ``schema``, repaired when possible."""
     if text is None:
         return {}
-    if isinstance(text, Mapping):
+    if not isinstance(text, str):
         value: Any = dict(text)
     elif text.startswith("{") and (fast := _try_json(text)) is not None:
         value = fast  # the well-formed case, kept cheap

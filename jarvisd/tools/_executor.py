@@ -39,7 +39,9 @@ class LoopGuard:
     @staticmethod
     def key(name: str, params: Mapping[str, Any]) -> str:
         # repr of the sorted items: canonical for equal arguments, and cheap.
-        return name + ":" + repr(sorted(params.items()))
+        if len(params) == 1:  # the usual case, without sorting
+            return f"{name}:[{next(iter(params.items()))!r}]"
+        return f"{name}:{sorted(params.items())!r}"
 
     def admit(self, key: str) -> int:
         """Count one more call of ``key``; returns how many times it was seen before."""
