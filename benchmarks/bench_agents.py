@@ -17,8 +17,8 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import BenchEnv, Row, median
