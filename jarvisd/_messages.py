@@ -2,6 +2,10 @@
 
 Loose input (dicts from JSON, Ollama's or OpenAI's shapes) is converted here, once,
 at the edge; everything inside jarvis passes these dataclasses around.
+
+They are values: built once, never changed (``dataclasses.replace`` makes a changed
+copy). The ones the tool loop builds on every turn are not ``frozen``, because a frozen
+dataclass costs about a microsecond more per instance on that hot path.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def new_call_id() -> str:
     return "call_" + uuid.uuid4().hex[:12]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolCall:
     """A model's request to run a tool. ``arguments`` is the raw JSON text the model
     wrote: parsing (and repairing) it is the ToolExecutor's job, so nothing is lost."""
@@ -96,7 +100,7 @@ class ToolCall:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     role: Role
     content: str = ""
@@ -163,7 +167,7 @@ class ToolSpec:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ToolResult:
     """The outcome of one tool call, always produced, even for failures."""
 

@@ -79,7 +79,7 @@ def recover_tool_calls(text: str, names: Collection[str]) -> tuple[list[ToolCall
     Returns the calls and the text with them removed. Tagged calls win over fenced
     blocks, which win over bare JSON, so one call is never counted twice.
     """
-    if not names or not text:
+    if not names or "{" not in text:  # every form below carries a JSON object
         return [], text
     for pattern in (_TAGGED, _FENCED):
         calls: list[ToolCall] = []

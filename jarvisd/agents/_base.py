@@ -154,15 +154,12 @@ class BaseAgent(abc.ABC):
         tools: Sequence[ToolSpec] = (),
         stream: bool = False,
         model: str | None = None,
-        sampling: SamplingOptions | None = None,
         **options: Any,
     ) -> Generation:
         """One engine call under the run's budget and cancel token, with the agent's
-        defaults (or ``sampling``, built once by a loop with :meth:`_options`). With
-        ``stream`` and a run that streams, text goes to ``run.on_delta``."""
+        defaults. With ``stream`` and a run that streams, text goes to ``run.on_delta``."""
         engine = RunEngine.bind(self.engine, run)
-        if sampling is None:
-            sampling = self._options(**options)
+        sampling = self._options(**options)
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:
             final: Generation | None = None

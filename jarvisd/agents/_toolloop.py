@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -41,7 +40,7 @@ from typing import Any, ClassVar, Literal
 from .._events import EventBus
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from .._run import Cancelled, RunContext
-from ..engines import Engine
+from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
 from ._base import AgentContext, AgentResult, BaseAgent
 
@@ -337,10 +336,15 @@ async def run_tool_loop(
     window = await agent.engine.context_length(agent.model)
     budget = None
     if window:
-        spec_tokens = sum(len(json.dumps(s.to_openai())) for s in specs) // 3
+        # An estimate like estimate_tokens: repr is as long as JSON here, and cheaper.
+        spec_tokens = (
+            sum(len(s.name) + len(s.description) + len(repr(s.parameters)) + 60 for s in specs) // 3
+        )
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
     counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
     known = {r.content for r in state.tool_results if r.success}  # results the model has
+    # What agent._generate would do each turn, done once: every turn is alike.
+    engine = RunEngine.bind(agent.engine, run)
     sampling = agent._options(stop=dialect.stop or None)
 
     def save() -> None:
@@ -377,7 +381,9 @@ async def run_tool_loop(
             counted[0] = len(messages)
             if counted[1] > budget:
                 messages = fit_messages(messages, budget)
-        generation = await agent._generate(run, messages, tools=specs, sampling=sampling)
+        generation = await engine.generate(
+            messages, model=agent.model, tools=specs, options=sampling
+        )
         state.turns += 1
         state.usage = state.usage + generation.usage
         step = dialect.parse(generation, executor)

@@ -15,7 +15,7 @@ import operator
 import re
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from .._errors import ToolError
 from .._messages import ToolSpec
@@ -71,6 +71,8 @@ _FUNCS: dict[str, Callable[..., Any]] = {
     "factorial": math.factorial,
 }
 _CONSTS = {"pi": math.pi, "e": math.e, "tau": math.tau}
+# A tuple, not ``int | float``: that expression builds a new union on every call.
+_NUMBER = (int, float)
 
 
 def _check_int(value: Any) -> Any:
@@ -107,7 +109,7 @@ class _Evaluator:
 
     def constant(self, node: ast.Constant, depth: int) -> Any:
         value = node.value
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, _NUMBER):
             raise CalculatorError(f"only numbers are allowed, not {type(value).__name__}")
         if isinstance(value, int) and value.bit_length() > _LITERAL_BITS:
             raise CalculatorError(
@@ -188,9 +190,13 @@ _LONG_DIGITS = re.compile(r"\d{" + str(MAX_LITERAL_DIGITS + 1) + ",}")
 def _parse(text: str) -> ast.expr:
     # Cached: agents repeat expressions, and the tree is only read.
     try:
-        return ast.parse(text, mode="eval").body
+        # ast.parse without its Python-level wrapper (this runs on every tool call).
+        tree = cast(ast.Expression, compile(text, "<expr>", "eval", ast.PyCF_ONLY_AST))
     except SyntaxError as exc:
         raise CalculatorError(f"not an arithmetic expression: {exc.msg}") from None
+    except ValueError:  # null bytes
+        raise CalculatorError("not an arithmetic expression: it contains a null byte") from None
+    return tree.body
 
 
 _HANDLERS: dict[type[ast.AST], Callable[[_Evaluator, Any, int], Any]] = {
@@ -223,7 +229,7 @@ def evaluate(expression: str) -> int | float:
     value = _Evaluator().eval(
         _parse(text.replace("^", "**").replace("\u00d7", "*").replace("\u00f7", "/"))
     )
-    if not isinstance(value, int | float):
+    if not isinstance(value, _NUMBER):
         raise CalculatorError("the expression does not produce a number")
     if isinstance(value, float) and not math.isfinite(value):
         raise CalculatorError("the result is not a finite number")

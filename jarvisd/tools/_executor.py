@@ -39,8 +39,8 @@ class LoopGuard:
     @staticmethod
     def key(name: str, params: Mapping[str, Any]) -> str:
         # repr of the sorted items: canonical for equal arguments, and cheap.
-        if len(params) == 1:  # the usual case, without sorting
-            return f"{name}:[{next(iter(params.items()))!r}]"
+        if len(params) < 2:  # the usual case: already canonical, no sorting
+            return f"{name}:{params!r}"
         return f"{name}:{sorted(params.items())!r}"
 
     def admit(self, key: str) -> int:
@@ -97,6 +97,7 @@ class ToolExecutor:
             for name, t in self.tools.items()
         }
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
+        self._schemas = {s.name: s.parameters for s in self.specs}
         self.bus = bus
         self.timeout = timeout
         self.max_result_chars = max_result_chars
@@ -128,7 +129,7 @@ class ToolExecutor:
                 call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start
             )
         tool = self.tools[resolved]
-        schema = tool.spec.parameters
+        schema = self._schemas[resolved]
         try:
             params = validate_arguments(parse_arguments(call.arguments, schema), schema)
         except ArgumentError as exc:
