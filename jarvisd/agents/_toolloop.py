@@ -280,11 +280,23 @@ class ToolUsingAgent(BaseAgent):
         self.max_turns = max_turns
         self.max_repeats = max_repeats
         self.tool_timeout = tool_timeout
+        # Built here so that a bad tool list (two tools of one name) fails at once, and
+        # reused by every run while the tool list stays the same.
+        self._default_executor: ToolExecutor | None = None
+        self._default_executor = self._executor()
 
     @abc.abstractmethod
     def dialect(self) -> Dialect: ...
 
     def _executor(self, extra: Sequence[BaseTool] = ()) -> ToolExecutor:
+        cached = self._default_executor
+        if (
+            not extra
+            and cached is not None
+            and list(cached.tools.values()) == self.tools
+            and cached.timeout == self.tool_timeout
+        ):
+            return cached
         return ToolExecutor([*self.tools, *extra], bus=self.bus, timeout=self.tool_timeout)
 
     def _system(self, dialect_prompt: str | None) -> str | None:
