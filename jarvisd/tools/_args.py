@@ -42,6 +42,7 @@ def _loads(text: str) -> Any:
 
 
 _DECODER = json.JSONDecoder()
+_WRAPPERS = frozenset(("arguments", "parameters", "args", "input"))
 
 
 def _try_json(text: str) -> dict[str, Any] | None:
@@ -106,12 +107,13 @@ def parse_arguments(
             value = inner
     if isinstance(value, dict):
         if len(value) == 1:  # {"arguments": {...}}: a wrapper the model added
-            props = schema.get("properties") or {}
-            for wrapper in ("arguments", "parameters", "args", "input"):
-                inner = value.get(wrapper)
-                if isinstance(inner, dict) and wrapper not in props:
-                    value = inner
-                    break
+            key = next(iter(value))
+            if (
+                key in _WRAPPERS
+                and isinstance(value[key], dict)
+                and key not in (schema.get("properties") or {})
+            ):
+                value = value[key]
         found: dict[str, Any] = value
         return found
     sole = _sole_parameter(schema)
@@ -138,7 +140,7 @@ def _a(word: str) -> str:
 
 def _coerce(name: str, value: Any, wanted: str) -> Any:
     types = _TYPES.get(wanted)
-    if types is None:
+    if types is None or type(value) in types:  # exact type: a bool is no integer here
         return value
     if isinstance(value, bool) and wanted in ("integer", "number"):
         raise ArgumentError(f"parameter {name!r} must be {_a(wanted)}, got a boolean")
