@@ -99,6 +99,8 @@ case "$MODE" in
         say "fetching the test model"
         pull_model qwen2.5-coder-0.5b
         pull_model qwen2.5-coder-1.5b
+        # The Node.js side of the frame protocol (node_bridge/) is tested with real node.
+        command -v node >/dev/null || apt_install nodejs
         say "starting a private Docker engine for the sandbox tests"
         eval "$(bash packaging/dev/docker-up.sh)"
         export DOCKER_HOST
