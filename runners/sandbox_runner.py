@@ -36,7 +36,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from jarvisd._errors import EngineError, JarvisError
 from jarvisd._events import Event, EventType
@@ -58,6 +58,10 @@ from jarvisd.protocol import (
     Start,
     encode,
 )
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
+    from jarvisd.runtime import AgentSpec
 
 __all__ = [
     "FrameLink",
@@ -212,6 +216,26 @@ def _forward_events(link: FrameLink, event: Event) -> None:
     link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
 
 
+def _in_container_options(spec: AgentSpec, config: Config) -> dict[str, Any]:
+    """``spec.options`` plus what agents that run code need in here: left to their own
+    defaults they would pick an executor from ``load_config()``, which finds neither
+    the host's config file nor a container engine inside the container. Their code runs
+    as a plain process here (the container is the sandbox) and has no network."""
+    import inspect
+
+    from jarvisd.agents import AgentRegistry
+    from jarvisd.executors import SubprocessExecutor
+
+    options = dict(spec.options)
+    agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
+    accepted = inspect.signature(agent_cls).parameters
+    if "executor" in accepted:
+        options["executor"] = SubprocessExecutor()
+    if "allow_network" in accepted:
+        options["allow_network"] = False
+    return options
+
+
 async def run_agent_task(start: Start, link: FrameLink) -> Frame:
     from jarvisd._config import parse_config
     from jarvisd.agents import AgentContext
@@ -232,6 +256,7 @@ async def run_agent_task(start: Start, link: FrameLink) -> Frame:
             conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
             metadata=dict(raw_context.get("metadata") or {}),
         )
+    spec = dataclasses.replace(spec, options=_in_container_options(spec, config))
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(asyncio.get_running_loop(), run)

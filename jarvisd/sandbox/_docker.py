@@ -126,23 +126,31 @@ def sweep_orphans(
     labelled containers). Returns the removed ids. The daemon calls this at start."""
     import docker.errors
 
+    own_client = client is None
     if client is None:
         from .._config import load_config
 
-        client = connect(config or load_config())
+        config = config or load_config()
+        # The engine of the configured backend: a podman socket is not DOCKER_HOST's.
+        flavor = "podman" if config.sandbox.backend == "podman" else "docker"
+        client = connect(config, flavor)
     host = socket.gethostname()
     removed = []
     try:
-        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
-    except docker.errors.DockerException as exc:
-        raise SandboxUnavailable(f"cannot list sandbox containers: {exc}") from exc
-    for info in found:
-        owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
-        if not everything and _owner_alive(owner, host):
-            continue
-        with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-            client.api.remove_container(info["Id"], force=True)
-            removed.append(info["Id"])
+        try:
+            found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailable(f"cannot list sandbox containers: {exc}") from exc
+        for info in found:
+            owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
+            if not everything and _owner_alive(owner, host):
+                continue
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                client.api.remove_container(info["Id"], force=True)
+                removed.append(info["Id"])
+    finally:
+        if own_client:
+            client.close()
     return removed
 
 
@@ -555,6 +563,12 @@ class DockerChannel(Channel):
         self._watchdog.join()
         self._terminate("")
         self._reader.join(timeout=5)
+        # The SDK keeps the attach request's HTTP response on the socket; closed after
+        # the socket, it fails at garbage collection ("I/O operation on closed file").
+        response = getattr(self._sock, "_response", None)
+        if response is not None:
+            with contextlib.suppress(OSError, ValueError):
+                response.close()
         with contextlib.suppress(OSError):
             self._sock.close()
         with contextlib.suppress(OSError):

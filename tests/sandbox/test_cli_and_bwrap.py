@@ -131,3 +131,34 @@ print("uid", os.getuid(), "env", sorted(os.environ))
     assert loop.timed_out and loop.reason == "timeout"
     with pytest.raises(MountRefused):
         run_bwrap(roots, "pass", mounts=("/",))
+
+
+def test_backend_none_warns_on_every_run(
+    roots: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    executor = executor_for(sandbox_config(roots, backend="none"))
+    assert not executor.isolated
+    request = ExecRequest(argv=[sys.executable, "-c", "print('hi')"], timeout=10)
+    with caplog.at_level("WARNING", logger="jarvisd.executors"):
+        for _ in range(3):
+            assert asyncio.run(run_to_completion(executor, request)).stdout == "hi\n"
+    warnings = [r for r in caplog.records if "NOT isolated" in r.getMessage()]
+    assert len(warnings) == 3
+    assert all(r.levelname == "WARNING" for r in warnings)
+
+
+def test_engine_address_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jarvisd._config import Config, SandboxConfig
+    from jarvisd.sandbox import engine_address
+
+    for var in ("DOCKER_HOST", "CONTAINER_HOST"):
+        monkeypatch.delenv(var, raising=False)
+    assert engine_address(Config()) == ""  # the SDK's default socket
+    monkeypatch.setenv("CONTAINER_HOST", "unix:///c.sock")
+    assert engine_address(Config(), "podman") == "unix:///c.sock"
+    assert engine_address(Config(), "docker") == ""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///d.sock")
+    assert engine_address(Config(), "podman") == "unix:///d.sock"
+    configured = Config(sandbox=SandboxConfig(docker_host="unix:///cfg.sock"))
+    assert engine_address(configured) == "unix:///cfg.sock"
+    assert engine_address(configured, "podman") == "unix:///cfg.sock"

@@ -4,6 +4,7 @@ ends with a clear result."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -11,12 +12,13 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jarvisd._errors import MountRefused
 from jarvisd.executors import ExecRequest, ExecResult, run_to_completion
-from jarvisd.sandbox import LABEL, DockerExecutor, connect
+from jarvisd.sandbox import LABEL, DockerChannel, DockerExecutor, connect
 from jarvisd.sandbox._policy import OWNER_LABEL
 
 from .conftest import sandbox_config
@@ -286,6 +288,44 @@ for path in ("/x", "/usr/lib/x", "/etc/passwd", "/opt/jarvis/jarvisd/x.py", "/ho
     assert [line for line in lines if line.startswith("WROTE")] == ["WROTE /tmp/ok"]
 
 
+def test_container_carries_the_whole_policy(roots: tuple[Path, Path]) -> None:
+    ro, rw = roots
+    executor = DockerExecutor(sandbox_config(roots, pids=50, cpus=0.5))
+    request = ExecRequest(argv=["python3", "-c", "import sys; sys.stdin.read()"], timeout=20,
+                          mounts=(str(ro), f"{rw}:rw"))  # fmt: skip
+
+    async def scenario() -> dict[str, Any]:
+        channel = await executor.open(request)
+        try:
+            assert isinstance(channel, DockerChannel)
+            return dict(await asyncio.to_thread(channel.api.inspect_container, channel.id))
+        finally:
+            await channel.kill()
+            await channel.wait()
+
+    try:
+        info = asyncio.run(scenario())
+    finally:
+        executor.close()
+    host, config = info["HostConfig"], info["Config"]
+    assert host["NetworkMode"] == "none" and config.get("NetworkDisabled") is True
+    assert host["ReadonlyRootfs"] is True and "/tmp" in host["Tmpfs"]
+    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Privileged"] is False and host["Init"] is True
+    assert host["PidsLimit"] == 50 and host["NanoCpus"] == 500_000_000
+    assert host["Memory"] == 128 << 20 and host["MemorySwap"] == 128 << 20
+    assert config["User"] and not config["User"].startswith("0")
+    assert config["Labels"][LABEL] == "1"
+    assert not any("SECRET" in e or "KEY" in e for e in config["Env"])
+    binds = {m["Target"]: m for m in host["Mounts"]}
+    assert all(m["Type"] == "bind" for m in binds.values())
+    assert all(m["BindOptions"] == {"NonRecursive": True} for m in binds.values())
+    assert binds[str(ro)]["ReadOnly"] is True and not binds[str(rw)].get("ReadOnly")
+    assert binds["/opt/jarvis/jarvisd"]["ReadOnly"] is True
+    assert set(binds) == {str(ro), str(rw), "/opt/jarvis/jarvisd", "/opt/jarvis/runners"}
+
+
 def test_missing_image_says_how_to_build(roots: tuple[Path, Path]) -> None:
     from jarvisd._errors import SandboxUnavailable
 
@@ -324,16 +364,28 @@ def test_sweep_removes_orphans_of_dead_owners(roots: tuple[Path, Path]) -> None:
     from jarvisd.sandbox import sweep_orphans
 
     client = connect(Config())
+
+    def create(owner: str) -> str:
+        return str(
+            client.api.create_container(
+                "jarvis-sandbox:latest",
+                ["python3", "-c", "pass"],
+                labels={LABEL: "1", OWNER_LABEL: owner},
+                host_config=client.api.create_host_config(network_mode="none"),
+            )["Id"]
+        )
+
+    live = ""
     try:
-        orphan = client.api.create_container(
-            "jarvis-sandbox:latest",
-            ["python3", "-c", "pass"],
-            labels={LABEL: "1", OWNER_LABEL: f"{socket.gethostname()}:999999999"},
-            host_config=client.api.create_host_config(network_mode="none"),
-        )["Id"]
+        orphan = create(f"{socket.gethostname()}:999999999")
+        live = create(f"{socket.gethostname()}:{os.getpid()}")
         removed = sweep_orphans(client=client)
-        assert orphan in removed
-        remaining = client.api.containers(all=True, filters={"id": orphan})
-        assert remaining == []
+        assert orphan in removed and live not in removed
+        assert client.api.containers(all=True, filters={"id": orphan}) == []
+        assert len(client.api.containers(all=True, filters={"id": live})) == 1
+        # Through the config (its own connection, closed afterwards): still spared.
+        assert live not in sweep_orphans(sandbox_config(roots))
     finally:
+        with contextlib.suppress(Exception):
+            client.api.remove_container(live, force=True)
         client.close()

@@ -4,13 +4,17 @@ comes back to a ScriptedEngine on the host over frames."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext
-from jarvisd.engines import ScriptedEngine
+from jarvisd.agents import AgentContext, AgentRegistry
+from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runtime import AgentSpec, run_agent
 from jarvisd.sandbox import SandboxedAgent
 
@@ -98,3 +102,74 @@ def test_agent_reads_a_mounted_directory(roots: tuple[Path, Path]) -> None:
         config=sandbox_config(roots),
     )
     assert asyncio.run(agent.arun("summarise")).content == "done"
+
+
+# Code that prints where it runs: the uid and the network interfaces it can see.
+WHERE = (
+    "import os\n"
+    "names = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
+    "print('uid', os.getuid(), 'net', names)"
+)
+
+
+def code_reply(src: str) -> Generation:
+    return reply(f"```python\n{src}\n```")
+
+
+def test_codeact_in_the_sandbox_runs_its_code_in_the_container(roots: tuple[Path, Path]) -> None:
+    engine = ScriptedEngine([code_reply(WHERE), reply("Final Answer: done")])
+    spec = AgentSpec(input="where are you?", agent="native_openhands", sandbox=True)
+    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    assert result.content == "done"
+    assert result.metadata["sandbox"]["backend"] == "docker"
+    shown = result.tool_results[0].content
+    assert "net ['lo']" in shown, shown
+    if os.getuid() == 0:
+        assert "uid 0 " not in shown  # the sandbox user, not root
+    assert not our_containers()
+
+
+def test_rlm_in_the_sandbox_keeps_context_and_sub_calls(
+    roots: tuple[Path, Path], tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("filler\n" * 200 + "the code is 7781\n")
+    root = [
+        code_reply(WHERE + "\nprint(len(context))\nprint(llm_query('code? ' + context[-40:]))"),
+        code_reply("FINAL('7781')"),
+    ]
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            return root.pop(0)
+        return reply("sub says 7781" if "7781" in messages[-1].content else "none")
+
+    engine = ScriptedEngine(fallback=answer)
+    spec = AgentSpec(input="what is the code?", agent="rlm", sandbox=True,
+                     context_file=str(notes))  # fmt: skip
+    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    assert result.content == "7781"
+    shown = result.tool_results[0].content
+    assert "net ['lo']" in shown, shown
+    assert str(len(notes.read_text())) in shown
+    assert "sub says 7781" in shown  # the sub-call went out to the host engine and back
+    assert len(engine.calls) == 3
+    assert not our_containers()
+
+
+@pytest.mark.parametrize("key", ["native_openhands", "rlm"])
+def test_code_of_codeact_and_rlm_runs_in_the_sandbox_by_default(key: str) -> None:
+    # No executor given: the agent picks one from the config (default backend docker).
+    engine = ScriptedEngine([code_reply(WHERE), reply("Final Answer: done")])
+    if key == "rlm":
+        engine = ScriptedEngine([code_reply(WHERE), code_reply("FINAL('done')")])
+    agent = AgentRegistry.create(key, engine, "scripted", temperature=0)
+    result = asyncio.run(agent.arun("where?", AgentContext(metadata={"context": "abc"})))
+    assert result.content == "done"
+    shown = result.tool_results[0].content
+    assert "net ['lo']" in shown, shown
+    if os.getuid() == 0:
+        assert "uid 0 " not in shown
+    if key == "native_openhands":
+        assert result.metadata["executor"] == "docker"
+    assert not our_containers()
