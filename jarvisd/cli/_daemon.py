@@ -147,12 +147,42 @@ def _packaging_dir() -> Path:
     raise UsageError("the packaging/ files are not installed with this copy of jarvis")
 
 
+def _jarvisd_bin() -> str:
+    """The ``jarvisd`` executable of this installation (beside this Python, else on PATH)."""
+    import shutil
+
+    beside = Path(sys.executable).parent / "jarvisd"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("jarvisd")
+    if found is None:
+        raise UsageError(
+            f"no jarvisd executable beside {sys.executable} or on PATH: install jarvis "
+            "(pip install jarvisd) so the service has something to run"
+        )
+    return str(Path(found).resolve())
+
+
+def systemd_running() -> bool:
+    """Is systemd the init system here? (sd_booted(3): /run/systemd/system exists.)"""
+    return Path("/run/systemd/system").is_dir()
+
+
+def _init_name() -> str:
+    try:
+        return Path("/proc/1/comm").read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
 def install_unit(platform: str | None = None, home: Path | None = None) -> tuple[Path, str]:
     """Write the systemd user unit (Linux) or launchd agent (macOS) that runs this
     jarvisd; returns where it went and how to enable it."""
     platform = platform or sys.platform
     home = home or Path.home()
-    jarvisd_bin = str(Path(sys.executable).parent / "jarvisd")
+    if not (platform.startswith("linux") or platform == "darwin"):
+        raise UsageError(f"no service unit for platform {platform!r} (linux and macOS only)")
+    jarvisd_bin = _jarvisd_bin()
     src = _packaging_dir()
     if platform.startswith("linux"):
         text = (src / "systemd" / "jarvisd.service").read_text()
@@ -169,8 +199,8 @@ def install_unit(platform: str | None = None, home: Path | None = None) -> tuple
         content = text.replace("/usr/local/bin/jarvisd", jarvisd_bin)
         dest = home / "Library" / "LaunchAgents" / "dev.jarvis.jarvisd.plist"
         how = f"launchctl load -w {dest}"
-    else:
-        raise UsageError(f"no service unit for platform {platform!r} (linux and macOS only)")
+    else:  # pragma: no cover - refused above
+        raise AssertionError(platform)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(content)
     return dest, how
@@ -236,5 +266,12 @@ def install(platform: str | None) -> None:
     """Install the service unit that runs jarvisd at login (systemd or launchd)."""
     dest, how = install_unit(platform)
     click.echo(f"wrote {dest}")
-    click.echo(f"enable it with:\n  {how}")
+    here = platform is None or platform == sys.platform
+    if here and sys.platform.startswith("linux") and not systemd_running():
+        click.echo(
+            f"systemd is not running here (PID 1 is {_init_name()}): the unit cannot be "
+            "enabled until it is.\nMeanwhile start jarvisd with: jarvis daemon start"
+        )
+    else:
+        click.echo(f"enable it with:\n  {how}")
     click.echo("shell completion: jarvis completion bash|zsh|fish (see `jarvis completion --help`)")

@@ -50,6 +50,7 @@ from jarvisd._errors import JarvisError, ProtocolError
 from jarvisd.runtime import AgentSpec
 
 __all__ = [
+    "CHECKPOINT_EVENT",
     "PROTOCOL_VERSION",
     "TERMINAL_STATES",
     "Ask",
@@ -85,6 +86,9 @@ PROTOCOL_VERSION = 1
 #: Task states. ``queued`` and ``running`` are live; the rest are final.
 TASK_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
 TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
+#: The worker's event carrying a resumable state after each completed model turn (stored
+#: as the task's checkpoint, never as an event).
+CHECKPOINT_EVENT = "checkpoint"
 
 
 # -- field readers: one place that turns loose JSON into typed values ---------------

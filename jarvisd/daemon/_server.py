@@ -100,6 +100,27 @@ class DaemonPaths:
         return cls(p.socket, p.runtime / "jarvisd.pid", p.state / "jarvisd.db",
                    p.state / "jarvisd.log")  # fmt: skip
 
+    @property
+    def lock_file(self) -> Path:
+        """Held (flock) by the one daemon that owns the database, for its whole life."""
+        return self.database.with_name(self.database.name + ".lock")
+
+
+def take_lock(path: Path) -> int | None:
+    """An exclusive, non-blocking flock on ``path``: the open descriptor that holds it,
+    or None when another process holds it. The kernel releases it when the process
+    ends, however it ends, so a ``kill -9`` never leaves a stale lock."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
 
 def peer_uid(sock: socket.socket) -> int | None:
     """The uid of the process on the other end of a Unix socket (None: unknown here)."""
@@ -170,6 +191,19 @@ class Daemon:
         runtime = self.paths.socket.parent
         runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
         runtime.chmod(0o700)
+        # Two daemons on one database would both recover and run the same tasks: the
+        # lock decides, before anything is read, even when both start at the same time.
+        lock = take_lock(self.paths.lock_file)
+        if lock is None:
+            log.error("another jarvisd already answers for %s (it holds %s)",
+                      self.paths.database, self.paths.lock_file)  # fmt: skip
+            return ExitCode.ALREADY_RUNNING
+        try:
+            return await self._serve_locked()
+        finally:
+            os.close(lock)
+
+    async def _serve_locked(self) -> ExitCode:
         if self.paths.socket.exists() or self.paths.socket.is_symlink():
             if await asyncio.to_thread(socket_answers, self.paths.socket):
                 log.error("another jarvisd already answers on %s", self.paths.socket)

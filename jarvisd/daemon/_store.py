@@ -271,6 +271,15 @@ class TaskStore:
                 open_calls.pop(key, None)
         return list(open_calls.values())
 
+    def crash_resumes(self, task_id: str) -> int:
+        """How many times ``task_id`` was resumed after a daemon crash."""
+        (count,) = self.db.execute(
+            "SELECT COUNT(*) FROM events WHERE task_id=? AND type='task_resumed' "
+            "AND json_extract(data, '$.crash') = 1",
+            (task_id,),
+        ).fetchone()
+        return int(count)
+
     def tool_calls_since(self, task_id: str, since: int) -> int:
         (count,) = self.db.execute(
             "SELECT COUNT(*) FROM events WHERE task_id=? AND seq>? AND type='tool_call_start'",

@@ -24,7 +24,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,19 +44,20 @@ from jarvisd.protocol import (
 )
 from jarvisd.runtime import AgentSpec
 
-from ._protocol import TaskInfo
+from ._protocol import CHECKPOINT_EVENT, TaskInfo
 from ._store import TaskStore
-from ._worker import CHECKPOINT_EVENT
 
 __all__ = ["SHUTDOWN_REASON", "TaskManager"]
 
 log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "daemon shutdown"
-#: A task that was running during this many daemon crashes is not resumed again.
+#: A task that was running during this many daemon crashes is not resumed again (it may
+#: be what brings the daemon down). Orderly shutdowns do not count.
 MAX_ATTEMPTS = 3
 _WORKER_FRAME_LIMIT = 64 * 1024 * 1024
 _SAMPLE_EVERY_S = 1.0
+_SEEN_PRUNE_AT = 64
 
 
 @dataclass(slots=True)
@@ -70,6 +71,9 @@ class _Running:
     memory_bytes: int = 0
     timers: list[asyncio.TimerHandle] = field(default_factory=list)
     killer: asyncio.Task[None] | None = None
+    #: Every descendant of the worker seen so far, by pid: none may outlive the task,
+    #: including those that left the worker's process group (setsid) or were re-parented.
+    seen: dict[int, Any] = field(default_factory=dict)
 
 
 def _tree(pid: int) -> list[Any]:
@@ -82,19 +86,40 @@ def _tree(pid: int) -> list[Any]:
         return []
 
 
-def measure_tree(pid: int) -> tuple[float, int]:
-    """CPU seconds (user + system) and resident memory of ``pid`` and its descendants."""
+def snapshot_tree(pid: int) -> tuple[list[Any], float, int]:
+    """``pid`` and its descendants (psutil processes), with their CPU seconds (user +
+    system) and resident memory."""
     import psutil
 
+    procs = _tree(pid)
     cpu, rss = 0.0, 0
-    for proc in _tree(pid):
+    for proc in procs:
         try:
             times = proc.cpu_times()
             cpu += times.user + times.system
             rss += proc.memory_info().rss
         except psutil.Error:
             continue
-    return cpu, rss
+    return procs, cpu, rss
+
+
+def _running_now(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def end_processes(procs: Iterable[Any]) -> None:
+    """SIGKILL each process still running (psutil checks its start time, so a recycled
+    pid is never touched)."""
+    import psutil
+
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def kill_tree(pid: int, grace: float = 1.0) -> None:
@@ -185,13 +210,17 @@ class TaskManager:
                 log.warning(
                     "task %s: ended a worker (pid %s) left by a previous daemon", task_id, pid
                 )
-            self._settle_interrupted(task_id, "the daemon stopped while it was running")
+            self._settle_interrupted(
+                task_id, "the daemon stopped while it was running", crashed=True
+            )
         for task_id in self.store.ids_in("queued"):
             self._queue.append(task_id)
         self._wake.set()
 
-    def _settle_interrupted(self, task_id: str, why: str) -> None:
-        info = self.store.get(task_id)
+    def _settle_interrupted(self, task_id: str, why: str, *, crashed: bool) -> None:
+        """A task stopped mid-run, by a daemon crash or an orderly shutdown: resume it
+        or mark it interrupted (see the module docstring). Only crashes count towards
+        MAX_ATTEMPTS: restarting the daemon is no reason to give up on a task."""
         cp = self.store.checkpoint(task_id)
         in_flight = self.store.open_tool_calls(task_id)
         if in_flight:
@@ -217,16 +246,18 @@ class TaskManager:
                 f"{why}; tool calls completed after the last checkpoint would be replayed by "
                 "a resume, so it was not resumed (resubmit to run again)",
             )
-        elif info.attempts >= MAX_ATTEMPTS:
+        elif crashed and (crashes := self.store.crash_resumes(task_id) + 1) >= MAX_ATTEMPTS:
             self._finish(
-                task_id, "interrupted", f"{why}; not resumed after {info.attempts} attempts"
+                task_id,
+                "interrupted",
+                f"{why}; not resumed: the daemon died {crashes} times while it ran",
             )
         else:
             self.store.append_event(
                 task_id,
                 "task_resumed",
                 {"reason": why, "from_turn": cp.turns if cp.state is not None else 0,
-                 "checkpoint_seq": cp.seq},
+                 "checkpoint_seq": cp.seq, "crash": crashed},
             )  # fmt: skip
             self.store.requeue(task_id, f"{why}; resuming from turn {cp.turns}")
             self._notify(task_id)
@@ -265,8 +296,7 @@ class TaskManager:
         info = self.store.get(ref)
         rt = self._running.get(info.id)
         if rt is not None:
-            cpu, mem = measure_tree(rt.proc.pid)
-            rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+            self._observe(rt, *snapshot_tree(rt.proc.pid))
             return _with_usage(info, rt.cpu_seconds, rt.memory_bytes)
         return info
 
@@ -342,6 +372,10 @@ class TaskManager:
             limit=_WORKER_FRAME_LIMIT,
         )  # fmt: skip
         assert proc.stdin is not None and proc.stdout is not None
+        if self.store.get(task_id).state != "queued":  # cancelled while the worker started
+            proc.kill()
+            await proc.wait()
+            return
         rt = _Running(task_id, proc, time.time())
         self._running[task_id] = rt
         self._starting.discard(task_id)
@@ -376,10 +410,11 @@ class TaskManager:
         returncode = await proc.wait()
         if rt.killer is not None:
             rt.killer.cancel()
-        # Subprocesses a tool started must not outlive the task: they are still in the
-        # worker's session (process group) even after being re-parented.
+        # Subprocesses a tool started must not outlive the task: those still in the
+        # worker's process group (even re-parented), and every descendant ever seen.
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
+        end_processes(rt.seen.values())
         self._settle(rt, returncode)
 
     def _write(self, rt: _Running, data: bytes) -> None:
@@ -422,13 +457,17 @@ class TaskManager:
                 self._write(rt, encode(Pong(id=frame.id)))
             elif isinstance(frame, ResultFrame | ErrorFrame):
                 # The worker waits for our barrier answer: measure it while it is alive.
-                self._measure(rt)
+                self._observe(rt, *snapshot_tree(rt.proc.pid))
                 self._outcome(rt, frame)
 
-    def _measure(self, rt: _Running) -> None:
-        cpu, mem = measure_tree(rt.proc.pid)
+    def _observe(self, rt: _Running, procs: list[Any], cpu: float, mem: int) -> None:
+        """Record a snapshot of the worker's tree: its usage, and its descendants."""
         if mem:
             rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+        if len(rt.seen) > _SEEN_PRUNE_AT:  # forget those already gone
+            rt.seen = {pid: p for pid, p in rt.seen.items() if _running_now(p)}
+        for proc in procs[1:]:
+            rt.seen.setdefault(proc.pid, proc)
 
     def _outcome(self, rt: _Running, frame: ResultFrame | ErrorFrame) -> None:
         if isinstance(frame, ResultFrame):
@@ -443,6 +482,7 @@ class TaskManager:
             return
         rt.cancel_reason = reason
         log.info("task %s: cancelling (%s)", rt.task_id, reason)
+        self._observe(rt, *snapshot_tree(rt.proc.pid))  # what runs now must end with it
         self._write(rt, encode(Cancel(reason=reason)))
         rt.killer = asyncio.create_task(self._kill_after(rt, self.cancel_grace))
 
@@ -461,7 +501,7 @@ class TaskManager:
         outcome = rt.outcome
         if rt.cancel_reason == SHUTDOWN_REASON and (outcome is None or outcome[0] != "succeeded"):
             self.store.set_usage(task_id, cpu, mem)
-            self._settle_interrupted(task_id, "the daemon was shut down")
+            self._settle_interrupted(task_id, "the daemon was shut down", crashed=False)
             return
         if outcome is None:
             how = f"signal {-returncode}" if returncode < 0 else f"code {returncode}"
@@ -491,9 +531,7 @@ class TaskManager:
         while True:
             await asyncio.sleep(_SAMPLE_EVERY_S)
             for rt in list(self._running.values()):
-                cpu, mem = await asyncio.to_thread(measure_tree, rt.proc.pid)
-                if mem:
-                    rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
+                self._observe(rt, *await asyncio.to_thread(snapshot_tree, rt.proc.pid))
 
 
 def _with_usage(info: TaskInfo, cpu: float, mem: int) -> TaskInfo:

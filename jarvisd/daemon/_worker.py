@@ -22,6 +22,7 @@ worker exits at once, so a restarted daemon can never find a task running twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -44,6 +45,8 @@ from jarvisd.protocol import (
     encode,
 )
 
+from ._protocol import CHECKPOINT_EVENT
+
 log = logging.getLogger("jarvisd.worker")
 
 #: The worker's exit codes (the daemon reads them when no result arrived).
@@ -51,7 +54,6 @@ EXIT_OK = 0
 EXIT_BAD_START = 64
 EXIT_HOST_GONE = 75
 BARRIER_TIMEOUT_S = 30.0
-CHECKPOINT_EVENT = "checkpoint"
 
 
 class _Host:
@@ -86,7 +88,15 @@ class _Host:
             self.gone()
 
     def gone(self) -> None:
-        # Nothing can be recorded any more: stop before anything else has an effect.
+        # Nothing can be recorded any more: stop before anything else has an effect,
+        # and take the subprocesses tools started along (the daemon that would have
+        # ended them may be gone).
+        with contextlib.suppress(Exception):
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
         os._exit(EXIT_HOST_GONE)
 
     def read_forever(self) -> None:

@@ -106,7 +106,8 @@ def engine() -> ScriptedEngine:
 
 @pytest.fixture
 def standin(engine: ScriptedEngine) -> Iterator[OllamaStandIn]:
-    with OllamaStandIn(engine) as server:
+    server = OllamaStandIn(engine)
+    with server:
         yield server
 
 

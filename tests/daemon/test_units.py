@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jarvisd._errors import ProtocolError, TaskNotFound
@@ -18,7 +20,7 @@ from jarvisd.daemon._protocol import (
 from jarvisd.runtime import AgentSpec
 
 
-def test_watch_filter(tmp_path) -> None:
+def test_watch_filter(tmp_path: Path) -> None:
     own = tmp_path / "state"
     accept = WatchFilter.for_daemon([own])
     assert accept(str(tmp_path / "src" / "a.py"))
@@ -44,7 +46,7 @@ def test_request_round_trip_and_errors() -> None:
         parse_request(b"\xff\xfe")
 
 
-def test_reply_round_trip(tmp_path) -> None:
+def test_reply_round_trip(tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "t.db")
     store.open()
     info = store.create(AgentSpec(input="hi"), timeout=5.0)
@@ -55,7 +57,7 @@ def test_reply_round_trip(tmp_path) -> None:
     assert TaskInfo.from_dict(info.to_dict()) == info
 
 
-def test_store_events_checkpoints_and_open_calls(tmp_path) -> None:
+def test_store_events_checkpoints_and_open_calls(tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "t.db")
     store.open()
     task = store.create(AgentSpec(input="hi"))
