@@ -15,8 +15,10 @@ Split by what the caller can do about it::
     │   ├── MountRefused        a mount the allowlist refuses
     │   └── SandboxUnavailable  no container engine / image (exit 3)
     ├── ProtocolError           a malformed frame or message on one of our wires
-    ├── DaemonError
-    │   └── DaemonUnavailable   no daemon on the socket
+    ├── DaemonError             ``code``: the word the daemon's error reply carries
+    │   ├── DaemonUnavailable   no daemon on the socket
+    │   ├── QueueFull           the daemon's queue is full: try again later
+    │   └── ShuttingDown        the daemon is stopping: try again after it restarts
     └── TaskNotFound
 
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
@@ -40,8 +42,10 @@ __all__ = [
     "ModelNotFound",
     "MountRefused",
     "ProtocolError",
+    "QueueFull",
     "SandboxError",
     "SandboxUnavailable",
+    "ShuttingDown",
     "TaskNotFound",
     "ToolError",
     "UsageError",
@@ -114,11 +118,19 @@ class ProtocolError(JarvisError):
 
 
 class DaemonError(JarvisError):
-    pass
+    code: ClassVar[str] = "failed"
 
 
 class DaemonUnavailable(DaemonError):
     exit_code = 3
+
+
+class QueueFull(DaemonError):
+    code = "queue_full"
+
+
+class ShuttingDown(DaemonError):
+    code = "shutting_down"
 
 
 class TaskNotFound(JarvisError):

@@ -12,7 +12,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from jarvisd._errors import DaemonError, DaemonUnavailable, ProtocolError, TaskNotFound, UsageError
+from jarvisd._errors import (
+    DaemonError,
+    DaemonUnavailable,
+    ProtocolError,
+    QueueFull,
+    ShuttingDown,
+    TaskNotFound,
+    UsageError,
+)
 from jarvisd._paths import paths
 from jarvisd.runtime import AgentSpec
 
@@ -55,6 +63,9 @@ def raise_for_error(reply: ErrorReply) -> None:
         raise TaskNotFound(reply.message)
     if reply.code in ("usage", "bad_request"):
         raise UsageError(reply.message)
+    for typed in (QueueFull, ShuttingDown):
+        if reply.code == typed.code:
+            raise typed(f"jarvisd: {reply.message}")
     raise DaemonError(f"jarvisd: {reply.message} ({reply.code})")
 
 

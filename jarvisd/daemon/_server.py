@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import struct
+import threading
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -176,9 +177,15 @@ class Daemon:
         with contextlib.suppress(RuntimeError):
             self._loop.call_soon_threadsafe(self._stop.set)
 
+    def handle_reload(self, sig: int, frame: FrameType | None = None) -> None:
+        """SIGHUP (systemd's ExecReload, `kill -HUP`): reload the config file, on the loop."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self.reload_config)
+
     def _install_signal_handlers(self) -> None:
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT):
             self._previous_handlers[sig] = signal.signal(sig, self.handle_exit)
+        self._previous_handlers[signal.SIGHUP] = signal.signal(signal.SIGHUP, self.handle_reload)
 
     def _restore_signal_handlers(self) -> None:
         for sig, handler in self._previous_handlers.items():
@@ -214,7 +221,9 @@ class Daemon:
         bound = False
         try:
             self.store.open()
-            self._sweep_orphans()
+            # Off the loop: an engine that is slow to answer must not hold up start-up,
+            # and the sweep spares containers whose owner is alive, so it can run late.
+            threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
             await self.tasks.start()
             limit = self.config.daemon.max_frame_bytes + 1
             old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
@@ -429,8 +438,7 @@ class Daemon:
         except (UsageError, ProtocolError) as exc:
             yield ErrorReply(id=rid, code="usage", message=str(exc))
         except DaemonError as exc:
-            code = "queue_full" if "queue is full" in str(exc) else "shutting_down"
-            yield ErrorReply(id=rid, code=code, message=str(exc))
+            yield ErrorReply(id=rid, code=exc.code, message=str(exc))
         except JarvisError as exc:
             yield ErrorReply(id=rid, code="failed", message=f"{type(exc).__name__}: {exc}")
         except (ConnectionError, asyncio.CancelledError):

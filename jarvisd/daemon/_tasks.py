@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jarvisd._config import Config
-from jarvisd._errors import DaemonError
+from jarvisd._errors import QueueFull, ShuttingDown
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -284,9 +284,9 @@ class TaskManager:
         rerun_of: str | None = None,
     ) -> TaskInfo:
         if self._stopping:
-            raise DaemonError("the daemon is shutting down")
+            raise ShuttingDown("the daemon is shutting down")
         if self.queue_full():
-            raise DaemonError(f"the queue is full ({self._config().daemon.max_queued} tasks)")
+            raise QueueFull(f"the queue is full ({self._config().daemon.max_queued} tasks)")
         info = self.store.create(spec, watch=watch, timeout=timeout, rerun_of=rerun_of)
         self._queue.append(info.id)
         self._wake.set()

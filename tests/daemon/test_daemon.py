@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -300,6 +301,17 @@ def test_config_reload_keeps_old_config_when_bad(jarvisd: DaemonProcess) -> None
     jarvisd.write_config("max_concurrent = 3")
     jarvisd.wait_for(lambda: c.status().max_concurrent == 3, what="the good config")
     assert c.status().config_error == ""
+
+
+def test_sighup_reloads_the_config_and_keeps_serving(jarvisd: DaemonProcess) -> None:
+    jarvisd.start()
+    assert jarvisd.proc is not None
+    before = jarvisd.log_text().count("configuration reloaded")
+    jarvisd.proc.send_signal(signal.SIGHUP)
+    jarvisd.wait_for(
+        lambda: jarvisd.log_text().count("configuration reloaded") > before, what="the reload"
+    )
+    assert jarvisd.proc.poll() is None and jarvisd.client.ping().pid == jarvisd.proc.pid
 
 
 def test_watch_reruns_on_change_ignoring_git(jarvisd: DaemonProcess, tmp_path: Path) -> None:
