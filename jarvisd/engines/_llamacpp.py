@@ -34,6 +34,9 @@ from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
 __all__ = ["LlamaCppEngine", "llama_cpp_available"]
 
 _DONE = object()
+# Characters that can open a tool call written as text: a JSON object, a ``` fence, a
+# <tool_call> tag.
+_CALL_START = ("{", "`", "<")
 
 
 def llama_cpp_available() -> bool:
@@ -202,18 +205,34 @@ class LlamaCppEngine(Engine):
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
+        # With tools offered, text that may begin a call written into content (JSON,
+        # a fence, a tag: see _toolcalls) is held back until the end, as Ollama does:
+        # a recovered call then reaches streaming callers only as a tool call.
+        streamed: list[str] = []
+        held: list[str] | None = None
         async with self._run_lock:
             future = loop.run_in_executor(None, work)
             try:
                 while (item := await queue.get()) is not _DONE:
-                    # Tool-call text is withheld from the stream only once recovered at the
-                    # end; streaming callers get the final generation in the done chunk.
+                    if held is None and tools and any(c in item for c in _CALL_START):
+                        held = []
+                    if held is not None:
+                        held.append(item)
+                        continue
+                    streamed.append(item)
                     yield StreamChunk(delta=item)
                 generation = await future
             finally:
                 stop.set()
                 if not future.done():
                     await asyncio.shield(future)
+        if held and not generation.tool_calls:
+            yield StreamChunk(delta="".join(held))
+        elif held:
+            # What is left once the calls are cut out, less what already went out.
+            lead = "".join(streamed).lstrip()
+            if generation.content.startswith(lead) and generation.content[len(lead) :]:
+                yield StreamChunk(delta=generation.content[len(lead) :])
         yield StreamChunk(done=True, generation=generation)
 
     async def generate(

@@ -43,8 +43,9 @@ def _translate(host: str, model: str) -> Iterator[None]:
             raise ModelNotFound(
                 f"ollama at {host} has no model {model!r}: run `ollama pull {model}`"
             ) from exc
+        detail = str(exc.error or "").strip() or "no error message (is it an Ollama server?)"
         raise EngineResponseError(
-            f"ollama at {host}: {exc.error} (HTTP {exc.status_code})", exc.status_code
+            f"ollama at {host}: {detail} (HTTP {exc.status_code})", exc.status_code
         ) from exc
     except (ConnectionError, httpx.ConnectError) as exc:
         raise EngineUnavailable(

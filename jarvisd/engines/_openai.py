@@ -86,6 +86,7 @@ class OpenAIEngine(Engine):
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         self.timeout = timeout
         self._client: httpx.AsyncClient | None = None
+        self._served: str | None = None  # the server's first model, asked for once
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -103,6 +104,21 @@ class OpenAIEngine(Engine):
     def default_model(self) -> str:
         return self.model
 
+    async def _model(self, model: str) -> str:
+        """The model to ask for: the caller's, the configured one, else the first the
+        server lists (vLLM and jarvis's own server refuse a made-up name; llama.cpp's
+        server ignores the field, and a server without /models gets "default")."""
+        model = model or self.model
+        if model:
+            return model
+        if self._served is None:
+            try:
+                models = await self.list_models()
+            except (EngineResponseError, ModelNotFound):  # no /models there: keep going
+                models = []
+            self._served = models[0].name if models else "default"
+        return self._served
+
     def _body(
         self,
         messages: Sequence[Message],
@@ -112,7 +128,7 @@ class OpenAIEngine(Engine):
         stream: bool,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": model or self.model or "default",
+            "model": model,
             "messages": [to_openai_message(m) for m in messages],
             "stream": stream,
             **options.to_openai(),
@@ -131,6 +147,7 @@ class OpenAIEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
+        model = await self._model(model)
         start = time.perf_counter()
         with _translate(self.base_url):
             response = await self.client.post(
@@ -156,7 +173,7 @@ class OpenAIEngine(Engine):
                 finish_reason=FinishReason.TOOL_CALLS
                 if calls
                 else FinishReason.parse(choice.get("finish_reason")),
-                model=data.get("model") or model or self.model,
+                model=data.get("model") or model,
                 latency_s=time.perf_counter() - start,
             )
 
@@ -168,12 +185,13 @@ class OpenAIEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
+        model = await self._model(model)
         start = time.perf_counter()
         content: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         usage = Usage()
         reason: str | None = None
-        served_model = model or self.model
+        served_model = model
         with _translate(self.base_url):
             body = self._body(messages, model, tools, options, True)
             async with self.client.stream("POST", "/chat/completions", json=body) as response:

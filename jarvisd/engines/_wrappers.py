@@ -131,10 +131,22 @@ class InstrumentedEngine(WrapperEngine):
     ) -> AsyncIterator[StreamChunk]:
         model = model or self.inner.default_model()
         start = _started(self.bus, self.name, model, len(messages))
-        async for chunk in self.inner.stream(messages, model=model, tools=tools, options=options):
-            if chunk.done and chunk.generation is not None:
-                _ended(self.bus, self.name, model, start, chunk.generation)
-            yield chunk
+        ended = False
+        try:
+            async for chunk in self.inner.stream(
+                messages, model=model, tools=tools, options=options
+            ):
+                if chunk.done and chunk.generation is not None:
+                    ended = True
+                    latency = _ended(self.bus, self.name, model, start, chunk.generation)
+                    chunk = replace(chunk, generation=_timed(chunk.generation, latency))
+                yield chunk
+        except BaseException as exc:
+            # A failing engine, a cancelled run or a consumer that stopped reading
+            # (GeneratorExit): every start gets its end.
+            if not ended:
+                _failed(self.bus, self.name, model, start, exc)
+            raise
 
 
 class RunEngine(WrapperEngine):

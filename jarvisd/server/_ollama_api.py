@@ -37,6 +37,7 @@ from .._errors import (
     EngineUnavailable,
     JarvisError,
     ModelNotFound,
+    UsageError,
 )
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
 from ..engines import Engine, ModelInfo
@@ -201,14 +202,20 @@ class OllamaServer:
         return f"http://{host!s}:{port}"
 
     def start(self) -> OllamaServer:
+        handler = type("Handler", (_Handler,), {"api": self})
+        try:
+            self._httpd = _HTTPServer((self.host, self.port), handler)
+        except OSError as exc:
+            raise UsageError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}"
+                " (is another server there? pick another port)"
+            ) from exc
+        self._httpd.daemon_threads = True
         self._loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(
             target=self._loop.run_forever, name="ollama-api-loop", daemon=True
         )
         loop_thread.start()
-        handler = type("Handler", (_Handler,), {"api": self})
-        self._httpd = _HTTPServer((self.host, self.port), handler)
-        self._httpd.daemon_threads = True
         http_thread = threading.Thread(
             target=self._httpd.serve_forever, name="ollama-api-http", daemon=True
         )
@@ -274,14 +281,17 @@ class OllamaServer:
             if not future.done():
                 future.cancel()
 
-    def resolve_model(self, requested: Any) -> str:
+    def resolve_model(self, requested: Any, *, use: bool = True) -> str:
+        """The served name of ``requested`` (404 if unknown). ``use``: the request runs
+        the model, so /api/ps lists it from now on (/api/show only looks)."""
         if not isinstance(requested, str) or not requested:
             raise BadRequest("model is required")
         name = _untag(requested)
         models = [m.name for m in self.call(self.engine.list_models())]
         if models and name not in models and requested not in models:
             raise ModelNotFound(f'model "{requested}" not found, try pulling it first')
-        self._loaded[name] = time.time()
+        if use:
+            self._loaded[name] = time.time()
         return name
 
 
@@ -444,7 +454,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _show(self) -> None:
         body = self._body()
         self.api.requests.append(("POST", "/api/show", body))
-        name = self.api.resolve_model(body.get("model") or body.get("name"))
+        name = self.api.resolve_model(body.get("model") or body.get("name"), use=False)
         models = {m.name: m for m in self.api.call(self.api.engine.list_models())}
         info = models.get(name, ModelInfo(name))
         context = self.api.call(self.api.engine.context_length(name)) or info.context_length

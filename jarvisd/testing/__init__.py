@@ -12,14 +12,18 @@ streaming, error bodies, tool calls) answering from a :class:`ScriptedEngine`::
 
 Script an ``EngineResponseError("boom", 500)`` to get an error body with status 500.
 It is the same server as ``jarvis serve-model``, so it cannot drift from what users run.
+
+``refuse_network()`` keeps a test on loopback: reaching or resolving any other host
+raises :class:`NetworkRefused` (use it in an autouse fixture).
 """
 
 from __future__ import annotations
 
 from ..engines import Engine, ScriptedEngine, reply
 from ..server import OllamaServer
+from ._network import NetworkRefused, refuse_network
 
-__all__ = ["OllamaStandIn", "ScriptedEngine", "reply"]
+__all__ = ["NetworkRefused", "OllamaStandIn", "ScriptedEngine", "refuse_network", "reply"]
 
 
 class OllamaStandIn(OllamaServer):

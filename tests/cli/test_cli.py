@@ -138,3 +138,18 @@ def test_models_list_json_states_provenance() -> None:
     assert names["smollm2-135m"]["default"] and names["smollm2-135m"]["license"] == "Apache-2.0"
     assert "no license" in names["qwen2.5-coder-0.5b"]["provenance"]
     assert not any(m["present"] for m in data)  # isolated data dir
+
+
+def test_serve_model_on_a_busy_port_is_one_line() -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = jarvis("serve-model", "--port", str(port))
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().splitlines() == [
+        f"jarvis: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+        " (is another server there? pick another port)"
+    ]

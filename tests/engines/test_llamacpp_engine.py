@@ -94,3 +94,21 @@ def test_jarvis_ask_embedded_default() -> None:
     data = json.loads(out.stdout)
     assert data["engine"] == "llamacpp" and data["model"] == "smollm2-135m"
     assert data["answer"].strip() and data["usage"]["completion_tokens"] > 0
+
+
+def test_text_held_back_for_a_possible_tool_call_is_streamed_when_none_comes() -> None:
+    from jarvisd import ToolSpec
+
+    engine = LlamaCppEngine(str(real_model_path("smollm2-135m")), n_ctx=2048)
+    tool = ToolSpec("calculator", "Evaluate arithmetic.", {"type": "object", "properties": {}})
+    question = [Message.user('Reply with exactly this JSON: {"a": 1, "b": [2, 3]}')]
+
+    async def go() -> None:
+        chunks = [c async for c in engine.stream(question, tools=[tool], options=GREEDY)]
+        final = chunks[-1].generation
+        assert final is not None and not final.tool_calls
+        assert "{" in final.content  # the held-back path ran
+        assert "".join(c.delta for c in chunks) == final.content
+        await engine.aclose()
+
+    asyncio.run(go())

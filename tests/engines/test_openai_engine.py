@@ -70,3 +70,19 @@ def test_errors_are_translated() -> None:
 
     with OllamaStandIn(ScriptedEngine([EngineUnavailable("backend warming up")])) as standin:
         asyncio.run(go(standin.url))
+
+
+def test_without_a_model_it_asks_for_the_servers_first() -> None:
+    engine = ScriptedEngine([reply("hi"), reply("there")])
+
+    async def go(url: str) -> None:
+        client = OpenAIEngine(url + "/v1", api_key="")  # no model configured
+        assert (await client.generate([Message.user("x")])).model == "scripted"
+        chunks = [c async for c in client.stream([Message.user("y")])]
+        assert chunks[-1].generation is not None and chunks[-1].generation.content == "there"
+        await client.aclose()
+
+    with OllamaStandIn(engine) as standin:
+        asyncio.run(go(standin.url))
+        asked = [b["model"] for _, p, b in standin.requests if p == "/v1/chat/completions"]
+    assert asked == ["scripted", "scripted"]

@@ -77,6 +77,7 @@ def test_list_show_ps(client: ollama.Client) -> None:
     shown = client.show("smollm2-135m")
     assert shown.modelinfo is not None
     assert any(k.endswith(".context_length") and v == 4096 for k, v in shown.modelinfo.items())
+    assert client.ps().models == []  # shown, not run
 
 
 def test_chat_non_streaming_and_streaming(client: ollama.Client) -> None:
@@ -124,6 +125,27 @@ def test_tool_round_trip(client: ollama.Client) -> None:
         model="qwen2.5-coder-0.5b", messages=messages, tools=[CALCULATOR], options=options
     )
     assert final.done and (final.message.content or final.message.tool_calls)
+
+
+def test_streamed_tool_call_arrives_as_a_call_not_as_text(client: ollama.Client) -> None:
+    messages = [
+        {"role": "system", "content": "Use the calculator tool for arithmetic."},
+        {"role": "user", "content": "What is 1234 * 5678? Use the calculator."},
+    ]
+    parts = list(
+        client.chat(
+            model="qwen2.5-coder-0.5b",
+            messages=messages,
+            tools=[CALCULATOR],
+            options={"temperature": 0, "num_predict": 128},
+            stream=True,
+        )
+    )
+    calls = [c for p in parts for c in p.message.tool_calls or ()]
+    assert parts[-1].done and [c.function.name for c in calls] == ["calculator"]
+    # As from Ollama: the call is not also streamed as content the client would keep.
+    streamed = "".join(p.message.content or "" for p in parts)
+    assert "calculator" not in streamed and "expression" not in streamed, streamed
 
 
 def test_unknown_model_is_404(client: ollama.Client) -> None:
