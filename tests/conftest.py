@@ -1,6 +1,9 @@
 """Shared fixtures.
 
-Every test runs with all jarvis directories in a temporary folder. Tests that need a
+Every test runs with all jarvis directories in a temporary folder, with no route off
+loopback (``refuse_network``: resolving or connecting elsewhere raises), and with
+OLLAMA_HOST on a closed loopback port, so a developer's own Ollama is never picked up by
+engine auto-selection. Tests that need a
 real container engine or a real model use ``require``: locally they skip with the
 reason, but under CI (CI=true) a missing engine or model is a failure, never a skip.
 """
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._paths import ENV_VARS, paths
+from jarvisd.testing import refuse_network
 
 # Where `make setup` pulled the real models, captured before any test isolates paths.
 REAL_MODELS_DIR = Path(os.environ.get("JARVIS_TEST_MODELS_DIR") or paths().models)
@@ -40,8 +44,9 @@ def isolated_dirs(
         path.mkdir()
         monkeypatch.setenv(var, str(path))
     monkeypatch.delenv("JARVIS_CONFIG", raising=False)
-    monkeypatch.delenv("OLLAMA_HOST", raising=False)
-    yield root
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # discard: nothing listens
+    with refuse_network():
+        yield root
 
 
 def real_model_path(name: str) -> Path:
