@@ -5,6 +5,7 @@ Sandboxing backends (docker, podman, bwrap) live in ``jarvisd.sandbox``.
 
 from ._base import (
     Channel,
+    Clock,
     CodeExecutor,
     ExecRequest,
     ExecResult,
@@ -17,6 +18,7 @@ from ._subprocess import Limits, SubprocessExecutor
 
 __all__ = [
     "Channel",
+    "Clock",
     "CodeExecutor",
     "ExecRequest",
     "ExecResult",

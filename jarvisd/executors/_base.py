@@ -13,7 +13,10 @@ Frames (``jarvisd.protocol``) travel over a channel with :func:`send_frame` and
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -21,6 +24,7 @@ from ..protocol import MAX_FRAME_BYTES, Frame, FrameError, decode_line, encode
 
 __all__ = [
     "Channel",
+    "Clock",
     "CodeExecutor",
     "ExecRequest",
     "ExecResult",
@@ -59,10 +63,56 @@ class ExecResult:
         return self.exit_code == 0 and not self.reason
 
 
+class Clock:
+    """A program's timeout, which can be held while the program waits on the host (a
+    sandboxed agent waiting for its inference): held time does not count, so the
+    timeout bounds what the program does itself, however slow the host's model is.
+    Thread-safe: backends may watch it from a thread."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._start = time.monotonic()
+        self._held = 0
+        self._held_since = 0.0
+        self._held_total = 0.0
+        self._lock = threading.Lock()
+
+    def hold(self) -> None:
+        with self._lock:
+            if self._held == 0:
+                self._held_since = time.monotonic()
+            self._held += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._held -= 1
+            if self._held == 0:
+                self._held_total += time.monotonic() - self._held_since
+
+    def remaining(self) -> float | None:
+        """Seconds left, or None while held (it cannot expire then)."""
+        with self._lock:
+            if self._held:
+                return None
+            used = time.monotonic() - self._start - self._held_total
+            return self.timeout - used
+
+
 class Channel(abc.ABC):
-    """A started program. The backend enforces the request's timeout: when it passes,
-    the program is killed, ``readline`` returns ``b""`` and ``wait`` reports
-    ``timed_out``."""
+    """A started program. The backend enforces the request's timeout on ``clock``: when
+    it runs out, the program is killed, ``readline`` returns ``b""`` and ``wait``
+    reports ``timed_out``."""
+
+    clock: Clock
+
+    @contextlib.contextmanager
+    def clock_held(self) -> Iterator[None]:
+        """While the program waits on the host, its timeout stands still."""
+        self.clock.hold()
+        try:
+            yield
+        finally:
+            self.clock.release()
 
     @abc.abstractmethod
     async def write(self, data: bytes) -> None: ...

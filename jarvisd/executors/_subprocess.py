@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from .._errors import SandboxError
 from ..protocol import MAX_FRAME_BYTES
-from ._base import Channel, CodeExecutor, ExecRequest, ExecResult
+from ._base import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
 
 __all__ = ["Limits", "SubprocessChannel", "SubprocessExecutor"]
 
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _STDERR_TAIL = 64 * 1024
+_HELD_RECHECK_S = 0.25  # while the clock is held, how often the watchdog looks again
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ class SubprocessChannel(Channel):
         self._stderr: deque[bytes] = deque()
         self._stderr_size = 0
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
+        self.clock = Clock(timeout)
         self._watchdog = asyncio.get_running_loop().call_later(timeout, self._expire)
         self._result: ExecResult | None = None
 
@@ -82,6 +84,11 @@ class SubprocessChannel(Channel):
                 self._stderr_size -= len(self._stderr.popleft())
 
     def _expire(self) -> None:
+        remaining = self.clock.remaining()
+        if remaining is None or remaining > 0:  # held for a while: look again later
+            delay = _HELD_RECHECK_S if remaining is None else remaining
+            self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
+            return
         self._kill_group("timeout")
 
     def _kill_group(self, reason: str) -> None:

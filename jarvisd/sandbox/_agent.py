@@ -188,10 +188,14 @@ class _Session:
 
         try:
             messages, _model, tools, options = parse_infer_request(frame.request)
-            # The host's choice of model stands: the sandbox cannot switch it.
-            generation = await self.engine.generate(
-                messages, model=self.agent.model, tools=tools, options=options
-            )
+            # The host's choice of model stands: the sandbox cannot switch it. The
+            # container only waits meanwhile, so its clock (sandbox.timeout) is held:
+            # a slow local model must not get the agent killed. The run's own budget
+            # and the task's time limit still bound the whole run.
+            with self.channel.clock_held():
+                generation = await self.engine.generate(
+                    messages, model=self.agent.model, tools=tools, options=options
+                )
             reply = InferResult(id=frame.id, generation=generation.to_dict())
         except RunStopped as exc:
             self.stopped = exc
@@ -222,8 +226,9 @@ class _Session:
         tail = "\n".join(outcome.stderr.strip().splitlines()[-5:])
         if outcome.reason == "timeout":
             raise SandboxError(
-                f"the sandboxed agent timed out after {self.agent.timeout:g}s (sandbox.timeout); "
-                "its container was removed"
+                f"the sandboxed agent ran for more than {self.agent.timeout:g}s of its own "
+                "time (sandbox.timeout; waiting for inference does not count); its container "
+                "was removed"
             )
         if outcome.reason == "oom":
             raise SandboxError(

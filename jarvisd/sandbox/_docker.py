@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from .._config import Config
 from .._errors import SandboxError, SandboxUnavailable
-from ..executors import Channel, CodeExecutor, ExecRequest, ExecResult
+from ..executors import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
 from ..protocol import MAX_FRAME_BYTES
 from ._mounts import Mount, MountPolicy
 from ._policy import (
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 _STDERR_TAIL = 64 * 1024
 _REST_LIMIT = 8 * 1024 * 1024
 _QUEUE_CHUNKS = 256
+_HELD_RECHECK_S = 0.25  # while the clock is held, how often the watchdog looks again
 # Copies an ExecRequest's files to a writable /tmp/work and runs the program there.
 _SHIM = (
     "import os,shutil,sys;shutil.copytree(sys.argv[1],'/tmp/work');"
@@ -364,6 +365,7 @@ class DockerChannel(Channel):
         self.id = container_id
         self.policy = policy
         self.timeout = timeout
+        self.clock = Clock(timeout)
         self.start = time.monotonic()
         self.reason = ""
         self._sock = sock
@@ -440,7 +442,15 @@ class DockerChannel(Channel):
             self._stderr_size -= len(self._stderr.popleft())
 
     def _watch(self) -> None:
-        if not self._done.wait(self.timeout):
+        while True:
+            remaining = self.clock.remaining()
+            if remaining is not None and remaining <= 0:
+                break
+            # While the clock is held (the host is answering an inference request), look
+            # again shortly; otherwise sleep until the deadline, then check it again.
+            if self._done.wait(_HELD_RECHECK_S if remaining is None else remaining):
+                return
+        if not self._done.is_set():
             log.info("sandbox container %s timed out after %.1fs", self.id[:12], self.timeout)
             self._terminate("timeout")
 

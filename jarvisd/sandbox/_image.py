@@ -1,6 +1,6 @@
 """Building the sandbox image with no container registry (``jarvis sandbox build``).
 
-Recipe: mmdebstrap's ``extract`` variant unpacks python3 and dash (for /bin/sh) with
+Recipe: mmdebstrap's ``extract`` variant unpacks python3, dash (for /bin/sh) and coreutils with
 their dependencies from Debian's mirror, running no maintainer scripts; the extract hook
 writes what those scripts would have (users, /tmp) and precompiles the standard library
 (the read-only root could never cache bytecode at run time); the engine then imports the
@@ -101,7 +101,7 @@ def build_image(
         hook.chmod(0o755)
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--quiet", "--variant=extract", "--include=python3,dash",
+            "mmdebstrap", "--quiet", "--variant=extract", "--include=python3,dash,coreutils",
             f'--extract-hook={hook} "$1"', suite, str(rootfs), mirror,
         ]  # fmt: skip
         if log is not None:

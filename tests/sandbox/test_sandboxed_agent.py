@@ -41,6 +41,18 @@ def test_simple_agent_runs_in_the_container(roots: tuple[Path, Path]) -> None:
     assert not our_containers()
 
 
+def test_waiting_for_inference_does_not_count_toward_the_sandbox_timeout(
+    roots: tuple[Path, Path],
+) -> None:
+    # The host's model takes 4 s; the container may run 2.5 s of its own time.
+    engine = ScriptedEngine.from_replies(["slow but fine"], latency_s=4.0)
+    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    config = sandbox_config(roots, timeout=2.5)
+    result = asyncio.run(run_agent(spec, RunContext(), config=config, engine=engine))
+    assert result.content == "slow but fine" and result.metadata["sandbox"]["duration_s"] > 4.0
+    assert not our_containers()
+
+
 def test_budget_stays_on_the_host(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine.from_replies(["never sent"])
     run = RunContext(budget=Budget(max_calls=0))
