@@ -38,6 +38,9 @@ class OllamaConfig:
     host: str = ""  # empty: OLLAMA_HOST, else http://127.0.0.1:11434
     timeout: float = 300.0
     connect_timeout: float = 2.0
+    # num_ctx is the model's real context length up to this: Ollama allocates the whole
+    # KV cache up front, and a 128k window would take many GB. 0: no cap.
+    max_context: int = 32768
 
 
 @dataclass(frozen=True, slots=True)

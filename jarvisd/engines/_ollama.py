@@ -114,6 +114,7 @@ class OllamaEngine(Engine):
         model: str = "",
         timeout: float = 300.0,
         connect_timeout: float = 2.0,
+        max_context: int = 32768,
     ) -> None:
         self.host = host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
         if "://" not in self.host:
@@ -121,6 +122,7 @@ class OllamaEngine(Engine):
         self.model = model
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.max_context = max_context
         self._client: ollama.AsyncClient | None = None
         self._num_ctx: dict[str, int | None] = {}
 
@@ -154,6 +156,8 @@ class OllamaEngine(Engine):
                 shown = await self.client.show(model)
             info = shown.modelinfo or {}
             length = next((int(v) for k, v in info.items() if k.endswith(".context_length")), None)
+            if length and self.max_context:
+                length = min(length, self.max_context)  # the window we ask Ollama for
             self._num_ctx[model] = length
         return self._num_ctx[model]
 

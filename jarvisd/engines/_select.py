@@ -42,8 +42,9 @@ def build_engine(name: str, config: Config, model: str = "") -> Engine:
 
         o = config.engine.ollama
         return OllamaEngine(
-            o.host, model=model, timeout=o.timeout, connect_timeout=o.connect_timeout
-        )
+            o.host, model=model, timeout=o.timeout, connect_timeout=o.connect_timeout,
+            max_context=o.max_context,
+        )  # fmt: skip
     if name == "openai":
         from ._openai import OpenAIEngine
 

@@ -55,6 +55,22 @@ def test_generate_stream_tools_and_num_ctx() -> None:
     assert engine.calls[0].messages[0].content == "capital of France?"
 
 
+def test_num_ctx_is_capped_by_max_context() -> None:
+    engine = ScriptedEngine([reply("ok")], context_window=131072)
+
+    async def go(url: str) -> int | None:
+        client = OllamaEngine(url, model="scripted", timeout=5, max_context=8192)
+        await client.generate([Message.user("hi")])
+        length = await client.context_length()
+        await client.aclose()
+        return length
+
+    with OllamaStandIn(engine) as standin:
+        assert asyncio.run(go(standin.url)) == 8192  # what the agents fit history to
+        chats = [body for method, path, body in standin.requests if path == "/api/chat"]
+    assert chats[0]["options"]["num_ctx"] == 8192
+
+
 def test_errors_are_translated() -> None:
     engine = ScriptedEngine([EngineResponseError("model exploded", 500)])
 
