@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -28,6 +28,62 @@ def strip_think_tags(text: str) -> str:
     if "<" not in text:  # the usual reply: nothing to strip
         return text.strip()
     return _THINK.sub("", text).strip()
+
+
+class ThinkFilter:
+    """Passes streamed text on with ``<think>...</think>`` blocks left out, as
+    :func:`strip_think_tags` does for whole replies; a tag may be split across chunks."""
+
+    __slots__ = ("emit", "inside", "pending", "started")
+
+    OPEN, CLOSE = "<think>", "</think>"
+
+    def __init__(self, emit: Callable[[str], None]) -> None:
+        self.emit = emit
+        self.pending = ""  # text that may still turn out to be (part of) a tag
+        self.inside = False
+        self.started = False  # leading whitespace is dropped, as strip_think_tags does
+
+    def feed(self, text: str) -> None:
+        if not self.inside and "<" not in text and not self.pending:
+            self._out(text)  # the usual chunk: no tag in sight
+            return
+        buf = self.pending + text
+        while buf:
+            tag = self.CLOSE if self.inside else self.OPEN
+            at = buf.lower().find(tag)
+            if at < 0:
+                keep = _tag_prefix_len(buf, tag)
+                if not self.inside:
+                    self._out(buf[: len(buf) - keep])
+                buf = buf[len(buf) - keep :]
+                break
+            if not self.inside:
+                self._out(buf[:at])
+            buf = buf[at + len(tag) :]
+            self.inside = not self.inside
+        self.pending = buf
+
+    def flush(self) -> None:
+        if not self.inside and self.pending:
+            self._out(self.pending)
+        self.pending = ""
+
+    def _out(self, text: str) -> None:
+        if not self.started:
+            text = text.lstrip()
+            self.started = bool(text)
+        if text:
+            self.emit(text)
+
+
+def _tag_prefix_len(text: str, tag: str) -> int:
+    """Length of the longest end of ``text`` that begins ``tag`` (case-insensitive)."""
+    lowered = text[-(len(tag) - 1) :].lower()
+    for size in range(min(len(lowered), len(tag) - 1), 0, -1):
+        if tag.startswith(lowered[-size:]):
+            return size
+    return 0
 
 
 @dataclass(slots=True)
@@ -163,13 +219,15 @@ class BaseAgent(abc.ABC):
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:
             final: Generation | None = None
+            shown = ThinkFilter(run.on_delta)
             async for chunk in engine.stream(
                 messages, model=use_model, tools=tools, options=sampling
             ):
                 if chunk.delta:
-                    run.on_delta(chunk.delta)
+                    shown.feed(chunk.delta)
                 if chunk.done:
                     final = chunk.generation
+            shown.flush()
             assert final is not None  # every stream ends with a done chunk
             return final
         return await engine.generate(messages, model=use_model, tools=tools, options=sampling)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 from .._errors import UsageError
-from .._plugins import import_from_string, load_plugins
+from .._plugins import PluginError, import_from_string, load_plugins
 from ..engines import Engine
 from ._base import BaseAgent
 
@@ -30,7 +30,12 @@ class AgentRegistry:
 
     @classmethod
     def register(cls, key: str) -> Callable[[_A], _A]:
+        """Register an agent class under ``key``; a key that is taken (a built-in, an
+        alias, another class) is refused, never silently replaced."""
+
         def decorator(agent_cls: _A) -> _A:
+            if key in BUILTIN_AGENTS or key in ALIASES:
+                raise UsageError(f"agent key {key!r} is a built-in agent's key")
             existing = cls._registered.get(key)
             if existing is not None and existing is not agent_cls:
                 raise UsageError(f"agent key {key!r} is already registered to {existing!r}")
@@ -41,7 +46,15 @@ class AgentRegistry:
 
     @classmethod
     def _sources(cls) -> dict[str, str]:
-        return load_plugins("jarvisd.agents", BUILTIN_AGENTS)
+        sources = load_plugins("jarvisd.agents", BUILTIN_AGENTS)
+        clash = sorted(cls._registered.keys() & sources.keys())
+        if clash:
+            key = clash[0]
+            raise PluginError(
+                f"plugin {sources[key]!r} (jarvisd.agents) claims the name {key!r}, already "
+                f"registered to {cls._registered[key]!r}"
+            )
+        return sources
 
     @classmethod
     def keys(cls) -> tuple[str, ...]:

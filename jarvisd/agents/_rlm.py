@@ -7,8 +7,9 @@ writes code to inspect and split it and asks sub-models with ``llm_query`` /
 Sub-calls are answered by the host through the run's engine: same budget, same cancel
 token, ``run.child()``. ``llm_batch`` calls run concurrently. A sub-call that passes a
 ``context`` runs as a nested RLM while ``depth + 1 < max_depth``, else as a plain model
-call. Every execution has a timeout: the host kills the REPL, says so, and starts a
-fresh one (with ``context`` again) for the next step.
+call. Every execution has a timeout on its own running time (time spent waiting for
+sub-call answers is not counted): past it the host kills the REPL, says so, and starts
+a fresh one (with ``context`` again) for the next step.
 """
 
 from __future__ import annotations
@@ -148,28 +149,14 @@ class ReplSession:
         await self._send(channel, start)
         tasks: set[asyncio.Task[None]] = set()
         try:
-            async with asyncio.timeout(self.agent.exec_timeout):
-                while True:
-                    frame = await self._next(channel)
-                    for task in [t for t in tasks if t.done()]:
-                        tasks.discard(task)
-                        task.result()  # a stop signal (budget, cancel) ends the run
-                    if isinstance(frame, Infer):
-                        tasks.add(asyncio.ensure_future(self._answer(channel, frame)))
-                    elif isinstance(frame, ResultFrame) and frame.id == start.id:
-                        return dict(frame.result)
-                    elif frame is None or isinstance(frame, ErrorFrame):
-                        why = self._why(frame)
-                        await self.close()
-                        self.restarts += 1
-                        return {"stdout": "", "error": f"the REPL process died: {why}. A new one starts "
-                                "on the next step; earlier variables are gone.", "final": None}  # fmt: skip
+            return await self._serve_cell(channel, start.id, tasks)
         except TimeoutError:
             await self.close()
             self.restarts += 1
             return {"stdout": "", "final": None, "error": (
-                f"execution timed out after {self.agent.exec_timeout:g} s and the REPL was "
-                "restarted: variables from earlier steps are gone (`context` is still there)."
+                f"execution timed out after {self.agent.exec_timeout:g} s of running time and "
+                "the REPL was restarted: variables from earlier steps are gone (`context` is "
+                "still there)."
             )}  # fmt: skip
         except BaseException:
             await self.close()
@@ -183,13 +170,60 @@ class ReplSession:
                     if isinstance(outcome, RunStopped):
                         raise outcome
 
+    async def _serve_cell(
+        self, channel: Channel, start_id: str, tasks: set[asyncio.Task[None]]
+    ) -> dict[str, Any]:
+        """Answer the cell's sub-calls until its result comes. The timeout counts the
+        cell's own running time: the clock stops while the REPL waits for answers to
+        ``llm_query`` / ``llm_batch``, so a slow local model answering them does not
+        kill a cell that is doing its job."""
+        loop = asyncio.get_running_loop()
+        limit = self.agent.exec_timeout
+        used, since, waiting, live = 0.0, loop.time(), 0, True
+
+        def answered(_: object) -> None:
+            nonlocal since, waiting
+            waiting -= 1
+            if not waiting and live:  # the cell runs again: restart the clock
+                since = loop.time()
+                deadline.reschedule(since + limit - used)
+
+        try:
+            async with asyncio.timeout(limit) as deadline:
+                while True:
+                    frame = await self._next(channel)
+                    for task in [t for t in tasks if t.done()]:
+                        tasks.discard(task)
+                        task.result()  # a stop signal (budget, cancel) ends the run
+                    if isinstance(frame, Infer):
+                        if not waiting:  # the cell now waits for the host: stop the clock
+                            used += loop.time() - since
+                            deadline.reschedule(None)
+                        waiting += 1
+                        task = asyncio.ensure_future(self._answer(channel, frame))
+                        task.add_done_callback(answered)
+                        tasks.add(task)
+                    elif isinstance(frame, ResultFrame) and frame.id == start_id:
+                        return dict(frame.result)
+                    elif frame is None or isinstance(frame, ErrorFrame):
+                        why = self._why(frame)
+                        await self.close()
+                        self.restarts += 1
+                        return {"stdout": "", "error": f"the REPL process died: {why}. A new one starts "
+                                "on the next step; earlier variables are gone.", "final": None}  # fmt: skip
+        finally:
+            live = False  # the timeout is over: answers that come later leave it alone
+
 
 class ReplTool(BaseTool):
     tool_id: ClassVar[str] = "repl"
 
     def __init__(self, session: ReplSession) -> None:
         self.session = session
-        self.timeout = session.agent.exec_timeout + 30  # the session's own timeout fires first
+        # Only a backstop: the session's own timeouts fire first. A cell may run longer
+        # than exec_timeout in wall time while its sub-calls are being answered.
+        agent = session.agent
+        self.timeout = max(agent.exec_timeout, agent.session_timeout) + 30
 
     @property
     def spec(self) -> ToolSpec:

@@ -449,7 +449,8 @@ async def run_tool_loop(
             # Nothing new this turn: every call was blocked as a repeat, or returned a
             # result the model already had (small local models feed a result back into
             # the tool). One turn without tools asks for the answer instead.
-            content, meta = await _answer_turn(agent, run, state, dialect, executor)
+            blocked = any(r.metadata.get("blocked") for r in results)
+            content, meta = await _answer_turn(agent, run, state, dialect, executor, blocked)
             save()
             return finish(content, **meta)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
@@ -478,8 +479,12 @@ def _unique_calls(step: Step) -> Step:
 
 
 ANSWER_NOW = (
-    "{input}\n\nThese tool results are already known:\n{results}\n\n"
+    "{input}\n\nThese tool results are already known:\n{results}\n\n{why}"
     "Using these results, answer the request above in plain text. Do not call any tool."
+)
+BLOCKED_NOTE = (
+    "Your last tool call repeated an earlier call with exactly the same arguments, so it "
+    "was blocked and not run again: its result is listed above.\n\n"
 )
 
 
@@ -504,10 +509,15 @@ async def _answer_turn(
     state: LoopState,
     dialect: Dialect,
     executor: ToolExecutor,
+    blocked: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """One generation without tools on a flattened prompt (the request and the known
-    results); its text is the answer unless it is yet another call."""
-    prompt = Message.user(ANSWER_NOW.format(input=state.input, results=_known_results(state)))
+    """One generation without tools on a flattened prompt (the request, the known
+    results and, when a call was blocked, why); its text is the answer unless it is
+    yet another call or empty."""
+    why = BLOCKED_NOTE if blocked else ""
+    prompt = Message.user(
+        ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
+    )
     generation = await agent._generate(run, [prompt])
     state.turns += 1
     state.usage = state.usage + generation.usage
@@ -520,4 +530,9 @@ async def _answer_turn(
             {"error": "the model did not stop calling tools", "answer_turn": True},
         )
     text = step.content if step.kind == "final" else agent.strip_think_tags(generation.content)
+    if not text.strip():
+        return (
+            "Error: the model gave an empty answer after its tool calls.",
+            {"error": "empty answer", "answer_turn": True},
+        )
     return text, {"answer_turn": True}

@@ -1,8 +1,10 @@
 """The tool seam: a spec (JSON schema) and ``execute``; everything else optional.
 
 ``execute`` may be sync or async and may return a :class:`ToolResult` or plain text.
-Cheap sync tools run inline on the event loop (dispatch costs microseconds); tools that
-block (files, subprocesses) set ``blocking = True`` and run in a worker thread.
+A sync ``execute`` runs in a worker thread under the executor's timeout, unless the tool
+sets ``blocking = False``: a promise that it is cheap and never blocks (the built-in
+calculator and think), so it runs inline on the event loop (dispatch costs microseconds,
+and no timeout applies).
 Tools that need the current run (the ``llm`` tool charges the run's budget) read it
 with :func:`current_run`.
 """
@@ -31,8 +33,9 @@ def current_run() -> RunContext | None:
 
 class BaseTool(abc.ABC):
     tool_id: ClassVar[str] = "tool"
-    #: Sync ``execute`` that may block: the executor runs it in a worker thread.
-    blocking: ClassVar[bool] = False
+    #: Sync ``execute`` that may block (the safe default): the executor runs it in a
+    #: worker thread under its timeout. False: cheap, runs inline, no timeout.
+    blocking: ClassVar[bool] = True
     #: Seconds before the executor gives up on one call (None: the executor's default).
     timeout: float | None = None
 

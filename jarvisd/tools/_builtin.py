@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -148,13 +149,16 @@ class FileReadTool(BaseTool):
     def execute(self, **params: Any) -> str:
         raw = str(params["path"])
         resolved = self.check(raw)
+        # O_NONBLOCK: opening a FIFO (or a device) must not block the worker thread
+        # forever; such files are refused below.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(resolved, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(resolved, flags)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise ToolError(f"refused: {raw} changed into a symlink") from None
             raise ToolError(f"cannot open {raw}: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as handle:
+        try:
             real = (
                 Path(os.path.realpath(f"/proc/self/fd/{fd}"))
                 if Path("/proc/self/fd").exists()
@@ -162,9 +166,14 @@ class FileReadTool(BaseTool):
             )
             if not self._inside(real):
                 raise ToolError(f"refused: {raw} is outside the allowed roots")
-            if not os.path.isfile(real):
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
                 raise ToolError(f"not a regular file: {raw}")
-            size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        size = info.st_size
+        with os.fdopen(fd, "rb") as handle:
             data = handle.read(self.max_bytes)
         text = data.decode("utf-8", errors="replace")
         if size > self.max_bytes:

@@ -178,8 +178,9 @@ class _Evaluator:
             and abs(base) > 1
             and exponent * math.log2(abs(base)) > MAX_INT_BITS
         ):
+            shown = str(base) if base.bit_length() <= 64 else f"a {base.bit_length()}-bit number"
             raise CalculatorError(
-                f"{base}**{exponent} is too large (more than {MAX_INT_BITS} bits)"
+                f"{shown}**{exponent} is too large (more than {MAX_INT_BITS} bits)"
             )
 
 
@@ -238,6 +239,7 @@ def evaluate(expression: str) -> int | float:
 
 class CalculatorTool(BaseTool):
     tool_id: ClassVar[str] = "calculator"
+    blocking: ClassVar[bool] = False  # bounded and pure: runs inline
     _spec = ToolSpec(
         name="calculator",
         description=(

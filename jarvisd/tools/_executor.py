@@ -4,7 +4,8 @@ For each call: look the tool up, parse and repair the arguments, validate them a
 the schema, ask the loop guard, publish TOOL_CALL_START, run (inline, in a thread, or
 awaited, under a timeout), publish TOOL_CALL_END with latency. Every failure becomes
 ``ToolResult(success=False)`` with a message written for the model; nothing raises out
-except the run's own stop signals.
+except the run's own stop signals (:class:`RunStopped`: cancelled, budget spent) and
+:class:`SandboxUnavailable`, which no reply of the model can fix: the run ends with it.
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
 from .._messages import ToolCall, ToolResult, ToolSpec
-from .._run import Cancelled, RunContext
+from .._run import RunContext, RunStopped
 from ._args import ArgumentError, parse_arguments, validate_arguments
 from ._base import _CURRENT_RUN, BaseTool
 
 __all__ = ["LoopGuard", "ToolExecutor"]
 
 MAX_RESULT_CHARS = 20_000
+#: Raised out of a tool call instead of becoming a result for the model.
+_FATAL = (RunStopped, SandboxUnavailable)
 
 
 @dataclass(slots=True)
@@ -92,10 +96,11 @@ class ToolExecutor:
                 raise ValueError(f"two tools are named {name!r}")
             self.tools[name] = tool
         self._lower = {name.lower(): name for name in self.tools}
-        self._inline = {
-            name: not t.blocking and not inspect.iscoroutinefunction(t.execute)
-            for name, t in self.tools.items()
-        }
+        is_async = {n: inspect.iscoroutinefunction(t.execute) for n, t in self.tools.items()}
+        # Sync tools run in a worker thread under the timeout unless they are declared
+        # cheap (blocking = False): those run inline.
+        self._threaded = {n: t.blocking and not is_async[n] for n, t in self.tools.items()}
+        self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         self._schemas = {s.name: s.parameters for s in self.specs}
         self.bus = bus
@@ -177,16 +182,16 @@ class ToolExecutor:
     ) -> ToolResult:
         timeout = tool.timeout or self.timeout
         try:
-            if tool.blocking:
+            if self._threaded[name]:
                 value = await asyncio.wait_for(asyncio.to_thread(tool.execute, **params), timeout)
             else:
                 value = tool.execute(**params)
-                if inspect.isawaitable(value):
-                    async with asyncio.timeout(timeout):
-                        value = await value
+            if inspect.isawaitable(value):
+                async with asyncio.timeout(timeout):
+                    value = await value
         except TimeoutError:
             return _fail(call, f"Error: {name} timed out after {timeout:g} s.", start, timeout=True)
-        except Cancelled:
+        except _FATAL:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
@@ -197,7 +202,7 @@ class ToolExecutor:
     ) -> ToolResult:
         try:
             value = tool.execute(**params)
-        except Cancelled:
+        except _FATAL:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
@@ -254,6 +259,10 @@ class ToolExecutor:
             if waiter is not None:
                 waiter.cancel()
         if gathered.done():
+            if gathered.exception() is not None:  # a fatal error: stop the other calls
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             return list(gathered.result())
         # Cancelled: stop what still runs; finished calls keep their real results.
         gathered.cancel()

@@ -13,6 +13,7 @@ __all__ = ["ThinkTool"]
 
 class ThinkTool(BaseTool):
     tool_id: ClassVar[str] = "think"
+    blocking: ClassVar[bool] = False  # bounded and pure: runs inline
     _spec = ToolSpec(
         name="think",
         description="Write down reasoning step by step. Returns your thought unchanged.",

@@ -196,10 +196,11 @@ class TraceCollector:
         elif event.type is EventType.TOOL_CALL_END:
             trace.tool_calls += 1
         elif event.type is EventType.INFERENCE_END:
+            # An engine call that failed is in the events; it marks the trace as failed
+            # only when the run fails with it (a sub-call error the run survived, or a
+            # sub-call cancelled by a REPL timeout, does not).
             trace.prompt_tokens += int(data.get("prompt_tokens", 0) or 0)
             trace.completion_tokens += int(data.get("completion_tokens", 0) or 0)
-            if data.get("error"):
-                trace.error = str(data["error"])
         if (event.type is EventType.AGENT_TURN_END and top) or event.type is EventType.RUN_END:
             trace.content = str(data.get("content", trace.content))
             trace.turns = int(data.get("turns", trace.turns) or 0)

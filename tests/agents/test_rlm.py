@@ -4,9 +4,11 @@ answered by the host through the run's engine, FINAL/FINAL_VAR, timeouts, depth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -139,6 +141,29 @@ def test_exec_timeout_kills_and_restarts_the_repl() -> None:
     assert result.content == "done"
 
 
+def test_time_spent_answering_sub_calls_does_not_count_against_the_cell_timeout() -> None:
+    # Three sequential sub-calls of 0.5 s each: 1.5 s of waiting in a cell whose own
+    # running time is tiny. A slow local model must not get the cell killed.
+    scripted = router(
+        [code("a = [llm_query(str(i)) for i in range(3)]\nprint(len(a))"), code("FINAL('ok')")]
+    )
+    scripted.latency_s = 0.5
+    result = arun(rlm(scripted, exec_timeout=1.0), "x")
+    assert result.tool_results[0].content == "3", result.tool_results[0].content
+    assert result.content == "ok"
+
+
+def test_the_cell_clock_runs_again_after_its_sub_calls() -> None:
+    # The cell's own work before and after a sub-call adds up past the timeout.
+    scripted = router([
+        code("import time\ntime.sleep(0.6)\nx = llm_query('q')\ntime.sleep(0.6)\nprint(x)"),
+        code("FINAL('done')"),
+    ])  # fmt: skip
+    result = arun(rlm(scripted, exec_timeout=1.0), "x")
+    assert "timed out after 1 s of running time" in result.tool_results[0].content
+    assert result.content == "done"
+
+
 def test_sub_call_errors_become_exceptions_in_the_cell() -> None:
     from jarvisd._errors import EngineResponseError
 
@@ -177,10 +202,95 @@ def test_recursive_sub_calls_are_depth_limited() -> None:
     assert depths == [1]
 
 
-def test_no_code_and_no_final_is_reported_not_taken_as_the_answer() -> None:
+@contextlib.contextmanager
+def engine_for(kind: str, scripted: ScriptedEngine) -> Iterator[Engine]:
+    if kind == "ollama":
+        with via_ollama(scripted) as engine:
+            yield engine
+    else:
+        yield scripted
+
+
+KINDS = ["direct", "ollama"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_code_and_no_final_is_reported_not_taken_as_the_answer(kind: str) -> None:
     scripted = router([reply("The code is probably 1234."), reply("I am sure it is 1234.")])
-    result = arun(rlm(scripted), "x")
+    with engine_for(kind, scripted) as engine:
+        result = arun(rlm(engine), "x")
     assert "unparseable" in result.metadata["error"]
+    assert result.content.startswith("Error:") and result.turns == 2
+    root = [c for c in scripted.calls if c.messages[0].role.value == "system"]
+    assert "could not be used" in root[1].messages[-1].content  # the one corrective prompt
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_max_turns(kind: str) -> None:
+    scripted = router([code(f"print({i} * 2)") for i in range(5)])
+    with engine_for(kind, scripted) as engine:
+        result = arun(rlm(engine, max_turns=3), "x")
+    assert result.turns == 3 and result.metadata["max_turns_exceeded"] is True
+    assert [r.content for r in result.tool_results] == ["0", "2", "4"]
+
+
+def answer_turn_router(root: Sequence[Generation], answer: str) -> ScriptedEngine:
+    """Like ``router``, and the loop's answer turn (no system prompt) gets ``answer``."""
+    queue = list(root)
+
+    def respond(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            return queue.pop(0) if queue else reply("script exhausted")
+        if "Do not call any tool" in messages[-1].content:
+            return reply(answer)
+        return reply("sub-answer")
+
+    return ScriptedEngine(fallback=respond)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_repeated_identical_cell_is_blocked_and_the_model_is_told(kind: str) -> None:
+    scripted = answer_turn_router([code("print(6 * 7)"), code("print(6 * 7)")], "FINAL(42)")
+    with engine_for(kind, scripted) as engine:
+        result = arun(rlm(engine, max_repeats=1), "x")
+    first, second = result.tool_results
+    assert first.success and first.content == "42"
+    assert not second.success and second.metadata["blocked"] is True
+    assert "Blocked" in second.content and "already called 1 times" in second.content
+    assert result.metadata["blocked_calls"] == 1 and result.metadata["answer_turn"] is True
+    assert result.content == "42"
+
+
+FENCES = {
+    "python": "```python\n{src}\n```",
+    "py": "Let me look.\n```py\n{src}\n```",
+    "repl": "```repl\n{src}\n```",
+    "bare": "```\n{src}\n```",
+    "unclosed": "Here:\n```python\n{src}\n",
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("style", list(FENCES))
+def test_code_written_in_any_fence_runs(kind: str, style: str) -> None:
+    scripted = router([reply(FENCES[style].format(src="FINAL(context[:4])"))])
+    with engine_for(kind, scripted) as engine:
+        result = arun(rlm(engine), "x")
+    assert result.content == "Line" and result.tool_results[0].tool_name == "repl"
+    assert result.metadata["final_from_tool"] is True
+
+
+def test_a_subscriber_that_raises_never_breaks_an_rlm_run(caplog: pytest.LogCaptureFixture) -> None:
+    from jarvisd._events import Event, EventBus
+
+    def broken(event: Event) -> None:
+        raise RuntimeError("subscriber bug")
+
+    bus = EventBus()
+    bus.subscribe(broken)
+    scripted = router([code("x = llm_query('q')\nprint(x)"), code("FINAL(x)")])
+    result = arun(rlm(scripted), "x", run=RunContext(bus=bus))
+    assert result.content == "sub-answer" and "subscriber bug" in caplog.text
 
 
 def test_final_written_as_text_ends_the_run() -> None:
@@ -202,3 +312,46 @@ def test_cancel_stops_the_repl() -> None:
     with pytest.raises(Cancelled):
         asyncio.run(go())
     assert time.perf_counter() - started < 5
+
+
+def test_sub_calls_use_the_sub_model_settings() -> None:
+    scripted = router([code("x = llm_query('q')"), code("FINAL(x)")])
+    agent = rlm(scripted, sub_model="tiny", sub_temperature=0.1, sub_max_tokens=77)
+    assert arun(agent, "x").content == "sub-answer"
+    sub = [c for c in scripted.calls if c.messages[0].role.value != "system"]
+    assert [(c.model, c.options.temperature, c.options.max_tokens) for c in sub] == [
+        ("tiny", 0.1, 77)
+    ]
+    root = [c for c in scripted.calls if c.messages[0].role.value == "system"]
+    assert {c.model for c in root} == {"scripted"}
+
+
+def test_jarvis_ask_gives_rlm_the_context_file(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from jarvisd._paths import paths
+    from jarvisd.cli import cli
+    from jarvisd.testing import OllamaStandIn
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text(CONTEXT)
+    scripted = router([
+        code("print(len(context))\nx = llm_query('Secret code in: ' + context[12000:14000])"),
+        code("FINAL(x)"),
+    ], sub="7781")  # fmt: skip
+    with OllamaStandIn(scripted) as standin:
+        paths().config_file.parent.mkdir(parents=True, exist_ok=True)
+        paths().config_file.write_text(
+            f'[engine.ollama]\nhost = "{standin.url}"\n[sandbox]\nbackend = "none"\n'
+        )
+        out = CliRunner().invoke(cli, [
+            "ask", "--no-daemon", "--engine", "ollama", "--model", "scripted", "--agent", "rlm",
+            "--context", str(notes), "--json", "What is the secret code?",
+        ])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.stdout)
+    assert data["answer"] == "7781"
+    assert data["tool_results"][0]["content"] == str(len(CONTEXT))
+    assert data["metadata"]["context_chars"] == len(CONTEXT)

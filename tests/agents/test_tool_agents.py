@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from jarvisd._messages import Message, Role, ToolCall
+from jarvisd._events import Event, EventBus, EventType
+from jarvisd._messages import Message, Role, ToolCall, ToolSpec
 from jarvisd._run import Cancelled, RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.agents._toolloop import LoopState, estimate_tokens, fit_messages
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.executors import SubprocessExecutor
-from jarvisd.tools import CalculatorTool, ThinkTool
+from jarvisd.tools import BaseTool, CalculatorTool, ThinkTool
 
 from ._helpers import via_ollama
 
@@ -102,7 +103,7 @@ RECOVERED = {
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("key", ["orchestrator", "native_react"])
+@pytest.mark.parametrize("key", AGENTS)
 @pytest.mark.parametrize("style", list(RECOVERED))
 def test_calls_written_as_text_are_recovered(key: str, kind: str, style: str) -> None:
     scripted = ScriptedEngine([reply(RECOVERED[style]), FINAL[key]("42")])
@@ -137,11 +138,13 @@ def test_repeated_identical_calls_are_blocked_and_the_model_is_told(key: str, ki
     # The blocked call is answered in the history, then one turn without tools asks for
     # the answer (small local models otherwise repeat the call until max_turns).
     last = scripted.calls[2]
-    told = " ".join(m.content for m in scripted.calls[1].messages) + str(result.tool_results[1])
-    assert "Blocked" in told and "already called 1 times" in told
-    # The answer turn shows the known results as plain text, without call syntax.
+    blocked = result.tool_results[1]
+    assert "Blocked" in blocked.content and "already called 1 times" in blocked.content
+    # The answer turn says why, and shows the known results as plain text, without
+    # call syntax.
     assert [m.role.value for m in last.messages] == ["user"] and last.tools == ()
     assert "Do not call any tool" in last.messages[0].content
+    assert "was blocked and not run again" in last.messages[0].content
     shown = {"native_openhands": "python(code='print(1+1)') returned: 2"}.get(
         key, "calculator(expression='1+1') returned: 2"
     )
@@ -160,6 +163,14 @@ def test_a_turn_that_learns_nothing_new_leads_to_the_answer_turn(key: str, kind:
     assert [r.content for r in result.tool_results] == ["42", "42"]
     assert result.metadata["answer_turn"] is True and result.turns == 3
     assert scripted.calls[2].tools == ()
+
+
+@pytest.mark.parametrize("key", AGENTS)
+def test_an_empty_answer_after_the_tools_is_reported(key: str) -> None:
+    scripted = ScriptedEngine([CALL[key]("6*7"), CALL[key]("42"), reply("  ")])
+    result = arun(make(key, scripted), "6*7?")
+    assert result.metadata["error"] == "empty answer" and result.content.startswith("Error:")
+    assert "was blocked" not in scripted.calls[2].messages[0].content  # nothing was blocked
 
 
 UNPARSEABLE = {
@@ -337,3 +348,121 @@ def test_simple_agent_refuses_tools_and_registry_knows_every_key() -> None:
     assert AgentRegistry.get("react") is AgentRegistry.get("native_react")
     with pytest.raises(UsageError):
         AgentRegistry.create("simple", ScriptedEngine(), tools=[CalculatorTool()])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_simple_agent_makes_one_call_and_strips_think_tags(kind: str) -> None:
+    scripted = ScriptedEngine([reply("<think>the user wants a city</think>Paris.")])
+    seen: list[EventType] = []
+    bus = EventBus()
+    bus.subscribe(lambda e: seen.append(e.type))
+    context = AgentContext(conversation=[Message.user("Hi"), Message.assistant("Hello!")])
+    with engine_for(kind, scripted) as engine:
+        agent = AgentRegistry.create("simple", engine, "scripted", temperature=0,
+                                     system_prompt="Be brief.")  # fmt: skip
+        shown: list[str] = []
+        run = RunContext(bus=bus, on_delta=shown.append)
+        result = arun(agent, "Capital of France?", run, context)
+    assert result.content == "Paris." and result.turns == 1 and result.tool_results == []
+    assert "".join(shown) == "Paris."  # streamed, without the thinking
+    assert result.usage.total_tokens > 0
+    assert len(scripted.calls) == 1 and scripted.calls[0].tools == ()
+    sent = [(m.role.value, m.content) for m in scripted.calls[0].messages]
+    assert sent == [("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello!"),
+                    ("user", "Capital of France?")]  # fmt: skip
+    assert seen[0] is EventType.AGENT_TURN_START and seen[-1] is EventType.AGENT_TURN_END
+    assert EventType.INFERENCE_START in seen and EventType.INFERENCE_END in seen
+
+
+class Nap(BaseTool):
+    """An async tool that records how many of its calls overlap."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self.most = 0
+
+    @property
+    def spec(self) -> ToolSpec:
+        return ToolSpec("nap", "sleeps a moment",
+                        {"type": "object", "properties": {"n": {"type": "integer"}}})  # fmt: skip
+
+    async def execute(self, **params: object) -> str:
+        self.active += 1
+        self.most = max(self.most, self.active)
+        await asyncio.sleep(0.2)
+        self.active -= 1
+        return f"slept {params['n']}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_orchestrator_runs_the_independent_calls_of_one_turn_concurrently(kind: str) -> None:
+    calls = [ToolCall.from_arguments("nap", {"n": i}) for i in range(4)]
+    scripted = ScriptedEngine([reply("", *calls), reply("done")])
+    nap = Nap()
+    with engine_for(kind, scripted) as engine:
+        result = arun(make("orchestrator", engine, tools=[nap]), "nap four times")
+    assert result.content == "done"
+    assert [r.content for r in result.tool_results] == [f"slept {i}" for i in range(4)]
+    assert nap.most == 4  # all four were running at once
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("key", AGENTS)
+def test_a_subscriber_that_raises_never_breaks_a_run(
+    key: str, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[EventType] = []
+
+    def broken(event: Event) -> None:
+        seen.append(event.type)
+        raise RuntimeError("subscriber bug")
+
+    bus = EventBus()
+    bus.subscribe(broken)
+    scripted = ScriptedEngine([CALL[key]("6*7"), FINAL[key]("42")])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make(key, engine), "6*7?", RunContext(bus=bus))
+    assert result.content == "42" and [r.content for r in result.tool_results] == ["42"]
+    assert "error" not in result.metadata
+    assert {
+        EventType.AGENT_TURN_START, EventType.AGENT_TURN_END, EventType.TOOL_CALL_START,
+        EventType.TOOL_CALL_END, EventType.INFERENCE_START, EventType.INFERENCE_END,
+    } <= set(seen)  # fmt: skip
+    assert "subscriber bug" in caplog.text
+
+
+class NoSandbox(SubprocessExecutor):
+    """A code executor whose container engine is not there."""
+
+    name = "docker"
+
+    async def open(self, request: Any) -> Any:
+        from jarvisd._errors import SandboxUnavailable
+
+        raise SandboxUnavailable("no container engine at the default Docker socket")
+
+
+@pytest.mark.parametrize("key", ["native_openhands", "rlm"])
+def test_an_unavailable_sandbox_ends_the_run_instead_of_being_fed_to_the_model(key: str) -> None:
+    from jarvisd._errors import SandboxUnavailable
+
+    scripted = ScriptedEngine([reply("```python\nprint(1)\n```")] * 3)
+    extra: dict[str, Any] = {"allow_network": False} if key == "native_openhands" else {}
+    agent = AgentRegistry.create(key, scripted, "scripted", executor=NoSandbox(), **extra)
+    with pytest.raises(SandboxUnavailable, match="no container engine"):
+        arun(agent, "print one", context=AgentContext(metadata={"context": "c"}))
+    assert len(scripted.calls) == 1  # no second turn spent on an error the model cannot fix
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 100])
+def test_streamed_text_leaves_out_think_blocks_split_across_chunks(size: int) -> None:
+    from jarvisd.agents import strip_think_tags
+    from jarvisd.agents._base import ThinkFilter
+
+    text = "<THINK>plan: 2 < 3</think>\n\nThe answer is 2<3 and <b>bold</b>.<think>more"
+    shown: list[str] = []
+    stream = ThinkFilter(shown.append)
+    for i in range(0, len(text), size):
+        stream.feed(text[i : i + size])
+    stream.flush()
+    assert "".join(shown) == strip_think_tags(text) == "The answer is 2<3 and <b>bold</b>."

@@ -86,3 +86,32 @@ def test_every_run_agent_call_is_traced_even_when_it_fails() -> None:
     assert [t.input for t in traces] == ["boom", "hello"]
     assert traces[1].content == "hi" and not traces[1].error
     assert "model exploded" in traces[0].error
+
+
+def test_a_sub_call_error_the_run_survives_does_not_mark_the_trace_failed() -> None:
+    from collections.abc import Sequence
+
+    from jarvisd import EngineResponseError
+    from jarvisd._messages import Generation, Message, ToolSpec
+    from jarvisd.agents import AgentContext
+
+    root = [reply("```python\ntry:\n    llm_query('q')\nexcept Exception as e:\n    print(e)\n```"),
+            reply("FINAL(done)")]  # fmt: skip
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if messages[0].role.value == "system":
+            return root.pop(0)
+        raise EngineResponseError("model exploded", 500)
+
+    run = RunContext()
+    collector = TraceCollector().attach(run.bus)
+    agent = AgentRegistry.create(
+        "rlm", ScriptedEngine(fallback=answer), executor=SubprocessExecutor()
+    )
+    result = asyncio.run(agent.arun("x", AgentContext(metadata={"context": "c"}), run=run))
+    collector.detach(run.bus)
+    assert result.content == "done" and "model exploded" in result.tool_results[0].content
+    trace = TraceStore().get(collector.saved[0])
+    assert trace.error == "" and trace.content == "done"
+    ends = [e for e in trace.events if e["type"] == "inference_end"]
+    assert any("model exploded" in str(e["data"].get("error")) for e in ends)

@@ -64,6 +64,7 @@ def test_calculator_computes(expr: str, value: float) -> None:
         ("().__class__", "attribute access"),
         ("__import__('os')", "unknown function '__import__'"),
         ("2**4000 * 2**4000", "too large"),
+        ("factorial(500)**2", "^a 3768-bit number"),  # not its 1135 digits
         ("10**400.5", "result too large for a float"),
         ("factorial(10000)", "factorial takes an integer up to 500"),
         ("x[0]", "indexing"),
@@ -255,6 +256,17 @@ def test_file_read_allows_roots_and_refuses_outside_and_symlinks(tmp_path: Path)
     assert "no allowed roots" in read_with(FileReadTool([]), str(root / "a.txt"))
 
 
+def test_file_read_refuses_fifos_and_directories_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    (tmp_path / "sub").mkdir()
+    tool = FileReadTool([tmp_path])
+    tool.timeout = 5
+    for name in ("pipe", "sub"):
+        result = run(ToolExecutor([tool]).execute(ToolCall("file_read", f'{{"path": "{name}"}}')))
+        assert not result.success and "not a regular file" in result.content, result.content
+
+
 def read_with(tool: FileReadTool, path: str) -> str:
     return run(ToolExecutor([tool]).execute(ToolCall("file_read", f'{{"path": "{path}"}}'))).content
 
@@ -302,3 +314,30 @@ def test_registry_builds_configured_tools(tmp_path: Path) -> None:
         and "expression" in spec["function"]["parameters"]["properties"]
     )
     assert os.environ.get("JARVIS_DATA_DIR")  # the isolated dirs fixture is active
+
+
+def test_a_sync_tool_runs_in_a_thread_under_the_timeout_unless_declared_cheap() -> None:
+    import threading
+    import time
+
+    from jarvisd._messages import ToolSpec
+    from jarvisd.tools import BaseTool
+
+    class Sleepy(BaseTool):  # a third-party sync tool that did not say it blocks
+        spec = ToolSpec("sleepy", "blocks")  # type: ignore[assignment]
+
+        def execute(self, **params: object) -> str:
+            time.sleep(1.0)
+            return "late"
+
+    class Where(BaseTool):
+        spec = ToolSpec("where", "names its thread")  # type: ignore[assignment]
+
+        def execute(self, **params: object) -> str:
+            return threading.current_thread().name
+
+    main = threading.current_thread().name
+    slow = run(ToolExecutor([Sleepy()], timeout=0.2).execute(ToolCall("sleepy")))
+    assert not slow.success and "timed out after 0.2 s" in slow.content
+    assert run(ToolExecutor([Where()]).execute(ToolCall("where"))).content != main
+    assert CalculatorTool.blocking is False and ThinkTool.blocking is False  # inline: cheap
