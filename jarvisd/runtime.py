@@ -83,6 +83,14 @@ def build_agent(spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
 
         sandboxed: BaseAgent = sandboxed_agent(key, spec, config, engine)
         return sandboxed
+    # From this config, not one the agent would load itself: the daemon's reloaded
+    # config and the in-container runner's choices must hold.
+    if agent_cls.runs_code and "executor" not in kwargs:
+        from .executors import executor_for
+
+        kwargs["executor"] = executor_for(config)
+    if agent_cls.fetches_urls:
+        kwargs.setdefault("allow_network", config.tools.allow_network)
     return agent_cls(engine, spec.model, **kwargs)
 
 

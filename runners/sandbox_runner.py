@@ -217,21 +217,18 @@ def _forward_events(link: FrameLink, event: Event) -> None:
 
 
 def _in_container_options(spec: AgentSpec, config: Config) -> dict[str, Any]:
-    """``spec.options`` plus what agents that run code need in here: left to their own
-    defaults they would pick an executor from ``load_config()``, which finds neither
-    the host's config file nor a container engine inside the container. Their code runs
-    as a plain process here (the container is the sandbox) and has no network."""
-    import inspect
-
+    """``spec.options`` plus what agents that run code need in here: left to the runtime
+    they would get the host's configured backend (a container engine), which does not
+    exist inside the container. Their code runs as a plain process here (the container
+    is the sandbox) and has no network."""
     from jarvisd.agents import AgentRegistry
     from jarvisd.executors import SubprocessExecutor
 
     options = dict(spec.options)
     agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
-    accepted = inspect.signature(agent_cls).parameters
-    if "executor" in accepted:
+    if agent_cls.runs_code:
         options["executor"] = SubprocessExecutor()
-    if "allow_network" in accepted:
+    if agent_cls.fetches_urls:
         options["allow_network"] = False
     return options
 

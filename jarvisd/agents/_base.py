@@ -138,6 +138,10 @@ class BaseAgent(abc.ABC):
 
     agent_id: ClassVar[str] = "agent"
     accepts_tools: ClassVar[bool] = False
+    #: Runs code it writes; takes ``executor=`` (the runtime passes the configured one).
+    runs_code: ClassVar[bool] = False
+    #: May fetch URLs; takes ``allow_network=`` (the runtime passes ``tools.allow_network``).
+    fetches_urls: ClassVar[bool] = False
 
     def __init__(
         self,

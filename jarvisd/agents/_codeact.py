@@ -151,6 +151,8 @@ class NativeOpenHandsAgent(ToolUsingAgent):
     """CodeAct: writes Python that runs through the code executor (sandbox)."""
 
     agent_id: ClassVar[str] = "native_openhands"
+    runs_code: ClassVar[bool] = True
+    fetches_urls: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -179,6 +181,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
             config = load_config()
             code_executor = code_executor or executor_for(config)
             allow_network = config.tools.allow_network if allow_network is None else allow_network
+        await code_executor.check()  # no sandbox: say so before spending a model turn
         metadata: dict[str, Any] = {"executor": code_executor.name}
         task = input
         if _URL.search(input):

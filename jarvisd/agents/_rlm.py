@@ -308,6 +308,7 @@ class RLMAgent(ToolUsingAgent):
     """Recursive LM: long context in a REPL process, sub-calls via llm_query."""
 
     agent_id: ClassVar[str] = "rlm"
+    runs_code: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -384,6 +385,7 @@ class RLMAgent(ToolUsingAgent):
             from ..executors import executor_for
 
             code_executor = executor_for(load_config())
+        await code_executor.check()  # no sandbox: say so before spending a model turn
         session = ReplSession(self, run, text, code_executor, question=input)
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])

@@ -150,6 +150,11 @@ class CodeExecutor(abc.ABC):
     async def open(self, request: ExecRequest) -> Channel:
         """Start the program and return its channel."""
 
+    async def check(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``SandboxUnavailable`` now when no program could be started (no engine,
+        no image, no bubblewrap). Optional: the default assumes it can. Code agents call
+        it before their first model turn, so a missing sandbox costs no inference."""
+
 
 async def send_frame(channel: Channel, frame: Frame) -> None:
     await channel.write(encode(frame))

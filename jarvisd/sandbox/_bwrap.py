@@ -42,6 +42,16 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+def _bwrap_or_raise() -> str:
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise SandboxUnavailable(
+            "bubblewrap is not installed: apt-get install -y bubblewrap "
+            '(or set sandbox.backend = "docker")'
+        )
+    return bwrap
+
+
 class BwrapExecutor(CodeExecutor):
     name: ClassVar[str] = "bwrap"
     isolated: ClassVar[bool] = True
@@ -51,15 +61,13 @@ class BwrapExecutor(CodeExecutor):
         self.policy = policy or SandboxPolicy.from_config(config)
         self.mounts = MountPolicy(config.sandbox.allowed_roots)
 
+    async def check(self) -> None:
+        _bwrap_or_raise()
+
     def _argv(
         self, request: ExecRequest, mounts: list[tuple[str, str, bool]], inputs: str | None
     ) -> list[str]:
-        bwrap = bwrap_path()
-        if bwrap is None:
-            raise SandboxUnavailable(
-                "bubblewrap is not installed: apt-get install -y bubblewrap "
-                '(or set sandbox.backend = "docker")'
-            )
+        bwrap = _bwrap_or_raise()
         policy = self.policy
         argv = [
             bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",

@@ -59,6 +59,10 @@ log = logging.getLogger(__name__)
 _STDERR_TAIL = 64 * 1024
 _REST_LIMIT = 8 * 1024 * 1024
 _QUEUE_CHUNKS = 256
+_NO_IMAGE = (
+    "sandbox image {image!r} is not present on the engine: run `jarvis sandbox build` "
+    "(it builds the image locally, no registry needed)"
+)
 _HELD_RECHECK_S = 0.25  # while the clock is held, how often the watchdog looks again
 # Copies an ExecRequest's files to a writable /tmp/work and runs the program there.
 _SHIM = (
@@ -202,6 +206,15 @@ class DockerExecutor(CodeExecutor):
                 self._client.close()
                 self._client = None
 
+    async def check(self) -> None:
+        await asyncio.to_thread(self._check)
+
+    def _check(self) -> None:
+        from ._image import image_present
+
+        if not image_present(self.client(), self.policy.image):
+            raise SandboxUnavailable(_NO_IMAGE.format(image=self.policy.image))
+
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
@@ -287,10 +300,7 @@ class DockerExecutor(CodeExecutor):
             created = api.create_container_from_config(container_config, None)
         except docker.errors.ImageNotFound as exc:
             _remove_tree(inputs)
-            raise SandboxUnavailable(
-                f"sandbox image {policy.image!r} is not present on the engine: run "
-                "`jarvis sandbox build` (it builds the image locally, no registry needed)"
-            ) from exc
+            raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
         except docker.errors.DockerException as exc:
             _remove_tree(inputs)
             raise _translate(exc, "create the sandbox container") from exc

@@ -466,3 +466,46 @@ def test_streamed_text_leaves_out_think_blocks_split_across_chunks(size: int) ->
         stream.feed(text[i : i + size])
     stream.flush()
     assert "".join(shown) == strip_think_tags(text) == "The answer is 2<3 and <b>bold</b>."
+
+
+@pytest.mark.parametrize("agent", ["native_openhands", "rlm"])
+def test_code_agents_take_executor_and_network_from_the_runs_config(
+    agent: str, isolated_dirs: Any
+) -> None:
+    from pathlib import Path
+
+    from jarvisd._config import Config, SandboxConfig, ToolsConfig
+    from jarvisd.runtime import AgentSpec, build_agent, run_agent
+
+    # A broken file on disk must not matter: the run was given its config.
+    (Path(isolated_dirs) / "config" / "config.toml").write_text("[sandbox]\nbackend = 7\n")
+    config = Config(sandbox=SandboxConfig(backend="bwrap"), tools=ToolsConfig(allow_network=True))
+    built = build_agent(AgentSpec(input="x", agent=agent), config, ScriptedEngine([]))
+    assert built.code_executor.name == "bwrap"  # type: ignore[attr-defined]
+    if agent == "native_openhands":
+        assert built.allow_network is True  # type: ignore[attr-defined]
+
+    none = Config(sandbox=SandboxConfig(backend="none"))
+    engine = ScriptedEngine.from_replies(
+        ["```python\nprint(6 * 7)\n```", "Final Answer: 42"]
+        if agent == "native_openhands"
+        else ["```repl\nFINAL(str(6 * 7))\n```"]
+    )
+    spec = AgentSpec(input="what is 6*7?", agent=agent)
+    result = asyncio.run(run_agent(spec, RunContext(), config=none, engine=engine))
+    assert result.content.strip() == "42", result
+
+
+@pytest.mark.parametrize("agent", ["native_openhands", "rlm"])
+def test_a_missing_sandbox_is_reported_before_any_model_turn(agent: str) -> None:
+    from jarvisd._errors import SandboxUnavailable
+
+    class NoSandbox(SubprocessExecutor):
+        async def check(self) -> None:
+            raise SandboxUnavailable("no container engine here")
+
+    engine = ScriptedEngine.from_replies(["never asked"])
+    built = AgentRegistry.create(agent, engine, "scripted", executor=NoSandbox())
+    with pytest.raises(SandboxUnavailable, match="no container engine"):
+        asyncio.run(built.arun("what is 6*7?", AgentContext(metadata={"context": "c"})))
+    assert engine.calls == []
