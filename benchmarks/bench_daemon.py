@@ -9,10 +9,11 @@ import asyncio
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
-from benchmarks.harness import BenchEnv, Row, percentile
+from benchmarks.harness import BenchEnv, Row, percentile, time_commands
 
 TASKS = 200
 
@@ -59,6 +60,7 @@ def run(env: BenchEnv) -> list[Row]:
                 except Exception:
                     time.sleep(0.05)
             rows.append(_ask_row(env, client, standin.url, Message, OllamaEngine, AgentSpec))
+            rows.append(_ask_command_row(env, standin.url, proc_env))
             rows.extend(_task_rows(client, daemon.pid, psutil, AgentSpec))
         finally:
             daemon.terminate()
@@ -112,6 +114,38 @@ def _ask_row(env, client, url, Message, OllamaEngine, AgentSpec) -> Row:  # type
         notes=f"+{p50 - b50:.1f} ms at p50; p95 {percentile(ours, 95):.1f} vs "
         f"{percentile(base, 95):.1f} ms; {len(ours)} interleaved runs; socket client, "
         "not counting CLI process start-up",
+    )
+
+
+def _ask_command_row(env: BenchEnv, url: str, proc_env: dict[str, str]) -> Row:
+    """The whole `jarvis ask` command, answered by the running daemon, against a Python
+    process that calls the same engine with the official ollama client: both are whole
+    processes, interleaved."""
+    direct = textwrap.dedent(f"""
+        import ollama
+        r = ollama.Client(host={url!r}, timeout=30).chat(
+            model="scripted", messages=[{{"role": "user", "content": "Name three primary colors."}}])
+        print(r.message.content)
+    """)
+    times = time_commands(
+        {
+            "jarvis": [env.jarvis_bin(), "ask", "Name three primary colors."],
+            "direct": [env.python, "-c", direct],
+        },
+        env.runs(20, 5),
+        env=proc_env,
+    )
+    ours, base = percentile(times["jarvis"], 50) * 1000, percentile(times["direct"], 50) * 1000
+    return Row(
+        "`jarvis ask` command through jarvisd (p50)",
+        ours,
+        "ms",
+        baseline=base,
+        baseline_name="python -c ollama.Client().chat() process",
+        target="<= 50 ms more at p50",
+        passed=ours - base <= 50,
+        notes=f"{ours - base:+.0f} ms at p50; p95 {percentile(times['jarvis'], 95) * 1000:.0f} vs "
+        f"{percentile(times['direct'], 95) * 1000:.0f} ms; whole processes, interleaved",
     )
 
 
