@@ -9,6 +9,7 @@ The history is fitted to the engine's real context length by the shared loop.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from typing import Any, ClassVar
@@ -32,6 +33,13 @@ def clip_output(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n[... output truncated: {len(text) - limit} more characters]"
+
+
+def _is_json(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict | list)
+    except ValueError:
+        return False
 
 
 class PythonTool(BaseTool):
@@ -97,7 +105,9 @@ class CodeActDialect(Dialect):
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
-        blocks = code_blocks(content, bare=True)
+        # A fence holding only a JSON object is a tool call written as JSON (small models
+        # do this), never a program worth running: the recovery below reads it.
+        blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]
         parsed = parse_react(content)
         if blocks:
             code = "\n\n".join(blocks)

@@ -129,8 +129,9 @@ class TraceStore:
             rows = (
                 self._db()
                 .execute(
-                    "SELECT * FROM traces WHERE id = ? OR id LIKE ? ORDER BY started DESC LIMIT 2",
-                    (trace_id, trace_id.replace("%", "") + "%"),
+                    "SELECT * FROM traces WHERE id = ? OR substr(id, 1, ?) = ? "
+                    "ORDER BY started DESC LIMIT 2",
+                    (trace_id, len(trace_id), trace_id),  # a prefix, no wildcards
                 )
                 .fetchall()
             )

@@ -119,11 +119,13 @@ def test_codeact_runs_tools_from_json_and_action_lines(kind: str) -> None:
     scripted = ScriptedEngine([
         reply('{"name": "calculator", "arguments": {"expression": "6*7"}}'),
         reply('action: Calculator\naction input: {"expression": "6*8"}'),
+        # In a fence with no language: a tool call, not a program.
+        reply('```\n{"name": "calculator", "arguments": {"expression": "6*9"}}\n```'),
         FINAL["native_openhands"]("ok"),
     ])  # fmt: skip
     with engine_for(kind, scripted) as engine:
         result = arun(make("native_openhands", engine), "go")
-    assert [r.content for r in result.tool_results] == ["42", "48"]
+    assert [r.content for r in result.tool_results] == ["42", "48", "54"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -115,3 +115,18 @@ def test_a_sub_call_error_the_run_survives_does_not_mark_the_trace_failed() -> N
     assert trace.error == "" and trace.content == "done"
     ends = [e for e in trace.events if e["type"] == "inference_end"]
     assert any("model exploded" in str(e["data"].get("error")) for e in ends)
+
+
+def test_trace_ids_match_by_prefix_only_never_by_wildcard() -> None:
+    import time
+
+    from jarvisd._errors import TaskNotFound
+    from jarvisd.traces import Trace
+
+    store = TraceStore()
+    store.save(Trace("abc123", time.time()))
+    store.save(Trace("abd456", time.time()))
+    assert store.get("abc").id == "abc123"
+    for pattern in ("ab_1", "a%", "_bc", "ab"):  # wildcards, or a prefix of both
+        with pytest.raises(TaskNotFound, match="trace"):
+            store.get(pattern)
