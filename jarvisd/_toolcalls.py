@@ -15,10 +15,23 @@ from typing import Any
 
 from ._messages import ToolCall
 
-__all__ = ["extract_json_objects", "recover_tool_calls"]
+__all__ = ["extract_json_objects", "recover_tool_calls", "starts_like_a_call"]
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL | re.IGNORECASE)
 _FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+_CALL_START = re.compile(
+    r'^\s*(?:<tool_call>\s*|```(?:json|tool_call|tool)?\s*)?\{\s*"(?:name|function|tool|tool_name)"\s*:',
+    re.IGNORECASE,
+)
+
+
+def starts_like_a_call(text: str) -> bool:
+    """Whether ``text`` opens like a tool call written as JSON (``{"name": ...``, fenced
+    or tagged or bare): what a reply cut off in the middle of a call looks like. Such
+    text is never an answer."""
+    return _CALL_START.match(text) is not None
 
 
 def extract_json_objects(text: str) -> Iterator[tuple[int, int, Any]]:

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Literal
 from .._events import EventBus
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from .._run import Cancelled, RunContext
+from .._toolcalls import starts_like_a_call
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
 from ._base import AgentContext, AgentResult, BaseAgent
@@ -530,6 +531,12 @@ async def _answer_turn(
             {"error": "the model did not stop calling tools", "answer_turn": True},
         )
     text = step.content if step.kind == "final" else agent.strip_think_tags(generation.content)
+    if step.kind != "final" and starts_like_a_call(text):  # e.g. a call cut off mid-way
+        return (
+            "Error: the model wrote a tool call instead of the answer it was asked for. "
+            f"Last reply: {generation.content[:500]!r}",
+            {"error": "the model did not answer (it wrote a tool call)", "answer_turn": True},
+        )
     if not text.strip():
         return (
             "Error: the model gave an empty answer after its tool calls.",

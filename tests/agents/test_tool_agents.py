@@ -175,6 +175,31 @@ def test_an_empty_answer_after_the_tools_is_reported(key: str) -> None:
     assert "was blocked" not in scripted.calls[2].messages[0].content  # nothing was blocked
 
 
+@pytest.mark.parametrize("key", AGENTS)
+@pytest.mark.parametrize(
+    "cut_off",
+    [
+        '{"name": "calculator", "arguments": {"expression": "6*',
+        '```json\n{"name": "calculator", "argu',
+        '<tool_call>{"name": "calc',
+    ],
+)
+def test_a_call_cut_off_at_the_answer_turn_is_not_the_answer(key: str, cut_off: str) -> None:
+    scripted = ScriptedEngine([CALL[key]("6*7"), CALL[key]("42"), reply(cut_off)])
+    result = arun(make(key, scripted), "6*7?")
+    assert result.metadata["answer_turn"] is True
+    assert result.metadata["error"] == "the model did not answer (it wrote a tool call)"
+    assert result.content.startswith("Error:")
+
+
+def test_json_in_a_real_answer_is_still_an_answer() -> None:
+    from jarvisd._toolcalls import starts_like_a_call
+
+    assert not starts_like_a_call('The config is {"name": "x"}.')
+    assert not starts_like_a_call('{"colors": ["red", "blue"]}')
+    assert starts_like_a_call('  ```\n{ "function": {"name": "calculator"')
+
+
 UNPARSEABLE = {
     "orchestrator": '{"name": "calculator", "arguments": {"expression": "1+1"',  # broken JSON
     "native_react": "I think the answer is 2.",
