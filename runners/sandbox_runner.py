@@ -15,7 +15,7 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
 
    Secrets, if any, travel only here: never in argv or the environment.
 2. The runner builds the agent with a :class:`ProxyEngine`: each generation is an
-   ``infer`` frame (``request`` = :func:`infer_request`) answered by the host with
+   ``infer`` frame (``request`` = ``jarvisd.protocol.InferRequest``) answered by the host with
    ``infer_result`` (same id). The host calls its real engine under the run's budget
    and cancel token; several ``infer`` frames may be in flight at once.
 3. The agent's events go to the host as ``event`` frames (inference events excepted:
@@ -51,6 +51,7 @@ from jarvisd.protocol import (
     FrameError,
     FrameReader,
     Infer,
+    InferRequest,
     InferResult,
     Ping,
     Pong,
@@ -67,10 +68,8 @@ __all__ = [
     "FrameLink",
     "ProxyEngine",
     "entry",
-    "infer_request",
     "jsonable",
     "main",
-    "parse_infer_request",
 ]
 
 _HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.INFERENCE_DELTA}
@@ -79,52 +78,6 @@ _HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.IN
 def jsonable(value: Any) -> Any:
     """``value`` made JSON-safe (unknown objects become their text)."""
     return json.loads(json.dumps(value, default=str))
-
-
-def infer_request(
-    messages: Sequence[Message], model: str, tools: Sequence[ToolSpec], options: SamplingOptions
-) -> dict[str, Any]:
-    """The ``infer`` frame's ``request`` object."""
-    return {
-        "messages": [m.to_dict() for m in messages],
-        "model": model,
-        "tools": [
-            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-            for t in tools
-        ],
-        "options": {
-            "temperature": options.temperature,
-            "max_tokens": options.max_tokens,
-            "top_p": options.top_p,
-            "seed": options.seed,
-            "stop": list(options.stop),
-        },
-    }
-
-
-def parse_infer_request(
-    request: Mapping[str, Any],
-) -> tuple[list[Message], str, list[ToolSpec], SamplingOptions]:
-    """The inverse of :func:`infer_request`; ValueError when malformed."""
-    try:
-        messages = [Message.from_dict(m) for m in request.get("messages") or ()]
-        tools = [
-            ToolSpec(str(t["name"]), str(t.get("description", "")), dict(t.get("parameters") or {}))
-            for t in request.get("tools") or ()
-        ]
-        raw = request.get("options") or {}
-        options = SamplingOptions(
-            temperature=float(raw.get("temperature", DEFAULT_OPTIONS.temperature)),
-            max_tokens=int(raw.get("max_tokens", DEFAULT_OPTIONS.max_tokens)),
-            top_p=None if raw.get("top_p") is None else float(raw["top_p"]),
-            seed=None if raw.get("seed") is None else int(raw["seed"]),
-            stop=tuple(str(s) for s in raw.get("stop") or ()),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ValueError(f"malformed infer request: {exc}") from exc
-    if not messages:
-        raise ValueError("malformed infer request: no messages")
-    return messages, str(request.get("model") or ""), tools, options
 
 
 class FrameLink:
@@ -204,7 +157,8 @@ class ProxyEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
-        reply = await self.link.call(Infer(request=infer_request(messages, model, tools, options)))
+        request = InferRequest(tuple(messages), model, tuple(tools), options)
+        reply = await self.link.call(Infer(request=request.to_dict()))
         if reply.error is not None or reply.generation is None:
             raise EngineError(reply.error or "the host sent no generation")
         return Generation.from_dict(reply.generation)

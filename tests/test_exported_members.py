@@ -14,6 +14,7 @@ PACKAGES = [
     "jarvisd.agents",
     "jarvisd.catalog",
     "jarvisd.protocol",
+    "jarvisd.bridge",
     "jarvisd.executors",
     "jarvisd.server",
     "jarvisd.testing",

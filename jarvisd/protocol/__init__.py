@@ -1,5 +1,6 @@
 """Wire protocols. ``frames``: the sentinel-delimited frame protocol shared by the sandbox
-runner, the RLM REPL process and external-agent bridges (standard library only)."""
+runner, the RLM REPL process and external-agent bridges (standard library only);
+:class:`InferRequest`: what an ``infer`` frame asks of the host's engine."""
 
 from ._frames import (
     MAX_FRAME_BYTES,
@@ -21,6 +22,7 @@ from ._frames import (
     decode_line,
     encode,
 )
+from ._infer import InferRequest
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -33,6 +35,7 @@ __all__ = [
     "FrameError",
     "FrameReader",
     "Infer",
+    "InferRequest",
     "InferResult",
     "Log",
     "Ping",

@@ -1,0 +1,7 @@
+"""Bridges to programs across a process boundary that speak the frame protocol: the
+host side of the conversation (:class:`FrameSession`), shared by the sandboxed agent
+and the external agents to come."""
+
+from ._session import FrameSession, Outcome
+
+__all__ = ["FrameSession", "Outcome"]

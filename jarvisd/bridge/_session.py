@@ -1,0 +1,167 @@
+"""The host side of a frame conversation with a program across a process boundary.
+
+The program (the in-container agent runner today; external agents such as the Node.js
+bridge next) is started by a code executor and speaks frame protocol v1 on its stdin
+and stdout. The host sends ``start``; the program asks for generations with ``infer``
+frames, which the host serves with the run's engine (through ``RunEngine``: the run's
+budget, cancel token and inference events stay on the host), concurrently, with the
+program's clock held meanwhile; the program's ``event`` frames are published on the
+run's bus; it ends with one ``result`` or ``error`` frame. Cancelling the run kills the
+program. What the final frame means is the caller's business: see :class:`Outcome`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import JarvisError, ProtocolError, SandboxError
+from .._events import EventType
+from .._run import RunContext, RunStopped
+from ..engines import Engine, RunEngine
+from ..executors import Channel, ExecResult, receive_frame, send_frame
+from ..protocol import (
+    ErrorFrame,
+    EventFrame,
+    FrameError,
+    Infer,
+    InferRequest,
+    InferResult,
+    Log,
+    Ping,
+    Pong,
+    ResultFrame,
+    Start,
+)
+
+__all__ = ["FrameSession", "Outcome"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How the conversation ended: the program's final frame (None when it ended
+    without one), how the process ended, and the run stop (budget spent) that ended it,
+    if one did. Lines the program printed outside frames are in ``noise``."""
+
+    final: ResultFrame | ErrorFrame | None
+    process: ExecResult
+    stopped: RunStopped | None = None
+    noise: list[str] = field(default_factory=list)
+
+
+class FrameSession:
+    """One conversation over ``channel``. ``model`` is the host's choice and stands
+    whatever an ``infer`` request asks; ``event_tags`` are added to every event the
+    program publishes (e.g. ``{"sandboxed": True}``)."""
+
+    def __init__(
+        self,
+        channel: Channel,
+        engine: Engine,
+        run: RunContext,
+        *,
+        model: str = "",
+        event_tags: Mapping[str, Any] | None = None,
+        name: str = "program",
+    ) -> None:
+        self.channel = channel
+        self.engine = RunEngine.bind(engine, run)
+        self.run_ctx = run
+        self.model = model
+        self.event_tags = dict(event_tags or {})
+        self.name = name
+        self.stopped: RunStopped | None = None
+        self.noise: list[str] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self, start: Start) -> Outcome:
+        """Send ``start``, serve the program until it ends, and say how it ended.
+        Raises ProtocolError when the program breaks the frame protocol."""
+        loop = asyncio.get_running_loop()
+
+        def on_cancel() -> None:
+            loop.call_soon_threadsafe(self._kill_soon, "cancelled")
+
+        kill_on_cancel = self.run_ctx.cancel.on_cancel(on_cancel)
+        final: ResultFrame | ErrorFrame | None = None
+        try:
+            await send_frame(self.channel, start)
+            final = await self._loop()
+        except FrameError as exc:
+            raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
+        except SandboxError:
+            if not self.run_ctx.cancel.cancelled and self.stopped is None:
+                raise
+        finally:
+            kill_on_cancel()
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if final is None:
+                await self.channel.kill("cancelled" if self.run_ctx.cancel.cancelled else "killed")
+            else:
+                await self.channel.close_stdin()
+            process = await self.channel.wait()
+        return Outcome(final, process, self.stopped, self.noise)
+
+    def _kill_soon(self, reason: str) -> None:
+        self._track(self.channel.kill(reason))
+
+    def _track(self, coroutine: Any) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _loop(self) -> ResultFrame | ErrorFrame | None:
+        while True:
+            frame = await receive_frame(self.channel, self.noise)
+            if frame is None:
+                return None
+            if isinstance(frame, Infer):
+                self._track(self._serve(frame))
+            elif isinstance(frame, EventFrame):
+                self._publish(frame)
+            elif isinstance(frame, ResultFrame | ErrorFrame):
+                return frame
+            elif isinstance(frame, Ping):
+                await send_frame(self.channel, Pong(id=frame.id))
+            elif isinstance(frame, Log):
+                log.info("%s: %s", self.name, frame.message)
+
+    def _publish(self, frame: EventFrame) -> None:
+        try:
+            event_type = EventType(frame.type)
+        except ValueError:
+            log.debug("%s sent unknown event type %r", self.name, frame.type)
+            return
+        data = {str(k): v for k, v in frame.data.items()}
+        data.update(self.event_tags)
+        self.run_ctx.bus.publish(event_type, **data)
+
+    async def _serve(self, frame: Infer) -> None:
+        try:
+            request = InferRequest.from_dict(frame.request)
+            # The program only waits meanwhile, so its clock is held: a slow local model
+            # must not get it killed. The run's budget and time limit still bound it.
+            with self.channel.clock_held():
+                generation = await self.engine.generate(
+                    request.messages, model=self.model, tools=request.tools,
+                    options=request.options,
+                )  # fmt: skip
+            reply = InferResult(id=frame.id, generation=generation.to_dict())
+        except RunStopped as exc:
+            self.stopped = exc
+            await self.channel.kill("cancelled")
+            return
+        except JarvisError as exc:
+            reply = InferResult(id=frame.id, error=f"{type(exc).__name__}: {exc}")
+        except ValueError as exc:  # a malformed request (FrameError) or reply
+            reply = InferResult(id=frame.id, error=str(exc))
+        with contextlib.suppress(SandboxError):
+            await send_frame(self.channel, reply)
