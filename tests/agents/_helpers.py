@@ -19,6 +19,20 @@ def via_ollama(scripted: ScriptedEngine) -> Iterator[Engine]:
         yield OllamaEngine(standin.url, model="scripted", timeout=30)
 
 
+#: Every scripted test runs twice: on the engine directly, and through the Ollama protocol.
+KINDS = ["direct", "ollama"]
+
+
+@contextlib.contextmanager
+def engine_for(kind: str, scripted: ScriptedEngine) -> Iterator[Engine]:
+    """``scripted`` itself ("direct"), or an OllamaEngine in front of it ("ollama")."""
+    if kind == "ollama":
+        with via_ollama(scripted) as engine:
+            yield engine
+    else:
+        yield scripted
+
+
 def router(root: Sequence[Generation], sub: str = "sub-answer") -> ScriptedEngine:
     """Root turns answer from ``root`` in order; sub-calls (no system message) answer
     ``sub``. Concurrent sub-calls therefore never consume the root's script."""

@@ -4,10 +4,9 @@ answered by the host through the run's engine, FINAL/FINAL_VAR, timeouts, depth.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.executors import SubprocessExecutor
 
-from ._helpers import router, via_ollama
+from ._helpers import KINDS, engine_for, router, via_ollama
 
 CONTEXT = "".join(f"Line {i}: filler text about nothing in particular.\n" for i in range(400))
 CONTEXT = CONTEXT.replace("Line 321:", "Line 321: the secret code is 7781.")
@@ -200,18 +199,6 @@ def test_recursive_sub_calls_are_depth_limited() -> None:
     # depth 0 -> nested RLM at depth 1 -> its sub-call at depth 2 is a plain call.
     assert result.content == "nested:plain"
     assert depths == [1]
-
-
-@contextlib.contextmanager
-def engine_for(kind: str, scripted: ScriptedEngine) -> Iterator[Engine]:
-    if kind == "ollama":
-        with via_ollama(scripted) as engine:
-            yield engine
-    else:
-        yield scripted
-
-
-KINDS = ["direct", "ollama"]
 
 
 @pytest.mark.parametrize("kind", KINDS)

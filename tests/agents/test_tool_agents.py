@@ -5,8 +5,6 @@ from text, repeated calls blocked, unreadable output reported."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +18,7 @@ from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.executors import SubprocessExecutor
 from jarvisd.tools import BaseTool, CalculatorTool, ThinkTool
 
-from ._helpers import via_ollama
-
-
-@contextlib.contextmanager
-def engine_for(kind: str, scripted: ScriptedEngine) -> Iterator[Engine]:
-    if kind == "ollama":
-        with via_ollama(scripted) as engine:
-            yield engine
-    else:
-        yield scripted
+from ._helpers import KINDS, engine_for
 
 
 def make(key: str, engine: Engine, **kw: Any) -> Any:
@@ -67,7 +56,6 @@ FINAL = {
     "native_openhands": lambda text: reply(f"Final Answer: {text}"),
 }
 AGENTS = list(CALL)
-KINDS = ["direct", "ollama"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
