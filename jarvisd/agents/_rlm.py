@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 from .._errors import JarvisError, ProtocolError
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._run import RunContext, RunStopped
-from ..executors import Channel, CodeExecutor, ExecRequest, receive_frame, send_frame
+from ..executors import Channel, Clock, CodeExecutor, ExecRequest, receive_frame, send_frame
 from ..protocol import ErrorFrame, FrameError, Infer, InferResult, ResultFrame, Start
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags
@@ -178,28 +178,24 @@ class ReplSession:
         ``llm_query`` / ``llm_batch``, so a slow local model answering them does not
         kill a cell that is doing its job."""
         loop = asyncio.get_running_loop()
-        limit = self.agent.exec_timeout
-        used, since, waiting, live = 0.0, loop.time(), 0, True
+        clock, live = Clock(self.agent.exec_timeout), True
 
         def answered(_: object) -> None:
-            nonlocal since, waiting
-            waiting -= 1
-            if not waiting and live:  # the cell runs again: restart the clock
-                since = loop.time()
-                deadline.reschedule(since + limit - used)
+            clock.release()
+            left = clock.remaining()
+            if left is not None and live:  # no sub-call out: the cell's clock runs again
+                deadline.reschedule(loop.time() + left)
 
         try:
-            async with asyncio.timeout(limit) as deadline:
+            async with asyncio.timeout(clock.timeout) as deadline:
                 while True:
                     frame = await self._next(channel)
                     for task in [t for t in tasks if t.done()]:
                         tasks.discard(task)
                         task.result()  # a stop signal (budget, cancel) ends the run
                     if isinstance(frame, Infer):
-                        if not waiting:  # the cell now waits for the host: stop the clock
-                            used += loop.time() - since
-                            deadline.reschedule(None)
-                        waiting += 1
+                        clock.hold()  # the cell waits for the host meanwhile
+                        deadline.reschedule(None)
                         task = asyncio.ensure_future(self._answer(channel, frame))
                         task.add_done_callback(answered)
                         tasks.add(task)

@@ -194,13 +194,11 @@ def install_unit(platform: str | None = None, home: Path | None = None) -> tuple
             "(to keep it running after logout: loginctl enable-linger $USER)"
         )
         content = "\n".join(lines) + "\n"
-    elif platform == "darwin":
+    else:  # darwin: the only other platform let through above
         text = (src / "launchd" / "dev.jarvis.jarvisd.plist").read_text()
         content = text.replace("/usr/local/bin/jarvisd", jarvisd_bin)
         dest = home / "Library" / "LaunchAgents" / "dev.jarvis.jarvisd.plist"
         how = f"launchctl load -w {dest}"
-    else:  # pragma: no cover - refused above
-        raise AssertionError(platform)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(content)
     return dest, how

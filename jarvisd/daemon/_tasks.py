@@ -131,9 +131,7 @@ def kill_tree(pid: int, grace: float = 1.0) -> None:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
     _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+    end_processes(alive)
     # Descendants already re-parented away from the worker are still in its session.
     with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)

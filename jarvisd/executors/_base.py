@@ -69,6 +69,9 @@ class Clock:
     timeout bounds what the program does itself, however slow the host's model is.
     Thread-safe: backends may watch it from a thread."""
 
+    #: While the clock is held, how long a watchdog sleeps before it looks again.
+    HELD_RECHECK_S: ClassVar[float] = 0.25
+
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
         self._start = time.monotonic()
@@ -96,6 +99,12 @@ class Clock:
                 return None
             used = time.monotonic() - self._start - self._held_total
             return self.timeout - used
+
+    def due_in(self) -> float:
+        """How long a watchdog may sleep before it looks again: the time left (<= 0: it
+        has run out), or a short while when the clock is held."""
+        remaining = self.remaining()
+        return self.HELD_RECHECK_S if remaining is None else remaining
 
 
 class Channel(abc.ABC):

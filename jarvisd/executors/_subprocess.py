@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _STDERR_TAIL = 64 * 1024
-_HELD_RECHECK_S = 0.25  # while the clock is held, how often the watchdog looks again
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +83,8 @@ class SubprocessChannel(Channel):
                 self._stderr_size -= len(self._stderr.popleft())
 
     def _expire(self) -> None:
-        remaining = self.clock.remaining()
-        if remaining is None or remaining > 0:  # held for a while: look again later
-            delay = _HELD_RECHECK_S if remaining is None else remaining
+        delay = self.clock.due_in()
+        if delay > 0:  # time left, or held while the host answers: look again later
             self._watchdog = asyncio.get_running_loop().call_later(delay, self._expire)
             return
         self._kill_group("timeout")

@@ -63,7 +63,6 @@ _NO_IMAGE = (
     "sandbox image {image!r} is not present on the engine: run `jarvis sandbox build` "
     "(it builds the image locally, no registry needed)"
 )
-_HELD_RECHECK_S = 0.25  # while the clock is held, how often the watchdog looks again
 # Copies an ExecRequest's files to a writable /tmp/work and runs the program there.
 _SHIM = (
     "import os,shutil,sys;shutil.copytree(sys.argv[1],'/tmp/work');"
@@ -452,13 +451,10 @@ class DockerChannel(Channel):
             self._stderr_size -= len(self._stderr.popleft())
 
     def _watch(self) -> None:
-        while True:
-            remaining = self.clock.remaining()
-            if remaining is not None and remaining <= 0:
-                break
-            # While the clock is held (the host is answering an inference request), look
-            # again shortly; otherwise sleep until the deadline, then check it again.
-            if self._done.wait(_HELD_RECHECK_S if remaining is None else remaining):
+        # Sleep until the deadline (or, while the host answers an inference request, a
+        # short while), then look again.
+        while (delay := self.clock.due_in()) > 0:
+            if self._done.wait(delay):
                 return
         if not self._done.is_set():
             log.info("sandbox container %s timed out after %.1fs", self.id[:12], self.timeout)
