@@ -9,12 +9,21 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .._errors import EngineResponseError
 from .._events import EventBus, EventType
-from .._messages import Generation, Message, SamplingOptions, ToolResult, ToolSpec, Usage
+from .._messages import (
+    Generation,
+    Message,
+    SamplingOptions,
+    StreamChunk,
+    ToolResult,
+    ToolSpec,
+    Usage,
+)
 from .._run import RunContext
 from ..engines import Engine, RunEngine
 
@@ -84,6 +93,20 @@ def _tag_prefix_len(text: str, tag: str) -> int:
         if tag.startswith(lowered[-size:]):
             return size
     return 0
+
+
+async def collect(chunks: AsyncIterator[StreamChunk], feed: Callable[[str], None]) -> Generation:
+    """Read a stream to its end, passing each piece of text to ``feed``; the whole
+    generation from the final ``done`` chunk."""
+    final: Generation | None = None
+    async for chunk in chunks:
+        if chunk.delta:
+            feed(chunk.delta)
+        if chunk.done:
+            final = chunk.generation
+    if final is None:
+        raise EngineResponseError("the engine's stream ended without its final chunk")
+    return final
 
 
 @dataclass(slots=True)
@@ -222,18 +245,13 @@ class BaseAgent(abc.ABC):
         sampling = self._options(**options)
         use_model = self.model if model is None else model
         if stream and run.on_delta is not None:
-            final: Generation | None = None
             shown = ThinkFilter(run.on_delta)
-            async for chunk in engine.stream(
-                messages, model=use_model, tools=tools, options=sampling
-            ):
-                if chunk.delta:
-                    shown.feed(chunk.delta)
-                if chunk.done:
-                    final = chunk.generation
+            generation = await collect(
+                engine.stream(messages, model=use_model, tools=tools, options=sampling),
+                shown.feed,
+            )
             shown.flush()
-            assert final is not None  # every stream ends with a done chunk
-            return final
+            return generation
         return await engine.generate(messages, model=use_model, tools=tools, options=sampling)
 
     def _max_turns_result(

@@ -9,12 +9,20 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ReActParse", "code_blocks", "final_answer", "parse_react", "tool_descriptions"]
+__all__ = [
+    "ReActParse",
+    "code_blocks",
+    "final_answer",
+    "parse_react",
+    "react_answer_so_far",
+    "tool_descriptions",
+]
 
+_DECOR_CHARS = " \t>*#_`"
 _DECOR = r"[ \t>*#_`]*"
+_MARKERS = ("thought", "action input", "action", "observation", "final answer")
 _MARK = re.compile(
-    rf"^{_DECOR}(thought|action input|action|observation|final answer){_DECOR}\s*:{_DECOR}",
-    re.IGNORECASE | re.MULTILINE,
+    rf"^{_DECOR}({'|'.join(_MARKERS)}){_DECOR}\s*:{_DECOR}", re.IGNORECASE | re.MULTILINE
 )
 _CODE = re.compile(r"```[ \t]*(python3?|py|repl)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 
@@ -57,6 +65,45 @@ def parse_react(text: str) -> ReActParse:
                 continue
             return ReActParse(thought, name, _strip_fence(action_input), None, text[:stop].strip())
     return ReActParse(thought=thought, kept=text.strip())
+
+
+def react_answer_so_far(text: str) -> str | None:
+    """The final answer of a ReAct reply of which ``text`` is the beginning, as far as
+    no continuation can change it; None while the reply may still be an action.
+
+    :func:`parse_react` takes the first of ``Action:`` and ``Final Answer:``, and the
+    answer runs to the next marker line. So once it reads a final answer in ``text``,
+    the reply is one, and its answer grows as text comes, except where the end of
+    ``text`` may still become a marker (or the marker's own decoration) or is
+    whitespace that the answer's ``strip`` would drop.
+    """
+    if "answer" not in text.lower() or parse_react(text).final is None:
+        return None
+    marks = list(_MARK.finditer(text))
+    at = next(i for i, m in enumerate(marks) if m.group(1).lower() == "final answer")
+    start = marks[at].end()
+    if at + 1 < len(marks):  # a later marker ends the answer: all of it is here
+        return text[start : marks[at + 1].start()].strip()
+    if start == len(text):  # "Final Answer: *" may still be decoration
+        return ""
+    body = text[start:]
+    line = body.find("\n")
+    while line >= 0 and not _may_become_marker(body[line + 1 :]):
+        line = body.find("\n", line + 1)
+    return (body if line < 0 else body[:line]).strip()
+
+
+def _may_become_marker(tail: str) -> bool:
+    """Whether ``tail``, read from a line start, may still begin a marker line as
+    more text comes (``_MARK``: decoration, a marker word, decoration, whitespace that
+    may span lines, a colon)."""
+    rest = tail.lstrip(_DECOR_CHARS).lower()
+    for word in _MARKERS:
+        if word.startswith(rest):
+            return True
+        if rest.startswith(word) and not rest[len(word) :].lstrip(_DECOR_CHARS).strip():
+            return True
+    return False
 
 
 def _strip_fence(text: str) -> str:

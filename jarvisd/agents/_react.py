@@ -13,7 +13,7 @@ from .._messages import Generation, ToolCall
 from .._toolcalls import recover_tool_calls
 from ..tools import ToolExecutor
 from ._base import strip_think_tags
-from ._parsing import parse_react, tool_descriptions
+from ._parsing import parse_react, react_answer_so_far, tool_descriptions
 from ._toolloop import Dialect, Step, ToolUsingAgent
 
 __all__ = ["NativeReActAgent", "ReActDialect"]
@@ -43,6 +43,8 @@ Final Answer: 84"""
 
 class ReActDialect(Dialect):
     stop = ("\nObservation:",)
+    # The first of Action and Final Answer wins: the answer streams from its marker on.
+    answer_so_far = staticmethod(react_answer_so_far)
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         return REACT_PROMPT.format(

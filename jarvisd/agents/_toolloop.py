@@ -9,6 +9,11 @@ each gets a result, even on cancellation (a synthetic "cancelled" result). An un
 reply gets ONE corrective re-prompt; a second one in a row ends the run with
 ``metadata["error"]``, never silently taken as the answer.
 
+With ``run.on_delta`` set, each turn is generated as a stream (through the same
+``RunEngine``) and passes through an :class:`AnswerGate` (``_answer``), which lets out
+only final-answer text, so that what was streamed is the run's answer; without it, each
+turn is one plain ``generate`` call.
+
 Checkpoint state (``run.checkpoint(state)`` after every completed turn; ``run.resume``
 continues from it). A JSON object::
 
@@ -43,6 +48,7 @@ from .._run import Cancelled, RunContext
 from .._toolcalls import starts_like_a_call
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
+from ._answer import AnswerGate
 from ._base import AgentContext, AgentResult, BaseAgent
 
 __all__ = [
@@ -103,6 +109,12 @@ class Dialect(abc.ABC):
     def final_from_results(self, results: Sequence[ToolResult]) -> str | None:
         """A final answer produced by a tool (rlm's FINAL()), or None."""
         return None
+
+    #: For streaming runs (see ``_answer``): given the beginning of a reply, think
+    #: blocks left out, the part of its final answer that no continuation can change,
+    #: or None while it may still be a call. None here: the answer goes out in one
+    #: piece once the reply is read.
+    answer_so_far: Callable[[str], str | None] | None = None
 
     async def resume(self, state: LoopState, run: RunContext) -> None:  # noqa: B027 - optional hook
         """Rebuild process state for a resumed loop (default: nothing to rebuild)."""
@@ -359,6 +371,9 @@ async def run_tool_loop(
     # What agent._generate would do each turn, done once: every turn is alike.
     engine = RunEngine.bind(agent.engine, run)
     sampling = agent._options(stop=dialect.stop or None)
+    # Streaming runs generate each turn as a stream through the answer gate; the
+    # others keep the plain call.
+    gate = None if run.on_delta is None else AnswerGate(run.on_delta, dialect.answer_so_far)
 
     def save() -> None:
         if run.checkpoint is not None:
@@ -381,8 +396,8 @@ async def run_tool_loop(
             content=content,
             **{k: v for k, v in meta.items() if k == "error"},
         )
-        if run.on_delta is not None and content and "error" not in meta:
-            run.on_delta(content)
+        if gate is not None and "error" not in meta:
+            gate.close(content)
         return AgentResult(content, list(state.tool_results), state.turns, metadata, state.usage)
 
     while state.turns < agent.max_turns:
@@ -394,9 +409,14 @@ async def run_tool_loop(
             counted[0] = len(messages)
             if counted[1] > budget:
                 messages = fit_messages(messages, budget)
-        generation = await engine.generate(
-            messages, model=agent.model, tools=specs, options=sampling
-        )
+        if gate is None:
+            generation = await engine.generate(
+                messages, model=agent.model, tools=specs, options=sampling
+            )
+        else:
+            generation = await gate.turn(
+                engine.stream(messages, model=agent.model, tools=specs, options=sampling)
+            )
         state.turns += 1
         state.usage = state.usage + generation.usage
         step = dialect.parse(generation, executor)
@@ -451,7 +471,7 @@ async def run_tool_loop(
             # result the model already had (small local models feed a result back into
             # the tool). One turn without tools asks for the answer instead.
             blocked = any(r.metadata.get("blocked") for r in results)
-            content, meta = await _answer_turn(agent, run, state, dialect, executor, blocked)
+            content, meta = await _answer_turn(agent, run, state, dialect, executor, blocked, gate)
             save()
             return finish(content, **meta)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
@@ -511,6 +531,7 @@ async def _answer_turn(
     dialect: Dialect,
     executor: ToolExecutor,
     blocked: bool = False,
+    gate: AnswerGate | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """One generation without tools on a flattened prompt (the request, the known
     results and, when a call was blocked, why); its text is the answer unless it is
@@ -519,7 +540,13 @@ async def _answer_turn(
     prompt = Message.user(
         ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
     )
-    generation = await agent._generate(run, [prompt])
+    if gate is None:
+        generation = await agent._generate(run, [prompt])
+    else:
+        engine = RunEngine.bind(agent.engine, run)
+        generation = await gate.turn(
+            engine.stream([prompt], model=agent.model, options=agent._options())
+        )
     state.turns += 1
     state.usage = state.usage + generation.usage
     state.messages.extend([prompt, Message.assistant(generation.content)])
