@@ -14,14 +14,17 @@ The rule, which guarantees that what was streamed is exactly the run's answer:
 - A dialect commits only where its own parser is decided. ReAct is: the first of
   ``Action:`` and ``Final Answer:`` wins, so after ``Final Answer:`` the answer streams,
   held back only where a later line may still become a marker that would end it, and
-  at trailing whitespace. ``Thought:``/``Action:`` text never goes out.
+  at trailing whitespace. ``Thought:``/``Action:`` text never goes out. CodeAct is too,
+  for a ``Final Answer:`` written before any code fence (code after it is part of the
+  answer); a code block before it makes the reply a call.
 - The other dialects never commit before the reply ends, because their parsers read a
   call anywhere in the reply: function calling recovers ``I will compute. {"name": ...}``
   (prose, then a call) and takes calls the engine reports at the end of its stream;
-  CodeAct and RLM run a code block wherever it stands, even after ``Final Answer:``;
-  structured mode takes the first JSON object that reads as an answer or a call. Any
-  prose streamed early could therefore turn out to belong to a call turn. Their answer
-  goes out in one piece once the reply is known to be final.
+  RLM runs a code block wherever it stands, even after ``Final Answer:``; structured
+  mode takes the first JSON object that reads as an answer or a call; CodeAct reads a
+  reply without ``Final Answer:`` only once it has ended. Any prose streamed early could
+  therefore turn out to belong to a call turn. Their answer goes out in one piece once
+  the reply is known to be final.
 - ``<think>`` blocks are left out before the dialect sees the text (:class:`ThinkFilter`),
   as every parser strips them first.
 - :meth:`AnswerGate.close` is called once, with the run's answer, when a run ends with

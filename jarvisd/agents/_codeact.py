@@ -20,7 +20,13 @@ from .._toolcalls import recover_tool_calls
 from ..executors import CodeExecutor, ExecRequest, run_to_completion
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags
-from ._parsing import code_blocks, parse_react, tool_descriptions
+from ._parsing import (
+    code_blocks,
+    final_before_code,
+    final_before_code_so_far,
+    parse_react,
+    tool_descriptions,
+)
 from ._toolloop import Dialect, LoopSetup, Step, ToolUsingAgent
 
 __all__ = ["CodeActDialect", "NativeOpenHandsAgent", "PythonTool", "prefetch_urls"]
@@ -97,6 +103,8 @@ Final Answer: <the answer>"""
 
 class CodeActDialect(Dialect):
     stop = ("\nObservation:",)
+    # "Final Answer:" before any code fence is the answer: it streams from its marker on.
+    answer_so_far = staticmethod(final_before_code_so_far)
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         specs = [s for s in executor.specs if s.name != "python"]
@@ -105,6 +113,9 @@ class CodeActDialect(Dialect):
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
+        answer = final_before_code(content)
+        if answer is not None:
+            return Step("final", answer)
         # A fence holding only a JSON object is a tool call written as JSON (small models
         # do this), never a program worth running: the recovery below reads it.
         blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]

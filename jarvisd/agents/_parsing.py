@@ -13,6 +13,8 @@ __all__ = [
     "ReActParse",
     "code_blocks",
     "final_answer",
+    "final_before_code",
+    "final_before_code_so_far",
     "parse_react",
     "react_answer_so_far",
     "tool_descriptions",
@@ -91,6 +93,29 @@ def react_answer_so_far(text: str) -> str | None:
     while line >= 0 and not _may_become_marker(body[line + 1 :]):
         line = body.find("\n", line + 1)
     return (body if line < 0 else body[:line]).strip()
+
+
+def final_before_code(text: str) -> str | None:
+    """The answer of a reply that writes ``Final Answer:`` before any code fence (code
+    after it is part of the answer, such as the function the user asked for), else
+    None. The first of ``Action:`` and ``Final Answer:`` wins, as in :func:`parse_react`."""
+    final = parse_react(text).final
+    if final is None or "```" in text[: _final_mark(text).start()]:
+        return None
+    return final
+
+
+def final_before_code_so_far(text: str) -> str | None:
+    """:func:`react_answer_so_far` for replies read by :func:`final_before_code`."""
+    answer = react_answer_so_far(text)
+    if answer is None or "```" in text[: _final_mark(text).start()]:
+        return None
+    return answer
+
+
+def _final_mark(text: str) -> re.Match[str]:
+    """The ``Final Answer:`` marker :func:`parse_react` reads (it read a final answer)."""
+    return next(m for m in _MARK.finditer(text) if m.group(1).lower() == "final answer")
 
 
 def _may_become_marker(tail: str) -> bool:

@@ -1,6 +1,6 @@
 """Streaming of the tool agents' final answers (``run.on_delta``) through the answer
 gate: what goes out, joined, is the run's answer; call turns and errors send nothing;
-ReAct answers go out while they are generated."""
+ReAct and CodeAct answers go out while they are generated."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jarvisd._messages import Generation, Message, SamplingOptions, StreamChunk,
 from jarvisd._run import RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.agents._base import ThinkFilter
-from jarvisd.agents._parsing import react_answer_so_far
+from jarvisd.agents._parsing import final_before_code_so_far, react_answer_so_far
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.engines._base import DEFAULT_OPTIONS
 from jarvisd.executors import SubprocessExecutor
@@ -50,7 +50,7 @@ CALL2 = {
 AGENTS = list(CALL)
 #: Dialects whose parser commits to a final answer before the reply ends: their answer
 #: goes out while it is generated; the others' goes out once the reply is read.
-COMMITS_EARLY = ("native_react",)
+COMMITS_EARLY = ("native_react", "native_openhands")
 
 
 class Recorder:
@@ -110,7 +110,7 @@ def test_the_streamed_text_is_the_answer_after_tool_turns(key: str, kind: str) -
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("key", COMMITS_EARLY)
-def test_react_answers_stream_while_they_are_generated(key: str, kind: str) -> None:
+def test_react_and_codeact_answers_stream_while_they_are_generated(key: str, kind: str) -> None:
     recorder = Recorder()
     scripted = ScriptedEngine([CALL[key], FINAL[key]])
     with engine_for(kind, scripted) as engine:
@@ -122,7 +122,7 @@ def test_react_answers_stream_while_they_are_generated(key: str, kind: str) -> N
     assert first < recorder.events(EventType.INFERENCE_END)[-1]
 
 
-@pytest.mark.parametrize("key", ["orchestrator", "native_openhands", "rlm"])
+@pytest.mark.parametrize("key", ["orchestrator", "rlm"])
 def test_other_dialects_send_their_answer_once_the_reply_is_read(key: str) -> None:
     recorder = Recorder()
     result = arun(make(key, ScriptedEngine([CALL[key], FINAL[key]])), "sum?", recorder.run())
@@ -231,11 +231,15 @@ REPLIES = [
 @pytest.mark.parametrize("text", REPLIES)
 def test_what_is_committed_of_a_reply_is_a_prefix_of_its_answer(text: str) -> None:
     from jarvisd._messages import Generation
+    from jarvisd.agents._codeact import CodeActDialect
     from jarvisd.agents._react import ReActDialect
     from jarvisd.tools import ToolExecutor
 
     executor = ToolExecutor([CalculatorTool()])
-    for dialect, so_far in ((ReActDialect(), react_answer_so_far),):
+    for dialect, so_far in (
+        (ReActDialect(), react_answer_so_far),
+        (CodeActDialect(), final_before_code_so_far),
+    ):
         step = dialect.parse(Generation(content=text), executor)
         seen: list[str] = []
         shown = ThinkFilter(seen.append)
@@ -277,3 +281,14 @@ class ChunkedEngine(Engine):
         for i in range(0, len(self.text), self.size):
             yield StreamChunk(delta=self.text[i : i + self.size])
         yield StreamChunk(done=True, generation=reply(self.text))
+
+
+def test_codeact_final_answer_before_code_is_the_answer_with_its_code() -> None:
+    # The code after "Final Answer:" is part of the answer (the function asked for),
+    # not a program to run: the streamed answer and the result agree.
+    text = "Final Answer: here it is:\n```python\ndef add(a, b):\n    return a + b\n```"
+    recorder = Recorder()
+    result = arun(make("native_openhands", ScriptedEngine([reply(text)])), "add?", recorder.run())
+    assert result.tool_results == []
+    assert result.content == text.removeprefix("Final Answer: ")
+    assert len(recorder.deltas) > 1 and "".join(recorder.deltas) == result.content
