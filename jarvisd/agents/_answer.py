@@ -24,7 +24,8 @@ The rule, which guarantees that what was streamed is exactly the run's answer:
   mode takes the first JSON object that reads as an answer or a call; CodeAct reads a
   reply without ``Final Answer:`` only once it has ended. Any prose streamed early could
   therefore turn out to belong to a call turn. Their answer goes out in one piece once
-  the reply is known to be final.
+  the reply is known to be final, and their turns are generated with one plain call,
+  as in a run that does not stream (nothing of a turn could go out early anyway).
 - ``<think>`` blocks are left out before the dialect sees the text (:class:`ThinkFilter`),
   as every parser strips them first.
 - :meth:`AnswerGate.close` is called once, with the run's answer, when a run ends with
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 class AnswerGate:
     """Passes a run's final answer to ``emit``: the committed part of a turn as it is
     generated (``answer_so_far`` of the text so far, think blocks left out), the rest
-    at :meth:`close`. ``answer_so_far=None``: nothing goes out before :meth:`close`."""
+    at :meth:`close`. With ``answer_so_far=None`` nothing goes out before :meth:`close`
+    and :attr:`streams` is false: turns need not be streamed at all."""
 
     __slots__ = ("_parts", "answer_so_far", "emit", "sent")
 
@@ -65,19 +67,23 @@ class AnswerGate:
         self.sent = ""  # what went out; always a prefix of the answer
         self._parts: list[str] = []  # this turn's text so far, think blocks left out
 
+    @property
+    def streams(self) -> bool:
+        """Whether text of a turn can go out while it is generated."""
+        return self.answer_so_far is not None
+
     async def turn(self, chunks: AsyncIterator[StreamChunk]) -> Generation:
         """Generate one turn from ``chunks``, streaming what is committed answer."""
         self._parts = []
-        if self.answer_so_far is None:
-            return await collect(chunks, _ignore)
         shown = ThinkFilter(self._read)
         generation = await collect(chunks, shown.feed)
         shown.flush()
         return generation
 
     def _read(self, text: str) -> None:
-        assert self.answer_so_far is not None  # only fed when the dialect commits
         self._parts.append(text)
+        if self.answer_so_far is None:
+            return
         answer = self.answer_so_far("".join(self._parts))
         if answer and len(answer) > len(self.sent) and answer.startswith(self.sent):
             self.emit(answer[len(self.sent) :])
@@ -93,7 +99,3 @@ class AnswerGate:
         self.sent = answer
         if rest:
             self.emit(rest)
-
-
-def _ignore(text: str) -> None:
-    pass

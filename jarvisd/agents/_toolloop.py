@@ -9,10 +9,11 @@ each gets a result, even on cancellation (a synthetic "cancelled" result). An un
 reply gets ONE corrective re-prompt; a second one in a row ends the run with
 ``metadata["error"]``, never silently taken as the answer.
 
-With ``run.on_delta`` set, each turn is generated as a stream (through the same
-``RunEngine``) and passes through an :class:`AnswerGate` (``_answer``), which lets out
-only final-answer text, so that what was streamed is the run's answer; without it, each
-turn is one plain ``generate`` call.
+With ``run.on_delta`` set, the answer goes out through an :class:`AnswerGate`
+(``_answer``), which lets out only final-answer text, so that what was streamed is the
+run's answer. Turns of dialects that can commit to an answer before the reply ends are
+then generated as a stream (through the same ``RunEngine``); every other turn is one
+plain ``generate`` call.
 
 Checkpoint state (``run.checkpoint(state)`` after every completed turn; ``run.resume``
 continues from it). A JSON object::
@@ -371,8 +372,8 @@ async def run_tool_loop(
     # What agent._generate would do each turn, done once: every turn is alike.
     engine = RunEngine.bind(agent.engine, run)
     sampling = agent._options(stop=dialect.stop or None)
-    # Streaming runs generate each turn as a stream through the answer gate; the
-    # others keep the plain call.
+    # Streaming runs pass their answer through the gate; a turn is generated as a
+    # stream when some of it may go out while it is generated.
     gate = None if run.on_delta is None else AnswerGate(run.on_delta, dialect.answer_so_far)
 
     def save() -> None:
@@ -409,7 +410,7 @@ async def run_tool_loop(
             counted[0] = len(messages)
             if counted[1] > budget:
                 messages = fit_messages(messages, budget)
-        if gate is None:
+        if gate is None or not gate.streams:
             generation = await engine.generate(
                 messages, model=agent.model, tools=specs, options=sampling
             )
@@ -540,7 +541,7 @@ async def _answer_turn(
     prompt = Message.user(
         ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
     )
-    if gate is None:
+    if gate is None or not gate.streams:
         generation = await agent._generate(run, [prompt])
     else:
         engine = RunEngine.bind(agent.engine, run)

@@ -212,10 +212,13 @@ def test_think_blocks_and_react_markers_split_across_pieces_never_go_out() -> No
         assert len(recorder.deltas) > 1 and "".join(recorder.deltas) == result.content, size
 
 
-def test_runs_without_on_delta_do_not_stream() -> None:
+def test_runs_without_on_delta_and_turns_that_cannot_stream_take_the_plain_call() -> None:
     engine = ChunkedEngine("Final Answer: 42", 4, streams=False)
-    result = arun(make("native_react", engine), "?", RunContext())
-    assert result.content == "42"
+    assert arun(make("native_react", engine), "?", RunContext()).content == "42"
+    recorder = Recorder()
+    engine = ChunkedEngine("42 it is", 4, streams=False)
+    result = arun(make("orchestrator", engine), "?", recorder.run())
+    assert result.content == "42 it is" and recorder.deltas == ["42 it is"]
 
 
 REPLIES = [
