@@ -20,12 +20,29 @@ __all__ = [
     "tool_descriptions",
 ]
 
-_DECOR_CHARS = " \t>*#_`"
 _DECOR = r"[ \t>*#_`]*"
 _MARKERS = ("thought", "action input", "action", "observation", "final answer")
 _MARK = re.compile(
     rf"^{_DECOR}({'|'.join(_MARKERS)}){_DECOR}\s*:{_DECOR}", re.IGNORECASE | re.MULTILINE
 )
+
+
+def _beginnings(word: str) -> str:
+    """A pattern matching every beginning of ``word``, the empty one too."""
+    pattern = ""
+    for char in reversed(word):
+        pattern = f"(?:{re.escape(char)}{pattern})?"
+    return pattern
+
+
+#: Text from a line start to the end of what was read that may still become a marker
+#: line (``_MARK``) as more text comes: decoration, then the beginning of a marker word,
+#: or a whole word followed by what may still precede its colon.
+_MAY_BECOME_MARK = re.compile(
+    rf"{_DECOR}(?:(?:{'|'.join(_MARKERS)}){_DECOR}\s*|{'|'.join(map(_beginnings, _MARKERS))})\Z",
+    re.IGNORECASE,
+)
+_BLANK = re.compile(r"[\s>*#_`]+")  # whitespace and decoration
 _CODE = re.compile(r"```[ \t]*(python3?|py|repl)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL | re.IGNORECASE)
 
 
@@ -89,10 +106,15 @@ def react_answer_so_far(text: str) -> str | None:
     if start == len(text):  # "Final Answer: *" may still be decoration
         return ""
     body = text[start:]
-    line = body.find("\n")
-    while line >= 0 and not _may_become_marker(body[line + 1 :]):
-        line = body.find("\n", line + 1)
-    return (body if line < 0 else body[:line]).strip()
+    cut, line = len(body), body.rfind("\n")
+    while line >= 0:  # from the last line back: only the last few can qualify
+        tail = body[line + 1 :]
+        if len(_BLANK.sub("", tail)) > len("final answer"):
+            break  # more text than any marker has: so has every earlier line's tail
+        if _MAY_BECOME_MARK.match(tail):
+            cut = line
+        line = body.rfind("\n", 0, line)
+    return body[:cut].strip()
 
 
 def final_before_code(text: str) -> str | None:
@@ -116,19 +138,6 @@ def final_before_code_so_far(text: str) -> str | None:
 def _final_mark(text: str) -> re.Match[str]:
     """The ``Final Answer:`` marker :func:`parse_react` reads (it read a final answer)."""
     return next(m for m in _MARK.finditer(text) if m.group(1).lower() == "final answer")
-
-
-def _may_become_marker(tail: str) -> bool:
-    """Whether ``tail``, read from a line start, may still begin a marker line as
-    more text comes (``_MARK``: decoration, a marker word, decoration, whitespace that
-    may span lines, a colon)."""
-    rest = tail.lstrip(_DECOR_CHARS).lower()
-    for word in _MARKERS:
-        if word.startswith(rest):
-            return True
-        if rest.startswith(word) and not rest[len(word) :].lstrip(_DECOR_CHARS).strip():
-            return True
-    return False
 
 
 def _strip_fence(text: str) -> str:
