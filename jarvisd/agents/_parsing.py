@@ -103,9 +103,7 @@ def react_answer_so_far(text: str) -> str | None:
     start = marks[at].end()
     if at + 1 < len(marks):  # a later marker ends the answer: all of it is here
         return text[start : marks[at + 1].start()].strip()
-    if start == len(text):  # "Final Answer: *" may still be decoration
-        return ""
-    body = text[start:]
+    body = text[start:]  # empty while "Final Answer: *" may still be decoration
     cut, line = len(body), body.rfind("\n")
     while line >= 0:  # from the last line back: only the last few can qualify
         tail = body[line + 1 :]

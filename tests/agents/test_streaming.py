@@ -295,3 +295,48 @@ def test_codeact_final_answer_before_code_is_the_answer_with_its_code() -> None:
     assert result.tool_results == []
     assert result.content == text.removeprefix("Final Answer: ")
     assert len(recorder.deltas) > 1 and "".join(recorder.deltas) == result.content
+
+
+def generated_reply(rng: Any) -> str:
+    """A reply of a few lines, dense in what the readers react to: markers with and
+    without decoration and colons, code fences, think tags, JSON calls."""
+    lines = []
+    for _ in range(rng.randint(1, 5)):
+        decor = rng.choice(["", "*", "**", "# ", "> ", " "])
+        head = rng.choice([
+            "Thought", "Final Answer", "final answer", "Action", "Action Input", "Observation",
+            "Paris", "The", "```python", "```", "print(1)", "<think>", "</think>",
+            '{"name": "calculator", "arguments": {}}',
+        ])  # fmt: skip
+        colon = rng.choice(["", ":", ": ", " :", "**: ", "\n:"])
+        body = rng.choice(["", "x", "calculator", "42 is it", "```python\nprint(2)\n```", "none"])
+        lines.append(decor + head + colon + body)
+    return "".join(line + rng.choice(["\n", "\n\n", " "]) for line in lines)
+
+
+def test_committed_text_is_a_prefix_of_the_answer_for_many_generated_replies() -> None:
+    import random
+
+    from jarvisd.agents._codeact import CodeActDialect
+    from jarvisd.agents._react import ReActDialect
+    from jarvisd.tools import ToolExecutor
+
+    executor = ToolExecutor([CalculatorTool()])
+    rng = random.Random(10)
+    committed = 0
+    for _ in range(1500):
+        text = generated_reply(rng)
+        for dialect, so_far in (
+            (ReActDialect(), react_answer_so_far),
+            (CodeActDialect(), final_before_code_so_far),
+        ):
+            step = dialect.parse(Generation(content=text), executor)
+            seen: list[str] = []
+            shown = ThinkFilter(seen.append)
+            for char in text:
+                shown.feed(char)
+                answer = so_far("".join(seen))
+                if answer:
+                    committed += 1
+                    assert step.kind == "final" and step.content.startswith(answer), text
+    assert committed > 1000  # the replies exercised the committed path
