@@ -33,7 +33,7 @@ def run(env: BenchEnv) -> list[Row]:
     from jarvisd._messages import Message
     from jarvisd.daemon import Client
     from jarvisd.engines import OllamaEngine, ScriptedEngine, reply
-    from jarvisd.runtime import AgentSpec
+    from jarvisd.runs import AgentSpec
     from jarvisd.testing import OllamaStandIn
 
     root = Path(env.tmp) / f"jd{os.getpid()}"
