@@ -11,12 +11,13 @@ outside the daemon. Spoken over frames v1 on stdin/stdout::
 Engines stay warm between questions (a llama.cpp model stays loaded). A worker whose
 engines have been idle for ``idle_unload`` seconds exits, which gives their memory
 back; the daemon starts a fresh one when it needs one. When the daemon goes away
-(stdin closes) the question being answered is cancelled and the worker exits.
+(stdin closes) the worker and what its question started end at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -65,7 +66,7 @@ class AskWorker:
         self.engines: dict[str, Engine] = {}
         self.current: RunContext | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._starts: asyncio.Queue[Start | None] = asyncio.Queue()
+        self._starts: asyncio.Queue[Start] = asyncio.Queue()
 
     def send(self, frame: Frame) -> None:
         data = encode(frame)
@@ -88,7 +89,18 @@ class AskWorker:
                     loop.call_soon_threadsafe(self._cancel, frame.reason or "cancelled")
         except (FrameError, OSError) as exc:
             log.error("bad frame from the daemon: %s", exc)
-        loop.call_soon_threadsafe(self._starts.put_nowait, None)  # the daemon is gone
+        self.gone()
+
+    def gone(self) -> None:
+        """The daemon went away (stdin closed): nobody can receive an answer, so stop
+        at once, with whatever the question started (tools' subprocesses)."""
+        with contextlib.suppress(Exception):
+            import psutil
+
+            for child in psutil.Process().children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+        os._exit(EXIT_HOST_GONE)
 
     def _cancel(self, reason: str) -> None:
         if self.current is not None:  # a cancel that arrives between questions is stale
@@ -104,8 +116,6 @@ class AskWorker:
             except TimeoutError:
                 log.info("idle for %.0f s with engines loaded: exiting to free them", timeout)
                 return EXIT_IDLE
-            if start is None:
-                return EXIT_HOST_GONE
             await self.answer(start.payload)
 
     def engine_for(self, spec: AgentSpec, config: Config) -> Engine:

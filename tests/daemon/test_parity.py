@@ -6,7 +6,6 @@ OLLAMA_HOST of its own): the caller's engine must travel with the question."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -16,17 +15,14 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.engines._base import DEFAULT_OPTIONS
-from jarvisd.engines._scripted import ScriptedCall
 from jarvisd.testing import OllamaStandIn
 
-from .conftest import DaemonProcess
+from .conftest import DaemonProcess, SlowOnCue
 
 pytestmark = pytest.mark.slow
 
@@ -45,17 +41,6 @@ class Ran:
     code: int
     stderr_line: str
     outcome: dict[str, object] | None
-
-
-class SlowOnCue(ScriptedEngine):
-    """Answers "slow" questions only after a minute (they are cancelled long before),
-    without holding up the server's other requests."""
-
-    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
-        if any("slow" in m.content for m in messages if m.role is Role.USER):
-            self.calls.append(ScriptedCall(tuple(messages), "", (), DEFAULT_OPTIONS))
-            await asyncio.sleep(60)
-        return await super().generate(messages, **kwargs)
 
 
 @pytest.fixture
