@@ -134,12 +134,12 @@ class BwrapExecutor(CodeExecutor):
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
         mounts = self.mounts.check_all(request.mounts)
+        program = seccomp_program()  # before anything is written: it may refuse this machine
         # The files' directory doubles as the channel's work directory (removed at the end).
         written = _write_inputs(request.files, self.policy) if request.files else None
         workdir = written or Path(tempfile.mkdtemp(prefix="jarvis-bwrap-"))
         inputs = str(written) if written is not None else None
         # bwrap reads the filter from a pipe, whole, before it starts the program.
-        program = seccomp_program()
         seccomp, feed = os.pipe()
         try:
             os.write(feed, program)

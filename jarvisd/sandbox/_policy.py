@@ -172,7 +172,8 @@ def prelude_argv(
 
 async def confirm_mounts(channel: Channel) -> None:
     """Wait for the prelude's word that every mount is the object that was checked;
-    MountRefused (the program ended) when it is not."""
+    MountRefused when it is not (the program never started), SandboxError when the
+    sandbox ended before the prelude could say."""
     try:
         line = await channel.readline(len(READY) + 1)
     except BaseException:
@@ -187,8 +188,8 @@ async def confirm_mounts(channel: Channel) -> None:
     said = [ln for ln in result.stderr.splitlines() if ln.startswith(REFUSED)]
     if said:
         raise MountRefused(said[0].removeprefix(REFUSED).strip())
-    raise MountRefused(
-        "the sandbox could not confirm that its mounts are the ones checked "
+    raise SandboxError(
+        "the sandbox ended before it confirmed that its mounts are the ones checked "
         f"(exit {result.exit_code}{', ' + result.reason if result.reason else ''}): "
         f"{result.stderr.strip()[-300:]}"
     )
