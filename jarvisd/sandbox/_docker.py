@@ -59,7 +59,7 @@ from ._policy import (
     ensure_bytecode,
     prelude_argv,
 )
-from ._staging import can_stage, staged
+from ._staging import can_stage, pid_alive, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
 
@@ -164,15 +164,7 @@ def sweep_orphans(
 
 def _owner_alive(owner: str, host: str) -> bool:
     owner_host, _, pid_text = owner.rpartition(":")
-    if owner_host != host or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owner_host == host and pid_text.isdigit() and pid_alive(int(pid_text))
 
 
 class DockerExecutor(CodeExecutor):

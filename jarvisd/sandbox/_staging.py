@@ -32,7 +32,7 @@ from pathlib import Path
 from .._errors import MountRefused, SandboxError
 from ._mounts import Mount, pin
 
-__all__ = ["can_stage", "staged", "sweep_stale_stages"]
+__all__ = ["can_stage", "pid_alive", "staged", "sweep_stale_stages"]
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ def sweep_stale_stages() -> None:
         return
     for name in names:
         match = _STAGE_NAME.match(name)
-        if match is None or _alive(int(match[1])):
+        if match is None or pid_alive(int(match[1])):
             continue
         stage = parent / name
         with contextlib.suppress(OSError):
@@ -165,7 +165,8 @@ def sweep_stale_stages() -> None:
                 _remove_stage(stage, [stage / child for child in os.listdir(stage)])
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
