@@ -20,6 +20,8 @@
 set -eu
 
 . "$(dirname "$0")/docker-state.sh"
+# dockerd lives in /usr/sbin, which a user's PATH may lack.
+PATH="$PATH:/usr/sbin:/sbin"
 
 STATE="$(state_dir "${1:-}")"
 SOCK="$STATE/docker.sock"
