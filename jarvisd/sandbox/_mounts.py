@@ -29,9 +29,9 @@ passes; otherwise :class:`MountRefused` says which check failed and why:
 A checked mount is only as good as its use: the engine resolves path *strings* itself,
 so a path swapped for a symlink between the check and the engine's bind would mount
 whatever the link points at. :func:`pin` reopens a checked mount the same way and
-refuses it unless it is still the very object that was checked; the backends bind that
-descriptor (bwrap), a private bind of it (docker as root, ``_staging``), and check the
-identity again inside the container before the program runs (docker, ``_prelude``).
+refuses it unless it is still the very object that was checked; docker as root hands
+the engine a private bind of that descriptor (``_staging``), and both backends check
+the identity again inside the sandbox before the program runs (``_prelude``).
 
 What this cannot see: a hard link to a secret under an innocent name (links are
 files); entries added to an allowed tree after the check.
