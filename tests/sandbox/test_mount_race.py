@@ -41,16 +41,14 @@ CONCURRENCY = 4
 SECRET = "OUTSIDE-EVERY-ALLOWED-ROOT"
 
 # Flips PATH (a directory) and PATH.link (a symlink) with one atomic syscall, until its
-# stdin closes (or for SECONDS when given). Runs on the host and inside a sandbox.
+# stdin closes. Runs on the host and inside a sandbox.
 FLIPPER = r"""
 import ctypes, os, sys, threading
-path, seconds = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 0
+path = sys.argv[1]
 libc = ctypes.CDLL(None, use_errno=True)
 a, b = path.encode(), (path + ".link").encode()
 done = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
-if seconds:
-    threading.Timer(seconds, done.set).start()
 print("flipping", flush=True)
 n = 0
 while not done.is_set():
@@ -104,6 +102,21 @@ def outside_dir(tmp_path: Path) -> Path:
     return outside
 
 
+def flippable(ro: Path, outside: Path) -> Path:
+    """ro/x, a directory, beside ro/x.link, a symlink to ``outside``."""
+    target = ro / "x"
+    target.mkdir()
+    (ro / "x.link").symlink_to(outside)
+    return target
+
+
+def assert_contained(tally: Tally, outside: Path, report: str) -> None:
+    assert sum(tally.outcomes.values()) == ATTEMPTS
+    assert tally.outcomes["escaped"] == 0, report
+    assert not (outside / "pwned.txt").exists()
+    assert tally.outcomes["failed otherwise"] == 0, report
+
+
 def _reason(exc: MountRefused) -> str:
     text = str(exc)
     for key in ("outside the allowed roots", "changed while it was checked",
@@ -143,9 +156,7 @@ async def race(executor: DockerExecutor, target: Path, writable: bool, tally: Ta
 def test_host_side_swap_never_mounts_outside(roots: tuple[Path, Path], tmp_path: Path) -> None:
     ro, _rw = roots
     outside = outside_dir(tmp_path)
-    target = ro / "x"
-    target.mkdir()
-    (ro / "x.link").symlink_to(outside)
+    target = flippable(ro, outside)
     executor = DockerExecutor(sandbox_config(roots))
     flipper = subprocess.Popen(
         [sys.executable, "-c", FLIPPER, str(target)],
@@ -161,10 +172,7 @@ def test_host_side_swap_never_mounts_outside(roots: tuple[Path, Path], tmp_path:
         executor.close()
     report = tally.report("host-side swap", time.monotonic() - start)
     print(f"\n{report}; swapper: {flips.split()[-1]} flips")
-    assert sum(tally.outcomes.values()) == ATTEMPTS
-    assert tally.outcomes["escaped"] == 0, report
-    assert not (outside / "pwned.txt").exists()
-    assert tally.outcomes["failed otherwise"] == 0, report
+    assert_contained(tally, outside, report)
 
 
 def test_cross_sandbox_swap_never_mounts_outside(roots: tuple[Path, Path], tmp_path: Path) -> None:
@@ -206,10 +214,7 @@ def test_cross_sandbox_swap_never_mounts_outside(roots: tuple[Path, Path], tmp_p
     report = tally.report("cross-sandbox swap", time.monotonic() - start)
     print(f"\n{report}; attacking sandbox: {flips.split()[-1]} flips")
     assert int(flips.split()[-1]) > 0
-    assert sum(tally.outcomes.values()) == ATTEMPTS
-    assert tally.outcomes["escaped"] == 0, report
-    assert not (outside / "pwned.txt").exists()
-    assert tally.outcomes["failed otherwise"] == 0, report
+    assert_contained(tally, outside, report)
 
 
 def test_a_swap_after_the_check_is_refused_at_each_layer(
@@ -221,9 +226,7 @@ def test_a_swap_after_the_check_is_refused_at_each_layer(
     inside the container. Each layer alone stops it."""
     ro, _rw = roots
     outside = outside_dir(tmp_path)
-    target = ro / "x"
-    target.mkdir()
-    (ro / "x.link").symlink_to(outside)
+    target = flippable(ro, outside)
     executor = DockerExecutor(sandbox_config(roots))
     check = executor.mounts.check
 
