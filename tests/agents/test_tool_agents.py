@@ -191,7 +191,7 @@ def test_json_in_a_real_answer_is_still_an_answer() -> None:
 UNPARSEABLE = {
     "orchestrator": '{"name": "calculator", "arguments": {"expression": "1+1"',  # broken JSON
     "native_react": "I think the answer is 2.",
-    "native_openhands": "The answer is probably 2.",
+    "native_openhands": '{"name": "calculator", "arguments": {"expression": "1+1"',
 }
 
 
@@ -213,6 +213,29 @@ def test_one_reprompt_recovers(key: str) -> None:
     scripted = ScriptedEngine([reply(UNPARSEABLE[key]), FINAL[key]("2")])
     result = arun(make(key, scripted), "1+1?")
     assert result.content == "2" and "error" not in result.metadata
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_codeact_takes_a_plain_reply_as_the_answer(kind: str) -> None:
+    # OpenHands' CodeAct: a reply with no code is the message to the user.
+    scripted = ScriptedEngine(
+        [CALL["native_openhands"]("6*7"), reply("The answer is 42."), reply("The answer is 42.")]
+    )
+    with engine_for(kind, scripted) as engine:
+        result = arun(make("native_openhands", engine), "6*7?")
+    assert result.content == "The answer is 42."
+    assert "error" not in result.metadata
+    assert result.turns == 2 and len(scripted.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "unusable", ["", "<think>only thinking</think>", '<tool_call>{"name": "calc']
+)
+def test_codeact_still_refuses_empty_replies_and_broken_calls(unusable: str) -> None:
+    scripted = ScriptedEngine([reply(unusable), reply(unusable)])
+    result = arun(make("native_openhands", scripted), "6*7?")
+    assert "unparseable model output" in result.metadata["error"]
+    assert result.content.startswith("Error:") and result.turns == 2
 
 
 def test_react_markers_are_case_insensitive_and_hallucinated_observations_cut() -> None:
