@@ -153,3 +153,15 @@ def test_serve_model_on_a_busy_port_is_one_line() -> None:
         f"jarvis: error: cannot listen on 127.0.0.1:{port}: Address already in use"
         " (is another server there? pick another port)"
     ]
+
+
+@pytest.mark.parametrize("agent", ["simple", "orchestrator"])
+def test_ask_json_reports_the_model_an_openai_server_used(agent: str) -> None:
+    config = Path(os.environ["JARVIS_CONFIG_DIR"]) / "config.toml"
+    with OllamaStandIn(ScriptedEngine([reply("42")])) as standin:
+        config.write_text(f'[engine.openai]\nbase_url = "{standin.url}/v1"\n')
+        out = jarvis("ask", "--engine", "openai", "--agent", agent, "--json", "6*7?")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["answer"] == "42" and data["engine"] == "openai"
+    assert data["model"] == "scripted"

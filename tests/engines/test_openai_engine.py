@@ -86,3 +86,22 @@ def test_without_a_model_it_asks_for_the_servers_first() -> None:
         asyncio.run(go(standin.url))
         asked = [b["model"] for _, p, b in standin.requests if p == "/v1/chat/completions"]
     assert asked == ["scripted", "scripted"]
+
+
+def test_without_a_model_the_default_is_the_one_the_server_used() -> None:
+    # What a run reports as its model (`jarvis ask --json`) when none was configured.
+    engine = ScriptedEngine([reply("hi"), reply("there")])
+
+    async def go(url: str) -> None:
+        client = OpenAIEngine(url + "/v1", api_key="")
+        assert client.default_model() == ""  # nothing asked yet
+        await client.generate([Message.user("x")])
+        assert client.default_model() == "scripted"
+        await client.aclose()
+        client = OpenAIEngine(url + "/v1", api_key="")
+        [c async for c in client.stream([Message.user("y")])]
+        assert client.default_model() == "scripted"
+        await client.aclose()
+
+    with OllamaStandIn(engine) as standin:
+        asyncio.run(go(standin.url))
