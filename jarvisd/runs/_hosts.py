@@ -11,13 +11,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import os
 import signal
 import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._errors import DaemonError, JarvisError
+from .._errors import DaemonError, DaemonUnavailable, JarvisError
 from .._events import Event, EventType
 from .._run import RunContext
 from ._outcome import Failure, RunOutcome
@@ -99,10 +100,16 @@ class DaemonHost(Host):
         self.keepalive = keepalive
 
     def run(self, spec: AgentSpec, run: RunContext) -> RunOutcome:
+        from .._paths import paths
+
+        socket = self.socket or paths().socket
+        if not os.path.lexists(socket):  # the usual case with no daemon: say so cheaply
+            raise DaemonUnavailable(f"no jarvisd answers on {socket}")
+
         from ..daemon._client import Client
         from ..daemon._protocol import Delta, EventReply, ResultReply
 
-        client = Client(self.socket, connect_timeout=self.connect_timeout)
+        client = Client(socket, connect_timeout=self.connect_timeout)
         ask_id = "ask-" + uuid.uuid4().hex
         interrupted = False
 

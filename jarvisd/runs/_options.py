@@ -10,6 +10,7 @@ that the runtime does not set itself. So ``OrchestratorAgent(mode=...)`` and
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -113,8 +114,10 @@ def _parse_annotation(text: str) -> tuple[type | None, tuple[str, ...], bool] | 
     return None
 
 
+@functools.cache
 def declared_options(agent_cls: type) -> dict[str, Option]:
-    """The options ``agent_cls`` declares (its constructors' plain keyword parameters)."""
+    """The options ``agent_cls`` declares (its constructors' plain keyword parameters).
+    The result is shared: do not change it."""
     options: dict[str, Option] = {}
     for cls in agent_cls.__mro__:
         init = cls.__dict__.get("__init__")
