@@ -29,9 +29,14 @@ def runtime_dir() -> Path:
 
 def run_daemon() -> subprocess.CompletedProcess[str]:
     """Start a real jarvisd in the foreground; these tests expect it to refuse at once."""
-    return subprocess.run(
-        [sys.executable, "-m", "jarvisd.daemon"], capture_output=True, text=True, timeout=60
-    )
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "jarvisd.daemon"], capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired as exc:  # killed by run()
+        raise AssertionError(
+            f"jarvisd served from an unsafe runtime dir:\n{exc.stderr!r}"
+        ) from None
 
 
 def jarvis(*args: str) -> subprocess.CompletedProcess[str]:
