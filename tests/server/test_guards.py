@@ -75,6 +75,33 @@ def test_bad_content_length_is_refused_without_reading(
     assert "Content-Length" in json.loads(data)["error"] or "over" in json.loads(data)["error"]
 
 
+def test_negative_length_cannot_fill_memory(server: OllamaServer) -> None:
+    """The finding: ``Content-Length: -1`` made the server read until the client hung up
+    (821 MB). Now it answers at once and closes, whatever follows on the connection."""
+    import psutil
+
+    before = psutil.Process().memory_info().rss
+    chunk, sent = b"x" * (1 << 20), 0
+    with socket.create_connection(("127.0.0.1", port_of(server)), timeout=20) as sock:
+        head = request("POST", "/api/chat", Host="127.0.0.1", Content_Length="-1")
+        sock.sendall(head.encode() + b"\r\n")
+        try:
+            while sent < 256 * len(chunk):
+                sock.sendall(chunk)
+                sent += len(chunk)
+            sock.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed before the flood was through: the point
+        try:
+            reply = sock.recv(65536)
+        except ConnectionResetError:
+            reply = b""  # the reset for the unread flood overtook the answer
+    growth = psutil.Process().memory_info().rss - before
+    print(f"sent {sent >> 20} MiB after Content-Length: -1; server RSS grew {growth >> 20} MiB")
+    assert reply.startswith(b"HTTP/1.1 400 ") or reply == b""
+    assert growth < 64 << 20
+
+
 def test_conflicting_or_chunked_lengths_are_refused(server: OllamaServer) -> None:
     head = request("POST", "/api/chat", Host="127.0.0.1")
     head += "Content-Length: 5\r\nContent-Length: 6\r\n"
