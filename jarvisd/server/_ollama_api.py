@@ -13,6 +13,11 @@ also ``GET /v1/models`` and ``POST /v1/chat/completions`` (server-sent events wh
 ``{"error": "..."}`` bodies with Ollama's status codes; an error after streaming began is
 sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
 
+Before anything else, a request is refused (403, a JSON error) unless its Host and
+Origin pass :class:`~._allow.Allowlist` (no DNS rebinding, no foreign web page), and a
+body is read only with one valid Content-Length of at most ``MAX_BODY``; a refused
+request's connection is closed, its body never read.
+
 The HTTP side is the standard library's threading server; all engine work runs on one
 asyncio loop in its own thread, so engines keep their async contract.
 """
