@@ -68,6 +68,7 @@ def check_private_dir(path: Path, *, create: bool = False) -> None:
     except OSError as exc:
         raise DaemonError(f"cannot inspect the jarvisd runtime directory {path}: {exc}") from exc
     euid = os.geteuid()
+    fix = "remove it, or point JARVIS_RUNTIME_DIR at a private directory"
     if stat.S_ISLNK(st.st_mode):
         problem = "is a symlink"
     elif not stat.S_ISDIR(st.st_mode):
@@ -76,12 +77,12 @@ def check_private_dir(path: Path, *, create: bool = False) -> None:
         problem = f"is owned by uid {st.st_uid}, not by this user (uid {euid})"
     elif stat.S_IMODE(st.st_mode) != 0o700:
         problem = f"has mode {stat.S_IMODE(st.st_mode):04o}, not 0700"
+        fix = f"chmod 700 {path} if only you ever used it"
     else:
         return
     raise DaemonError(
-        f"refusing the jarvisd runtime directory {path}: it {problem}; another user could "
-        "stand in for jarvisd there (remove it, or point JARVIS_RUNTIME_DIR at a private "
-        "directory)"
+        f"refusing the jarvisd runtime directory {path}: it {problem}, so another user "
+        f"could stand in for jarvisd there ({fix})"
     )
 
 
