@@ -21,7 +21,7 @@ from .._messages import (
     ToolSpec,
     Usage,
 )
-from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
 
 if TYPE_CHECKING:
     import httpx
@@ -98,6 +98,7 @@ class OpenAIEngine(Engine):
                 base_url=self.base_url,
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout, connect=2.0),
+                verify=tls_verify(self.base_url),
             )
         return self._client
 

@@ -14,6 +14,9 @@ Script an ``EngineResponseError("boom", 500)`` to get an error body with status 
 It is the same server as ``jarvis serve-model``, so it cannot drift from what users run;
 ``standin.requests`` lists the request bodies it parsed.
 
+``FakeHost`` is a :class:`jarvisd.runs.Host` that returns scripted outcomes (or raises
+scripted errors) without running anything: for code that takes a host.
+
 ``refuse_network()`` keeps a test on loopback: reaching or resolving any other host
 raises :class:`NetworkRefused` (use it in an autouse fixture).
 """
@@ -21,7 +24,15 @@ raises :class:`NetworkRefused` (use it in an autouse fixture).
 from __future__ import annotations
 
 from ..engines import ScriptedEngine, reply
+from ._host import FakeHost
 from ._network import NetworkRefused, refuse_network
 from ._standin import OllamaStandIn
 
-__all__ = ["NetworkRefused", "OllamaStandIn", "ScriptedEngine", "refuse_network", "reply"]
+__all__ = [
+    "FakeHost",
+    "NetworkRefused",
+    "OllamaStandIn",
+    "ScriptedEngine",
+    "refuse_network",
+    "reply",
+]
