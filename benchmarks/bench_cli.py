@@ -107,8 +107,9 @@ def _embedded_row(env: BenchEnv) -> list[Row]:
     process_env.pop("JARVIS_CONFIG_DIR", None)
     times = time_commands(
         {
-            "jarvis": [env.jarvis_bin(), "ask", "--engine", "llamacpp", "--temperature", "0",
-                       "--max-tokens", "48", "--no-stream", "Name three primary colors."],
+            "jarvis": [env.jarvis_bin(), "ask", "--engine", "llamacpp", "--model", entry.name,
+                       "--temperature", "0", "--max-tokens", "48", "--no-stream",
+                       "Name three primary colors."],
             "direct": [sys.executable, "-c", direct],
         },
         env.runs(7, 3),

@@ -27,12 +27,15 @@ def serve_model(
     loopback page or an --allow-origin.
     """
     from .._config import load_config
+    from ..catalog import strongest_model
     from ..engines._llamacpp import LlamaCppPool
     from ..server import OllamaServer
 
     cfg = load_config().engine.llamacpp
     pool = LlamaCppPool(
-        list(models) or [cfg.model], n_ctx=n_ctx or cfg.n_ctx, n_threads=cfg.n_threads
+        list(models) or [cfg.model or strongest_model().name],
+        n_ctx=n_ctx or cfg.n_ctx,
+        n_threads=cfg.n_threads,
     )
     server = OllamaServer(pool, host, port, origins=origins)
     server.start()
