@@ -468,7 +468,12 @@ class TaskManager:
             rt.seen.setdefault(proc.pid, proc)
 
     def _outcome(self, rt: _Running, frame: ResultFrame | ErrorFrame) -> None:
-        if isinstance(frame, ResultFrame):
+        if rt.cancel_reason and rt.cancel_reason != SHUTDOWN_REASON:
+            # A cancel or time limit that came before the result wins: the user was
+            # told it stops, and a late result must not turn that into a success.
+            # (A result finished before a shutdown is kept: nothing is left to resume.)
+            rt.outcome = ("cancelled", rt.cancel_reason, None)
+        elif isinstance(frame, ResultFrame):
             rt.outcome = ("succeeded", "", dict(frame.result))
         else:
             cancelled = frame.code == "cancelled"

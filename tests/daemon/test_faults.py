@@ -1,0 +1,110 @@
+"""Fault injection against a real jarvisd on a real socket (issue 12): cancels and time
+limits while a worker starts, a full disk under the store, a damaged or truncated
+database, a deleted WAL, out-of-range config, a watch on a large tree, nested JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvisd._config import Config
+from jarvisd.daemon import TaskManager, TaskStore
+from jarvisd.daemon._worker import _Host
+from jarvisd.engines import ScriptedEngine
+from jarvisd.protocol import FrameReader
+from jarvisd.runtime import AgentSpec
+
+from .conftest import DaemonProcess
+from .test_tasks import kill_listed, standin, until
+
+pytestmark = pytest.mark.slow
+
+MULTI_TURN = AgentSpec(input="use calc", agent="orchestrator", tools=("calculator",))
+
+
+def exchange(daemon: DaemonProcess, payload: bytes) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(20)
+        s.connect(str(daemon.paths.socket))
+        s.sendall(payload)
+        reply: dict[str, Any] = json.loads(s.makefile("rb").readline())
+        return reply
+
+
+# -- 1. a cancel or time limit while the worker starts ------------------------------
+
+
+def test_cancel_soon_after_submit_is_never_lost(
+    jarvisd: DaemonProcess, engine: ScriptedEngine
+) -> None:
+    engine.latency_s = 0.05  # a run that would succeed within a second or two
+    jarvisd.start()
+    c = jarvisd.client
+    ended = {}
+    for delay in (0.0, 0.05, 0.2, 0.05, 0.2):
+        info = c.submit(MULTI_TURN)
+        time.sleep(delay)
+        c.cancel(info.id)
+        ended[info.id] = c.wait(info.id, timeout=30)
+    states = {t: (i.state, i.reason) for t, i in ended.items()}
+    assert all(i.state == "cancelled" for i in ended.values()), states
+    assert all(i.reason == "cancelled by the user" for i in ended.values()), states
+
+
+def test_time_limit_while_the_worker_starts_is_never_lost(
+    jarvisd: DaemonProcess, engine: ScriptedEngine
+) -> None:
+    engine.latency_s = 0.05
+    jarvisd.start()
+    c = jarvisd.client
+    tasks = [c.submit(MULTI_TURN, timeout=0.05) for _ in range(3)]
+    ended = [c.wait(t.id, timeout=30) for t in tasks]
+    assert [t.state for t in ended] == ["cancelled"] * 3, ended
+    assert all("time limit of 0.05 s reached" in t.reason for t in ended), ended
+
+
+def test_a_result_after_the_cancel_does_not_win(tmp_path: Path) -> None:
+    """The worker answers a cancel with a result (its run ended before it saw the
+    cancel): the task still ends cancelled."""
+    python, pids_file = standin(tmp_path, "late")
+    store = TaskStore(tmp_path / "tasks.db")
+    store.open()
+
+    async def scenario() -> str:
+        manager = TaskManager(store, Config, python=python, cancel_grace=5.0)
+        await manager.start()
+        try:
+            task = manager.submit(AgentSpec(input="x"))
+            await until(pids_file.exists, what="the worker to run")
+            await manager.cancel(task.id)
+            await until(lambda: store.get(task.id).finished, what="the task to end")
+            return task.id
+        finally:
+            await manager.stop()
+
+    try:
+        info = store.get(asyncio.run(scenario()))
+        assert (info.state, info.reason, info.result) == (
+            "cancelled", "cancelled by the user", None
+        ), info  # fmt: skip
+    finally:
+        store.close()
+        kill_listed(pids_file)
+
+
+def test_worker_keeps_a_cancel_that_came_before_the_run() -> None:
+    host = _Host(io.BytesIO(), FrameReader(io.BytesIO()))
+    host._cancel("early")
+    host._cancel("later")
+    seen: list[str] = []
+    host.on_cancel(seen.append)
+    assert seen == ["early"]
+    host._cancel("after")
+    assert seen == ["early", "after"]
