@@ -31,8 +31,8 @@ shutdown                                        ok
 
 Limits: a line longer than ``daemon.max_frame_bytes`` gets ``error`` (code
 ``frame_too_large``) and the connection is closed; a line that is not JSON, not an
-object, or not a valid request gets ``error`` (``bad_request``) and the connection
-stays usable. Error codes: bad_request, frame_too_large, version, not_found,
+object, nested deeper than ``MAX_DEPTH``, or not a valid request gets ``error``
+(``bad_request``) and the connection stays usable. Error codes: bad_request, frame_too_large, version, not_found,
 queue_full, denied, shutting_down, usage, failed, internal.
 
 Everything is parsed here, once, into the dataclasses below; the server and the client
@@ -82,6 +82,10 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+
+#: How deeply arrays and objects may nest in one line. Real requests need a handful of
+#: levels; deep nesting only costs stack, in this parser and in every later one.
+MAX_DEPTH = 64
 
 #: Task states. ``queued`` and ``running`` are live; the rest are final.
 TASK_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
@@ -625,13 +629,32 @@ def encode(message: Request | Reply) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _load(line: bytes | str) -> dict[str, Any]:
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, level + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def _json(line: bytes | str) -> Any:
     try:
-        data = json.loads(line)
+        return json.loads(line)
+    except RecursionError:  # deeper than the interpreter's stack: a protocol error too
+        raise ProtocolError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not valid JSON: {exc}") from exc
+
+
+def _load(line: bytes | str) -> dict[str, Any]:
+    data = _json(line)
     if not isinstance(data, dict):
         raise ProtocolError("a frame must be a JSON object")
+    if _depth(data) > MAX_DEPTH:
+        raise ProtocolError(f"JSON nested deeper than {MAX_DEPTH} levels")
     version = data.get("v")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
@@ -643,8 +666,8 @@ def _load(line: bytes | str) -> dict[str, Any]:
 def request_id(line: bytes | str) -> str:
     """Best-effort id of a request line that failed to parse (for the error reply)."""
     try:
-        data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+        data = _json(line)
+    except ProtocolError:
         return ""
     value = data.get("id") if isinstance(data, dict) else None
     return value if isinstance(value, str) else ""

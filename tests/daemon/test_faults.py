@@ -108,3 +108,31 @@ def test_worker_keeps_a_cancel_that_came_before_the_run() -> None:
     assert seen == ["early"]
     host._cancel("after")
     assert seen == ["early", "after"]
+
+
+# -- 9. nested JSON -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_json_is_a_protocol_error(jarvisd: DaemonProcess, depth: int) -> None:
+    jarvisd.start()
+    nested = "[" * depth + "]" * depth
+    line = f'{{"v":1,"id":"deep","op":"task.submit","spec":{{"input":"x","options":{{"a":{nested}}}}}}}\n'
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(20)
+        s.connect(str(jarvisd.paths.socket))
+        s.sendall(line.encode() + b'{"v":1,"id":"after","op":"ping"}\n')
+        replies = s.makefile("rb")
+        first = json.loads(replies.readline())
+        assert first["type"] == "error" and first["code"] == "bad_request", first
+        assert "nested deeper than 64 levels" in first["message"]
+        assert json.loads(replies.readline())["type"] == "pong"  # the connection survives
+    assert jarvisd.client.list_tasks() == []
+    assert "Traceback" not in jarvisd.log_text()
+
+
+def test_deeply_nested_worker_frame_is_a_frame_error() -> None:
+    from jarvisd.protocol import SENTINEL, FrameError, decode_line
+
+    with pytest.raises(FrameError, match="nested too deeply"):
+        decode_line(SENTINEL + '{"kind":"event","id":"e","data":' + "[" * 100_000 + "\n")
