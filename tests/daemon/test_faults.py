@@ -8,6 +8,8 @@ import asyncio
 import io
 import json
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -136,3 +138,25 @@ def test_deeply_nested_worker_frame_is_a_frame_error() -> None:
 
     with pytest.raises(FrameError, match="nested too deeply"):
         decode_line(SENTINEL + '{"kind":"event","id":"e","data":' + "[" * 100_000 + "\n")
+
+
+# -- 7. out-of-range config values --------------------------------------------------
+
+
+def test_out_of_range_config_is_refused_at_start_and_on_reload(jarvisd: DaemonProcess) -> None:
+    jarvisd.write_config("max_concurrent = 0")
+    refused = subprocess.run(
+        [sys.executable, "-m", "jarvisd.daemon"], capture_output=True, text=True, timeout=30
+    )
+    assert refused.returncode == 78, refused.stderr
+    assert "daemon.max_concurrent: expected an integer >= 1, got 0" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    jarvisd.write_config("max_concurrent = 2")
+    jarvisd.start()
+    c = jarvisd.client
+    for bad in ("max_frame_bytes = 10", "task_timeout = nan", "max_queued = -1"):
+        jarvisd.write_config(bad)
+        key = bad.split(" = ")[0]
+        jarvisd.wait_for(lambda k=key: k in c.status().config_error, what=f"{bad} refused")
+        assert c.status().max_concurrent == 2  # the previous config stays in force
+    assert c.wait(c.submit(AgentSpec(input="still runs")).id, timeout=30).state == "succeeded"
