@@ -147,6 +147,8 @@ class DaemonConfig:
     task_timeout: float = _num(3600.0, 0, above=True)
     # A request line's limit: at least room for every request without a long prompt.
     max_frame_bytes: int = _num(1_048_576, 1024, 64 * 1024 * 1024)
+    # `task submit --watch` refuses a tree with more directories (each is an inotify watch).
+    watch_max_dirs: int = _num(10_000, 1)
 
 
 @dataclass(frozen=True, slots=True)

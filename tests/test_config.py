@@ -92,6 +92,7 @@ def test_env_overrides_every_directory(tmp_path: Path, monkeypatch: pytest.Monke
         ("[daemon]\ntask_timeout = 0", "daemon.task_timeout", "a finite number > 0"),
         ("[daemon]\ntask_timeout = nan", "daemon.task_timeout", "a finite number > 0, got nan"),
         ("[daemon]\ntask_timeout = inf", "daemon.task_timeout", "a finite number > 0, got inf"),
+        ("[daemon]\nwatch_max_dirs = 0", "daemon.watch_max_dirs", "an integer >= 1"),
         ("[engine.ollama]\ntimeout = -3", "engine.ollama.timeout", "a finite number > 0"),
         ("[engine.ollama]\nmax_context = -1", "engine.ollama.max_context", "an integer >= 0"),
         ("[agent]\ntemperature = 2.5", "agent.temperature", "a finite number from 0 to 2"),

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,8 @@ from typing import Any
 import pytest
 
 from jarvisd._config import Config
-from jarvisd.daemon import TaskManager, TaskStore
+from jarvisd._errors import UsageError
+from jarvisd.daemon import Client, TaskManager, TaskStore
 from jarvisd.daemon._worker import _Host
 from jarvisd.engines import ScriptedEngine
 from jarvisd.protocol import FrameReader
@@ -160,3 +163,66 @@ def test_out_of_range_config_is_refused_at_start_and_on_reload(jarvisd: DaemonPr
         jarvisd.wait_for(lambda k=key: k in c.status().config_error, what=f"{bad} refused")
         assert c.status().max_concurrent == 2  # the previous config stays in force
     assert c.wait(c.submit(AgentSpec(input="still runs")).id, timeout=30).state == "succeeded"
+
+
+# -- 8. a watch on a large tree -----------------------------------------------------
+
+
+def make_tree(root: Path, width: int, depth: int = 2) -> int:
+    """``width ** depth`` leaf directories (and their parents) under ``root``."""
+    made = 0
+    level = [root]
+    for _ in range(depth):
+        level = [parent / f"d{i}" for parent in level for i in range(width)]
+        for path in level:
+            path.mkdir(parents=True)
+            made += 1
+    return made
+
+
+def test_watch_on_a_large_tree_leaves_the_daemon_answering(
+    jarvisd: DaemonProcess, tmp_path: Path
+) -> None:
+    tree = tmp_path / "big"
+    dirs = make_tree(tree, 110)  # 12 210 directories: seconds of inotify watches
+    jarvisd.write_config("max_concurrent = 2\nwatch_max_dirs = 20000")
+    jarvisd.start()
+    answered: list[float] = []
+    stop = threading.Event()
+
+    def ping_all_along() -> None:
+        client = Client(timeout=30)
+        while not stop.is_set():
+            client.ping()
+            answered.append(time.monotonic())
+
+    pinger = threading.Thread(target=ping_all_along)
+    pinger.start()
+    try:
+        jarvisd.wait_for(lambda: len(answered) > 3, what="the pinger")
+        sent = time.monotonic()
+        origin = jarvisd.client.submit(AgentSpec(input="lint it"), watch=str(tree))
+        replied = time.monotonic()
+    finally:
+        stop.set()
+        pinger.join(30)
+    # Pings go on while the tree is counted and watched: no long silence. (Watching on
+    # the loop leaves one silence covering most of the submit: the watch itself.)
+    times = [sent, *(t for t in answered if sent < t < replied), replied]
+    silence = max(b - a for a, b in itertools.pairwise(times))
+    assert silence < (replied - sent) / 4, (dirs, silence, replied - sent)
+    assert jarvisd.client.status().watches == 1
+    assert jarvisd.client.wait(origin.id, timeout=30).state == "succeeded"
+
+
+def test_watch_on_a_tree_over_the_cap_is_refused(jarvisd: DaemonProcess, tmp_path: Path) -> None:
+    tree = tmp_path / "big"
+    make_tree(tree, 10)  # 111 directories
+    jarvisd.write_config("max_concurrent = 2\nwatch_max_dirs = 100")
+    jarvisd.start()
+    with pytest.raises(UsageError, match=r"more than 100 directories to watch \(daemon.watch_max"):
+        jarvisd.client.submit(AgentSpec(input="lint it"), watch=str(tree))
+    assert jarvisd.client.list_tasks() == [] and jarvisd.client.status().watches == 0
+    smaller = tree / "d1"
+    jarvisd.client.submit(AgentSpec(input="lint it"), watch=str(smaller))
+    assert jarvisd.client.status().watches == 1
