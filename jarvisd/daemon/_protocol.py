@@ -406,6 +406,10 @@ class DaemonStatus:
     config_error: str = ""
     watches: int = 0
     tasks_total: int = 0
+    #: Why the task store cannot be written (empty: it can); no task starts meanwhile.
+    store_error: str = ""
+    #: Tasks stopped by that failure, waiting for their state to be stored.
+    stalled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -425,6 +429,8 @@ class DaemonStatus:
             "config_error": self.config_error,
             "watches": self.watches,
             "tasks_total": self.tasks_total,
+            "store_error": self.store_error,
+            "stalled": self.stalled,
         }
 
     @classmethod
@@ -446,6 +452,8 @@ class DaemonStatus:
             config_error=_str(data, "config_error", ""),
             watches=_int(data, "watches", 0),
             tasks_total=_int(data, "tasks_total", 0),
+            store_error=_str(data, "store_error", ""),
+            stalled=_int(data, "stalled", 0),
         )
 
 

@@ -32,6 +32,7 @@ from jarvisd._errors import (
     DaemonError,
     JarvisError,
     ProtocolError,
+    StoreError,
     TaskNotFound,
     UsageError,
 )
@@ -234,11 +235,15 @@ class Daemon:
         self._install_signal_handlers()
         bound = False
         try:
-            self.store.open()
+            try:
+                self.store.open()
+                await self.tasks.start()
+            except StoreError as exc:  # one line saying what to do, no traceback
+                log.error("%s", exc)
+                return ExitCode.FAILURE
             # Off the loop: an engine that is slow to answer must not hold up start-up,
             # and the sweep spares containers whose owner is alive, so it can run late.
             threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
-            await self.tasks.start()
             limit = self.config.daemon.max_frame_bytes + 1
             old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
             try:
@@ -526,6 +531,8 @@ class Daemon:
             config_error=self.config_error,
             watches=len([k for k in self.watcher.keys if k != _CONFIG_WATCH]),
             tasks_total=sum(counts.values()),
+            store_error=self.tasks.store_error,
+            stalled=self.tasks.stalled,
         )
 
     async def _submit(self, request: TaskSubmit) -> Any:

@@ -65,7 +65,7 @@ class _Host:
         self._write_lock = threading.Lock()
         self._waiting: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self._on_cancel: Callable[[str], None] | None = None
+        self._on_cancel: Callable[[str], object] | None = None
         #: A cancel that came before the run existed (the daemon cancels as soon as it
         #: likes, often while this process is still importing): delivered at its start.
         self._pending_cancel: str | None = None
@@ -90,7 +90,7 @@ class _Host:
             log.error("the daemon did not confirm within %.0f s: stopping", BARRIER_TIMEOUT_S)
             self.gone()
 
-    def on_cancel(self, callback: Callable[[str], None]) -> None:
+    def on_cancel(self, callback: Callable[[str], object]) -> None:
         """Send cancel reasons to ``callback`` from now on, starting with one that
         arrived before (the run does not exist yet when the daemon may first cancel)."""
         with self._lock:

@@ -8,23 +8,27 @@ import asyncio
 import io
 import itertools
 import json
+import os
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jarvisd._config import Config
-from jarvisd._errors import UsageError
+from jarvisd._errors import DaemonError, StoreError, UsageError
 from jarvisd.daemon import Client, TaskManager, TaskStore
 from jarvisd.daemon._worker import _Host
 from jarvisd.engines import ScriptedEngine
 from jarvisd.protocol import FrameReader
 from jarvisd.runtime import AgentSpec
+from tests.conftest import require
 
 from .conftest import DaemonProcess
 from .test_tasks import kill_listed, standin, until
@@ -226,3 +230,187 @@ def test_watch_on_a_tree_over_the_cap_is_refused(jarvisd: DaemonProcess, tmp_pat
     smaller = tree / "d1"
     jarvisd.client.submit(AgentSpec(input="lint it"), watch=str(smaller))
     assert jarvisd.client.status().watches == 1
+
+
+# -- 2, 3. a full disk under the store ----------------------------------------------
+
+
+@pytest.fixture
+def small_disk(isolated_dirs: Path) -> Iterator[Path]:
+    """The state directory (the task database) on its own 2 MiB tmpfs."""
+    from jarvisd._paths import paths
+
+    require(os.getuid() == 0, "needs root to mount a small tmpfs")
+    state = paths().state
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(state)],
+        capture_output=True,
+        text=True,
+    )
+    require(mounted.returncode == 0, f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    try:
+        yield state
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def fill(directory: Path) -> Path:
+    """Write a file until the disk is full; removing it frees the space."""
+    filler = directory / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_failed_commit_shows_the_real_sqlite_error(small_disk: Path) -> None:
+    store = TaskStore(small_disk / "tasks.db")
+    store.open()
+    try:
+        task = store.create(AgentSpec(input="x"))
+        fill(small_disk)
+        with pytest.raises(StoreError) as info:
+            for _ in range(1000):  # until the WAL needs a block the disk does not have
+                store.append_event(task.id, "note", {"text": "y" * 2000})
+        assert str(info.value) == f"disk full at {small_disk}: database or disk is full"
+        assert not store.db.in_transaction
+    finally:
+        store.close()
+
+
+def daemon_tree(daemon: DaemonProcess) -> list[psutil.Process]:
+    assert daemon.proc is not None
+    return list(psutil.Process(daemon.proc.pid).children(recursive=True))
+
+
+def test_a_full_disk_pauses_ends_workers_and_everything_resumes(
+    jarvisd: DaemonProcess, engine: ScriptedEngine, small_disk: Path
+) -> None:
+    engine.latency_s = 1.5
+    jarvisd.start()
+    c = jarvisd.client
+    tasks = [c.submit(AgentSpec(input=f"task {i}")) for i in range(3)]
+    jarvisd.wait_for(
+        lambda: [c.show(t.id).state for t in tasks] == ["running", "running", "queued"],
+        what="two tasks running",
+    )
+    filler = fill(small_disk)
+    jarvisd.wait_for(lambda: c.status().store_error != "", what="the store failure")
+    st = c.status()
+    assert st.store_error.startswith(f"disk full at {small_disk}"), st
+    jarvisd.wait_for(lambda: c.status().stalled == 2, what="both tasks stopped")
+    # No orphan: every worker (and anything it started) is gone, nothing new starts.
+    jarvisd.wait_for(lambda: daemon_tree(jarvisd) == [], what="the workers to end")
+    st = c.status()
+    assert (st.running, st.queued, st.stalled) == (0, 1, 2), st
+    with pytest.raises(DaemonError, match=f"disk full at {small_disk}"):
+        c.submit(AgentSpec(input="refused"))
+    status_cli = subprocess.run(
+        [str(Path(sys.executable).parent / "jarvis"), "daemon", "status"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (
+        f"store:   PAUSED, no task starts until it can be written: disk full at {small_disk}"
+        in (status_cli.stdout)
+    ), status_cli
+    time.sleep(1.5)  # a retry or two while still full: nothing changes
+    assert c.show(tasks[2].id).state == "queued" and daemon_tree(jarvisd) == []
+    filler.unlink()
+    ended = [c.wait(t.id, timeout=60) for t in tasks]
+    assert [t.state for t in ended] == ["succeeded"] * 3, ended
+    assert c.status().store_error == "" and c.status().stalled == 0
+    resumed = [e for e in c.logs(tasks[0].id) if e.event == "task_resumed"]
+    assert resumed and "the task store failed (disk full at" in resumed[0].data["reason"]
+    assert c.wait(c.submit(AgentSpec(input="after")).id, timeout=30).state == "succeeded"
+    assert "Traceback" not in jarvisd.log_text()
+
+
+# -- 4. a damaged or truncated database ---------------------------------------------
+
+
+def stored_then_stopped(daemon: DaemonProcess, count: int) -> Path:
+    daemon.start()
+    for i in range(count):
+        daemon.client.submit(AgentSpec(input=f"task {i}"))
+    assert len(daemon.client.list_tasks()) == count
+    assert daemon.terminate() == 0
+    return daemon.paths.database
+
+
+def start_refused(daemon: DaemonProcess) -> str:
+    """Start jarvisd expecting it to refuse: its one error line."""
+    run = subprocess.run(
+        [sys.executable, "-m", "jarvisd.daemon"], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 1, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    errors = [line for line in run.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, run.stderr
+    assert not daemon.paths.socket.exists()
+    return errors[0]
+
+
+def test_a_truncated_database_is_refused_not_started_empty(jarvisd: DaemonProcess) -> None:
+    db = stored_then_stopped(jarvisd, 20)
+    db.write_bytes(b"")
+    line = start_refused(jarvisd)
+    assert f"the task database {db} is empty or missing, yet tasks were stored" in line
+    assert f"mv {db} {db}.lost; rm {db}.has-tasks" in line
+    db.unlink()  # deleted altogether: the same
+    assert "is empty or missing" in start_refused(jarvisd)
+
+
+@pytest.mark.parametrize("where", ["header", "pages"])
+def test_a_corrupt_database_is_refused_in_one_line(jarvisd: DaemonProcess, where: str) -> None:
+    db = stored_then_stopped(jarvisd, 20)
+    data = bytearray(db.read_bytes())
+    assert len(data) >= 4 * 4096
+    start = 0 if where == "header" else 4096  # the header, or the pages after it
+    data[start : start + 3 * 4096] = os.urandom(3 * 4096)
+    db.write_bytes(bytes(data))
+    line = start_refused(jarvisd)
+    assert f"the task database {db} is damaged (" in line
+    assert f"move it aside to start with an empty one: mv {db} {db}.damaged" in line
+
+
+def test_a_fresh_start_after_moving_aside(jarvisd: DaemonProcess) -> None:
+    db = stored_then_stopped(jarvisd, 2)
+    db.write_bytes(b"")
+    start_refused(jarvisd)
+    db.rename(db.with_name("jarvisd.db.lost"))
+    db.with_name("jarvisd.db.has-tasks").unlink()
+    jarvisd.start()
+    assert jarvisd.client.list_tasks() == []
+
+
+# -- 5. the WAL deleted while the daemon runs ---------------------------------------
+
+
+def test_a_deleted_wal_is_noticed_and_nothing_is_lost_at_the_next_crash(
+    jarvisd: DaemonProcess,
+) -> None:
+    jarvisd.start()
+    c = jarvisd.client
+    before = [c.submit(AgentSpec(input=f"before {i}")) for i in range(2)]
+    for t in before:
+        assert c.wait(t.id, timeout=30).state == "succeeded"
+    wal = Path(f"{jarvisd.paths.database}-wal")
+    assert wal.exists()
+    wal.unlink()
+    after = [c.submit(AgentSpec(input=f"after {i}")) for i in range(2)]
+    for t in after:
+        assert c.wait(t.id, timeout=30).state == "succeeded"
+    jarvisd.wait_for(
+        lambda: "-wal was deleted while jarvisd ran" in jarvisd.log_text(), what="the warning"
+    )
+    jarvisd.wait_for(wal.exists, what="a new WAL")
+    late = c.submit(AgentSpec(input="late"))  # written to the new WAL
+    assert c.wait(late.id, timeout=30).state == "succeeded"
+    jarvisd.kill9()
+    jarvisd.start()
+    stored = {t.id: t.state for t in c.list_tasks()}
+    assert stored == {t.id: "succeeded" for t in [*before, *after, late]}
