@@ -192,6 +192,8 @@ class TaskManager:
         self.store_error = ""
         #: Tasks whose worker was ended by a store failure: the write to try again.
         self._stalled: dict[str, Callable[[], None]] = {}
+        #: Cancels of stalled tasks, stored with their end.
+        self._stall_cancels: dict[str, str] = {}
         store.on_error = self._store_failed
         #: Called with a task id whenever a task reaches a final state.
         self.on_finished: Callable[[str], None] | None = None
@@ -325,6 +327,13 @@ class TaskManager:
 
     async def cancel(self, ref: str, reason: str = "cancelled by the user") -> TaskInfo:
         info = self.store.get(ref)
+        if info.id in self._stalled:  # its worker is gone already: only its end is left
+            self._stall_cancels.setdefault(info.id, reason)
+            try:
+                self._retry_stalled()
+            except StoreError as exc:
+                raise StoreError(f"{exc} (the cancel is kept, and stored once it can be)") from exc
+            return self.store.get(info.id)
         self.store.stop_watching(info.id)
         if info.state == "queued":
             with contextlib.suppress(ValueError):
@@ -591,8 +600,14 @@ class TaskManager:
         self._stalled[task_id] = lambda: self._resettle(task_id, why)
 
     def _resettle(self, task_id: str, why: str) -> None:
-        """Resume (or mark interrupted) a task whose worker a store failure ended."""
-        if self.store.get(task_id).state == "running":
+        """Resume (or mark interrupted) a task whose worker a store failure ended; or
+        end it, when it was cancelled meanwhile."""
+        cancel = self._stall_cancels.get(task_id)
+        if cancel is not None and not self.store.get(task_id).finished:
+            self.store.stop_watching(task_id)
+            self._close_open_calls(task_id, "cancelled", cancel)
+            self._finish(task_id, "cancelled", cancel)
+        elif self.store.get(task_id).state == "running":
             self._settle_interrupted(task_id, why, crashed=False)
         if self.store.get(task_id).state == "queued" and task_id not in self._queue:
             self._queue.append(task_id)
@@ -601,6 +616,7 @@ class TaskManager:
         for task_id, write in list(self._stalled.items()):
             write()  # raises StoreError while the store still fails
             del self._stalled[task_id]
+            self._stall_cancels.pop(task_id, None)
 
     async def _keep_store(self) -> None:
         """Try failed writes again until they go through; keep the WAL checkpointed."""

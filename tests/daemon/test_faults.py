@@ -319,9 +319,12 @@ def test_a_full_disk_pauses_ends_workers_and_everything_resumes(
     ), status_cli
     time.sleep(1.5)  # a retry or two while still full: nothing changes
     assert c.show(tasks[2].id).state == "queued" and daemon_tree(jarvisd) == []
+    with pytest.raises(DaemonError, match="the cancel is kept, and stored once it can be"):
+        c.cancel(tasks[1].id)
     filler.unlink()
     ended = [c.wait(t.id, timeout=60) for t in tasks]
-    assert [t.state for t in ended] == ["succeeded"] * 3, ended
+    assert [t.state for t in ended] == ["succeeded", "cancelled", "succeeded"], ended
+    assert ended[1].reason == "cancelled by the user"
     assert c.status().store_error == "" and c.status().stalled == 0
     resumed = [e for e in c.logs(tasks[0].id) if e.event == "task_resumed"]
     assert resumed and "the task store failed (disk full at" in resumed[0].data["reason"]
