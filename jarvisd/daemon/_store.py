@@ -236,7 +236,7 @@ class TaskStore:
 
     def _watch_wal(self) -> None:
         """Hold the -wal file open to see its link count (0: someone deleted it)."""
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # none yet: looked for again next time
             self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
 
     def wal_deleted(self) -> bool:

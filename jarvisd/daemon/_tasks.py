@@ -638,6 +638,8 @@ class TaskManager:
                     checkpointed = time.monotonic()
             except StoreError:
                 continue  # on_error has recorded it
+            except Exception:  # the keeper must outlive any one failure
+                log.exception("task store upkeep failed")
 
     async def _sample(self) -> None:
         while True:
