@@ -83,8 +83,9 @@ __all__ = [
 
 PROTOCOL_VERSION = 1
 
-#: How deeply arrays and objects may nest in one line. Real requests need a handful of
-#: levels; deep nesting only costs stack, in this parser and in every later one.
+#: How deeply arrays and objects may nest in a request. Real requests need a handful of
+#: levels; deeper only costs stack, here and in every later parser (the worker's).
+#: Replies are not held to it (they carry what runs reported), only to the stack.
 MAX_DEPTH = 64
 
 #: Task states. ``queued`` and ``running`` are live; the rest are final.
@@ -657,12 +658,12 @@ def _json(line: bytes | str) -> Any:
         raise ProtocolError(f"not valid JSON: {exc}") from exc
 
 
-def _load(line: bytes | str) -> dict[str, Any]:
+def _load(line: bytes | str, max_depth: int | None = None) -> dict[str, Any]:
     data = _json(line)
     if not isinstance(data, dict):
         raise ProtocolError("a frame must be a JSON object")
-    if _depth(data) > MAX_DEPTH:
-        raise ProtocolError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    if max_depth is not None and _depth(data) > max_depth:
+        raise ProtocolError(f"JSON nested deeper than {max_depth} levels")
     version = data.get("v")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
@@ -683,7 +684,7 @@ def request_id(line: bytes | str) -> str:
 
 def parse_request(line: bytes | str) -> Request:
     """Parse one request line. Raises ProtocolError with a message fit for the client."""
-    data = _load(line)
+    data = _load(line, MAX_DEPTH)
     req_id, op = data.get("id", ""), data.get("op")
     if not isinstance(req_id, str):
         raise ProtocolError("field 'id' must be a string")

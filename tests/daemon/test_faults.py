@@ -417,3 +417,13 @@ def test_a_deleted_wal_is_noticed_and_nothing_is_lost_at_the_next_crash(
     jarvisd.start()
     stored = {t.id: t.state for t in c.list_tasks()}
     assert stored == {t.id: "succeeded" for t in [*before, *after, late]}
+
+
+def test_replies_carry_what_runs_reported_however_nested() -> None:
+    from jarvisd.daemon._protocol import EventReply, encode, parse_reply
+
+    nested: Any = "leaf"
+    for _ in range(100):
+        nested = [nested]
+    reply = parse_reply(encode(EventReply(id="r", seq=1, event="note", data={"x": nested})))
+    assert isinstance(reply, EventReply) and reply.data == {"x": nested}
