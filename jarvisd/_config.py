@@ -115,6 +115,11 @@ class AgentConfig:
     temperature: float = _num(0.7, 0, 2)
     max_tokens: int = _num(1024, 1)
     max_turns: int = _num(10, 1)
+    # Budgets for a whole run, nested agents included (0: unlimited).
+    max_tokens_total: int = _num(0, 0)
+    max_calls: int = _num(0, 0)
+    max_tool_calls: int = _num(0, 0)
+    max_wall: float = _num(0.0, 0)  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +154,8 @@ class DaemonConfig:
     max_frame_bytes: int = _num(1_048_576, 1024, 64 * 1024 * 1024)
     # `task submit --watch` refuses a tree with more directories (each is an inotify watch).
     watch_max_dirs: int = _num(10_000, 1)
+    # An ask worker whose engines (a loaded model) sat idle this long exits to free them.
+    ask_idle_unload: float = _num(300.0, 0, above=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from jarvisd._errors import StoreError, TaskNotFound, UsageError
 from jarvisd._sqlite import describe_error
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 
 from ._protocol import EventReply, TaskInfo
 

@@ -30,6 +30,7 @@ from jarvisd.protocol import (
     Start,
     encode,
 )
+from jarvisd.runs import RunOutcome
 
 
 def main() -> int:
@@ -55,7 +56,7 @@ def main() -> int:
     for frame in reader:
         if isinstance(frame, Cancel) and mode != "stubborn":
             if mode == "late":
-                answer = ResultFrame(result={"content": "done anyway"})
+                answer = ResultFrame(result=RunOutcome(answer="done anyway").to_dict())
             else:
                 answer = ErrorFrame(code="cancelled", message=frame.reason)
             out.write(encode(answer))
