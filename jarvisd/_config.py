@@ -2,11 +2,14 @@
 
 A bad file raises :class:`ConfigError` naming the file, the dotted key and what was
 expected. Unknown keys are errors too: a typo must not silently fall back to a default.
+Every numeric key has bounds (:class:`Bounds`, in its field's metadata): a value out of
+range, NaN or infinite is refused the same way, naming the allowed range.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -21,6 +24,7 @@ from ._paths import paths
 
 __all__ = [
     "AgentConfig",
+    "Bounds",
     "Config",
     "DaemonConfig",
     "EngineConfig",
@@ -34,27 +38,65 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
+class Bounds:
+    """The range a numeric key may take: ``low`` to ``high`` (None: open), with ``low``
+    itself excluded when ``above`` (a timeout must be more than 0). Never NaN or inf."""
+
+    low: float | None = None
+    high: float | None = None
+    above: bool = False
+
+    def admits(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        if self.low is not None and (value <= self.low if self.above else value < self.low):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self, integer: bool) -> str:
+        kind = "an integer" if integer else "a finite number"
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None:
+            return f"{kind} from {low} to {high}"
+        if self.low is not None:
+            return f"{kind} {'>' if self.above else '>='} {low}"
+        if self.high is not None:
+            return f"{kind} <= {high}"
+        return kind
+
+
+def _number(value: float | None) -> str:
+    return str(int(value)) if value is not None and float(value).is_integer() else f"{value}"
+
+
+def _num(default: Any, low: float | None = None, high: float | None = None,
+         above: bool = False) -> Any:  # fmt: skip
+    """A numeric field with its bounds."""
+    return field(default=default, metadata={"bounds": Bounds(low, high, above)})
+
+
+@dataclass(frozen=True, slots=True)
 class OllamaConfig:
     host: str = ""  # empty: OLLAMA_HOST, else http://127.0.0.1:11434
-    timeout: float = 300.0
-    connect_timeout: float = 2.0
+    timeout: float = _num(300.0, 0, above=True)
+    connect_timeout: float = _num(2.0, 0, above=True)
     # num_ctx is the model's real context length up to this: Ollama allocates the whole
     # KV cache up front, and a 128k window would take many GB. 0: no cap.
-    max_context: int = 32768
+    max_context: int = _num(32768, 0)
 
 
 @dataclass(frozen=True, slots=True)
 class OpenAIConfig:
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key_env: str = "OPENAI_API_KEY"
-    timeout: float = 300.0
+    timeout: float = _num(300.0, 0, above=True)
 
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppConfig:
     model: str = ""  # a catalog name or a .gguf path; empty: the strongest catalog model present
-    n_ctx: int = 4096
-    n_threads: int = 0  # 0: all cores
+    n_ctx: int = _num(4096, 1)
+    n_threads: int = _num(0, 0)  # 0: all cores
     chat_format: str = ""  # empty: the GGUF's own template
 
 
@@ -70,24 +112,24 @@ class EngineConfig:
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     default: str = "simple"
-    temperature: float = 0.7
-    max_tokens: int = 1024
-    max_turns: int = 10
+    temperature: float = _num(0.7, 0, 2)
+    max_tokens: int = _num(1024, 1)
+    max_turns: int = _num(10, 1)
     # Budgets for a whole run, nested agents included (0: unlimited).
-    max_tokens_total: int = 0
-    max_calls: int = 0
-    max_tool_calls: int = 0
-    max_wall: float = 0.0  # seconds
+    max_tokens_total: int = _num(0, 0)
+    max_calls: int = _num(0, 0)
+    max_tool_calls: int = _num(0, 0)
+    max_wall: float = _num(0.0, 0)  # seconds
 
 
 @dataclass(frozen=True, slots=True)
 class ToolsConfig:
     file_read_roots: tuple[str, ...] = ()
-    file_read_max_bytes: int = 1_000_000
+    file_read_max_bytes: int = _num(1_000_000, 1)
     allow_network: bool = False
-    timeout: float = 30.0
+    timeout: float = _num(30.0, 0, above=True)
     llm_model: str = ""  # model for the `llm` tool (empty: the run's model)
-    memory_results: int = 5  # hits the `retrieval` tool returns
+    memory_results: int = _num(5, 1)  # hits the `retrieval` tool returns
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,21 +138,24 @@ class SandboxConfig:
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
     image: str = "jarvis-sandbox:latest"
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"
-    timeout: float = 120.0
+    timeout: float = _num(120.0, 0, above=True)
     memory: str = "512m"
-    cpus: float = 1.0
-    pids: int = 128
+    cpus: float = _num(1.0, 0, above=True)
+    pids: int = _num(128, 8)
     tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
 
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
-    max_concurrent: int = 2
-    max_queued: int = 1000
-    task_timeout: float = 3600.0
-    max_frame_bytes: int = 1_048_576
+    max_concurrent: int = _num(2, 1)
+    max_queued: int = _num(1000, 1)
+    task_timeout: float = _num(3600.0, 0, above=True)
+    # A request line's limit: at least room for every request without a long prompt.
+    max_frame_bytes: int = _num(1_048_576, 1024, 64 * 1024 * 1024)
+    # `task submit --watch` refuses a tree with more directories (each is an inotify watch).
+    watch_max_dirs: int = _num(10_000, 1)
     # An ask worker whose engines (a loaded model) sat idle this long exits to free them.
-    ask_idle_unload: float = 300.0
+    ask_idle_unload: float = _num(300.0, 0, above=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +204,16 @@ def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
     if not isinstance(data, Mapping):
         raise ConfigError(file, prefix.rstrip(".") or "<top>", "a table", data)
     hints = typing.get_type_hints(cls)
-    fields = {f.name for f in dataclasses.fields(cls) if f.name != "source"}  # type: ignore[arg-type]
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}  # type: ignore[arg-type]
     values: dict[str, Any] = {}
     for key, value in data.items():
         dotted = prefix + key
         if key not in fields:
             raise ConfigError(file, dotted, f"one of {', '.join(sorted(fields))} (unknown key)")
         values[key] = _coerce(hints[key], value, file, dotted)
+        bounds = fields[key].metadata.get("bounds")
+        if bounds is not None and not bounds.admits(values[key]):
+            raise ConfigError(file, dotted, bounds.describe(hints[key] is int), value)
     return cls(**values)
 
 

@@ -19,7 +19,9 @@ Split by what the caller can do about it::
     ├── DaemonError             ``code``: the word the daemon's error reply carries
     │   ├── DaemonUnavailable   no daemon on the socket
     │   ├── QueueFull           the daemon's queue is full: try again later
-    │   └── ShuttingDown        the daemon is stopping: try again after it restarts
+    │   ├── ShuttingDown        the daemon is stopping: try again after it restarts
+    │   └── StoreError          the task database cannot be written or read (disk full,
+    │                           damaged file): the message says where and what to do
     └── TaskNotFound
 
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
@@ -50,6 +52,7 @@ __all__ = [
     "SandboxError",
     "SandboxUnavailable",
     "ShuttingDown",
+    "StoreError",
     "TaskNotFound",
     "ToolError",
     "UsageError",
@@ -139,6 +142,10 @@ class QueueFull(DaemonError):
 
 class ShuttingDown(DaemonError):
     code = "shutting_down"
+
+
+class StoreError(DaemonError):
+    code = "store_failed"
 
 
 class TaskNotFound(JarvisError):

@@ -1,11 +1,12 @@
-"""Opening the project's small SQLite stores the same way everywhere."""
+"""Opening the project's small SQLite stores the same way everywhere, and saying in one
+line what went wrong with one."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
-__all__ = ["open_db"]
+__all__ = ["describe_error", "open_db"]
 
 
 def open_db(path: Path, schema: str) -> sqlite3.Connection:
@@ -20,3 +21,16 @@ def open_db(path: Path, schema: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(schema)
     return conn
+
+
+def describe_error(exc: sqlite3.Error, path: Path) -> str:
+    """What failed with the database at ``path``, for a person: where, and SQLite's own
+    words (``disk full at /var/lib/x: database or disk is full``)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name == "SQLITE_FULL":
+        return f"disk full at {path.parent}: {exc}"
+    if name.startswith("SQLITE_IOERR"):
+        return f"cannot write {path} ({name}): {exc}"
+    if name.startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM")):
+        return f"cannot open {path} for writing ({name}): {exc}"
+    return f"task database {path}: {exc}"

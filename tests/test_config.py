@@ -78,3 +78,66 @@ def test_env_overrides_every_directory(tmp_path: Path, monkeypatch: pytest.Monke
         assert getattr(p, key) == tmp_path / key
     monkeypatch.setenv("JARVIS_CONFIG", str(tmp_path / "x.toml"))
     assert paths().config_file == tmp_path / "x.toml"
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "expected"),
+    [
+        ("[daemon]\nmax_concurrent = 0", "daemon.max_concurrent", "an integer >= 1, got 0"),
+        ("[daemon]\nmax_concurrent = -1", "daemon.max_concurrent", "an integer >= 1, got -1"),
+        ("[daemon]\nmax_queued = -5", "daemon.max_queued", "an integer >= 1"),
+        ("[daemon]\nmax_frame_bytes = 10", "daemon.max_frame_bytes",
+         "an integer from 1024 to 67108864, got 10"),
+        ("[daemon]\ntask_timeout = -1.0", "daemon.task_timeout", "a finite number > 0"),
+        ("[daemon]\ntask_timeout = 0", "daemon.task_timeout", "a finite number > 0"),
+        ("[daemon]\ntask_timeout = nan", "daemon.task_timeout", "a finite number > 0, got nan"),
+        ("[daemon]\ntask_timeout = inf", "daemon.task_timeout", "a finite number > 0, got inf"),
+        ("[daemon]\nwatch_max_dirs = 0", "daemon.watch_max_dirs", "an integer >= 1"),
+        ("[engine.ollama]\ntimeout = -3", "engine.ollama.timeout", "a finite number > 0"),
+        ("[engine.ollama]\nmax_context = -1", "engine.ollama.max_context", "an integer >= 0"),
+        ("[agent]\ntemperature = 2.5", "agent.temperature", "a finite number from 0 to 2"),
+        ("[agent]\nmax_turns = 0", "agent.max_turns", "an integer >= 1"),
+        ("[sandbox]\npids = 2", "sandbox.pids", "an integer >= 8"),
+        ("[sandbox]\ncpus = 0", "sandbox.cpus", "a finite number > 0"),
+        ("[tools]\ntimeout = -inf", "tools.timeout", "a finite number > 0"),
+    ],
+)  # fmt: skip
+def test_numbers_out_of_range_are_refused_naming_the_range(
+    tmp_path: Path, text: str, key: str, expected: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert f"{path}: {key}: expected {expected}" in str(info.value)
+
+
+def test_every_numeric_key_has_bounds() -> None:
+    import dataclasses
+    import typing
+
+    def walk(cls: type, prefix: str) -> list[str]:
+        hints = typing.get_type_hints(cls)
+        missing = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                missing += walk(hint, f"{prefix}{f.name}.")  # type: ignore[arg-type]
+            elif hint in (int, float) and "bounds" not in f.metadata:
+                missing.append(prefix + f.name)
+        return missing
+
+    assert walk(Config, "") == []
+
+
+def test_defaults_are_within_their_bounds() -> None:
+    import dataclasses
+
+    def check(obj: object) -> None:
+        for f in dataclasses.fields(obj):  # type: ignore[arg-type]
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                check(value)
+            elif "bounds" in f.metadata:
+                assert f.metadata["bounds"].admits(value), f.name
+
+    check(Config())

@@ -262,6 +262,9 @@ def status(as_json: bool) -> None:
     click.echo(f"config:  {st.config_source or 'defaults'}")
     if st.config_error:
         click.echo(f"config reload refused: {st.config_error}")
+    if st.store_error:
+        click.echo(f"store:   PAUSED, no task starts until it can be written: {st.store_error} "
+                   f"({st.stalled} stopped tasks waiting to be stored)")  # fmt: skip
 
 
 @daemon.command()

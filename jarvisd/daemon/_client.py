@@ -16,8 +16,6 @@ from jarvisd._errors import (
     DaemonError,
     DaemonUnavailable,
     ProtocolError,
-    QueueFull,
-    ShuttingDown,
 )
 from jarvisd._paths import paths
 from jarvisd.runs._failures import from_wire
@@ -62,7 +60,7 @@ _MAX_REPLY_BYTES = 64 * 1024 * 1024
 def raise_for_error(reply: ErrorReply) -> None:
     """Raise the error an ``error`` reply stands for (the one table of codes)."""
     error = from_wire(reply.code, reply.message)
-    if isinstance(error, DaemonError) and not isinstance(error, QueueFull | ShuttingDown):
+    if type(error) is DaemonError:  # no more specific meaning: say where it came from
         raise DaemonError(f"jarvisd: {reply.message} ({reply.code})")
     raise error
 

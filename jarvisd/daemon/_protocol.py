@@ -32,10 +32,11 @@ shutdown                                        ok
 
 Limits: a line longer than ``daemon.max_frame_bytes`` gets ``error`` (code
 ``frame_too_large``) and the connection is closed; a line that is not JSON, not an
-object, or not a valid request gets ``error`` (``bad_request``) and the connection
-stays usable. Error codes are those of ``jarvisd.runs._failures`` (the one table), plus
-the socket layer's bad_request, frame_too_large, version and denied. A run that ends
-without an answer is not an ``error``: its ``result`` (a ``RunOutcome``) says why.
+object, nested deeper than ``MAX_DEPTH``, or not a valid request gets ``error``
+(``bad_request``) and the connection stays usable. Error codes are those of
+``jarvisd.runs._failures`` (the one table), plus the socket layer's bad_request,
+frame_too_large, version and denied. A run that ends without an answer is not an
+``error``: its ``result`` (a ``RunOutcome``) says why.
 
 Everything is parsed here, once, into the dataclasses below; the server and the client
 never handle loose dicts.
@@ -86,6 +87,11 @@ __all__ = [
 ]
 
 PROTOCOL_VERSION = 1
+
+#: How deeply arrays and objects may nest in a request. Real requests need a handful of
+#: levels; deeper only costs stack, here and in every later parser (the worker's).
+#: Replies are not held to it (they carry what runs reported), only to the stack.
+MAX_DEPTH = 64
 
 #: Task states. ``queued`` and ``running`` are live; the rest are final.
 TASK_STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
@@ -423,6 +429,10 @@ class DaemonStatus:
     config_error: str = ""
     watches: int = 0
     tasks_total: int = 0
+    #: Why the task store cannot be written (empty: it can); no task starts meanwhile.
+    store_error: str = ""
+    #: Tasks stopped by that failure, waiting for their state to be stored.
+    stalled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -442,6 +452,8 @@ class DaemonStatus:
             "config_error": self.config_error,
             "watches": self.watches,
             "tasks_total": self.tasks_total,
+            "store_error": self.store_error,
+            "stalled": self.stalled,
         }
 
     @classmethod
@@ -463,6 +475,8 @@ class DaemonStatus:
             config_error=_str(data, "config_error", ""),
             watches=_int(data, "watches", 0),
             tasks_total=_int(data, "tasks_total", 0),
+            store_error=_str(data, "store_error", ""),
+            stalled=_int(data, "stalled", 0),
         )
 
 
@@ -661,13 +675,32 @@ def encode(message: Request | Reply) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _load(line: bytes | str) -> dict[str, Any]:
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in ``value`` (without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, level + 1) for c in children if isinstance(c, dict | list))
+    return deepest
+
+
+def _json(line: bytes | str) -> Any:
     try:
-        data = json.loads(line)
+        return json.loads(line)
+    except RecursionError:  # deeper than the interpreter's stack: a protocol error too
+        raise ProtocolError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"not valid JSON: {exc}") from exc
+
+
+def _load(line: bytes | str, max_depth: int | None = None) -> dict[str, Any]:
+    data = _json(line)
     if not isinstance(data, dict):
         raise ProtocolError("a frame must be a JSON object")
+    if max_depth is not None and _depth(data) > max_depth:
+        raise ProtocolError(f"JSON nested deeper than {max_depth} levels")
     version = data.get("v")
     if version != PROTOCOL_VERSION:
         raise ProtocolError(
@@ -679,8 +712,8 @@ def _load(line: bytes | str) -> dict[str, Any]:
 def request_id(line: bytes | str) -> str:
     """Best-effort id of a request line that failed to parse (for the error reply)."""
     try:
-        data = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+        data = _json(line)
+    except ProtocolError:
         return ""
     value = data.get("id") if isinstance(data, dict) else None
     return value if isinstance(value, str) else ""
@@ -688,7 +721,7 @@ def request_id(line: bytes | str) -> str:
 
 def parse_request(line: bytes | str) -> Request:
     """Parse one request line. Raises ProtocolError with a message fit for the client."""
-    data = _load(line)
+    data = _load(line, MAX_DEPTH)
     req_id, op = data.get("id", ""), data.get("op")
     if not isinstance(req_id, str):
         raise ProtocolError("field 'id' must be a string")

@@ -18,7 +18,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,6 +30,7 @@ from jarvisd._errors import (
     DaemonError,
     JarvisError,
     ProtocolError,
+    StoreError,
     TaskNotFound,
     UsageError,
 )
@@ -74,7 +75,7 @@ from ._protocol import (
 )
 from ._store import TaskStore
 from ._tasks import TaskManager
-from ._watch import Watcher, WatchFilter
+from ._watch import Watcher, WatchFilter, count_dirs
 
 __all__ = ["Daemon", "DaemonPaths", "ExitCode"]
 
@@ -137,6 +138,20 @@ def socket_answers(path: Path, timeout: float = 1.0) -> bool:
     except JarvisError:
         return False
     return True
+
+
+def _watch_root(watch: str, limit: int) -> str:
+    """The directory ``--watch`` names, resolved; refused when it is none, or holds more
+    than ``limit`` directories (walking it takes a while: call it off the loop)."""
+    path = Path(watch).expanduser()
+    if not path.is_dir():
+        raise UsageError(f"--watch {watch}: not a directory")
+    if count_dirs(path, limit) > limit:
+        raise UsageError(
+            f"--watch {watch}: more than {limit} directories to watch "
+            "(daemon.watch_max_dirs): watch a smaller tree, or raise the limit"
+        )
+    return str(path.resolve())
 
 
 class Daemon:
@@ -222,11 +237,15 @@ class Daemon:
         self._install_signal_handlers()
         bound = False
         try:
-            self.store.open()
+            try:
+                self.store.open()
+                await self.tasks.start()
+            except StoreError as exc:  # one line saying what to do, no traceback
+                log.error("%s", exc)
+                return ExitCode.FAILURE
             # Off the loop: an engine that is slow to answer must not hold up start-up,
             # and the sweep spares containers whose owner is alive, so it can run late.
             threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
-            await self.tasks.start()
             await self.asks.start()
             limit = self.config.daemon.max_frame_bytes + 1
             old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
@@ -239,7 +258,7 @@ class Daemon:
             bound = True
             self.paths.socket.chmod(0o600)
             write_pid_file(self.paths.pid_file)
-            self._start_watching()
+            await self._start_watching()
             log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
                      self.paths.socket)  # fmt: skip
             watch_loop = asyncio.create_task(
@@ -291,23 +310,32 @@ class Daemon:
 
     # -- watching -------------------------------------------------------------------
 
-    def _start_watching(self) -> None:
+    async def _start_watching(self) -> None:
+        config_dir, is_config = self._config_watch()
+        await self.watcher.add(_CONFIG_WATCH, config_dir, is_config, recursive=False)
+        # Large trees take seconds to watch: serve meanwhile.
+        for task_id, path in self.store.active_watches():
+            self._in_background(self._add_task_watch(task_id, path))
+
+    def _config_watch(self) -> tuple[Path, Callable[[str], bool]]:
         self.watcher.start()
         config_dir = self.config_path.parent
         config_dir.mkdir(parents=True, exist_ok=True)
         target = os.path.realpath(self.config_path)
-        self.watcher.add(_CONFIG_WATCH, config_dir,
-                         lambda path: os.path.realpath(path) == target, recursive=False)  # fmt: skip
-        for task_id, path in self.store.active_watches():
-            self._add_task_watch(task_id, path)
+        return config_dir, lambda path: os.path.realpath(path) == target
 
-    def _add_task_watch(self, task_id: str, path: str) -> None:
+    def _in_background(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _add_task_watch(self, task_id: str, path: str) -> None:
         p = paths()
         own = WatchFilter.for_daemon(
             [p.state, p.data, p.cache, p.runtime, self.paths.database.parent]
         )
         try:
-            self.watcher.add(task_id, Path(path), own)
+            await self.watcher.add(task_id, Path(path), own)
         except OSError as exc:
             log.error("task %s: cannot watch %s: %s", task_id, path, exc)
 
@@ -462,7 +490,7 @@ class Daemon:
             cancel.cancel(request.reason)
             yield Ok(id=rid, message="cancelling")
         elif isinstance(request, TaskSubmit):
-            yield TaskReply(id=rid, task=self._submit(request))
+            yield TaskReply(id=rid, task=await self._submit(request))
         elif isinstance(request, TaskList):
             yield TaskListReply(
                 id=rid, tasks=tuple(self.store.list_tasks(request.states, request.limit))
@@ -505,21 +533,21 @@ class Daemon:
             config_error=self.config_error,
             watches=len([k for k in self.watcher.keys if k != _CONFIG_WATCH]),
             tasks_total=sum(counts.values()),
+            store_error=self.tasks.store_error,
+            stalled=self.tasks.stalled,
         )
 
-    def _submit(self, request: TaskSubmit) -> Any:
+    async def _submit(self, request: TaskSubmit) -> Any:
         from jarvisd.runs import validate_spec
 
         validate_spec(request.spec, self.config)  # refused now, not when it runs
         watch = None
         if request.watch is not None:
-            path = Path(request.watch).expanduser()
-            if not path.is_dir():
-                raise UsageError(f"--watch {request.watch}: not a directory")
-            watch = str(path.resolve())
+            limit = self.config.daemon.watch_max_dirs
+            watch = await asyncio.to_thread(_watch_root, request.watch, limit)
         info = self.tasks.submit(request.spec, watch=watch, timeout=request.timeout)
         if watch is not None:
-            self._add_task_watch(info.id, watch)
+            await self._add_task_watch(info.id, watch)
         return info
 
     async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:

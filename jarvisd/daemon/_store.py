@@ -4,25 +4,43 @@ Every write is committed before the daemon acknowledges what it records (a submi
 an event, a checkpoint), so a ``kill -9`` loses nothing that a client was told about.
 WAL with ``synchronous=NORMAL`` survives process crashes (not necessarily power loss
 of the last transaction), which is the failure this store is built for.
+
+What it guards against besides:
+
+* a damaged file: ``PRAGMA quick_check`` at open; a failure is one line naming the file
+  and how to move it aside, never a traceback;
+* a database truncated, replaced or deleted: a marker file beside it records that tasks
+  were stored, so the daemon never silently starts from an empty one;
+* a ``-wal`` file deleted while the daemon runs (what it holds would vanish at the
+  next crash): see :meth:`TaskStore.keep_wal`.
+
+Every SQLite error leaves as a :class:`StoreError` that says what is wrong (``disk
+full at PATH: ...``), after the ``on_error`` hook has seen it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jarvisd._errors import TaskNotFound, UsageError
+from jarvisd._errors import StoreError, TaskNotFound, UsageError
+from jarvisd._sqlite import describe_error
 from jarvisd.runs import AgentSpec
 
 from ._protocol import EventReply, TaskInfo
 
 __all__ = ["Checkpoint", "TaskStore", "new_task_id"]
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -83,18 +101,89 @@ class TaskStore:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: sqlite3.Connection | None = None
+        self._wal_fd: int | None = None
+        self._marked = False
+        self._opened = False
+        #: Sees every StoreError before it is raised (the task manager pauses on it).
+        self.on_error: Callable[[StoreError], None] | None = None
+
+    @property
+    def marker(self) -> Path:
+        """Exists once a task was stored: an empty database is then a lost one."""
+        return self.path.with_name(self.path.name + ".has-tasks")
 
     def open(self) -> None:
+        """Open, check and (when new) create the database. Raises StoreError, with one
+        line saying what to do, when it is damaged or lost its tasks."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("PRAGMA synchronous=NORMAL")
-        db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(_SCHEMA)
+        try:
+            db = self._connect()
+            try:
+                self._check(db)
+            except BaseException:
+                db.close()
+                raise
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(self._damaged(str(exc))) from exc
         self.path.chmod(0o600)
         self._db = db
+        self._opened = True
+        self._marked = self.marker.exists()
+        if not self._marked and self._q("SELECT 1 FROM tasks LIMIT 1"):
+            self._mark()  # stored by a jarvisd from before the marker
+        self._watch_wal()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA busy_timeout=5000")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _check(self, db: sqlite3.Connection) -> None:
+        problems = [str(r[0]) for r in db.execute("PRAGMA quick_check(3)").fetchall()]
+        if problems != ["ok"]:
+            detail = " ".join("; ".join(problems).split())  # one line, whatever SQLite says
+            raise StoreError(self._damaged(f"quick_check: {detail[:300]}"))
+        has_tasks = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='tasks'"
+        ).fetchone()
+        if has_tasks is None and self.marker.exists():
+            raise StoreError(
+                f"the task database {self.path} is empty or missing, yet tasks were stored "
+                f"in it ({self.marker} records that): it was truncated, replaced or "
+                f"deleted. Restore it, or start afresh with: mv {self.path} "
+                f"{self.path}.lost; rm {self.marker}"
+            )
+        db.executescript(_SCHEMA)
+
+    def _damaged(self, detail: str) -> str:
+        return (
+            f"the task database {self.path} is damaged ({detail}); move it aside to start "
+            f"with an empty one: mv {self.path} {self.path}.damaged (and its -wal and -shm "
+            "files, if any)"
+        )
+
+    def _mark(self) -> None:
+        try:
+            self.marker.touch(mode=0o600)
+        except OSError as exc:  # tried again at the next task
+            log.warning("cannot write %s: %s", self.marker, exc)
+        else:
+            self._marked = True
 
     def close(self) -> None:
+        self._opened = False
+        self._release()
+
+    def _release(self) -> None:
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -104,6 +193,74 @@ class TaskStore:
         if self._db is None:
             raise RuntimeError("TaskStore is not open")
         return self._db
+
+    def _q(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one statement, all its rows read; SQLite errors leave as StoreError."""
+        try:
+            if self._db is None and self._opened:  # a reopen failed: try again
+                self._db = self._connect()
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: sqlite3.Error) -> StoreError:
+        error = StoreError(describe_error(exc, self.path))
+        if self.on_error is not None:
+            self.on_error(error)
+        return error
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first row of one statement (None: no row)."""
+        rows = self._q(sql, params)
+        return rows[0] if rows else None
+
+    def probe(self) -> None:
+        """One small write, to learn whether writing works again (raises StoreError)."""
+        self._q("BEGIN IMMEDIATE")
+        try:
+            self._q("CREATE TABLE IF NOT EXISTS probe (at REAL)")
+            self._q("DELETE FROM probe")
+            self._q("INSERT INTO probe VALUES (?)", (time.time(),))
+            self._q("COMMIT")
+        finally:
+            self._rollback()
+
+    def _rollback(self) -> None:
+        # A failed COMMIT (SQLITE_FULL) has often rolled back already: a ROLLBACK then
+        # raises "no transaction is active" and would hide the real error.
+        if self._db is not None and self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
+    # -- the write-ahead log ----------------------------------------------------------
+
+    def _watch_wal(self) -> None:
+        """Hold the -wal file open to see its link count (0: someone deleted it)."""
+        with contextlib.suppress(OSError):  # none yet: looked for again next time
+            self._wal_fd = os.open(f"{self.path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+
+    def wal_deleted(self) -> bool:
+        if self._wal_fd is None and self._db is not None:
+            self._watch_wal()  # SQLite makes it at the first transaction
+        return self._wal_fd is not None and os.fstat(self._wal_fd).st_nlink == 0
+
+    def keep_wal(self) -> bool:
+        """Checkpoint the WAL into the database (PASSIVE: never waits on anyone), so a
+        crash can lose no more than a few seconds even should the -wal file go.
+
+        When the -wal file was deleted (its link count is 0), SQLite keeps writing to
+        the unlinked file and the next crash loses everything since the last
+        checkpoint: checkpoint at once, then reopen so SQLite makes a new -wal file.
+        Returns True when that happened."""
+        deleted = self.wal_deleted()
+        self._q("PRAGMA wal_checkpoint(PASSIVE)")
+        if deleted:
+            log.warning("the write-ahead log %s-wal was deleted while jarvisd ran: "
+                        "checkpointed it into %s and started a new one", self.path, self.path)  # fmt: skip
+            self._release()
+            self._q("PRAGMA user_version")  # reconnects (or fails, and _q says why)
+            self._watch_wal()
+        return deleted
 
     # -- tasks ----------------------------------------------------------------------
 
@@ -117,21 +274,21 @@ class TaskStore:
     ) -> TaskInfo:
         task_id = new_task_id()
         now = time.time()
-        self.db.execute(
+        self._q(
             "INSERT INTO tasks (id, state, spec, created_at, watch, watch_active, rerun_of, "
             "timeout) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
             (task_id, json.dumps(spec.to_dict()), now, watch, int(watch is not None), rerun_of,
              timeout),
         )  # fmt: skip
+        if not self._marked:
+            self._mark()
         return self.get(task_id)
 
     def resolve(self, ref: str) -> str:
         """The full id of the task ``ref`` names (a whole id or a unique prefix)."""
         if not ref or any(c not in "0123456789abcdef" for c in ref):
             raise TaskNotFound(f"no task {ref!r}")
-        rows = self.db.execute(
-            "SELECT id FROM tasks WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "g")
-        ).fetchall()
+        rows = self._q("SELECT id FROM tasks WHERE id >= ? AND id < ? LIMIT 2", (ref, ref + "g"))
         if not rows:
             raise TaskNotFound(f"no task {ref!r}")
         if len(rows) > 1 and rows[0][0] != ref:
@@ -140,44 +297,42 @@ class TaskStore:
 
     def get(self, ref: str) -> TaskInfo:
         task_id = self.resolve(ref)
-        row = self.db.execute(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        row = self._one(f"SELECT {_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
         return _info(row)
 
     def list_tasks(self, states: Iterable[str] = (), limit: int = 100) -> list[TaskInfo]:
         wanted = tuple(states)
         if wanted:
             marks = ",".join("?" * len(wanted))
-            rows = self.db.execute(
+            rows = self._q(
                 f"SELECT {_COLUMNS} FROM tasks WHERE state IN ({marks}) "
                 "ORDER BY created_at DESC LIMIT ?",
                 (*wanted, limit),
-            ).fetchall()
+            )
         else:
-            rows = self.db.execute(
+            rows = self._q(
                 f"SELECT {_COLUMNS} FROM tasks ORDER BY created_at DESC LIMIT ?", (limit,)
-            ).fetchall()
+            )
         return [_info(r) for r in rows]
 
     def ids_in(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))
-        rows = self.db.execute(
-            f"SELECT id FROM tasks WHERE state IN ({marks}) ORDER BY created_at", states
-        ).fetchall()
+        rows = self._q(f"SELECT id FROM tasks WHERE state IN ({marks}) ORDER BY created_at", states)
         return [str(r[0]) for r in rows]
 
     def counts(self) -> dict[str, int]:
-        rows = self.db.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall()
+        rows = self._q("SELECT state, COUNT(*) FROM tasks GROUP BY state")
         return {str(state): int(n) for state, n in rows}
 
     def mark_running(self, task_id: str, pid: int, pid_started: float) -> None:
-        self.db.execute(
+        self._q(
             "UPDATE tasks SET state='running', started_at=COALESCE(started_at, ?), "
             "attempts=attempts+1, worker_pid=?, worker_started=? WHERE id=?",
             (time.time(), pid, pid_started, task_id),
         )
 
     def requeue(self, task_id: str, reason: str) -> None:
-        self.db.execute(
+        self._q(
             "UPDATE tasks SET state='queued', reason=?, worker_pid=NULL WHERE id=?",
             (reason, task_id),
         )
@@ -192,7 +347,7 @@ class TaskStore:
         cpu_seconds: float | None = None,
         memory_bytes: int | None = None,
     ) -> None:
-        self.db.execute(
+        self._q(
             "UPDATE tasks SET state=?, reason=?, result=?, finished_at=?, worker_pid=NULL, "
             "cpu_seconds=COALESCE(?, cpu_seconds), memory_bytes=COALESCE(?, memory_bytes) "
             "WHERE id=?",
@@ -201,24 +356,20 @@ class TaskStore:
         )  # fmt: skip
 
     def set_usage(self, task_id: str, cpu_seconds: float, memory_bytes: int) -> None:
-        self.db.execute(
+        self._q(
             "UPDATE tasks SET cpu_seconds=?, memory_bytes=? WHERE id=?",
             (cpu_seconds, memory_bytes, task_id),
         )
 
     def stop_watching(self, task_id: str) -> None:
-        self.db.execute("UPDATE tasks SET watch_active=0 WHERE id=?", (task_id,))
+        self._q("UPDATE tasks SET watch_active=0 WHERE id=?", (task_id,))
 
     def active_watches(self) -> list[tuple[str, str]]:
-        rows = self.db.execute(
-            "SELECT id, watch FROM tasks WHERE watch_active=1 AND watch IS NOT NULL"
-        ).fetchall()
+        rows = self._q("SELECT id, watch FROM tasks WHERE watch_active=1 AND watch IS NOT NULL")
         return [(str(i), str(w)) for i, w in rows]
 
     def worker_of(self, task_id: str) -> tuple[int | None, float | None]:
-        row = self.db.execute(
-            "SELECT worker_pid, worker_started FROM tasks WHERE id=?", (task_id,)
-        ).fetchone()
+        row = self._one("SELECT worker_pid, worker_started FROM tasks WHERE id=?", (task_id,))
         return (None, None) if row is None else (row[0], row[1])
 
     # -- events ---------------------------------------------------------------------
@@ -229,27 +380,25 @@ class TaskStore:
         """Store one event and return it with its sequence number (1, 2, ...)."""
         ts = time.time() if ts is None else ts
         text = json.dumps(dict(data), ensure_ascii=False, default=repr)
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
+        self._q("BEGIN IMMEDIATE")
         try:
-            (seq,) = db.execute(
+            (seq,) = self._q(
                 "UPDATE tasks SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq", (task_id,)
-            ).fetchone()
-            db.execute(
+            )[0]
+            self._q(
                 "INSERT INTO events (task_id, seq, type, data, ts) VALUES (?, ?, ?, ?, ?)",
                 (task_id, seq, type, text, ts),
             )
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+            self._q("COMMIT")
+        finally:
+            self._rollback()
         return EventReply(seq=int(seq), event=type, data=json.loads(text), timestamp=ts)
 
     def events(self, task_id: str, since: int = 0, limit: int = 1000) -> list[EventReply]:
-        rows = self.db.execute(
+        rows = self._q(
             "SELECT seq, type, data, ts FROM events WHERE task_id=? AND seq>? ORDER BY seq LIMIT ?",
             (task_id, since, limit),
-        ).fetchall()
+        )
         return [
             EventReply(seq=s, event=t, data=json.loads(d), timestamp=ts) for s, t, d, ts in rows
         ]
@@ -257,11 +406,11 @@ class TaskStore:
     def open_tool_calls(self, task_id: str, since: int = 0) -> list[dict[str, Any]]:
         """TOOL_CALL_START events after ``since`` with no matching TOOL_CALL_END."""
         open_calls: dict[str, dict[str, Any]] = {}
-        rows = self.db.execute(
+        rows = self._q(
             "SELECT seq, type, data FROM events WHERE task_id=? AND seq>? "
             "AND type IN ('tool_call_start', 'tool_call_end') ORDER BY seq",
             (task_id, since),
-        ).fetchall()
+        )
         for seq, kind, text in rows:
             data = json.loads(text)
             key = str(data.get("call_id") or f"{data.get('tool')}#{seq}")
@@ -273,34 +422,34 @@ class TaskStore:
 
     def crash_resumes(self, task_id: str) -> int:
         """How many times ``task_id`` was resumed after a daemon crash."""
-        (count,) = self.db.execute(
+        (count,) = self._one(
             "SELECT COUNT(*) FROM events WHERE task_id=? AND type='task_resumed' "
             "AND json_extract(data, '$.crash') = 1",
             (task_id,),
-        ).fetchone()
+        )
         return int(count)
 
     def tool_calls_since(self, task_id: str, since: int) -> int:
-        (count,) = self.db.execute(
+        (count,) = self._one(
             "SELECT COUNT(*) FROM events WHERE task_id=? AND seq>? AND type='tool_call_start'",
             (task_id, since),
-        ).fetchone()
+        )
         return int(count)
 
     # -- checkpoints ----------------------------------------------------------------
 
     def save_checkpoint(self, task_id: str, state: Mapping[str, Any]) -> None:
-        self.db.execute(
+        self._q(
             "UPDATE tasks SET checkpoint=?, checkpoint_seq=last_seq, "
             "checkpoint_turns=checkpoint_turns+1 WHERE id=?",
             (json.dumps(dict(state)), task_id),
         )
 
     def checkpoint(self, task_id: str) -> Checkpoint:
-        row = self.db.execute(
+        row = self._one(
             "SELECT checkpoint, checkpoint_seq, checkpoint_turns FROM tasks WHERE id=?",
             (task_id,),
-        ).fetchone()
+        )
         if row is None:
             raise TaskNotFound(f"no task {task_id!r}")
         state = None if row[0] is None else json.loads(row[0])

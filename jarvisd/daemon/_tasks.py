@@ -12,6 +12,11 @@ prefix and decides, per task, with no guessing:
   task is ``interrupted`` too.
 * otherwise the task is queued again and resumes from its last checkpoint (the last
   completed model turn), with a ``task_resumed`` event saying so.
+
+When the store cannot be written (a full disk), nothing a worker does next could be
+recorded: its whole process tree is ended at once, scheduling pauses (``store_error``
+says why, in ``daemon status`` too), and the write that failed is tried again every
+second. Once it goes through, the task is settled as above and everything resumes.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jarvisd._config import Config
-from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown
+from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown, StoreError
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -58,6 +63,10 @@ MAX_ATTEMPTS = 3
 _WORKER_FRAME_LIMIT = 64 * 1024 * 1024
 _SAMPLE_EVERY_S = 1.0
 _SEEN_PRUNE_AT = 64
+#: How often a failed store write is tried again, and the WAL's link count looked at.
+_STORE_RETRY_S = 1.0
+#: How often the WAL is checkpointed into the database (PASSIVE: it never waits).
+_CHECKPOINT_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -74,6 +83,8 @@ class _Running:
     #: Every descendant of the worker seen so far, by pid: none may outlive the task,
     #: including those that left the worker's process group (setsid) or were re-parented.
     seen: dict[int, Any] = field(default_factory=dict)
+    #: Set once the worker has ended and its outcome is being stored.
+    returncode: int | None = None
 
 
 def _tree(pid: int) -> list[Any]:
@@ -176,6 +187,14 @@ class TaskManager:
         self._sampler: asyncio.Task[None] | None = None
         self._runners: set[asyncio.Task[None]] = set()
         self._starting: set[str] = set()
+        self._keeper: asyncio.Task[None] | None = None
+        #: Why the store cannot be written (empty: it can). Scheduling waits meanwhile.
+        self.store_error = ""
+        #: Tasks whose worker was ended by a store failure: the write to try again.
+        self._stalled: dict[str, Callable[[], None]] = {}
+        #: Cancels of stalled tasks, stored with their end.
+        self._stall_cancels: dict[str, str] = {}
+        store.on_error = self._store_failed
         #: Called with a task id whenever a task reaches a final state.
         self.on_finished: Callable[[str], None] | None = None
 
@@ -185,6 +204,7 @@ class TaskManager:
         self.recover()
         self._scheduler = asyncio.create_task(self._schedule(), name="jarvisd-scheduler")
         self._sampler = asyncio.create_task(self._sample(), name="jarvisd-sampler")
+        self._keeper = asyncio.create_task(self._keep_store(), name="jarvisd-store-keeper")
 
     async def stop(self) -> None:
         """Stop every running task at its next safe point and record it for resuming."""
@@ -194,7 +214,9 @@ class TaskManager:
             self._signal_cancel(rt, SHUTDOWN_REASON)
         if self._runners:
             await asyncio.wait(self._runners, timeout=self.cancel_grace + 5)
-        for task in (self._scheduler, self._sampler):
+        with contextlib.suppress(StoreError):  # else the next start recovers them
+            self._retry_stalled()
+        for task in (self._scheduler, self._sampler, self._keeper):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -270,6 +292,11 @@ class TaskManager:
     def queued(self) -> int:
         return len(self._queue)
 
+    @property
+    def stalled(self) -> int:
+        """Tasks stopped by a store failure, waiting for their state to be written."""
+        return len(self._stalled)
+
     def queue_full(self) -> bool:
         return len(self._queue) >= self._config().daemon.max_queued
 
@@ -300,6 +327,13 @@ class TaskManager:
 
     async def cancel(self, ref: str, reason: str = "cancelled by the user") -> TaskInfo:
         info = self.store.get(ref)
+        if info.id in self._stalled:  # its worker is gone already: only its end is left
+            self._stall_cancels.setdefault(info.id, reason)
+            try:
+                self._retry_stalled()
+            except StoreError as exc:
+                raise StoreError(f"{exc} (the cancel is kept, and stored once it can be)") from exc
+            return self.store.get(info.id)
         self.store.stop_watching(info.id)
         if info.state == "queued":
             with contextlib.suppress(ValueError):
@@ -332,7 +366,11 @@ class TaskManager:
     async def _schedule(self) -> None:
         while not self._stopping:
             limit = self._config().daemon.max_concurrent
-            while self._queue and len(self._running) + len(self._starting) < limit:
+            while (
+                self._queue
+                and not self.store_error
+                and len(self._running) + len(self._starting) < limit
+            ):
                 task_id = self._queue.popleft()
                 self._starting.add(task_id)
                 runner = asyncio.create_task(self._run(task_id), name=f"task-{task_id}")
@@ -344,6 +382,8 @@ class TaskManager:
     async def _run(self, task_id: str) -> None:
         try:
             await self._run_worker(task_id)
+        except StoreError as exc:
+            await self._stall(task_id, str(exc))
         except Exception as exc:  # one task's failure must not stop the scheduler
             log.exception("task %s: the daemon failed running it", task_id)
             with contextlib.suppress(Exception):
@@ -482,7 +522,12 @@ class TaskManager:
                 rt.outcome = ("failed", f"protocol: the worker sent {exc}", None)
                 return
             failure, result = outcome.failure, outcome.to_dict()
-        if failure is None:
+        if rt.cancel_reason and rt.cancel_reason != SHUTDOWN_REASON:
+            # A cancel or time limit that came before the outcome wins: the user was
+            # told it stops, and a late answer must not turn that into a success.
+            # (One finished before a shutdown is kept: nothing is left to resume.)
+            rt.outcome = ("cancelled", rt.cancel_reason, result)
+        elif failure is None:
             rt.outcome = ("succeeded", "", result)
         elif failure.code == "cancelled":
             rt.outcome = ("cancelled", failure.message, result)
@@ -508,6 +553,7 @@ class TaskManager:
         await asyncio.to_thread(kill_tree, rt.proc.pid, 1.0)
 
     def _settle(self, rt: _Running, returncode: int) -> None:
+        rt.returncode = returncode
         task_id = rt.task_id
         cpu, mem = rt.cpu_seconds, rt.memory_bytes
         outcome = rt.outcome
@@ -538,6 +584,76 @@ class TaskManager:
                 {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
                  "status": status, "synthetic": True, "content": f"{status}: {reason}"},
             )  # fmt: skip
+
+    # -- store failures -------------------------------------------------------------
+
+    def _store_failed(self, error: StoreError) -> None:
+        if not self.store_error:
+            log.error("the task store failed: %s; no task starts until it can be written "
+                      "again (tried every %g s)", error, _STORE_RETRY_S)  # fmt: skip
+        self.store_error = str(error)
+
+    async def _stall(self, task_id: str, error: str) -> None:
+        """A write for ``task_id`` failed: end its worker (nothing it does next could be
+        recorded) and keep the task, to be settled once the store works again."""
+        rt = self._running.get(task_id)
+        if rt is not None and rt.returncode is not None:  # it ended: store its outcome
+            returncode = rt.returncode
+            self._stalled[task_id] = lambda: self._settle(rt, returncode)
+            return
+        if rt is not None:  # still running
+            log.warning("task %s: ending its worker: its events cannot be stored", task_id)
+            await asyncio.to_thread(kill_tree, rt.proc.pid, 0.2)
+            with contextlib.suppress(OSError):
+                os.killpg(rt.proc.pid, signal.SIGKILL)
+            end_processes(rt.seen.values())
+            await rt.proc.wait()
+            if rt.killer is not None:
+                rt.killer.cancel()
+        why = f"the task store failed ({error})"
+        self._stalled[task_id] = lambda: self._resettle(task_id, why)
+
+    def _resettle(self, task_id: str, why: str) -> None:
+        """Resume (or mark interrupted) a task whose worker a store failure ended; or
+        end it, when it was cancelled meanwhile."""
+        cancel = self._stall_cancels.get(task_id)
+        if cancel is not None and not self.store.get(task_id).finished:
+            self.store.stop_watching(task_id)
+            self._close_open_calls(task_id, "cancelled", cancel)
+            self._finish(task_id, "cancelled", cancel)
+        elif self.store.get(task_id).state == "running":
+            self._settle_interrupted(task_id, why, crashed=False)
+        if self.store.get(task_id).state == "queued" and task_id not in self._queue:
+            self._queue.append(task_id)
+
+    def _retry_stalled(self) -> None:
+        for task_id, write in list(self._stalled.items()):
+            write()  # raises StoreError while the store still fails
+            del self._stalled[task_id]
+            self._stall_cancels.pop(task_id, None)
+
+    async def _keep_store(self) -> None:
+        """Try failed writes again until they go through; keep the WAL checkpointed."""
+        checkpointed = time.monotonic()
+        while True:
+            await asyncio.sleep(_STORE_RETRY_S)
+            try:
+                if self.store_error:
+                    self._retry_stalled()
+                    self.store.probe()
+                    log.warning("the task store can be written again: scheduling resumes")
+                    self.store_error = ""
+                    self._wake.set()
+                if (
+                    self.store.wal_deleted()
+                    or time.monotonic() - checkpointed > _CHECKPOINT_EVERY_S
+                ):
+                    self.store.keep_wal()
+                    checkpointed = time.monotonic()
+            except StoreError:
+                continue  # on_error has recorded it
+            except Exception:  # the keeper must outlive any one failure
+                log.exception("task store upkeep failed")
 
     async def _sample(self) -> None:
         while True:

@@ -3,6 +3,10 @@
 The watchdog handler only puts events on an asyncio queue (it runs in watchdog's
 thread); :class:`WatchFilter` is a small callable deciding which paths matter; the loop
 in :meth:`Watcher.run` debounces per watch key and takes a stop event.
+
+Adding a recursive watch walks the whole tree (one inotify watch per directory: seconds
+for tens of thousands), so it runs in a thread, never on the event loop; and
+:func:`count_dirs` lets the daemon refuse a tree too large to watch before it starts.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["WatchFilter", "Watcher"]
+__all__ = ["WatchFilter", "Watcher", "count_dirs"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,18 @@ class WatchFilter:
             return False
         real = os.path.realpath(path)
         return not any(real == d or real.startswith(d + os.sep) for d in self.ignore)
+
+
+def count_dirs(root: Path, limit: int) -> int:
+    """The directories in the tree at ``root`` (itself included, symlinks not followed),
+    counted up to ``limit + 1`` at most: enough to know it is too many."""
+    count, stack = 0, [str(root)]
+    while stack and count <= limit:
+        top = stack.pop()
+        count += 1
+        with contextlib.suppress(OSError), os.scandir(top) as entries:
+            stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    return count
 
 
 class _QueueHandler:
@@ -95,15 +111,17 @@ class Watcher:
     def keys(self) -> list[str]:
         return list(self._watches)
 
-    def add(
+    async def add(
         self, key: str, path: Path, accept: Callable[[str], bool], recursive: bool = True
     ) -> None:
-        """Watch ``path`` (a directory) under ``key``; ``accept`` filters paths."""
-        if self._observer is None:
+        """Watch ``path`` (a directory) under ``key``; ``accept`` filters paths. The
+        tree is walked in a thread (see the module docstring)."""
+        observer = self._observer
+        if observer is None:
             raise RuntimeError("Watcher.start() first")
         self.remove(key)
         handler = _QueueHandler(key, asyncio.get_running_loop(), self._queue)
-        watch = self._observer.schedule(handler, str(path), recursive=recursive)
+        watch = await asyncio.to_thread(observer.schedule, handler, str(path), recursive=recursive)
         self._watches[key] = (watch, accept)
 
     def remove(self, key: str) -> None:

@@ -29,7 +29,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
 from jarvisd.protocol import (
@@ -66,7 +66,10 @@ class _Host:
         self._write_lock = threading.Lock()
         self._waiting: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self.on_cancel: Any = None  # set once the run exists: callable(reason)
+        self._on_cancel: Callable[[str], object] | None = None
+        #: A cancel that came before the run existed (the daemon cancels as soon as it
+        #: likes, often while this process is still importing): delivered at its start.
+        self._pending_cancel: str | None = None
 
     def send(self, frame: Frame) -> None:
         data = encode(frame)
@@ -88,6 +91,24 @@ class _Host:
             log.error("the daemon did not confirm within %.0f s: stopping", BARRIER_TIMEOUT_S)
             self.gone()
 
+    def on_cancel(self, callback: Callable[[str], object]) -> None:
+        """Send cancel reasons to ``callback`` from now on, starting with one that
+        arrived before (the run does not exist yet when the daemon may first cancel)."""
+        with self._lock:
+            self._on_cancel = callback
+            pending, self._pending_cancel = self._pending_cancel, None
+        if pending is not None:
+            callback(pending)
+
+    def _cancel(self, reason: str) -> None:
+        with self._lock:
+            callback = self._on_cancel
+            if callback is None:
+                if self._pending_cancel is None:
+                    self._pending_cancel = reason
+                return
+        callback(reason)
+
     def gone(self) -> None:
         # Nothing can be recorded any more: stop before anything else has an effect,
         # and take the subprocesses tools started along (the daemon that would have
@@ -108,8 +129,8 @@ class _Host:
                         waiter = self._waiting.pop(frame.id, None)
                     if waiter is not None:
                         waiter.set()
-                elif isinstance(frame, Cancel) and self.on_cancel is not None:
-                    self.on_cancel(frame.reason or "cancelled")
+                elif isinstance(frame, Cancel):
+                    self._cancel(frame.reason or "cancelled")
         except (FrameError, OSError) as exc:
             log.error("bad frame from the daemon: %s", exc)
         self.gone()
@@ -160,7 +181,7 @@ async def _run(host: _Host, start: Start) -> None:
             host.barrier()
 
     run.bus.subscribe(forward)
-    host.on_cancel = lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason)
+    host.on_cancel(lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason))
     outcome = await run_spec(spec, run, config)
     host.send(ResultFrame(result=_jsonable(outcome.to_dict())))
     host.barrier()

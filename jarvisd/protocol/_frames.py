@@ -275,6 +275,8 @@ def decode_line(line: str | bytes, max_bytes: int = MAX_FRAME_BYTES) -> Frame | 
         )
     try:
         data = json.loads(line[len(SENTINEL) :])
+    except RecursionError:  # nested deeper than the stack: hostile, never a crash
+        raise FrameError("frame JSON is nested too deeply") from None
     except ValueError as exc:
         raise FrameError(f"frame is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):

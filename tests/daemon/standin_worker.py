@@ -9,6 +9,8 @@ their pids to PIDS_FILE, then waits for ``cancel``. MODE:
   at once, its subprocesses still running.
 * ``idle``: no tool call; on cancel answers ``cancelled`` and exits.
 * ``stubborn``: reports a tool call start, then ignores cancel and SIGTERM.
+* ``late``: no tool call; on cancel answers with a result, as a run that finished
+  before it saw the cancel.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from jarvisd.protocol import Cancel, ErrorFrame, EventFrame, FrameReader, Start, encode
+from jarvisd.protocol import (
+    Cancel,
+    ErrorFrame,
+    EventFrame,
+    FrameReader,
+    ResultFrame,
+    Start,
+    encode,
+)
+from jarvisd.runs import RunOutcome
 
 
 def main() -> int:
@@ -44,7 +55,11 @@ def main() -> int:
     tmp.rename(pids_file)
     for frame in reader:
         if isinstance(frame, Cancel) and mode != "stubborn":
-            out.write(encode(ErrorFrame(code="cancelled", message=frame.reason)))
+            if mode == "late":
+                answer = ResultFrame(result=RunOutcome(answer="done anyway").to_dict())
+            else:
+                answer = ErrorFrame(code="cancelled", message=frame.reason)
+            out.write(encode(answer))
             out.flush()
             os._exit(0)  # no cleanup: the subprocesses are left running
     return 75

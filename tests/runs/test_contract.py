@@ -246,3 +246,20 @@ def test_ask_strips_escape_sequences_on_a_terminal_only() -> None:
     hostile = "ok\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\r\n\x9b1m\ttab"
     assert for_terminal(hostile) == "okred\n1m\ttab"
     assert for_terminal("plain\ntext") == "plain\ntext"
+
+
+@pytest.mark.parametrize(
+    "code, error",
+    [("store_failed", _errors.StoreError), ("queue_full", _errors.QueueFull),
+     ("not_found", _errors.TaskNotFound), ("bad_request", _errors.UsageError),
+     ("denied", _errors.DaemonError)],
+)  # fmt: skip
+def test_the_daemon_client_raises_what_an_error_reply_stands_for(
+    code: str, error: type[BaseException]
+) -> None:
+    from jarvisd.daemon._client import raise_for_error
+    from jarvisd.daemon._protocol import ErrorReply
+
+    with pytest.raises(error) as raised:
+        raise_for_error(ErrorReply(id="c1", code=code, message="what happened"))
+    assert type(raised.value) is error and "what happened" in str(raised.value)
