@@ -292,12 +292,23 @@ class RLMDialect(Dialect):
     async def resume(self, state: LoopState, run: RunContext) -> None:
         # Rebuild the REPL's variables by re-running the cells that ran before the
         # checkpoint (their sub-calls are asked again: the REPL's memory is not saved).
+        # The history keeps the model's replies as text, so the cells are read back out
+        # of them exactly as ``parse`` read them the first time.
         if self.session is None:
             return
-        for message in state.messages:
-            for call in message.tool_calls:
-                if call.name == "repl":
-                    await self.session.execute(str(call.arguments_dict().get("code", "")))
+        for cell in self.cells_of(state.messages):
+            await self.session.execute(cell)
+
+    @staticmethod
+    def cells_of(messages: Sequence[Message]) -> list[str]:
+        """The code each assistant reply in ``messages`` ran, in order."""
+        cells = []
+        for message in messages:
+            if message.role == "assistant":
+                blocks = code_blocks(strip_think_tags(message.content), bare=True)
+                if blocks:
+                    cells.append("\n\n".join(blocks))
+        return cells
 
 
 class RLMAgent(ToolUsingAgent):

@@ -342,3 +342,15 @@ def test_jarvis_ask_gives_rlm_the_context_file(tmp_path: Path) -> None:
     assert data["answer"] == "7781"
     assert data["tool_results"][0]["content"] == str(len(CONTEXT))
     assert data["metadata"]["context_chars"] == len(CONTEXT)
+
+
+def test_a_resumed_rlm_rebuilds_its_repl_from_the_cells_in_its_history() -> None:
+    # The first run stops after one cell (max_turns); a new agent resumes from its
+    # checkpoint, in a fresh REPL process that must still hold `x`.
+    states: list[Any] = []
+    first = rlm(ScriptedEngine([code("x = 41\nprint('set')")]), max_turns=1)
+    arun(first, "q", run=RunContext(checkpoint=states.append))
+    engine = ScriptedEngine([code("FINAL(x + 1)")])
+    result = arun(rlm(engine), "q", run=RunContext(resume=states[-1]))
+    assert result.content == "42", result.tool_results
+    assert result.metadata["resumed"] is True
