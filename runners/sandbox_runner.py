@@ -24,6 +24,12 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
    ``error`` frame (``code`` = the jarvis error class, ``cancelled`` or ``crash``).
 
 Anything else the agent prints goes to stderr: file descriptor 1 carries frames only.
+
+Before anything else the runner separates itself from the code it will run for the model
+(``jarvisd.executors._privsep``): started as root inside the container (the docker
+backend does so for this runner only), it becomes the sandbox user at once and runs
+model-written code as a second user; in every case it is not dumpable, so that code
+cannot open ``/proc/<runner>/fd`` and write frames of its own on the runner's stdout.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd._run import Cancelled, RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
+from jarvisd.executors._privsep import CodeUser, PrivsepError, drop_privileges
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -170,24 +177,26 @@ def _forward_events(link: FrameLink, event: Event) -> None:
     link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
 
 
-def _in_container_options(spec: AgentSpec, config: Config) -> dict[str, Any]:
+def _in_container_options(
+    spec: AgentSpec, config: Config, code_user: CodeUser | None = None
+) -> dict[str, Any]:
     """``spec.options`` plus what agents that run code need in here: left to the runtime
     they would get the host's configured backend (a container engine), which does not
     exist inside the container. Their code runs as a plain process here (the container
-    is the sandbox) and has no network."""
+    is the sandbox), as ``code_user`` when the runner is separated, and has no network."""
     from jarvisd.agents import AgentRegistry
     from jarvisd.executors import SubprocessExecutor
 
     options = dict(spec.options)
     agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
     if agent_cls.runs_code:
-        options["executor"] = SubprocessExecutor()
+        options["executor"] = SubprocessExecutor(user=code_user)
     if agent_cls.fetches_urls:
         options["allow_network"] = False
     return options
 
 
-async def run_agent_task(start: Start, link: FrameLink) -> Frame:
+async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | None = None) -> Frame:
     from jarvisd._config import parse_config
     from jarvisd.agents import AgentContext
     from jarvisd.runtime import AgentSpec, build_agent
@@ -207,7 +216,7 @@ async def run_agent_task(start: Start, link: FrameLink) -> Frame:
             conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
             metadata=dict(raw_context.get("metadata") or {}),
         )
-    spec = dataclasses.replace(spec, options=_in_container_options(spec, config))
+    spec = dataclasses.replace(spec, options=_in_container_options(spec, config, code_user))
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(asyncio.get_running_loop(), run)
@@ -217,6 +226,12 @@ async def run_agent_task(start: Start, link: FrameLink) -> Frame:
 
 
 def main() -> int:
+    try:
+        code_user = drop_privileges()
+    except (PrivsepError, OSError) as exc:
+        # Nothing has run yet: say why on stderr and stop, never run unseparated as root.
+        print(f"sandbox runner: cannot drop privileges: {exc}", file=sys.stderr)
+        return 2
     # fd 1 carries frames only: whatever else writes to it (print, a child process)
     # goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
@@ -234,7 +249,7 @@ def main() -> int:
     try:
         if start.task != "agent":
             raise JarvisError(f"unknown task {start.task!r} (this runner runs: agent)")
-        reply = asyncio.run(run_agent_task(start, link))
+        reply = asyncio.run(run_agent_task(start, link, code_user))
     except RunStopped as exc:
         reply = ErrorFrame(code="cancelled" if isinstance(exc, Cancelled) else "stopped",
                            message=str(exc))  # fmt: skip
