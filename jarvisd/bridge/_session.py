@@ -114,7 +114,9 @@ class FrameSession:
             await send_frame(self.channel, start)
             final = await self._loop()
         except FrameError as exc:
-            raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
+            # A program killed because the run stopped may leave half a frame behind.
+            if not self.run_ctx.cancel.cancelled and self.stopped is None:
+                raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
         except SandboxError:
             if not self.run_ctx.cancel.cancelled and self.stopped is None:
                 raise
