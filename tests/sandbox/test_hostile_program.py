@@ -27,7 +27,9 @@ from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import Clock
 from jarvisd.runtime import AgentSpec, run_agent
 from jarvisd.sandbox import _agent
+from jarvisd.sandbox._bwrap import bwrap_path
 from jarvisd.traces import TraceStore, default_trace_path
+from tests.conftest import require
 
 from .conftest import sandbox_config
 from .test_escape import our_containers
@@ -265,13 +267,19 @@ print("uid", os.getuid(), "ppid", os.getppid(), "hits", hits, "refused", refused
 """
 
 
-def test_model_code_cannot_reach_the_runners_frame_pipe(roots: tuple[Path, Path]) -> None:
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+def test_model_code_cannot_reach_the_runners_frame_pipe(
+    roots: tuple[Path, Path], backend: str
+) -> None:
     # The real runner, running CodeAct: its code tries /proc/<pid>/fd of every process.
+    if backend == "bwrap":
+        require(bwrap_path() is not None, "bubblewrap is not installed")
     engine = ScriptedEngine(
         [reply(f"```python\n{HIJACK}\n```"), reply("Final Answer: the honest answer")]
     )
     spec = AgentSpec(input="go", agent="native_openhands", sandbox=True)
-    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    config = sandbox_config(roots, backend=backend)
+    result = asyncio.run(run_agent(spec, config=config, engine=engine))
     assert result.content == "the honest answer"
     shown = result.tool_results[0].content
     assert "hits []" in shown, shown
