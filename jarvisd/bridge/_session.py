@@ -63,6 +63,8 @@ class Outcome:
     noise: list[str] = field(default_factory=list)
 
 
+#: What a program's ``log`` frame may put in the host's log, in characters.
+_LOG_CHARS = 2000
 #: Inferences one program may have in flight when the caller does not say.
 MAX_CONCURRENT_INFER = 4
 
@@ -157,7 +159,9 @@ class FrameSession:
             elif isinstance(frame, Ping):
                 await send_frame(self.channel, Pong(id=frame.id))
             elif isinstance(frame, Log):
-                log.info("%s: %s", self.name, frame.message)
+                # Cut, and shown as a literal: it goes to the host's log (a file, for the
+                # daemon), where neither a flood nor escape sequences belong.
+                log.info("%s: %r", self.name, frame.message[:_LOG_CHARS])
 
     def _publish(self, frame: EventFrame) -> None:
         event = vet_event(frame, self.run_ctx.depth, self.event_tags)

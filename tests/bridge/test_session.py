@@ -194,3 +194,16 @@ def test_noise_is_kept_in_bounded_bytes() -> None:
     assert len(outcome.noise) == MAX_NOISE_LINES
     assert sum(len(n) for n in outcome.noise) < MAX_NOISE_LINES * (MAX_NOISE_LINE_BYTES + 40)
     assert outcome.noise[-1].endswith("more bytes]")
+
+
+def test_log_frames_reach_the_host_log_cut_and_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    program = HOSTILE + textwrap.dedent("""
+        from jarvisd.protocol import Log
+        send(Log(message="\\x1b[2J" + "L" * 1_000_000))
+        send(ResultFrame(result={}))
+    """)
+    with caplog.at_level("INFO", logger="jarvisd.bridge._session"):
+        converse(program, ScriptedEngine.from_replies([]), RunContext())
+    (record,) = [r for r in caplog.records if "program" in r.getMessage()]
+    text = record.getMessage()
+    assert len(text) < 3000 and "\x1b" not in text and "\\x1b[2J" in text
