@@ -273,7 +273,8 @@ class DockerExecutor(CodeExecutor):
         user, cap_add = f"{policy.uid}:{policy.gid}", None
         if request.separate_code:
             user, cap_add = "0:0", ["SETUID", "SETGID"]
-            env[PRIVSEP_ENV] = f"{policy.uid}:{policy.gid}:{CODE_UID}"
+            code_uid = CODE_UID if policy.uid != CODE_UID else CODE_UID + 1
+            env[PRIVSEP_ENV] = f"{policy.uid}:{policy.gid}:{code_uid}"
         try:
             host_config = api.create_host_config(
                 network_mode="none",
