@@ -1,7 +1,8 @@
-"""jarvisd rows: `ask` through the daemon against calling the same engine directly
-(interleaved), 200 tasks submitted at once, daemon memory with 100+ queued tasks, and
-submissions per second. The engine is a scripted one behind a real Ollama-protocol
-server, so the numbers measure jarvis, not a model."""
+"""jarvisd rows: `ask` through the daemon (answered in its warm ask worker) against
+calling the same engine directly (interleaved), 200 tasks submitted at once, daemon
+memory with 100+ queued tasks, submissions per second (a scripted engine behind a real
+Ollama-protocol server, so the numbers measure jarvis, not a model), and the daemon's
+and its workers' memory after an `ask` on the embedded model and after the idle unload."""
 
 from __future__ import annotations
 
@@ -31,11 +32,13 @@ def run(env: BenchEnv) -> list[Row]:
     import psutil
 
     from jarvisd._messages import Message
+    from jarvisd._paths import paths
     from jarvisd.daemon import Client
     from jarvisd.engines import OllamaEngine, ScriptedEngine, reply
-    from jarvisd.runtime import AgentSpec
+    from jarvisd.runs import AgentSpec
     from jarvisd.testing import OllamaStandIn
 
+    real_models = paths().models  # before the directories move to the bench's own
     root = Path(env.tmp) / f"jd{os.getpid()}"
     proc_env = _daemon_env(root)
     os.environ.update({k: v for k, v in proc_env.items() if k.startswith("JARVIS_")})
@@ -66,7 +69,96 @@ def run(env: BenchEnv) -> list[Row]:
             daemon.terminate()
             daemon.wait(60)
             log.close()
+    rows.extend(_embedded_memory_rows(Path(env.tmp) / f"je{os.getpid()}", real_models))
     return rows
+
+
+def _tree_rss(psutil, pid: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """RSS in MB of the daemon itself, and of its worker processes together."""
+    proc = psutil.Process(pid)
+    workers = sum(c.memory_info().rss for c in proc.children(recursive=True))
+    return proc.memory_info().rss / 2**20, workers / 2**20
+
+
+def _embedded_memory_rows(root: Path, real_models: Path) -> list[Row]:
+    """One `ask` on the embedded engine (SmolLM2, the default model) through jarvisd:
+    the model is loaded in the ask worker, not the daemon; after `ask_idle_unload`
+    seconds idle the worker exits and its memory goes back."""
+    import psutil
+
+    from jarvisd._run import RunContext
+    from jarvisd.catalog import get_entry, model_file
+    from jarvisd.runs import AgentSpec, DaemonHost
+
+    name = "smollm2-135m"
+    if not model_file(get_entry(name), real_models).is_file():
+        return [Row("jarvisd memory after an embedded `ask`", float("nan"), "MB",
+                    notes=f"skipped: {name} not pulled into {real_models}")]  # fmt: skip
+    proc_env = _daemon_env(root)
+    (root / "data" / "models").symlink_to(real_models, target_is_directory=True)
+    (root / "config" / "config.toml").write_text(
+        f'[engine]\ndefault = "llamacpp"\n[engine.llamacpp]\nmodel = "{name}"\n'
+        "[daemon]\nask_idle_unload = 3.0\n"
+    )
+    saved = {k: os.environ.get(k) for k in proc_env if k.startswith("JARVIS_")}
+    os.environ.update({k: v for k, v in proc_env.items() if k.startswith("JARVIS_")})
+    log = open(root / "jarvisd.log", "ab")  # noqa: SIM115 - closed below
+    daemon = subprocess.Popen([sys.executable, "-m", "jarvisd.daemon"], env=proc_env,
+                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        host = DaemonHost(connect_timeout=2.0)
+        for _ in range(200):
+            try:
+                from jarvisd.daemon import Client
+
+                Client(timeout=5).ping()
+                break
+            except Exception:
+                time.sleep(0.05)
+        time.sleep(1.0)  # the warm worker has imported what it needs
+        idle_daemon, idle_workers = _tree_rss(psutil, daemon.pid)
+        outcome = host.run(AgentSpec("Name three primary colors.", max_tokens=32), RunContext())
+        after_daemon, after_workers = _tree_rss(psutil, daemon.pid)
+        deadline = time.monotonic() + 30
+        unloaded_daemon, unloaded_workers = after_daemon, after_workers
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            unloaded_daemon, unloaded_workers = _tree_rss(psutil, daemon.pid)
+            if unloaded_workers < after_workers / 2:
+                break
+    finally:
+        daemon.terminate()
+        daemon.wait(60)
+        log.close()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    answered = outcome.ok and bool(outcome.answer)
+    return [
+        Row(
+            "jarvisd RSS after an `ask` on the embedded model",
+            after_daemon,
+            "MB",
+            baseline=idle_daemon,
+            baseline_name="jarvisd before the ask",
+            target="the model stays out of the daemon (< +20 MB)",
+            passed=answered and after_daemon - idle_daemon < 20,
+            notes=f"ask workers {idle_workers:.0f} MB idle -> {after_workers:.0f} MB with "
+            f"SmolLM2 loaded; answered: {answered}",
+        ),
+        Row(
+            "ask workers' RSS after the idle unload (ask_idle_unload = 3 s)",
+            unloaded_workers,
+            "MB",
+            baseline=after_workers,
+            baseline_name="with the model loaded",
+            target="the model's memory goes back",
+            passed=unloaded_workers < after_workers / 2,
+            notes=f"jarvisd itself {unloaded_daemon:.0f} MB",
+        ),
+    ]
 
 
 def _ask_row(env, client, url, Message, OllamaEngine, AgentSpec) -> Row:  # type: ignore[no-untyped-def]

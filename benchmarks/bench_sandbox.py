@@ -2,7 +2,7 @@
 
 Both start one container from the same image on the same engine, interleaved A B A B:
 
-* ours: ``run_agent(AgentSpec(agent="simple", sandbox=True))`` with a scripted engine on
+* ours: ``run_spec(AgentSpec(agent="simple", sandbox=True))`` with a scripted engine on
   the host: create + attach + start a hardened container, the in-container runner
   imports jarvis, builds the agent, asks the host for inference over frames, returns
   the result; the container is removed.
@@ -48,8 +48,9 @@ def _problem(image: str) -> str:
 
 def run(env: BenchEnv) -> list[Row]:
     from jarvisd._config import Config
+    from jarvisd._run import RunContext
     from jarvisd.engines import ScriptedEngine
-    from jarvisd.runtime import AgentSpec, run_agent
+    from jarvisd.runs import AgentSpec, run_spec
 
     config = Config()
     image = config.sandbox.image
@@ -76,9 +77,9 @@ def run(env: BenchEnv) -> list[Row]:
     async def sandboxed() -> float:
         engine = ScriptedEngine.from_replies(["hi"])
         start = time.perf_counter()
-        result = await run_agent(spec, config=config, engine=engine)
+        result = await run_spec(spec, RunContext(), config, engine)
         elapsed = time.perf_counter() - start
-        assert result.content == "hi"
+        assert result.answer == "hi", result.failure
         return elapsed
 
     def plain() -> float:

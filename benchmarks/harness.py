@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -46,7 +46,7 @@ class Row:
     def ratio(self) -> float | None:
         if self.baseline in (None, 0):
             return None
-        return self.ours / self.baseline  # type: ignore[operator]
+        return self.ours / self.baseline
 
 
 @dataclass
@@ -139,7 +139,7 @@ def fmt(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
-def render_markdown(rows: list[Row], meta: dict[str, object]) -> str:
+def render_markdown(rows: list[Row], meta: Mapping[str, object]) -> str:
     lines = [
         "# Benchmark results",
         "",

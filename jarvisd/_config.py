@@ -73,6 +73,11 @@ class AgentConfig:
     temperature: float = 0.7
     max_tokens: int = 1024
     max_turns: int = 10
+    # Budgets for a whole run, nested agents included (0: unlimited).
+    max_tokens_total: int = 0
+    max_calls: int = 0
+    max_tool_calls: int = 0
+    max_wall: float = 0.0  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +109,8 @@ class DaemonConfig:
     max_queued: int = 1000
     task_timeout: float = 3600.0
     max_frame_bytes: int = 1_048_576
+    # An ask worker whose engines (a loaded model) sat idle this long exits to free them.
+    ask_idle_unload: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ Split by what the caller can do about it::
     │   └── EngineResponseError the engine answered with an error or with garbage
     ├── ModelFileError          a model file is missing, partial or fails its hash
     ├── ToolError               a tool could not run (reported to the model, not raised out)
+    ├── NoAnswer                a run ended without an answer (unusable replies, max turns)
     ├── SandboxError
     │   ├── MountRefused        a mount the allowlist refuses
     │   └── SandboxUnavailable  no container engine / image (exit 3)
@@ -24,6 +25,8 @@ Split by what the caller can do about it::
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
 ``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
 docker, sockets) are translated once, where they are caught, with ``raise ... from``.
+On a wire (daemon replies, worker and sandbox-runner frames, ``--json``) every error
+and signal is a code from the one table in ``jarvisd.runs._failures``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ __all__ = [
     "ModelFileError",
     "ModelNotFound",
     "MountRefused",
+    "NoAnswer",
     "ProtocolError",
     "QueueFull",
     "SandboxError",
@@ -99,6 +103,10 @@ class ModelFileError(JarvisError):
 
 class ToolError(JarvisError):
     pass
+
+
+class NoAnswer(JarvisError):
+    """The agent ran to its end without an answer to give."""
 
 
 class SandboxError(JarvisError):

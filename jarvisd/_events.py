@@ -60,11 +60,16 @@ class EventBus:
 
     def publish(self, event_type: EventType, /, **data: Any) -> Event:
         event = Event(event_type, data, time.time())
+        self.deliver(event)
+        return event
+
+    def deliver(self, event: Event) -> None:
+        """Hand an event built elsewhere (another process's, read from a wire) to the
+        subscribers; its data is never spread into keyword arguments."""
         for wanted, callback in self._subscribers:
-            if wanted is not None and wanted is not event_type:
+            if wanted is not None and wanted is not event.type:
                 continue
             try:
                 callback(event)
             except Exception:
-                log.exception("event subscriber %r failed on %s", callback, event_type.value)
-        return event
+                log.exception("event subscriber %r failed on %s", callback, event.type.value)

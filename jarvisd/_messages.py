@@ -188,6 +188,18 @@ class ToolResult:
             "metadata": dict(self.metadata),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolResult:
+        metadata = data.get("metadata")
+        return cls(
+            tool_name=str(data["tool_name"]),
+            content=str(data["content"]),
+            success=bool(data.get("success", True)),
+            call_id=None if data.get("call_id") is None else str(data["call_id"]),
+            latency_s=float(data.get("latency_s") or 0.0),
+            metadata=dict(metadata) if isinstance(metadata, Mapping) else {},
+        )
+
 
 @dataclass(slots=True)
 class Usage:
@@ -210,6 +222,10 @@ class Usage:
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0))
 
 
 @dataclass(frozen=True, slots=True)

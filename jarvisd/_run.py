@@ -99,8 +99,10 @@ class Budget:
 
     max_tokens: int | None = None
     max_calls: int | None = None
+    max_tool_calls: int | None = None
     used: Usage = field(default_factory=Usage)
     calls: int = 0
+    tool_calls: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def reserve(self, max_new_tokens: int) -> int:
@@ -117,6 +119,13 @@ class Budget:
                 allowed = min(allowed, left)
             self.calls += 1
             return allowed
+
+    def reserve_tool_call(self) -> None:
+        """Account for one tool call about to run (raises when the budget is spent)."""
+        with self._lock:
+            if self.max_tool_calls is not None and self.tool_calls >= self.max_tool_calls:
+                raise BudgetExceeded(f"tool-call budget of {self.max_tool_calls} calls spent")
+            self.tool_calls += 1
 
     def charge(self, usage: Usage) -> None:
         with self._lock:

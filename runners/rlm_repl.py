@@ -128,8 +128,10 @@ class Repl:
         try:
             tree = ast.parse(code, filename, "exec")
             last: ast.expr | None = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = tree.body.pop().value  # show the value of a trailing expression
+            trailing = tree.body[-1] if tree.body else None
+            if isinstance(trailing, ast.Expr):
+                tree.body.pop()
+                last = trailing.value  # show the value of a trailing expression
             with contextlib.redirect_stdout(out):
                 exec(compile(tree, filename, "exec"), self.namespace)
                 if last is not None:

@@ -20,8 +20,9 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
    and cancel token; several ``infer`` frames may be in flight at once.
 3. The agent's events go to the host as ``event`` frames (inference events excepted:
    the host publishes those itself); ``cancel`` from the host cancels the run.
-4. The runner ends with one ``result`` frame (``AgentResult.to_dict()``) or one
-   ``error`` frame (``code`` = the jarvis error class, ``cancelled`` or ``crash``).
+4. The runner ends with one ``result`` frame (``RunOutcome.to_dict()``: the answer, or
+   the run's failure with its code) or, when it could not run at all, one ``error``
+   frame (a code from the one table, ``jarvisd.runs._failures``).
 
 Anything else the agent prints goes to stderr: file descriptor 1 carries frames only.
 
@@ -44,10 +45,10 @@ import traceback
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from jarvisd._errors import EngineError, JarvisError
+from jarvisd._errors import EngineError, JarvisError, ProtocolError
 from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import Cancelled, RunContext, RunStopped
+from jarvisd._run import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
 from jarvisd.executors._privsep import CodeUser, PrivsepError, drop_privileges
 from jarvisd.protocol import (
@@ -66,10 +67,11 @@ from jarvisd.protocol import (
     Start,
     encode,
 )
+from jarvisd.runs._failures import to_wire
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
-    from jarvisd.runtime import AgentSpec
+    from jarvisd.runs import AgentSpec
 
 __all__ = [
     "FrameLink",
@@ -177,29 +179,29 @@ def _forward_events(link: FrameLink, event: Event) -> None:
     link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
 
 
-def _in_container_options(
+def _in_container_extra(
     spec: AgentSpec, config: Config, code_user: CodeUser | None = None
 ) -> dict[str, Any]:
-    """``spec.options`` plus what agents that run code need in here: left to the runtime
-    they would get the host's configured backend (a container engine), which does not
-    exist inside the container. Their code runs as a plain process here (the container
-    is the sandbox), as ``code_user`` when the runner is separated, and has no network."""
+    """What agents that run code need in here: left to the runtime they would get the
+    host's configured backend (a container engine), which does not exist inside the
+    container. Their code runs as a plain process here (the container is the sandbox),
+    as ``code_user`` when the runner is separated, and has no network."""
     from jarvisd.agents import AgentRegistry
     from jarvisd.executors import SubprocessExecutor
 
-    options = dict(spec.options)
+    extra: dict[str, Any] = {}
     agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
     if agent_cls.runs_code:
-        options["executor"] = SubprocessExecutor(user=code_user)
+        extra["executor"] = SubprocessExecutor(user=code_user)
     if agent_cls.fetches_urls:
-        options["allow_network"] = False
-    return options
+        extra["allow_network"] = False
+    return extra
 
 
 async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | None = None) -> Frame:
     from jarvisd._config import parse_config
     from jarvisd.agents import AgentContext
-    from jarvisd.runtime import AgentSpec, build_agent
+    from jarvisd.runs import AgentSpec, run_spec
 
     payload = start.payload
     spec = AgentSpec.from_dict({**dict(payload.get("spec") or {}), "sandbox": False})
@@ -216,13 +218,14 @@ async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | No
             conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
             metadata=dict(raw_context.get("metadata") or {}),
         )
-    spec = dataclasses.replace(spec, options=_in_container_options(spec, config, code_user))
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(asyncio.get_running_loop(), run)
-    agent = build_agent(spec, config, ProxyEngine(link))
-    result = await agent.arun(spec.input, context, run=run)
-    return ResultFrame(result=jsonable(result.to_dict()))
+    outcome = await run_spec(
+        spec, run, config, ProxyEngine(link), context=context,
+        extra=_in_container_extra(spec, config, code_user), trace=False,
+    )  # fmt: skip
+    return ResultFrame(result=jsonable(outcome.to_dict()))
 
 
 def main() -> int:
@@ -248,16 +251,13 @@ def main() -> int:
         return 2
     try:
         if start.task != "agent":
-            raise JarvisError(f"unknown task {start.task!r} (this runner runs: agent)")
+            raise ProtocolError(f"unknown task {start.task!r} (this runner runs: agent)")
         reply = asyncio.run(run_agent_task(start, link, code_user))
-    except RunStopped as exc:
-        reply = ErrorFrame(code="cancelled" if isinstance(exc, Cancelled) else "stopped",
-                           message=str(exc))  # fmt: skip
-    except JarvisError as exc:
-        reply = ErrorFrame(code=type(exc).__name__, message=str(exc))
+    except (JarvisError, RunStopped) as exc:
+        reply = ErrorFrame(*to_wire(exc))
     except Exception as exc:
         traceback.print_exc()
-        reply = ErrorFrame(code="crash", message=f"{type(exc).__name__}: {exc}")
+        reply = ErrorFrame(*to_wire(exc))
     link.send(reply)
     return 0 if isinstance(reply, ResultFrame) else 1
 

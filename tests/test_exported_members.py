@@ -18,6 +18,12 @@ PACKAGES = [
     "jarvisd.executors",
     "jarvisd.server",
     "jarvisd.testing",
+    "jarvisd.runs",
+    "jarvisd.daemon",
+    "jarvisd.sandbox",
+    "jarvisd.tools",
+    "jarvisd.memory",
+    "jarvisd.traces",
 ]
 
 

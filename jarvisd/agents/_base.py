@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -112,24 +112,13 @@ class AgentResult:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> AgentResult:
-        usage = data.get("usage") or {}
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentResult:
         return cls(
             content=str(data.get("content", "")),
-            tool_results=[
-                ToolResult(
-                    tool_name=r["tool_name"],
-                    content=r["content"],
-                    success=bool(r.get("success", True)),
-                    call_id=r.get("call_id"),
-                    latency_s=float(r.get("latency_s", 0.0)),
-                    metadata=r.get("metadata") or {},
-                )
-                for r in data.get("tool_results") or ()
-            ],
+            tool_results=[ToolResult.from_dict(r) for r in data.get("tool_results") or ()],
             turns=int(data.get("turns", 0)),
             metadata=dict(data.get("metadata") or {}),
-            usage=Usage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
+            usage=Usage.from_dict(data.get("usage") or {}),
         )
 
 

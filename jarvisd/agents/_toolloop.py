@@ -137,24 +137,13 @@ class LoopState:
     def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
         if data.get("version") != STATE_VERSION:
             raise ValueError(f"unsupported loop state version {data.get('version')!r}")
-        usage = data.get("usage") or {}
         return cls(
             input=str(data.get("input", "")),
             messages=[Message.from_dict(m) for m in data["messages"]],
             guard=LoopGuard.from_dict(data.get("guard") or {}),
             turns=int(data.get("turns", 0)),
-            tool_results=[
-                ToolResult(
-                    r["tool_name"],
-                    r["content"],
-                    bool(r.get("success", True)),
-                    r.get("call_id"),
-                    float(r.get("latency_s", 0.0)),
-                    r.get("metadata") or {},
-                )
-                for r in data.get("tool_results") or ()
-            ],
-            usage=Usage(int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))),
+            tool_results=[ToolResult.from_dict(r) for r in data.get("tool_results") or ()],
+            usage=Usage.from_dict(data.get("usage") or {}),
             reprompts=int(data.get("reprompts", 0)),
             recovered_calls=int(data.get("recovered_calls", 0)),
         )

@@ -11,6 +11,7 @@ import click
 def agent_rows() -> list[dict[str, Any]]:
     from ..agents import AgentRegistry
     from ..agents._registry import ALIASES
+    from ..runs import declared_options
 
     rows = []
     for key in AgentRegistry.keys():  # noqa: SIM118 - a classmethod, not a dict
@@ -24,19 +25,25 @@ def agent_rows() -> list[dict[str, Any]]:
             "class": f"{cls.__module__}:{cls.__qualname__}",
             "accepts_tools": cls.accepts_tools,
             "description": doc[0].strip() if doc else "",
+            "options": {
+                name: {"type": option.describe().partition(" (")[2].rstrip(")"),
+                       "default": option.default}
+                for name, option in declared_options(cls).items()
+            },
         })  # fmt: skip
     return rows
 
 
 @click.group()
 def agents() -> None:
-    """List the agents and whether they accept tools."""
+    """List the agents, whether they accept tools, and their options."""
 
 
 @agents.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_agents(as_json: bool) -> None:
-    """Every agent key, its class, whether it accepts --tools."""
+    """Every agent key, whether it accepts --tools, and the options it declares
+    (set them with `jarvis ask --option KEY=VALUE`)."""
     rows = agent_rows()
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -45,3 +52,9 @@ def list_agents(as_json: bool) -> None:
         tools = "tools" if row["accepts_tools"] else "-"
         alias = f" (alias of {row['alias_of']})" if row["alias_of"] else ""
         click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}")
+        if row["options"]:
+            options = ", ".join(
+                f"{name}={option['default']!r} ({option['type']})"
+                for name, option in row["options"].items()
+            )
+            click.echo(f"{'':<25} options: {options}")

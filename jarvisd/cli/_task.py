@@ -10,6 +10,8 @@ import click
 
 from jarvisd._errors import UsageError
 
+from ._run_options import build_spec, run_options
+
 __all__ = ["format_event", "task"]
 
 # Exit codes of `task wait`: how the task ended.
@@ -62,8 +64,12 @@ def _print_info(info: Any) -> None:
     if info.rerun_of:
         click.echo(f"re-run of: {info.rerun_of}")
     if info.result is not None:
-        click.echo("answer:")
-        click.echo(str(info.result.get("content", "")))
+        failure = info.result.get("failure")
+        if isinstance(failure, dict):
+            click.echo(f"failure:   {failure.get('code')}: {failure.get('message')}")
+        else:
+            click.echo("answer:")
+            click.echo(str(info.result.get("answer", "")))
 
 
 @click.group()
@@ -73,59 +79,25 @@ def task() -> None:
 
 @task.command()
 @click.argument("text")
-@click.option("-a", "--agent", default="", help="Agent key; default from config.")
-@click.option("-t", "--tools", default="", help="Comma-separated tools for tool-using agents.")
-@click.option("-e", "--engine", default=None, help="Engine name; default from the daemon's config.")
-@click.option("-m", "--model", default="", help="Model name.")
-@click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container.")
-@click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
-              help="Mount a host path into the sandbox (read-only unless :rw). Repeatable.")  # fmt: skip
+@run_options
 @click.option("--watch", type=click.Path(exists=True, file_okay=False), default=None,
               help="Re-run the task whenever files under this directory change.")  # fmt: skip
 @click.option(
     "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
 )
-@click.option("--max-turns", type=int, default=None, help="Most model turns.")
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 def submit(
-    text: str,
-    agent: str,
-    tools: str,
-    engine: str | None,
-    model: str,
-    sandbox: bool,
-    mounts: tuple[str, ...],
-    watch: str | None,
-    timeout: float | None,
-    max_turns: int | None,
-    as_json: bool,
+    text: str, watch: str | None, timeout: float | None, as_json: bool, **run_values: Any
 ) -> None:
-    """Submit TEXT as a task; prints its id at once (the daemon stores it first)."""
+    """Submit TEXT as a task; prints its id at once (the daemon stores it first).
+
+    Takes the same run options as `jarvis ask`; the daemon checks the agent, its
+    options and tools before it queues the task."""
     import os
 
-    from jarvisd.runtime import AgentSpec
-
-    if mounts and not sandbox:
-        raise UsageError("--mount only applies with --sandbox")
     if not text.strip():
         raise UsageError("the task text is empty")
-
-    def absolute(mount: str) -> str:
-        path, sep, mode = mount.rpartition(":")
-        if sep and mode in ("rw", "ro"):
-            return os.path.abspath(os.path.expanduser(path)) + ":" + mode
-        return os.path.abspath(os.path.expanduser(mount))
-
-    spec = AgentSpec(
-        input=text,
-        agent=agent,
-        engine=engine,
-        model=model,
-        tools=tuple(t.strip() for t in tools.split(",") if t.strip()),
-        sandbox=sandbox,
-        mounts=tuple(absolute(m) for m in mounts),
-        max_turns=max_turns,
-    )
+    spec = build_spec(text, **run_values)
     info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
     click.echo(json.dumps(info.to_dict()) if as_json else info.id)
 
@@ -200,8 +172,8 @@ def wait(task_id: str, timeout: float | None, as_json: bool) -> None:
     info = _client().wait(task_id, timeout)
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
-    elif info.result is not None:
-        click.echo(str(info.result.get("content", "")))
+    elif info.state == "succeeded" and info.result is not None:
+        click.echo(str(info.result.get("answer", "")))
     else:
         click.echo(f"{info.id}: {info.state}" + (f" ({info.reason})" if info.reason else ""))
     raise click.exceptions.Exit(WAIT_EXIT.get(info.state, 6))

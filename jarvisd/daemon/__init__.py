@@ -1,15 +1,37 @@
 """jarvisd, the background daemon: a Unix-socket server hosting ``ask`` and durable tasks.
 
 See ``_protocol`` for the wire format, ``_tasks`` for how tasks run and recover,
-``_server`` for the lifecycle.
+``_server`` for the lifecycle. Names load on first use: a client (``jarvis ask``,
+``jarvis task``) imports the protocol and the client, never the server, agents or
+engines.
 """
 
-from ._client import Client
-from ._protocol import PROTOCOL_VERSION, DaemonStatus, TaskInfo
-from ._server import Daemon, DaemonPaths, ExitCode
-from ._store import TaskStore
-from ._tasks import TaskManager
-from ._watch import Watcher, WatchFilter
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._client import Client
+    from ._protocol import PROTOCOL_VERSION, DaemonStatus, TaskInfo
+    from ._server import Daemon, DaemonPaths, ExitCode
+    from ._store import TaskStore
+    from ._tasks import TaskManager
+    from ._watch import Watcher, WatchFilter
+
+_LAZY = {
+    "PROTOCOL_VERSION": "._protocol",
+    "Client": "._client",
+    "Daemon": "._server",
+    "DaemonPaths": "._server",
+    "DaemonStatus": "._protocol",
+    "ExitCode": "._server",
+    "TaskInfo": "._protocol",
+    "TaskManager": "._tasks",
+    "TaskStore": "._store",
+    "WatchFilter": "._watch",
+    "Watcher": "._watch",
+}
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -24,3 +46,16 @@ __all__ = [
     "WatchFilter",
     "Watcher",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jarvisd.daemon' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -18,14 +18,14 @@ from jarvisd._errors import (
     ProtocolError,
     QueueFull,
     ShuttingDown,
-    TaskNotFound,
-    UsageError,
 )
 from jarvisd._paths import paths
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs._failures import from_wire
+from jarvisd.runs._spec import AgentSpec
 
 from ._protocol import (
     Ask,
+    AskCancel,
     DaemonStatus,
     Delta,
     ErrorReply,
@@ -59,14 +59,11 @@ _MAX_REPLY_BYTES = 64 * 1024 * 1024
 
 
 def raise_for_error(reply: ErrorReply) -> None:
-    if reply.code == "not_found":
-        raise TaskNotFound(reply.message)
-    if reply.code in ("usage", "bad_request"):
-        raise UsageError(reply.message)
-    for typed in (QueueFull, ShuttingDown):
-        if reply.code == typed.code:
-            raise typed(f"jarvisd: {reply.message}")
-    raise DaemonError(f"jarvisd: {reply.message} ({reply.code})")
+    """Raise the error an ``error`` reply stands for (the one table of codes)."""
+    error = from_wire(reply.code, reply.message)
+    if isinstance(error, DaemonError) and not isinstance(error, QueueFull | ShuttingDown):
+        raise DaemonError(f"jarvisd: {reply.message} ({reply.code})")
+    raise error
 
 
 class Client:
@@ -101,6 +98,7 @@ class Client:
         """Send ``request``; yield each reply up to and including the final one.
         ``timeout`` is per read (None: wait forever; -1: the client's default)."""
         sock = self._connect()
+        reader = None
         try:
             sock.settimeout(self.timeout if timeout == -1.0 else timeout)
             if not request.id:
@@ -110,16 +108,29 @@ class Client:
                 sock.sendall(encode(request))
             except OSError as exc:
                 raise DaemonUnavailable(f"jarvisd closed the connection: {exc}") from exc
+            # From here on the daemon may have acted on the request: losing it is an
+            # error that says so (DaemonError), never "no daemon" (DaemonUnavailable),
+            # which a caller may answer by doing the same work again elsewhere.
             reader = sock.makefile("rb")
             while True:
                 try:
                     line = reader.readline(_MAX_REPLY_BYTES)
                 except TimeoutError as exc:
-                    raise DaemonError("jarvisd did not answer in time") from exc
+                    waited = sock.gettimeout()
+                    raise DaemonError(
+                        f"jarvisd did not answer for {waited:g} s (is it stopped or hung? "
+                        "`jarvis daemon status`)"
+                    ) from exc
                 except OSError as exc:
-                    raise DaemonUnavailable(f"lost the connection to jarvisd: {exc}") from exc
+                    raise DaemonError(
+                        f"lost the connection to jarvisd while it was answering ({exc}); "
+                        f"the {request.op} request was not sent again"
+                    ) from exc
                 if not line:
-                    raise DaemonUnavailable("jarvisd closed the connection before answering")
+                    raise DaemonError(
+                        "jarvisd closed the connection before it finished answering "
+                        f"(did it stop?); the {request.op} request was not sent again"
+                    )
                 reply = parse_reply(line)
                 if isinstance(reply, ErrorReply) and reply.id in ("", request.id):
                     raise_for_error(reply)
@@ -127,6 +138,8 @@ class Client:
                 if reply.final:
                     return
         finally:
+            if reader is not None:
+                reader.close()
             sock.close()
 
     def call(self, request: Request, expect: type[_R], *, timeout: float | None = -1.0) -> _R:
@@ -151,10 +164,22 @@ class Client:
     def shutdown(self) -> None:
         self.call(Shutdown(), Ok)
 
-    def ask(self, spec: AgentSpec) -> Iterator[Delta | ResultReply]:
-        for reply in self.stream(Ask(spec=spec), timeout=None):
-            if isinstance(reply, Delta | ResultReply):
+    def ask(
+        self, spec: AgentSpec, *, keepalive: float | None = 5.0, ask_id: str = ""
+    ) -> Generator[Delta | EventReply | ResultReply, None, None]:
+        """Run ``spec`` in the daemon: streamed text, forwarded run events, then the
+        outcome. With a ``keepalive`` the daemon says it is alive that often, and a
+        silence of three times as long is an error (a stopped daemon never hangs us).
+        ``ask_id`` (unique) lets :meth:`cancel_ask` stop it from another connection."""
+        timeout = None if keepalive is None else max(3 * keepalive, keepalive + 1.0)
+        request = Ask(id=ask_id, spec=spec, keepalive=keepalive)
+        for reply in self.stream(request, timeout=timeout):
+            if isinstance(reply, Delta | EventReply | ResultReply):
                 yield reply
+
+    def cancel_ask(self, ask_id: str, reason: str = "cancelled") -> None:
+        """Stop the running ask ``ask_id``; it ends with a cancelled outcome."""
+        self.call(AskCancel(ask=ask_id, reason=reason), Ok)
 
     def submit(
         self, spec: AgentSpec, *, watch: str | None = None, timeout: float | None = None

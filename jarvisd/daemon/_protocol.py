@@ -19,7 +19,8 @@ op         fields                               replies
 ========== ==================================== =========================================
 ping                                            pong
 status                                          status
-ask        spec (AgentSpec dict)                delta*, event*, result | error
+ask        spec (AgentSpec dict), keepalive? delta*, event*, alive*, result | error
+ask.cancel ask (the ask's request id), reason?  ok (the ask ends with a cancelled result)
 task.submit spec, watch?, timeout?              task (at once; queued)
 task.list  states?, limit?                      tasks
 task.show  task                                 task
@@ -32,8 +33,9 @@ shutdown                                        ok
 Limits: a line longer than ``daemon.max_frame_bytes`` gets ``error`` (code
 ``frame_too_large``) and the connection is closed; a line that is not JSON, not an
 object, or not a valid request gets ``error`` (``bad_request``) and the connection
-stays usable. Error codes: bad_request, frame_too_large, version, not_found,
-queue_full, denied, shutting_down, usage, failed, internal.
+stays usable. Error codes are those of ``jarvisd.runs._failures`` (the one table), plus
+the socket layer's bad_request, frame_too_large, version and denied. A run that ends
+without an answer is not an ``error``: its ``result`` (a ``RunOutcome``) says why.
 
 Everything is parsed here, once, into the dataclasses below; the server and the client
 never handle loose dicts.
@@ -47,13 +49,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from jarvisd._errors import JarvisError, ProtocolError
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 
 __all__ = [
     "CHECKPOINT_EVENT",
     "PROTOCOL_VERSION",
     "TERMINAL_STATES",
+    "Alive",
     "Ask",
+    "AskCancel",
     "DaemonStatus",
     "Delta",
     "ErrorReply",
@@ -148,12 +152,6 @@ def _obj(data: Mapping[str, Any], key: str, required: bool = True) -> dict[str, 
 def _spec(data: Mapping[str, Any]) -> AgentSpec:
     raw = _obj(data, "spec")
     assert raw is not None
-    for key in ("tools", "mounts"):
-        value = raw.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ProtocolError(f"spec field {key!r} must be a list of strings")
-    if not isinstance(raw.get("options") or {}, dict):
-        raise ProtocolError("spec field 'options' must be an object")
     try:
         return AgentSpec.from_dict(raw)
     except (TypeError, ValueError, JarvisError) as exc:
@@ -195,13 +193,36 @@ class Shutdown(Request):
 class Ask(Request):
     op: ClassVar[str] = "ask"
     spec: AgentSpec = field(default_factory=lambda: AgentSpec(input=""))
+    #: Seconds between ``alive`` replies while the run goes on (None: none), so a
+    #: client can tell a slow answer from a daemon that stopped.
+    keepalive: float | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict()}
+        return {"spec": self.spec.to_dict(), "keepalive": self.keepalive}
 
     @classmethod
     def from_body(cls, id: str, data: Mapping[str, Any]) -> Ask:
-        return cls(id=id, spec=_spec(data))
+        keepalive = _opt_float(data, "keepalive")
+        if keepalive is not None and not 0.05 <= keepalive <= 3600:
+            raise ProtocolError("field 'keepalive' must be between 0.05 and 3600 seconds")
+        return cls(id=id, spec=_spec(data), keepalive=keepalive)
+
+
+@dataclass(frozen=True, slots=True)
+class AskCancel(Request):
+    """Stop a running ``ask`` (by its request id, which the asking client chose): it
+    ends with a ``cancelled`` outcome on its own connection."""
+
+    op: ClassVar[str] = "ask.cancel"
+    ask: str = ""
+    reason: str = "cancelled"
+
+    def body(self) -> dict[str, Any]:
+        return {"ask": self.ask, "reason": self.reason}
+
+    @classmethod
+    def from_body(cls, id: str, data: Mapping[str, Any]) -> AskCancel:
+        return cls(id=id, ask=_str(data, "ask"), reason=_str(data, "reason", "cancelled")[:500])
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,8 +322,8 @@ class TaskWait(Request):
 
 REQUESTS: dict[str, type[Request]] = {
     cls.op: cls
-    for cls in (Ping, Status, Shutdown, Ask, TaskSubmit, TaskList, TaskShow, TaskCancel,
-                TaskLogs, TaskWait)
+    for cls in (Ping, Status, Shutdown, Ask, AskCancel, TaskSubmit, TaskList, TaskShow,
+                TaskCancel, TaskLogs, TaskWait)
 }  # fmt: skip
 
 
@@ -319,7 +340,7 @@ class TaskInfo:
     finished_at: float | None = None
     #: Why the task ended the way it did (cancel reason, error, interruption).
     reason: str = ""
-    result: Mapping[str, Any] | None = None  # AgentResult.to_dict()
+    result: Mapping[str, Any] | None = None  # RunOutcome.to_dict()
     attempts: int = 0
     watch: str | None = None
     rerun_of: str | None = None
@@ -535,6 +556,21 @@ class Delta(Reply):
 
 
 @dataclass(frozen=True, slots=True)
+class Alive(Reply):
+    """The run goes on (``ask`` with a keepalive): nothing to show yet."""
+
+    type: ClassVar[str] = "alive"
+    final: ClassVar[bool] = False
+
+    def body(self) -> dict[str, Any]:
+        return {}
+
+    @classmethod
+    def from_body(cls, id: str, data: Mapping[str, Any]) -> Alive:
+        return cls(id=id)
+
+
+@dataclass(frozen=True, slots=True)
 class EventReply(Reply):
     """One stored task event (``task.logs``) or a live run event (``ask``)."""
 
@@ -563,7 +599,7 @@ class EventReply(Reply):
 @dataclass(frozen=True, slots=True)
 class ResultReply(Reply):
     type: ClassVar[str] = "result"
-    result: Mapping[str, Any] = field(default_factory=dict)  # AgentResult.to_dict()
+    result: Mapping[str, Any] = field(default_factory=dict)  # RunOutcome.to_dict()
 
     def body(self) -> dict[str, Any]:
         return {"result": dict(self.result)}
@@ -606,8 +642,8 @@ class TaskListReply(Reply):
 
 REPLIES: dict[str, type[Reply]] = {
     cls.type: cls
-    for cls in (Pong, Ok, ErrorReply, StatusReply, Delta, EventReply, ResultReply, TaskReply,
-                TaskListReply)
+    for cls in (Pong, Ok, ErrorReply, StatusReply, Delta, Alive, EventReply, ResultReply,
+                TaskReply, TaskListReply)
 }  # fmt: skip
 
 

@@ -36,17 +36,22 @@ from jarvisd._errors import (
     UsageError,
 )
 from jarvisd._paths import paths
+from jarvisd._run import CancelToken
 from jarvisd._version import __version__
-from jarvisd.engines import Engine
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import RunOutcome
+from jarvisd.runs._failures import to_wire
 
+from ._askpool import AskPool
 from ._protocol import (
     PROTOCOL_VERSION,
     TERMINAL_STATES,
+    Alive,
     Ask,
+    AskCancel,
     DaemonStatus,
     Delta,
     ErrorReply,
+    EventReply,
     Ok,
     Ping,
     Pong,
@@ -159,6 +164,7 @@ class Daemon:
         self.started_at = time.time()
         self.store = TaskStore(self.paths.database)
         self.tasks = TaskManager(self.store, lambda: self.config)
+        self.asks = AskPool(lambda: self.config)
         self.watcher = Watcher(debounce=1.0)
         self.should_exit = False
         self._stop = asyncio.Event()
@@ -166,8 +172,8 @@ class Daemon:
         self._connections: set[asyncio.Task[Any]] = set()
         self._watch_runs: dict[str, str] = {}  # watch task id -> its latest run's id
         self._previous_handlers: dict[int, Any] = {}
-        self._engines: dict[tuple[str, str], Engine] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._asks: dict[str, CancelToken] = {}  # running asks by request id
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -225,6 +231,7 @@ class Daemon:
             # and the sweep spares containers whose owner is alive, so it can run late.
             threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
             await self.tasks.start()
+            await self.asks.start()
             limit = self.config.daemon.max_frame_bytes + 1
             old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
             try:
@@ -246,13 +253,14 @@ class Daemon:
             log.info("shutting down: no new connections; stopping running tasks")
             self._server.close()
             await self.tasks.stop()
-            await self._close_engines()
+            await self.asks.stop()
             for conn in list(self._connections):
                 conn.cancel()
             await asyncio.gather(*self._connections, watch_loop, return_exceptions=True)
             return ExitCode.OK
         finally:
             self.watcher.stop()
+            await self.asks.stop()
             if self._server is not None:
                 self._server.close()
             self.store.close()
@@ -352,10 +360,6 @@ class Daemon:
         self.config = config
         self.config_error = ""
         self.config_loaded_at = time.time()
-        if self._engines:  # they were built from the old config
-            task = asyncio.get_running_loop().create_task(self._close_engines())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
         log.info("configuration reloaded from %s", self.config_path)
 
     # -- connections ----------------------------------------------------------------
@@ -433,19 +437,13 @@ class Daemon:
             async with contextlib.aclosing(self._answer(request)) as replies:
                 async for reply in replies:
                     yield reply
-        except TaskNotFound as exc:
-            yield ErrorReply(id=rid, code="not_found", message=str(exc))
-        except (UsageError, ProtocolError) as exc:
-            yield ErrorReply(id=rid, code="usage", message=str(exc))
-        except DaemonError as exc:
-            yield ErrorReply(id=rid, code=exc.code, message=str(exc))
-        except JarvisError as exc:
-            yield ErrorReply(id=rid, code="failed", message=f"{type(exc).__name__}: {exc}")
         except (ConnectionError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            log.exception("request %s failed", request.op)
-            yield ErrorReply(id=rid, code="internal", message=f"{type(exc).__name__}: {exc}")
+            if not isinstance(exc, JarvisError):
+                log.exception("request %s failed", request.op)
+            code, message = to_wire(exc)
+            yield ErrorReply(id=rid, code=code, message=message)
 
     async def _answer(self, request: Request) -> AsyncGenerator[Reply, None]:
         rid = request.id
@@ -461,6 +459,12 @@ class Daemon:
             async with contextlib.aclosing(self._ask(request)) as replies:
                 async for reply in replies:
                     yield reply
+        elif isinstance(request, AskCancel):
+            cancel = self._asks.get(request.ask)
+            if cancel is None:
+                raise UsageError(f"no running ask {request.ask!r}")
+            cancel.cancel(request.reason)
+            yield Ok(id=rid, message="cancelling")
         elif isinstance(request, TaskSubmit):
             yield TaskReply(id=rid, task=self._submit(request))
         elif isinstance(request, TaskList):
@@ -508,6 +512,9 @@ class Daemon:
         )
 
     def _submit(self, request: TaskSubmit) -> Any:
+        from jarvisd.runs import validate_spec
+
+        validate_spec(request.spec, self.config)  # refused now, not when it runs
         watch = None
         if request.watch is not None:
             path = Path(request.watch).expanduser()
@@ -519,57 +526,50 @@ class Daemon:
             self._add_task_watch(info.id, watch)
         return info
 
-    def _engine_for(self, spec: AgentSpec) -> Engine:
-        """A warm engine for ``ask`` (its HTTP client, or a loaded llama.cpp model, is
-        reused across questions); the cache is dropped when the config changes."""
-        from jarvisd.engines import select_engine
-
-        key = (spec.engine or "", spec.model)
-        engine = self._engines.get(key)
-        if engine is None:
-            engine = self._engines[key] = select_engine(self.config, spec.engine, spec.model)
-        return engine
-
-    async def _close_engines(self) -> None:
-        engines, self._engines = list(self._engines.values()), {}
-        for engine in engines:
-            try:
-                await engine.aclose()
-            except Exception:
-                log.exception("closing engine %s failed", engine.name)
-
     async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:
-        """Run the spec here, streaming text as it is generated, then the outcome."""
-        from jarvisd._run import RunContext
-        from jarvisd.cli._ask import run_ask
-
+        """Answer in an ask worker (never in this process), streaming text and tool-call
+        events as they come, then the outcome; ``alive`` every ``keepalive`` seconds
+        while nothing else is sent. A client that goes away cancels the run."""
         queue: asyncio.Queue[Reply | None] = asyncio.Queue()
-        run = RunContext(on_delta=lambda text: queue.put_nowait(Delta(id=request.id, text=text)))
+        cancel = CancelToken()
+        if request.id:
+            self._asks[request.id] = cancel
 
         async def go() -> None:
             try:
-                engine = self._engine_for(request.spec)
-                outcome = await run_ask(request.spec, run, self.config, engine)
-                queue.put_nowait(ResultReply(id=request.id, result=outcome))
+                async for item in self.asks.ask(request.spec, cancel):
+                    if isinstance(item, RunOutcome):
+                        queue.put_nowait(ResultReply(id=request.id, result=item.to_dict()))
+                    elif item.type == "inference_delta":
+                        text = item.data.get("text")
+                        if isinstance(text, str):
+                            queue.put_nowait(Delta(id=request.id, text=text))
+                    else:
+                        queue.put_nowait(EventReply(id=request.id, event=item.type,
+                                                    data=item.data, timestamp=time.time()))  # fmt: skip
             except Exception as exc:
-                if isinstance(exc, JarvisError):
-                    message = str(exc)
-                    code = "usage" if isinstance(exc, UsageError) else "failed"
-                else:
-                    log.exception("ask failed")
-                    code, message = "internal", f"{type(exc).__name__}: {exc}"
-                queue.put_nowait(ErrorReply(id=request.id, code=code, message=message,
-                                            ))  # fmt: skip
+                log.exception("ask failed")
+                code, message = to_wire(exc)
+                queue.put_nowait(ErrorReply(id=request.id, code=code, message=message))
             finally:
                 queue.put_nowait(None)
 
         worker = asyncio.create_task(go())
         try:
-            while (reply := await queue.get()) is not None:
+            while True:
+                try:
+                    reply = await asyncio.wait_for(queue.get(), request.keepalive)
+                except TimeoutError:
+                    yield Alive(id=request.id)
+                    continue
+                if reply is None:
+                    break
                 yield reply
         finally:
+            if self._asks.get(request.id) is cancel:
+                del self._asks[request.id]
             if not worker.done():  # the client went away: stop the run
-                run.cancel.cancel("the client disconnected")
+                cancel.cancel("the client disconnected")
                 await asyncio.gather(worker, return_exceptions=True)
 
     async def _logs(self, request: TaskLogs) -> AsyncGenerator[Reply, None]:

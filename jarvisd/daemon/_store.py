@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jarvisd._errors import TaskNotFound, UsageError
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 
 from ._protocol import EventReply, TaskInfo
 

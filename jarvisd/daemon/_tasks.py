@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jarvisd._config import Config
-from jarvisd._errors import QueueFull, ShuttingDown
+from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -42,7 +42,7 @@ from jarvisd.protocol import (
     decode_line,
     encode,
 )
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec, Failure, RunOutcome
 
 from ._protocol import CHECKPOINT_EVENT, TaskInfo
 from ._store import TaskStore
@@ -468,12 +468,26 @@ class TaskManager:
             rt.seen.setdefault(proc.pid, proc)
 
     def _outcome(self, rt: _Running, frame: ResultFrame | ErrorFrame) -> None:
-        if isinstance(frame, ResultFrame):
-            rt.outcome = ("succeeded", "", dict(frame.result))
+        """A task ends as its run's outcome says: succeeded with an answer, cancelled,
+        or failed with the failure's code (the one table: ``jarvisd.runs._failures``).
+        The outcome is stored either way, so ``task show`` has turns, usage and the code."""
+        failure: Failure | None
+        result: dict[str, Any] | None
+        if isinstance(frame, ErrorFrame):
+            failure, result = Failure(frame.code, frame.message), None
         else:
-            cancelled = frame.code == "cancelled"
-            reason = frame.message if cancelled else f"{frame.code}: {frame.message}"
-            rt.outcome = ("cancelled" if cancelled else "failed", reason, None)
+            try:
+                outcome = RunOutcome.from_dict(frame.result)
+            except ProtocolError as exc:
+                rt.outcome = ("failed", f"protocol: the worker sent {exc}", None)
+                return
+            failure, result = outcome.failure, outcome.to_dict()
+        if failure is None:
+            rt.outcome = ("succeeded", "", result)
+        elif failure.code == "cancelled":
+            rt.outcome = ("cancelled", failure.message, result)
+        else:
+            rt.outcome = ("failed", f"{failure.code}: {failure.message}", result)
 
     def _signal_cancel(self, rt: _Running, reason: str) -> None:
         if rt.cancel_reason:

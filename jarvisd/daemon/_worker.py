@@ -10,7 +10,8 @@ down. The daemon writes to stdin, reads frames from stdout::
     worker -> daemon   event {type, data}     every run event, in order
                        event {type: "checkpoint", data: state}  after each model turn
                        ping                   barrier: "have you stored everything so far?"
-                       result {result} | error {code, message}
+                       result {result: RunOutcome}  how the run ended, failures included
+                       error {code, message}  only when the start frame was unusable
 
 Before a tool call runs, and after each checkpoint, the worker waits for the daemon to
 confirm it stored the events so far (a ping/pong barrier). So a tool can never have an
@@ -123,15 +124,15 @@ async def _run(host: _Host, start: Start) -> None:
     from jarvisd._config import parse_config
     from jarvisd._errors import JarvisError
     from jarvisd._events import Event, EventType
-    from jarvisd._run import BudgetExceeded, Cancelled, RunContext
-    from jarvisd.runtime import AgentSpec, run_agent
+    from jarvisd._run import RunContext
+    from jarvisd.runs import AgentSpec, run_spec, to_wire
 
     payload = start.payload
     try:
         spec = AgentSpec.from_dict(payload.get("spec") or {})
         config = parse_config(payload.get("config") or {}, str(payload.get("config_source") or ""))
     except JarvisError as exc:
-        host.send(ErrorFrame(code="usage", message=str(exc)))
+        host.send(ErrorFrame(*to_wire(exc)))
         host.barrier()
         return
     resume = payload.get("resume")
@@ -160,19 +161,8 @@ async def _run(host: _Host, start: Start) -> None:
 
     run.bus.subscribe(forward)
     host.on_cancel = lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason)
-    try:
-        result = await run_agent(spec, run, config=config)
-    except Cancelled as exc:
-        host.send(ErrorFrame(code="cancelled", message=str(exc) or run.cancel.reason))
-    except BudgetExceeded as exc:
-        host.send(ErrorFrame(code="budget", message=str(exc)))
-    except JarvisError as exc:
-        host.send(ErrorFrame(code=type(exc).__name__, message=str(exc)))
-    except Exception as exc:
-        log.exception("task failed")
-        host.send(ErrorFrame(code="internal", message=f"{type(exc).__name__}: {exc}"))
-    else:
-        host.send(ResultFrame(result=_jsonable(result.to_dict())))
+    outcome = await run_spec(spec, run, config)
+    host.send(ResultFrame(result=_jsonable(outcome.to_dict())))
     host.barrier()
 
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 from .._config import Config
 from .._errors import EngineUnavailable, UsageError
 from .._plugins import import_from_string, load_plugins
 from ._base import Engine
 
-__all__ = ["ENGINE_NAMES", "build_engine", "engine_names", "ollama_reachable", "select_engine"]
+__all__ = [
+    "ENGINE_NAMES",
+    "build_engine",
+    "engine_names",
+    "ollama_host",
+    "ollama_reachable",
+    "select_engine",
+]
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +35,20 @@ def engine_names() -> list[str]:
     return sorted(load_plugins("jarvisd.engines", BUILTIN_ENGINES))
 
 
-def build_engine(name: str, config: Config, model: str = "") -> Engine:
-    """Construct (no I/O) the engine called ``name`` from config."""
+def ollama_host(config: Config, env: Mapping[str, str] | None = None) -> str:
+    """Where Ollama is: the config, else ``OLLAMA_HOST`` from ``env`` (the caller's
+    environment; this process's when None), else the default."""
+    from ._ollama import DEFAULT_HOST
+
+    env = os.environ if env is None else env
+    return config.engine.ollama.host or env.get("OLLAMA_HOST") or DEFAULT_HOST
+
+
+def build_engine(
+    name: str, config: Config, model: str = "", env: Mapping[str, str] | None = None
+) -> Engine:
+    """Construct (no I/O) the engine called ``name`` from config; ``env`` is the
+    caller's engine-selecting environment (this process's when None)."""
     model = model or config.engine.model
     if name == "llamacpp":
         from ._llamacpp import LlamaCppEngine
@@ -42,7 +62,7 @@ def build_engine(name: str, config: Config, model: str = "") -> Engine:
 
         o = config.engine.ollama
         return OllamaEngine(
-            o.host, model=model, timeout=o.timeout, connect_timeout=o.connect_timeout,
+            ollama_host(config, env), model=model, timeout=o.timeout, connect_timeout=o.connect_timeout,
             max_context=o.max_context,
         )  # fmt: skip
     if name == "openai":
@@ -62,12 +82,12 @@ def build_engine(name: str, config: Config, model: str = "") -> Engine:
     return engine
 
 
-def ollama_reachable(config: Config, timeout: float = 0.3) -> bool:
+def ollama_reachable(
+    config: Config, timeout: float = 0.3, env: Mapping[str, str] | None = None
+) -> bool:
     import httpx
 
-    from ._ollama import DEFAULT_HOST
-
-    host = config.engine.ollama.host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
+    host = ollama_host(config, env)
     if "://" not in host:
         host = "http://" + host
     try:
@@ -76,19 +96,25 @@ def ollama_reachable(config: Config, timeout: float = 0.3) -> bool:
         return False
 
 
-def select_engine(config: Config, explicit: str | None = None, model: str = "") -> Engine:
+def select_engine(
+    config: Config,
+    explicit: str | None = None,
+    model: str = "",
+    env: Mapping[str, str] | None = None,
+) -> Engine:
     """The engine to use now. Explicit choices are honoured even when unreachable (the
-    first call then fails with a clear EngineUnavailable); ``auto`` probes."""
+    first call then fails with a clear EngineUnavailable); ``auto`` probes. ``env`` is
+    the caller's engine-selecting environment (``AgentSpec.env``; None: this process's)."""
     name = explicit or config.engine.default
     if name != "auto":
-        return build_engine(name, config, model)
-    if ollama_reachable(config):
+        return build_engine(name, config, model, env)
+    if ollama_reachable(config, env=env):
         log.debug("auto: using the reachable Ollama")
-        return build_engine("ollama", config, model)
+        return build_engine("ollama", config, model, env)
     from ._llamacpp import llama_cpp_available
 
     if llama_cpp_available():
-        return build_engine("llamacpp", config, model)
+        return build_engine("llamacpp", config, model, env)
     raise EngineUnavailable(
         "no engine available: no Ollama answers and llama-cpp-python is not installed; "
         "run `make setup`, start Ollama, or pass --engine openai with a server"

@@ -4,7 +4,7 @@ code they write, with a mount allowlist that holds.
 Public surface: the executor backends (``DockerExecutor``, ``BwrapExecutor``) behind the
 ``jarvisd.executors`` seam, ``executor_for_backend`` (used by
 ``jarvisd.executors.executor_for``), the mount policy, ``SandboxedAgent`` and
-``sandboxed_agent`` (used by ``jarvisd.runtime.build_agent``), ``sweep_orphans``.
+``sandboxed_agent`` (used by ``jarvisd.runs.build_agent``), ``sweep_orphans``.
 """
 
 from __future__ import annotations

@@ -19,22 +19,21 @@ in a checkpoint of its own (``resumable: false``), and refuses a resume.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import _errors
-from .._errors import JarvisError, SandboxError, UsageError
-from .._run import Budget, BudgetExceeded, Cancelled, RunContext
+from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
+from .._run import Budget, Cancelled, RunContext
 from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine
 from ..executors import CodeExecutor, ExecRequest
 from ..protocol import ErrorFrame, ResultFrame, Start
+from ..runs._outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ..runtime import AgentSpec
+    from ..runs import AgentSpec
 
 __all__ = [
     "CALLS_PER_TURN",
@@ -160,14 +159,18 @@ class SandboxedAgent(BaseAgent):
             raise Cancelled(run.cancel.reason)
         final, process = outcome.final, outcome.process
         if isinstance(final, ResultFrame):
-            result = AgentResult.from_dict(dict(final.result))
+            try:
+                inner = RunOutcome.from_dict(final.result)
+            except ProtocolError as exc:
+                raise SandboxError(f"the sandboxed agent sent a malformed result: {exc}") from exc
+            result = _agent_result(inner)
             result.metadata["sandbox"] = {
                 "backend": getattr(self.executor, "name", ""),
                 "duration_s": round(process.duration_s, 3),
             }
             return result
         if isinstance(final, ErrorFrame):
-            raise _error_from_frame(final)
+            raise _in_the_sandbox(Failure(final.code, final.message))
         tail = "\n".join(process.stderr.strip().splitlines()[-5:])
         if process.reason == "timeout":
             raise SandboxError(
@@ -185,16 +188,30 @@ class SandboxedAgent(BaseAgent):
         )
 
 
-def _error_from_frame(frame: ErrorFrame) -> BaseException:
-    if frame.code == "cancelled":
-        return Cancelled(frame.message)
-    if frame.code == "stopped":
-        return BudgetExceeded(frame.message)
-    cls = getattr(_errors, frame.code, None) if frame.code in _errors.__all__ else None
-    if isinstance(cls, type) and issubclass(cls, JarvisError) and cls is not _errors.ConfigError:
-        with contextlib.suppress(TypeError):
-            return cls(f"in the sandbox: {frame.message}")
-    return SandboxError(f"the sandboxed agent failed ({frame.code}): {frame.message}")
+def _agent_result(outcome: RunOutcome) -> AgentResult:
+    """The inner run's outcome as this (host-side) agent's result. A run that ended
+    without an answer stays one (the host's outcome reports it the same way as an
+    unsandboxed run); any other failure is raised here."""
+    metadata = dict(outcome.metadata)
+    failure = outcome.failure
+    content = outcome.answer
+    if failure is not None:
+        if failure.code != "no_answer":
+            raise _in_the_sandbox(failure)
+        content = "Error: " + failure.message
+        metadata.setdefault("error", failure.message)
+    return AgentResult(content, list(outcome.tool_results), outcome.turns, metadata, outcome.usage)
+
+
+def _in_the_sandbox(failure: Failure) -> BaseException:
+    """The error to raise on the host for a failure in the container (the one table of
+    codes: a code the table does not know is the sandbox's own failure)."""
+    if failure.code in ("cancelled", "budget"):
+        return failure.error()
+    error = Failure(failure.code, f"in the sandbox: {failure.message}").error()
+    if type(error) is JarvisError:  # no code of the table: say it is the sandbox's
+        return SandboxError(f"the sandboxed agent failed ({failure.code}): {failure.message}")
+    return error
 
 
 def _jsonable(value: Any) -> Any:
@@ -204,7 +221,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def sandboxed_agent(key: str, spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
-    """What ``jarvisd.runtime.build_agent`` returns for ``spec.sandbox``: agent ``key``
+    """What ``jarvisd.runs.build_agent`` returns for ``spec.sandbox``: agent ``key``
     in the sandbox. Mounts are checked when the run starts (MountRefused)."""
     AgentRegistry.get(key)  # an unknown agent fails here, on the host, clearly
     inner = dataclasses.replace(spec, agent=key)

@@ -211,10 +211,12 @@ class DockerExecutor(CodeExecutor):
         await asyncio.to_thread(self._check)
 
     def _check(self) -> None:
-        from ._image import image_present
+        import docker.errors
 
-        if not image_present(self.client(), self.policy.image):
-            raise SandboxUnavailable(_NO_IMAGE.format(image=self.policy.image))
+        try:
+            self.client().api.inspect_image(self.policy.image)
+        except docker.errors.ImageNotFound:
+            raise SandboxUnavailable(_NO_IMAGE.format(image=self.policy.image)) from None
 
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
@@ -607,3 +609,8 @@ class DockerChannel(Channel):
         if self._removed:
             return
         await asyncio.to_thread(self._terminate, reason)
+
+
+def podman_executor(config: Config) -> DockerExecutor:
+    """The podman backend (``sandbox.backend = "podman"``): its Docker-compatible socket."""
+    return DockerExecutor(config, flavor="podman")

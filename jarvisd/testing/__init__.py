@@ -13,6 +13,9 @@ streaming, error bodies, tool calls) answering from a :class:`ScriptedEngine`::
 Script an ``EngineResponseError("boom", 500)`` to get an error body with status 500.
 It is the same server as ``jarvis serve-model``, so it cannot drift from what users run.
 
+``FakeHost`` is a :class:`jarvisd.runs.Host` that returns scripted outcomes (or raises
+scripted errors) without running anything: for code that takes a host.
+
 ``refuse_network()`` keeps a test on loopback: reaching or resolving any other host
 raises :class:`NetworkRefused` (use it in an autouse fixture).
 """
@@ -21,9 +24,17 @@ from __future__ import annotations
 
 from ..engines import Engine, ScriptedEngine, reply
 from ..server import OllamaServer
+from ._host import FakeHost
 from ._network import NetworkRefused, refuse_network
 
-__all__ = ["NetworkRefused", "OllamaStandIn", "ScriptedEngine", "refuse_network", "reply"]
+__all__ = [
+    "FakeHost",
+    "NetworkRefused",
+    "OllamaStandIn",
+    "ScriptedEngine",
+    "refuse_network",
+    "reply",
+]
 
 
 class OllamaStandIn(OllamaServer):

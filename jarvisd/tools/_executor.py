@@ -153,6 +153,8 @@ class ToolExecutor:
                     start,
                     blocked=True,
                 )
+        if run is not None:
+            run.budget.reserve_tool_call()
         bus = run.bus if run is not None else self.bus
         if bus is not None:
             bus.publish(EventType.TOOL_CALL_START, tool=resolved, arguments=params, call_id=call.id)

@@ -490,7 +490,7 @@ def test_code_agents_take_executor_and_network_from_the_runs_config(
     from pathlib import Path
 
     from jarvisd._config import Config, SandboxConfig, ToolsConfig
-    from jarvisd.runtime import AgentSpec, build_agent, run_agent
+    from jarvisd.runs import AgentSpec, build_agent, run_spec
 
     # A broken file on disk must not matter: the run was given its config.
     (Path(isolated_dirs) / "config" / "config.toml").write_text("[sandbox]\nbackend = 7\n")
@@ -507,8 +507,8 @@ def test_code_agents_take_executor_and_network_from_the_runs_config(
         else ["```repl\nFINAL(str(6 * 7))\n```"]
     )
     spec = AgentSpec(input="what is 6*7?", agent=agent)
-    result = asyncio.run(run_agent(spec, RunContext(), config=none, engine=engine))
-    assert result.content.strip() == "42", result
+    result = asyncio.run(run_spec(spec, RunContext(), none, engine))
+    assert result.answer.strip() == "42", result
 
 
 @pytest.mark.parametrize("agent", ["native_openhands", "rlm"])

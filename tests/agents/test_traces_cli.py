@@ -68,18 +68,23 @@ def test_executor_for_backends() -> None:
             executor_for(Config(sandbox=SandboxConfig(backend="docker")))
 
 
-def test_every_run_agent_call_is_traced_even_when_it_fails() -> None:
+def test_every_run_is_traced_even_when_it_fails() -> None:
     import asyncio
 
     from jarvisd import EngineResponseError
+    from jarvisd._config import Config
+    from jarvisd._run import RunContext
     from jarvisd.engines import ScriptedEngine, reply
-    from jarvisd.runtime import AgentSpec, run_agent
+    from jarvisd.runs import AgentSpec, run_spec
     from jarvisd.traces import TraceStore
 
-    asyncio.run(run_agent(AgentSpec("hello", agent="simple"), engine=ScriptedEngine([reply("hi")])))
+    spec = AgentSpec("hello", agent="simple")
+    asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([reply("hi")])))
     failing = ScriptedEngine([EngineResponseError("model exploded", 500)])
-    with pytest.raises(EngineResponseError):
-        asyncio.run(run_agent(AgentSpec("boom", agent="simple"), engine=failing))
+    outcome = asyncio.run(
+        run_spec(AgentSpec("boom", agent="simple"), RunContext(), Config(), failing)
+    )
+    assert outcome.failure is not None and outcome.failure.code == "engine_response"
     store = TraceStore()
     traces = store.list()
     store.close()

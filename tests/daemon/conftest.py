@@ -3,6 +3,7 @@ behind a real Ollama-protocol HTTP server (``OllamaStandIn``)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,12 +11,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd.daemon import Client, DaemonPaths
 from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.engines._base import DEFAULT_OPTIONS
+from jarvisd.engines._scripted import ScriptedCall
 from jarvisd.testing import OllamaStandIn
 
 
@@ -97,6 +101,17 @@ class DaemonProcess:
                 return
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}\n{self.log_text()}")
+
+
+class SlowOnCue(ScriptedEngine):
+    """Answers "slow" questions only after a minute (they are cancelled long before),
+    without holding up the server's other requests."""
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        if any("slow" in m.content for m in messages if m.role is Role.USER):
+            self.calls.append(ScriptedCall(tuple(messages), "", (), DEFAULT_OPTIONS))
+            await asyncio.sleep(60)
+        return await super().generate(messages, **kwargs)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from jarvisd._errors import DaemonError, DaemonUnavailable, TaskNotFound
 from jarvisd.daemon import Client
 from jarvisd.daemon._server import take_lock
 from jarvisd.engines import ScriptedEngine
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 from tests.conftest import require
 
 from .conftest import DaemonProcess
@@ -53,7 +53,7 @@ def test_submit_follow_wait_show(jarvisd: DaemonProcess) -> None:
     assert [e.seq for e in followed] == list(range(1, len(followed) + 1))
     done = c.wait(info.id)
     assert done.state == "succeeded" and done.result is not None
-    assert done.result["content"] == "answer to hello"
+    assert done.result["answer"] == "answer to hello"
     assert done.cpu_seconds > 0 and done.memory_bytes > 10_000_000  # a real worker process
     # resumable follow: only events after --from
     later = list(c.logs(info.id, since=3))
@@ -113,7 +113,7 @@ def test_kill9_then_restart_resumes_or_interrupts_and_loses_nothing(
     # resumed from its last completed model turn; the calculator ran once, not twice
     assert final[calc.id].state == "succeeded", final[calc.id]
     calc_result = final[calc.id].result
-    assert calc_result is not None and calc_result["content"] == "done: 4"
+    assert calc_result is not None and calc_result["answer"] == "done: 4"
     assert calc_result["metadata"].get("resumed") is True
     calc_events = events_of(c, calc.id)
     assert [k for k, _ in calc_events].count("tool_call_start") == 1
@@ -145,7 +145,7 @@ def test_sigterm_checkpoints_running_task_and_next_start_resumes(
         c.ping()
     jarvisd.start()
     done = c.wait(calc.id, timeout=30)
-    assert done.state == "succeeded" and done.result and done.result["content"] == "done: 4"
+    assert done.state == "succeeded" and done.result and done.result["answer"] == "done: 4"
     assert [k for k, _ in events_of(c, calc.id)].count("tool_call_start") == 1
 
 
@@ -256,7 +256,7 @@ def test_frame_limits_and_garbage(jarvisd: DaemonProcess) -> None:
     assert exchange(b'{"v": 2, "op": "ping"}\n')["code"] == "version"
     assert exchange(b'{"v": 1, "id": "q", "op": "nope"}\n') == {
         "v": 1, "id": "q", "type": "error", "final": True, "code": "bad_request",
-        "message": "unknown op 'nope' (known: ask, ping, shutdown, status, task.cancel, "
+        "message": "unknown op 'nope' (known: ask, ask.cancel, ping, shutdown, status, task.cancel, "
         "task.list, task.logs, task.show, task.submit, task.wait)",
     }  # fmt: skip
     bad_spec = b'{"v":1,"id":"s","op":"task.submit","spec":{"input":3}}\n'

@@ -16,7 +16,7 @@ import pytest
 from jarvisd._config import Config
 from jarvisd.daemon import TaskManager, TaskStore
 from jarvisd.daemon._tasks import MAX_ATTEMPTS
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 
 STANDIN = Path(__file__).with_name("standin_worker.py")
 

@@ -17,7 +17,7 @@ from jarvisd.daemon._protocol import (
     parse_reply,
     parse_request,
 )
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 
 
 def test_watch_filter(tmp_path: Path) -> None:

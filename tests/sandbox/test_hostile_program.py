@@ -20,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from jarvisd._errors import SandboxError
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import BudgetExceeded, RunContext
+from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import Clock
-from jarvisd.runtime import AgentSpec, run_agent
+from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from jarvisd.sandbox import _agent
 from jarvisd.sandbox._bwrap import bwrap_path
 from jarvisd.traces import TraceStore, default_trace_path
@@ -51,7 +50,7 @@ HEAD = textwrap.dedent("""
         out.write(encode(frame))
         out.flush()
     def finish(content="done"):
-        send(ResultFrame(result={"content": content}))
+        send(ResultFrame(result={"answer": content}))
         sys.exit(0)
     MESSAGES = [{"role": "user", "content": "hi"}]
 """)
@@ -84,10 +83,17 @@ def peak_rss_growth(work: Any) -> tuple[Any, float]:
     return value, (status("VmHWM") - before) / 1e6
 
 
-def ask(roots: tuple[Path, Path], engine: Any, run: RunContext | None = None, **kw: Any) -> Any:
+def ask(
+    roots: tuple[Path, Path], engine: Any, run: RunContext | None = None, **kw: Any
+) -> RunOutcome:
     config = sandbox_config(roots, timeout=kw.pop("timeout", 60.0))
     spec = AgentSpec(input="hi", agent="simple", sandbox=True, **kw)
-    return asyncio.run(run_agent(spec, run or RunContext(), config=config, engine=engine))
+    return asyncio.run(run_spec(spec, run or RunContext(), config, engine))
+
+
+def run_real(roots: tuple[Path, Path], engine: Any, agent: str, **overrides: Any) -> RunOutcome:
+    spec = AgentSpec(input="go", agent=agent, sandbox=True)
+    return asyncio.run(run_spec(spec, RunContext(), sandbox_config(roots, **overrides), engine))
 
 
 def test_a_noise_flood_keeps_host_memory_bounded(
@@ -104,7 +110,7 @@ def test_a_noise_flood_keeps_host_memory_bounded(
     result, growth = peak_rss_growth(lambda: ask(roots, ScriptedEngine.from_replies([])))
     with capsys.disabled():
         print(f"\n[noise flood] 480 MB of noise; host peak RSS growth {growth:.1f} MB")
-    assert result.content == "done"
+    assert result.answer == "done", result.failure
     assert growth < 100, f"host RSS grew by {growth:.0f} MB"
 
 
@@ -127,7 +133,7 @@ def test_an_event_flood_keeps_host_memory_and_the_trace_bounded(
     result, growth = peak_rss_growth(lambda: ask(roots, ScriptedEngine.from_replies([]), run))
     with capsys.disabled():
         print(f"\n[event flood] 630 MB of events; host peak RSS growth {growth:.1f} MB")
-    assert result.content == "done"
+    assert result.answer == "done", result.failure
     assert len(events) == 10060 and max(events) < 17_000  # every event, each cut
     assert growth < 100, f"host RSS grew by {growth:.0f} MB"
     with sqlite3.connect(default_trace_path()) as db:
@@ -182,8 +188,9 @@ def test_an_infer_flood_is_served_a_few_at_a_time_within_a_default_budget(
     hostile(FLOOD)
     engine = CountingEngine()
     started = time.monotonic()
-    with pytest.raises(BudgetExceeded, match="call budget of 32"):
-        ask(roots, engine, max_turns=2)
+    outcome = ask(roots, engine, max_turns=2)
+    assert outcome.failure is not None and outcome.failure.code == "budget"
+    assert "call budget of 32" in outcome.failure.message
     assert len(engine.calls) == 32
     assert engine.peak <= 4  # MAX_CONCURRENT_INFER
     assert time.monotonic() - started < 30  # stopped, not left running to its end
@@ -198,7 +205,7 @@ def test_max_tokens_of_an_infer_request_is_clamped_to_the_agents(
         finish(reply.generation["content"])
     """)
     engine = ScriptedEngine.from_replies(["answered"])
-    assert ask(roots, engine, max_tokens=300).content == "answered"
+    assert ask(roots, engine, max_tokens=300).answer == "answered"
     assert engine.calls[0].options.max_tokens == 300
 
 
@@ -215,8 +222,8 @@ def test_holding_an_inference_does_not_keep_a_busy_program_alive(
     """)
     engine = ScriptedEngine.from_replies(["late"], latency_s=40)
     started = time.monotonic()
-    with pytest.raises(SandboxError, match=r"ran for more than 1\.5s"):
-        ask(roots, engine, timeout=1.5)
+    outcome = ask(roots, engine, timeout=1.5)
+    assert outcome.failure is not None and "ran for more than 1.5s" in outcome.failure.message
     # 1.5 s of its own time + at most 3 s held, and the container's start and removal.
     assert time.monotonic() - started < 15
 
@@ -235,7 +242,7 @@ def test_forged_events_are_refused_and_namespaced(roots: tuple[Path, Path], host
     run = RunContext()
     seen: list[tuple[str, dict[str, Any]]] = []
     run.bus.subscribe(lambda e: seen.append((e.type.value, dict(e.data))))
-    assert ask(roots, ScriptedEngine.from_replies([]), run).content == "done"
+    assert ask(roots, ScriptedEngine.from_replies([]), run).answer == "done"
     assert seen == [
         ("tool_call_start", {"tool": "calc", "arguments": {"x": 1}, "depth": 0, "sandboxed": True})
     ]
@@ -277,10 +284,8 @@ def test_model_code_cannot_reach_the_runners_frame_pipe(
     engine = ScriptedEngine(
         [reply(f"```python\n{HIJACK}\n```"), reply("Final Answer: the honest answer")]
     )
-    spec = AgentSpec(input="go", agent="native_openhands", sandbox=True)
-    config = sandbox_config(roots, backend=backend)
-    result = asyncio.run(run_agent(spec, config=config, engine=engine))
-    assert result.content == "the honest answer"
+    result = run_real(roots, engine, "native_openhands", backend=backend)
+    assert result.answer == "the honest answer", result.failure
     shown = result.tool_results[0].content
     assert "hits []" in shown, shown
     assert "refused 0" not in shown, shown  # it did find processes to try
@@ -296,8 +301,7 @@ def test_model_code_runs_under_another_uid_than_the_runner(roots: tuple[Path, Pa
         " 'fd', os.stat(f'/proc/{ppid}/fd').st_uid, 'init', os.stat('/proc/1/fd').st_uid)"
     )
     engine = ScriptedEngine([reply(f"```python\n{where}\n```"), reply("Final Answer: ok")])
-    spec = AgentSpec(input="go", agent="native_openhands", sandbox=True)
-    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    result = run_real(roots, engine, "native_openhands")
     words = result.tool_results[0].content.split()
     uid, runner, runner_fd, init_fd = (int(w) for w in words[1:8:2])
     assert uid not in (runner, 0), words
@@ -312,6 +316,6 @@ def test_the_start_frame_carries_only_what_the_runner_needs(
         import json
         finish(json.dumps(start.payload["config"]))
     """)
-    config_text = ask(roots, ScriptedEngine.from_replies([])).content
+    config_text = ask(roots, ScriptedEngine.from_replies([])).answer
     assert set(json.loads(config_text)) == {"agent", "tools"}
     assert str(roots[0]) not in config_text  # the allowed roots stay on the host

@@ -12,16 +12,27 @@ from pathlib import Path
 import pytest
 
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext
+from jarvisd._run import Budget, RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.runtime import AgentSpec, run_agent
+from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from jarvisd.sandbox import SandboxedAgent
 
 from .conftest import sandbox_config
 from .test_escape import our_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("engine")]
+
+
+def run_sandboxed(
+    spec: AgentSpec,
+    roots: tuple[Path, Path],
+    engine: ScriptedEngine,
+    run: RunContext | None = None,
+    **overrides: object,
+) -> RunOutcome:
+    config = sandbox_config(roots, **overrides)
+    return asyncio.run(run_spec(spec, run or RunContext(), config, engine))
 
 
 def test_simple_agent_runs_in_the_container(roots: tuple[Path, Path]) -> None:
@@ -31,8 +42,8 @@ def test_simple_agent_runs_in_the_container(roots: tuple[Path, Path]) -> None:
     run.bus.subscribe(lambda e: events.append(e.type.value))
     spec = AgentSpec(input="what is the answer?", agent="simple", sandbox=True,
                      system_prompt="be brief")  # fmt: skip
-    result = asyncio.run(run_agent(spec, run, config=sandbox_config(roots), engine=engine))
-    assert result.content == "the answer is 42"
+    result = run_sandboxed(spec, roots, engine, run)
+    assert result.answer == "the answer is 42"
     assert result.metadata["sandbox"]["backend"] == "docker"
     # The host engine saw the messages the agent built inside the container.
     assert [m.content for m in engine.calls[0].messages] == ["be brief", "what is the answer?"]
@@ -47,9 +58,8 @@ def test_waiting_for_inference_does_not_count_toward_the_sandbox_timeout(
     # The host's model takes 4 s; the container may run 2.5 s of its own time.
     engine = ScriptedEngine.from_replies(["slow but fine"], latency_s=4.0)
     spec = AgentSpec(input="hi", agent="simple", sandbox=True)
-    config = sandbox_config(roots, timeout=2.5)
-    result = asyncio.run(run_agent(spec, RunContext(), config=config, engine=engine))
-    assert result.content == "slow but fine" and result.metadata["sandbox"]["duration_s"] > 4.0
+    result = run_sandboxed(spec, roots, engine, timeout=2.5)
+    assert result.answer == "slow but fine" and result.metadata["sandbox"]["duration_s"] > 4.0
     assert not our_containers()
 
 
@@ -57,8 +67,8 @@ def test_budget_stays_on_the_host(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine.from_replies(["never sent"])
     run = RunContext(budget=Budget(max_calls=0))
     spec = AgentSpec(input="hi", agent="simple", sandbox=True)
-    with pytest.raises(BudgetExceeded):
-        asyncio.run(run_agent(spec, run, config=sandbox_config(roots), engine=engine))
+    outcome = run_sandboxed(spec, roots, engine, run)
+    assert outcome.failure is not None and outcome.failure.code == "budget"
     assert engine.calls == []
     assert not our_containers()
 
@@ -68,18 +78,18 @@ def test_cancel_kills_the_container(roots: tuple[Path, Path]) -> None:
     run = RunContext()
     spec = AgentSpec(input="hi", agent="simple", sandbox=True)
 
-    async def scenario() -> float:
-        task = asyncio.ensure_future(run_agent(spec, run, config=sandbox_config(roots),
-                                               engine=engine))  # fmt: skip
+    async def scenario() -> tuple[float, RunOutcome]:
+        task = asyncio.ensure_future(run_spec(spec, run, sandbox_config(roots), engine))
         while not engine.calls:  # noqa: ASYNC110 - wait until the container asks for inference
             await asyncio.sleep(0.05)
         start = time.monotonic()
         run.cancel.cancel("user pressed stop")
-        with pytest.raises(Cancelled):
-            await task
-        return time.monotonic() - start
+        outcome = await task
+        return time.monotonic() - start, outcome
 
-    assert asyncio.run(scenario()) < 2.0
+    took, outcome = asyncio.run(scenario())
+    assert took < 2.0
+    assert outcome.failure is not None and outcome.failure.code == "cancelled"
     assert not our_containers()
 
 
@@ -88,17 +98,17 @@ def test_engine_errors_reach_the_caller(roots: tuple[Path, Path]) -> None:
 
     engine = ScriptedEngine(script=[EngineError("model exploded")])
     spec = AgentSpec(input="hi", agent="simple", sandbox=True)
-    with pytest.raises(EngineError, match="model exploded"):
-        asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    outcome = run_sandboxed(spec, roots, engine)
+    assert outcome.failure is not None and outcome.failure.code == "engine"
+    assert "model exploded" in outcome.failure.message
 
 
 def test_mount_refused_before_anything_starts(roots: tuple[Path, Path], tmp_path: Path) -> None:
-    from jarvisd._errors import MountRefused
-
     engine = ScriptedEngine.from_replies(["x"])
     spec = AgentSpec(input="hi", agent="simple", sandbox=True, mounts=(str(tmp_path),))
-    with pytest.raises(MountRefused):
-        asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
+    outcome = run_sandboxed(spec, roots, engine)
+    assert outcome.failure is not None and outcome.failure.code == "mount_refused"
+    assert outcome.exit_code == 2
     assert engine.calls == []
 
 
@@ -131,8 +141,8 @@ def code_reply(src: str) -> Generation:
 def test_codeact_in_the_sandbox_runs_its_code_in_the_container(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine([code_reply(WHERE), reply("Final Answer: done")])
     spec = AgentSpec(input="where are you?", agent="native_openhands", sandbox=True)
-    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
-    assert result.content == "done"
+    result = run_sandboxed(spec, roots, engine)
+    assert result.answer == "done"
     assert result.metadata["sandbox"]["backend"] == "docker"
     shown = result.tool_results[0].content
     assert "net ['lo']" in shown, shown
@@ -159,8 +169,8 @@ def test_rlm_in_the_sandbox_keeps_context_and_sub_calls(
     engine = ScriptedEngine(fallback=answer)
     spec = AgentSpec(input="what is the code?", agent="rlm", sandbox=True,
                      context_file=str(notes))  # fmt: skip
-    result = asyncio.run(run_agent(spec, config=sandbox_config(roots), engine=engine))
-    assert result.content == "7781"
+    result = run_sandboxed(spec, roots, engine)
+    assert result.answer == "7781"
     shown = result.tool_results[0].content
     assert "net ['lo']" in shown, shown
     assert str(len(notes.read_text())) in shown

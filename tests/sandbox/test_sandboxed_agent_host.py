@@ -14,7 +14,7 @@ from jarvisd._errors import SandboxError, SandboxUnavailable
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import Channel, CodeExecutor, ExecRequest
-from jarvisd.runtime import AgentSpec
+from jarvisd.runs import AgentSpec
 from jarvisd.sandbox import SandboxedAgent
 from jarvisd.sandbox._agent import CALLS_PER_TURN, NOT_RESUMABLE, default_budget
 

@@ -1,0 +1,85 @@
+"""The options that describe a run, shared by ``jarvis ask`` and ``jarvis task submit``,
+and the one function that turns them into an :class:`AgentSpec` (at the edge: paths
+made absolute, the engine-selecting environment captured)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from .._errors import UsageError
+
+if TYPE_CHECKING:
+    from ..runs import AgentSpec
+
+__all__ = ["build_spec", "run_options"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_OPTIONS = (
+    click.option("-a", "--agent", default="",
+                 help="Agent key (see `jarvis agents list`); default from config."),
+    click.option("-e", "--engine", default=None,
+                 help="llamacpp (embedded), ollama, openai, or a plugin; default from config."),
+    click.option("-m", "--model", default="",
+                 help="Model name (catalog name or .gguf path for llamacpp)."),
+    click.option("-t", "--tools", default="", help="Comma-separated tools for tool-using agents."),
+    click.option("--option", "agent_options", multiple=True, metavar="KEY=VALUE",
+                 help="An option the agent declares (see `jarvis agents list`), e.g. "
+                      "mode=structured for orchestrator, max_depth=3 for rlm. Repeatable."),
+    click.option("--context", "context_file", type=click.Path(dir_okay=False), default=None,
+                 help="A file given to the agent as its context (rlm keeps it in its REPL)."),
+    click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container."),
+    click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
+                 help="Mount a host path into the sandbox (read-only unless :rw). Repeatable."),
+    click.option("--temperature", type=float, default=None, help="Sampling temperature."),
+    click.option("--max-tokens", type=click.IntRange(min=1), default=None,
+                 help="Most tokens per model reply."),
+    click.option("--max-turns", type=click.IntRange(min=1), default=None,
+                 help="Most model turns for tool-using agents."),
+    click.option("--max-tokens-total", type=click.IntRange(min=1), default=None,
+                 help="Budget: most tokens for the whole run, nested agents included."),
+    click.option("--max-calls", type=click.IntRange(min=1), default=None,
+                 help="Budget: most engine calls for the whole run."),
+    click.option("--max-tool-calls", type=click.IntRange(min=1), default=None,
+                 help="Budget: most tool calls for the whole run."),
+    click.option("--max-wall", type=click.FloatRange(min=0, min_open=True), default=None,
+                 help="Budget: most seconds of wall-clock time for the whole run."),
+)  # fmt: skip
+
+
+def run_options(command: _F) -> _F:
+    """Decorate ``command`` with every option that describes a run."""
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
+
+
+def build_spec(text: str, **values: Any) -> AgentSpec:
+    """The spec the run options describe, made absolute here, at the edge. Agent
+    options stay text: the run types them against what the agent declares."""
+    from ..runs import AgentSpec, parse_option_flags
+
+    if values["mounts"] and not values["sandbox"]:
+        raise UsageError("--mount only applies with --sandbox")
+    spec = AgentSpec(
+        input=text,
+        agent=values["agent"],
+        engine=values["engine"],
+        model=values["model"],
+        tools=tuple(t.strip() for t in values["tools"].split(",") if t.strip()),
+        sandbox=values["sandbox"],
+        mounts=values["mounts"],
+        context_file=values["context_file"],
+        temperature=values["temperature"],
+        max_tokens=values["max_tokens"],
+        max_turns=values["max_turns"],
+        options=parse_option_flags(values["agent_options"]),
+        max_tokens_total=values["max_tokens_total"],
+        max_calls=values["max_calls"],
+        max_tool_calls=values["max_tool_calls"],
+        max_wall=values["max_wall"],
+    )
+    return spec.at_edge()

@@ -1,0 +1,216 @@
+"""The daemon's side of ``ask``: questions answered in worker processes
+(``_askworker``), never in the daemon itself.
+
+A model loaded for an answer, a crash in an engine or a sandboxed run that floods its
+output stays in a worker: the daemon's memory stays small and it survives them. One
+worker waits, started and imported, before any question comes, so an answer costs no
+process start; after a question a worker keeps its engines warm for the next one, until
+it has been idle for ``daemon.ask_idle_unload`` seconds and exits to free them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jarvisd._config import Config
+from jarvisd._errors import ProtocolError
+from jarvisd._run import CancelToken
+from jarvisd.protocol import (
+    Cancel,
+    EventFrame,
+    FrameError,
+    ResultFrame,
+    Start,
+    decode_line,
+    encode,
+)
+from jarvisd.runs import AgentSpec, Failure, RunOutcome
+
+__all__ = ["AskPool"]
+
+log = logging.getLogger(__name__)
+
+_FRAME_LIMIT = 64 * 1024 * 1024
+
+
+@dataclass(eq=False)
+class _Worker:
+    proc: asyncio.subprocess.Process
+    busy: bool = False
+    answered: int = 0
+    stderr_tail: list[str] = field(default_factory=list)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+
+class AskPool:
+    """At most ``size()`` workers; questions beyond that wait for one to be free."""
+
+    def __init__(self, config: Callable[[], Config], python: str = sys.executable) -> None:
+        self._config = config
+        self._python = python
+        self._workers: list[_Worker] = []
+        self._free = asyncio.Condition()
+        self._spawning = 0
+        self._closed = False
+
+    def size(self) -> int:
+        return max(2, self._config().daemon.max_concurrent)
+
+    @property
+    def workers(self) -> int:
+        return len([w for w in self._workers if w.alive])
+
+    async def start(self) -> None:
+        """Start the first worker ahead of any question."""
+        await self._spawn()
+
+    async def stop(self) -> None:
+        self._closed = True
+        for worker in self._workers:
+            if worker.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
+        await asyncio.gather(*(w.proc.wait() for w in self._workers), return_exceptions=True)
+        self._workers.clear()
+
+    async def _spawn(self) -> _Worker | None:
+        if self._closed:
+            return None
+        self._spawning += 1
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self._python, "-m", "jarvisd.daemon._askworker",
+                str(self._config().daemon.ask_idle_unload),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                start_new_session=True,  # the terminal's ^C is the daemon's
+                limit=_FRAME_LIMIT,
+            )  # fmt: skip
+        finally:
+            self._spawning -= 1
+        worker = _Worker(proc)
+        self._workers.append(worker)
+        task = asyncio.create_task(self._reap(worker))
+        task.add_done_callback(lambda _: None)
+        return worker
+
+    async def _reap(self, worker: _Worker) -> None:
+        """When a worker ends (idle, crash), forget it; keep one ready if none is."""
+        await worker.proc.wait()
+        if worker.busy:
+            return  # the question it was answering reports it
+        self._forget(worker)
+        if not self._closed and not any(w.alive for w in self._workers):
+            await self._spawn()
+
+    def _forget(self, worker: _Worker) -> None:
+        with contextlib.suppress(ValueError):
+            self._workers.remove(worker)
+
+    async def _take(self) -> _Worker:
+        async with self._free:
+            while True:
+                idle = [w for w in self._workers if w.alive and not w.busy]
+                if idle:
+                    # The one that answered last most likely has the model loaded.
+                    worker = max(idle, key=lambda w: w.answered)
+                    worker.busy = True
+                    return worker
+                if self.workers + self._spawning < self.size():
+                    spawned = await self._spawn()
+                    if spawned is not None:
+                        spawned.busy = True
+                        return spawned
+                await self._free.wait()
+
+    async def _release(self, worker: _Worker) -> None:
+        worker.busy = False
+        if not worker.alive:
+            self._forget(worker)
+        async with self._free:
+            self._free.notify()
+
+    async def ask(
+        self, spec: AgentSpec, cancel: CancelToken
+    ) -> AsyncIterator[EventFrame | RunOutcome]:
+        """Answer ``spec`` in a worker: its events as they come, then the outcome.
+        Cancelling ``cancel`` stops the run (the worker survives it)."""
+        worker = await self._take()
+        stdin, stdout = worker.proc.stdin, worker.proc.stdout
+        assert stdin is not None and stdout is not None
+        config = self._config()
+        payload: Mapping[str, Any] = {"spec": spec.to_dict(), "config": config.to_dict(),
+                                      "config_source": config.source or ""}  # fmt: skip
+        cancelled = finished = False
+        watcher = asyncio.create_task(cancel.wait())
+        try:
+            stdin.write(encode(Start(task="ask", payload=payload)))
+            while True:
+                reading = asyncio.ensure_future(stdout.readline())
+                await asyncio.wait({reading, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if watcher.done() and not cancelled:
+                    cancelled = True
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        stdin.write(encode(Cancel(reason=cancel.reason or "cancelled")))
+                try:
+                    line = await reading
+                except ValueError:  # a line over the limit: the worker is broken
+                    worker.proc.kill()
+                    finished = True
+                    yield _died("the ask worker sent an oversized frame")
+                    return
+                if not line:
+                    code = await worker.proc.wait()
+                    how = f"signal {-code}" if code < 0 else f"exit {code}"
+                    finished = True
+                    yield _died(f"the ask worker ended ({how}) before it answered")
+                    return
+                try:
+                    frame = decode_line(line, _FRAME_LIMIT)
+                except FrameError as exc:
+                    log.error("ask worker %d: bad frame: %s", worker.proc.pid, exc)
+                    continue
+                if frame is None:
+                    log.info("ask worker %d: %s", worker.proc.pid,
+                             line.decode(errors="replace").rstrip())  # fmt: skip
+                elif isinstance(frame, EventFrame):
+                    yield frame
+                elif isinstance(frame, ResultFrame):
+                    worker.answered += 1
+                    finished = True
+                    try:
+                        outcome = RunOutcome.from_dict(frame.result)
+                    except ProtocolError as exc:
+                        outcome = _died(f"the ask worker sent a malformed result: {exc}")
+                    yield outcome
+                    return
+        finally:
+            watcher.cancel()
+            if not finished and worker.alive:
+                # Stopped half-way (the daemon is shutting down): its state is unknown.
+                with contextlib.suppress(ProcessLookupError):
+                    worker.proc.kill()
+                await worker.proc.wait()
+            if not worker.alive:
+                self._forget(worker)
+            await self._release(worker)
+
+    def kill_all(self) -> None:
+        """Signal handler path: end every worker now."""
+        for worker in self._workers:
+            with contextlib.suppress(ProcessLookupError):
+                worker.proc.send_signal(signal.SIGKILL)
+
+
+def _died(message: str) -> RunOutcome:
+    return RunOutcome(failure=Failure("internal", message))

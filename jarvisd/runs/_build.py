@@ -1,0 +1,79 @@
+"""Building the agent a spec describes, and checking a spec before it is queued."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .._config import Config
+from .._errors import UsageError
+from ..agents import AgentContext, AgentRegistry, BaseAgent
+from ..engines import Engine
+from ._options import check_options
+from ._spec import AgentSpec
+
+__all__ = ["build_agent", "load_context", "validate_spec"]
+
+
+def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
+    """Refuse what can be refused before a run starts (unknown agent, options it does
+    not declare, tools for an agent without tools); returns the agent class."""
+    key = spec.agent or config.agent.default
+    agent_cls = AgentRegistry.get(key)
+    check_options(key, agent_cls, spec.options)
+    if spec.tools and not agent_cls.accepts_tools:
+        raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    return agent_cls
+
+
+def build_agent(
+    spec: AgentSpec,
+    config: Config,
+    engine: Engine,
+    *,
+    extra: Mapping[str, Any] | None = None,
+) -> BaseAgent:
+    """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
+    ``extra`` are constructor arguments the caller sets itself, never from the edge
+    (the in-container runner's plain-process ``executor``)."""
+    agent_cls = validate_spec(spec, config)
+    key = spec.agent or config.agent.default
+    kwargs: dict[str, Any] = check_options(key, agent_cls, spec.options)
+    kwargs.update(extra or {})
+    kwargs["temperature"] = (
+        spec.temperature if spec.temperature is not None else config.agent.temperature
+    )
+    kwargs["max_tokens"] = spec.max_tokens or config.agent.max_tokens
+    if spec.system_prompt is not None:
+        kwargs["system_prompt"] = spec.system_prompt
+    if agent_cls.accepts_tools:
+        from ..tools import build_tools
+
+        kwargs["tools"] = build_tools(spec.tools, config, engine)
+        kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
+    if spec.sandbox:
+        from ..sandbox import sandboxed_agent
+
+        return sandboxed_agent(key, spec, config, engine)
+    # From this config, not one the agent would load itself: the daemon's reloaded
+    # config and the in-container runner's choices must hold.
+    if agent_cls.runs_code and "executor" not in kwargs:
+        from ..executors import executor_for
+
+        kwargs["executor"] = executor_for(config)
+    if agent_cls.fetches_urls:
+        kwargs.setdefault("allow_network", config.tools.allow_network)
+    return agent_cls(engine, spec.model, **kwargs)
+
+
+def load_context(spec: AgentSpec) -> AgentContext | None:
+    """The agent context ``spec.context_file`` gives (rlm keeps it in its REPL)."""
+    if spec.context_file is None:
+        return None
+    path = Path(spec.context_file).expanduser()
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read context file {path}: {exc.strerror}") from exc
+    return AgentContext(metadata={"context": text, "context_file": str(path)})

@@ -1,0 +1,131 @@
+"""``run_spec``: the one place where a run is wired together and its outcome shaped.
+
+``jarvis ask`` in process, the daemon's ``ask`` worker, task workers and the
+in-container runner all call it. It owns the engine (built from the spec, closed
+afterwards, unless the caller passed a warm one), applies the run's budgets, records
+the run for ``jarvis trace``, and turns every way a run can end into a
+:class:`RunOutcome`: it never raises for a run that failed, only returns its failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from .._config import Config
+from .._errors import JarvisError, NoAnswer
+from .._run import BudgetExceeded, Cancelled, RunContext
+from ..agents import AgentContext, AgentResult
+from ..engines import Engine, select_engine
+from ._build import build_agent, load_context
+from ._outcome import Failure, RunOutcome
+from ._spec import AgentSpec
+
+__all__ = ["apply_budgets", "run_spec"]
+
+log = logging.getLogger(__name__)
+
+
+def apply_budgets(spec: AgentSpec, config: Config, run: RunContext) -> float | None:
+    """Set the run's budgets from the spec, else the config (0 there: unlimited), where
+    the caller has not set them; returns the wall-clock budget in seconds, if any."""
+    agent = config.agent
+    budget = run.budget
+    if budget.max_tokens is None:
+        budget.max_tokens = spec.max_tokens_total or agent.max_tokens_total or None
+    if budget.max_calls is None:
+        budget.max_calls = spec.max_calls or agent.max_calls or None
+    if budget.max_tool_calls is None:
+        budget.max_tool_calls = spec.max_tool_calls or agent.max_tool_calls or None
+    return spec.max_wall or agent.max_wall or None
+
+
+async def run_spec(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None = None,
+    *,
+    context: AgentContext | None = None,
+    extra: Mapping[str, Any] | None = None,
+    trace: bool = True,
+) -> RunOutcome:
+    """Run ``spec`` under ``run`` to its outcome. An engine passed in (the daemon keeps
+    them warm) is not closed here. ``context`` replaces the one ``spec.context_file``
+    gives; ``extra`` goes to the agent's constructor (see ``build_agent``); ``trace``
+    records the run for ``jarvis trace`` (top-level runs only)."""
+    start = time.perf_counter()
+    agent_key = spec.agent or config.agent.default
+    engine_name = spec.engine or config.engine.default
+    own_engine = engine is None
+    collector = None
+    if trace and run.depth == 0:
+        from ..traces import TraceCollector
+
+        collector = TraceCollector(run_id=run.run_id).attach(run.bus)
+    wall = apply_budgets(spec, config, run)
+    out_of_time: list[str] = []
+    timer = None
+    if wall is not None:
+
+        def stop() -> None:
+            out_of_time.append(f"wall-clock budget of {wall:g} s spent")
+            run.cancel.cancel(out_of_time[0])
+
+        timer = asyncio.get_running_loop().call_later(wall, stop)
+    result: AgentResult | None = None
+    failure: Failure | None = None
+    try:
+        if engine is None:
+            engine = select_engine(config, spec.engine, spec.model, spec.env)
+        engine_name = engine.name
+        agent = build_agent(spec, config, engine, extra=extra)
+        result = await agent.arun(
+            spec.input, context if context is not None else load_context(spec), run=run
+        )
+    except Cancelled as exc:
+        stopped = BudgetExceeded(out_of_time[0]) if out_of_time else exc
+        failure = Failure.of(stopped)
+    except (JarvisError, BudgetExceeded) as exc:
+        failure = Failure.of(exc)
+    except Exception as exc:
+        log.exception("the run failed")
+        failure = Failure.of(exc)
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if own_engine and engine is not None:
+            await engine.aclose()
+    model = spec.model
+    if result is not None:
+        failure = _no_answer(result)
+        model = str(result.metadata.get("model") or model)
+    if not model and engine is not None:
+        model = engine.default_model()
+    if collector is not None:
+        collector.detach(run.bus, "" if failure is None else f"{failure.code}: {failure.message}")
+    return RunOutcome(
+        answer="" if result is None or failure is not None else result.content,
+        agent=agent_key,
+        engine=engine_name,
+        model=model,
+        turns=0 if result is None else result.turns,
+        usage=run.budget.used if result is None else result.usage,
+        tool_results=() if result is None else tuple(result.tool_results),
+        metadata={} if result is None else dict(result.metadata),
+        duration_s=round(time.perf_counter() - start, 3),
+        failure=failure,
+    )
+
+
+def _no_answer(result: AgentResult) -> Failure | None:
+    """The failure of a run that ended without an answer (the agent says why in its
+    metadata: an unusable reply, the turn limit), or None."""
+    error = result.metadata.get("error")
+    if error or result.metadata.get("max_turns_exceeded"):
+        message = result.content.removeprefix("Error: ") or str(error)
+        return Failure.of(NoAnswer(message))
+    return None

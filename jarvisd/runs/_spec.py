@@ -1,0 +1,138 @@
+"""AgentSpec: a typed, JSON-able description of one run.
+
+It is what ``jarvis ask`` and ``jarvis task submit`` build, what the daemon stores in
+SQLite and what crosses every wire. Loose input (relative paths, the caller's
+environment) is turned into plain values once, at the edge, by :meth:`AgentSpec.at_edge`:
+whoever runs the spec later (the daemon, a worker, a container) has another working
+directory and another environment, and must see what the caller meant.
+
+Standard library only: the daemon client imports this module, and must stay light.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import UsageError
+
+__all__ = ["ENGINE_ENV", "AgentSpec"]
+
+#: Environment variables that choose where an engine is. They travel in the spec, so a
+#: daemon started in another environment still uses the caller's engine. Secrets (API
+#: keys) never travel: the daemon reads those from its own environment.
+ENGINE_ENV = ("OLLAMA_HOST",)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    input: str
+    agent: str = ""  # empty: config agent.default
+    engine: str | None = None  # None: config / auto
+    model: str = ""
+    tools: tuple[str, ...] = ()
+    sandbox: bool = False
+    mounts: tuple[str, ...] = ()  # "PATH" or "PATH:rw", absolute once at_edge ran
+    context_file: str | None = None  # given to the agent as metadata["context"] (rlm)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    max_turns: int | None = None
+    system_prompt: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # the agent's declared options
+    #: The caller's engine-selecting environment (names in ENGINE_ENV).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Budgets for the whole run, nested agents included (None: the config's).
+    max_tokens_total: int | None = None
+    max_calls: int | None = None
+    max_tool_calls: int | None = None
+    max_wall: float | None = None
+
+    def at_edge(self, environ: Mapping[str, str] | None = None) -> AgentSpec:
+        """This spec as the caller means it anywhere: paths absolute (from this
+        process's working directory), the engine-selecting environment captured."""
+        environ = os.environ if environ is None else environ
+        env = dict(self.env)
+        for name in ENGINE_ENV:
+            if name not in env and environ.get(name):
+                env[name] = environ[name]
+        context = self.context_file
+        return dataclasses.replace(
+            self,
+            mounts=tuple(_absolute_mount(m) for m in self.mounts),
+            context_file=None if context is None else _absolute(context),
+            env=env,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["tools"] = list(self.tools)
+        data["mounts"] = list(self.mounts)
+        data["options"] = dict(self.options)
+        data["env"] = dict(self.env)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentSpec:
+        """Parse a spec from the wire; raises UsageError naming the bad field."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(f"unknown agent spec fields: {', '.join(sorted(unknown))}")
+        values = dict(data)
+        _check(values, "input", str, required=True)
+        for name in ("agent", "model"):
+            _check(values, name, str)
+        for name in ("engine", "context_file", "system_prompt"):
+            _check(values, name, str, optional=True)
+        _check(values, "sandbox", bool)
+        for name in ("max_tokens", "max_turns", "max_tokens_total", "max_calls", "max_tool_calls"):
+            _check(values, name, int, optional=True)
+        for name in ("temperature", "max_wall"):
+            _check(values, name, (int, float), optional=True)
+        for name in ("tools", "mounts"):
+            items = values.get(name) or ()
+            if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+                raise UsageError(f"agent spec field {name!r} must be a list of strings")
+            values[name] = tuple(items)
+        for name in ("options", "env"):
+            mapping = values.get(name) or {}
+            if not isinstance(mapping, Mapping) or not all(isinstance(k, str) for k in mapping):
+                raise UsageError(f"agent spec field {name!r} must be an object")
+            values[name] = dict(mapping)
+        if not all(isinstance(v, str) for v in values["env"].values()):
+            raise UsageError("agent spec field 'env' must map names to strings")
+        return cls(**values)
+
+
+def _check(
+    values: Mapping[str, Any],
+    name: str,
+    kind: type | tuple[type, ...],
+    *,
+    required: bool = False,
+    optional: bool = False,
+) -> None:
+    if name not in values:
+        if required:
+            raise UsageError(f"agent spec needs an {name!r} field")
+        return
+    value = values[name]
+    if value is None and optional:
+        return
+    # bool is an int in Python, but never a count or a temperature here.
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise UsageError(f"agent spec field {name!r} has the wrong type ({type(value).__name__})")
+
+
+def _absolute(path: str) -> str:
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _absolute_mount(mount: str) -> str:
+    path, sep, mode = mount.rpartition(":")
+    if sep and mode in ("rw", "ro"):
+        return _absolute(path) + ":" + mode
+    return _absolute(mount)

@@ -1,0 +1,122 @@
+"""`ask` through jarvisd when the daemon dies or stops mid-answer: the question is never
+run a second time, and a stopped daemon is a clear error, not a hang. Questions are
+answered in worker processes, so the daemon's own memory stays small."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jarvisd._errors import DaemonError
+from jarvisd._run import RunContext
+from jarvisd.runs import AgentSpec, DaemonHost, RunOutcome
+from jarvisd.testing import OllamaStandIn
+
+from .conftest import DaemonProcess, SlowOnCue, script
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def slow_engine() -> SlowOnCue:
+    return SlowOnCue(fallback=script)
+
+
+@pytest.fixture
+def slow_standin(slow_engine: SlowOnCue) -> Iterator[OllamaStandIn]:
+    with OllamaStandIn(slow_engine) as server:
+        yield server
+
+
+@pytest.fixture
+def daemon(isolated_dirs: Path, slow_standin: OllamaStandIn) -> Iterator[DaemonProcess]:
+    process = DaemonProcess(isolated_dirs, slow_standin.url)
+    process.write_config()
+    process.start()
+    yield process
+    if process.proc is not None and process.proc.poll() is None:
+        os.kill(process.proc.pid, signal.SIGCONT)
+        process.proc.kill()
+        process.proc.wait(10)
+
+
+def wait_for_calls(engine: SlowOnCue, count: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(engine.calls) < count:
+        assert time.monotonic() < deadline, "the question never reached the engine"
+        time.sleep(0.02)
+
+
+def test_kill9_mid_ask_is_an_error_and_the_question_is_not_run_again(
+    daemon: DaemonProcess, slow_engine: SlowOnCue
+) -> None:
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "jarvisd", "ask", "a slow question"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_for_calls(slow_engine, 1)
+    assert daemon.proc is not None
+    workers = psutil.Process(daemon.proc.pid).children(recursive=True)
+    daemon.kill9()
+    out, err = cli.communicate(timeout=30)
+    assert cli.returncode == 1, (out, err)
+    assert "jarvis: error: jarvisd closed the connection before it finished answering" in err
+    assert "was not sent again" in err
+    time.sleep(0.5)
+    assert len(slow_engine.calls) == 1  # never asked a second time, in process or anywhere
+    assert not [w for w in workers if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_stopped_daemon_is_a_clear_error_within_the_keepalive_timeout(
+    daemon: DaemonProcess, slow_engine: SlowOnCue
+) -> None:
+    host = DaemonHost(keepalive=0.3)  # silence for 1.3 s is an error
+    result: list[RunOutcome | BaseException] = []
+
+    def ask() -> None:
+        try:
+            result.append(host.run(AgentSpec("a slow question"), RunContext()))
+        except BaseException as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    wait_for_calls(slow_engine, 1)
+    assert daemon.proc is not None
+    time.sleep(1.0)  # alive replies keep a slow answer going
+    assert thread.is_alive()
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    thread.join(30)
+    waited = time.monotonic() - stopped
+    assert not thread.is_alive()
+    assert isinstance(result[0], DaemonError), result
+    assert "did not answer for 1.3 s (is it stopped or hung?" in str(result[0])
+    assert waited < 10, waited
+
+
+def test_ask_runs_in_a_worker_so_a_loaded_engine_stays_out_of_the_daemon(
+    daemon: DaemonProcess,
+) -> None:
+    assert daemon.proc is not None
+    before = {p.pid for p in psutil.Process(daemon.proc.pid).children()}
+    assert before, "a warm ask worker waits before any question"
+    outcome = DaemonHost().run(AgentSpec("hello"), RunContext())
+    assert outcome.answer == "answer to hello"
+    # The same warm worker answered; the daemon did not run the agent itself.
+    assert {p.pid for p in psutil.Process(daemon.proc.pid).children()} == before
+    assert "jarvisd.agents" not in daemon.log_text()
+    worker = psutil.Process(next(iter(before)))
+    worker.kill()  # a crashed worker: the next question gets a new one
+    worker.wait(10)
+    outcome = DaemonHost().run(AgentSpec("again"), RunContext())
+    assert outcome.answer == "answer to again"

@@ -1,0 +1,248 @@
+"""The run contract: one failure table, one outcome shape, options typed against the
+agent, the spec made absolute at the edge, budgets, and `jarvis ask` over a host."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jarvisd import _errors
+from jarvisd._config import AgentConfig, Config
+from jarvisd._messages import ToolResult, Usage
+from jarvisd._run import BudgetExceeded, Cancelled, RunContext
+from jarvisd.agents import AgentRegistry
+from jarvisd.cli import _ask as ask_cli
+from jarvisd.cli import cli
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.runs import (
+    AgentSpec,
+    Failure,
+    RunOutcome,
+    declared_options,
+    exit_code,
+    from_wire,
+    run_spec,
+    to_wire,
+)
+from jarvisd.runs._failures import CODES
+from jarvisd.testing import FakeHost
+
+# -- the one table ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry", CODES, ids=lambda c: c.code)
+def test_every_code_round_trips_to_its_own_class(entry: object) -> None:
+    code = entry.code  # type: ignore[attr-defined]
+    error = from_wire(code, "what happened")
+    assert type(error) is entry.exception  # type: ignore[attr-defined]
+    assert to_wire(error) == (code, "what happened")
+    assert exit_code(code) == entry.exit_code  # type: ignore[attr-defined]
+
+
+def test_every_jarvis_error_has_a_code_of_its_own_or_its_parents() -> None:
+    for name in _errors.__all__:
+        cls = getattr(_errors, name)
+        code, _ = to_wire(cls.__new__(cls))
+        assert code != "internal", name
+
+
+def test_unknown_errors_and_codes_are_internal_failures() -> None:
+    assert to_wire(KeyError("x")) == ("internal", "KeyError: 'x'")
+    error = from_wire("martian", "odd")
+    assert type(error) is _errors.JarvisError and "martian" in str(error)
+    assert exit_code("martian") == 1
+    # The socket layer's own words keep their meaning.
+    assert isinstance(from_wire("bad_request", "x"), _errors.UsageError)
+    assert isinstance(from_wire("frame_too_large", "x"), _errors.ProtocolError)
+
+
+def test_signals_and_exit_codes() -> None:
+    assert to_wire(Cancelled("stop"))[0] == "cancelled" and exit_code("cancelled") == 130
+    assert to_wire(BudgetExceeded("spent"))[0] == "budget" and exit_code("budget") == 1
+    assert exit_code("engine_unavailable") == 3 and exit_code("sandbox_unavailable") == 3
+    assert exit_code("usage") == 2 and exit_code("mount_refused") == 2
+
+
+# -- the outcome --------------------------------------------------------------------
+
+
+def test_outcome_round_trips_and_refuses_garbage() -> None:
+    outcome = RunOutcome(
+        answer="42", agent="orchestrator", engine="ollama", model="m", turns=2,
+        usage=Usage(3, 4), tool_results=(ToolResult("calculator", "42", call_id="c1"),),
+        metadata={"k": 1}, duration_s=0.5,
+    )  # fmt: skip
+    assert RunOutcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+    failed = RunOutcome(failure=Failure("budget", "spent"))
+    assert RunOutcome.from_dict(failed.to_dict()) == failed and failed.exit_code == 1
+    for bad in ({"usage": []}, {"tool_results": {}}, {"failure": "x"}, {"turns": "many"}):
+        with pytest.raises(_errors.ProtocolError):
+            RunOutcome.from_dict(bad)
+
+
+# -- the spec -----------------------------------------------------------------------
+
+
+def test_spec_is_made_absolute_and_carries_the_engine_environment(tmp_path: Path) -> None:
+    spec = AgentSpec("q", mounts=("rel/dir:rw", "other"), context_file="notes.txt")
+    edge = spec.at_edge({"OLLAMA_HOST": "http://10.0.0.1:1", "OPENAI_API_KEY": "secret"})
+    assert all(Path(m.rpartition(":")[0] or m).is_absolute() for m in edge.mounts)
+    assert edge.mounts[0].endswith("/rel/dir:rw")
+    assert Path(edge.context_file or "").is_absolute()
+    assert edge.env == {"OLLAMA_HOST": "http://10.0.0.1:1"}  # never a secret
+    assert AgentSpec.from_dict(edge.to_dict()) == edge
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("input", 3), ("max_turns", True), ("temperature", "hot"), ("env", {"A": 1}),
+     ("tools", "calculator"), ("options", [1]), ("sandbox", "yes"), ("surprise", 1)],
+)  # fmt: skip
+def test_bad_spec_fields_are_refused_by_name(field: str, value: object) -> None:
+    with pytest.raises(_errors.UsageError, match=field):
+        AgentSpec.from_dict({"input": "q", field: value})
+
+
+# -- options ------------------------------------------------------------------------
+
+
+def test_agents_declare_their_options_by_their_constructors() -> None:
+    orchestrator = declared_options(AgentRegistry.get("orchestrator"))
+    assert orchestrator["mode"].choices == ("function_calling", "structured")
+    rlm = declared_options(AgentRegistry.get("rlm"))
+    assert {"sub_model", "max_depth", "exec_timeout"} <= set(rlm)
+    assert rlm["max_depth"].kind is int and rlm["chunk_chars"].optional
+    for reserved in ("tools", "executor", "temperature", "max_turns"):
+        assert reserved not in rlm
+
+
+def test_options_are_typed_and_unknown_ones_refused_with_the_list() -> None:
+    engine = ScriptedEngine.from_replies(['{"final_answer": "structured!"}'])
+    spec = AgentSpec("q", agent="orchestrator", options={"mode": "structured"})
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+    assert outcome.answer == "structured!"
+    for options, message in (
+        ({"nope": "1"}, "has no option 'nope' (its options: mode"),
+        ({"mode": "fast"}, "must be one of function_calling, structured"),
+        ({"max_repeats": "many"}, "must be an integer"),
+    ):
+        spec = AgentSpec("q", agent="orchestrator", options=options)
+        outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+        assert outcome.failure is not None and outcome.failure.code == "usage"
+        assert message in outcome.failure.message
+
+
+# -- run_spec -----------------------------------------------------------------------
+
+
+def test_a_run_without_an_answer_is_a_failure_with_an_empty_answer() -> None:
+    engine = ScriptedEngine.from_replies(['{"name": "calculator", "argu', '{"name": "calculator"'])
+    spec = AgentSpec("q", agent="orchestrator", tools=("calculator",))
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+    assert outcome.answer == ""
+    assert outcome.failure is not None and outcome.failure.code == "no_answer"
+    assert "could not be used twice in a row" in outcome.failure.message
+    assert outcome.exit_code == 1 and outcome.turns == 2
+
+
+@pytest.mark.parametrize("budget", ["max_calls", "max_tokens_total", "max_tool_calls"])
+def test_budgets_from_the_spec_stop_the_run(budget: str) -> None:
+    replies = [reply("", ("calculator", {"expression": "1+1"})), reply("two")]
+    engine = ScriptedEngine(replies)
+    value = {"max_calls": 1, "max_tokens_total": 1, "max_tool_calls": 0}[budget]
+    spec = AgentSpec("q", agent="orchestrator", tools=("calculator",), **{budget: value or None})
+    if budget == "max_tool_calls":  # 0 is "unlimited" on the spec: set it on the config
+        config = Config(agent=AgentConfig(max_tool_calls=1))
+        engine = ScriptedEngine([replies[0], reply("", ("calculator", {"expression": "2+2"})),
+                                 reply("x")])  # fmt: skip
+    else:
+        config = Config()
+    outcome = asyncio.run(run_spec(spec, RunContext(), config, engine))
+    assert outcome.failure is not None and outcome.failure.code == "budget", outcome
+
+
+def test_the_wall_clock_budget_is_a_budget_stop_not_a_cancel() -> None:
+    engine = ScriptedEngine.from_replies(["late"], latency_s=5)
+    spec = AgentSpec("q", agent="simple", max_wall=0.2)
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+    assert outcome.failure == Failure("budget", "wall-clock budget of 0.2 s spent")
+
+
+def test_the_callers_ollama_host_decides_not_this_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")
+    spec = AgentSpec("q", engine="ollama", env={"OLLAMA_HOST": "http://127.0.0.1:7"})
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config()))
+    assert outcome.failure is not None and outcome.failure.code == "engine_unavailable"
+    assert "127.0.0.1:7" in outcome.failure.message
+
+
+# -- the CLI over a host ------------------------------------------------------------
+
+
+def use_host(monkeypatch: pytest.MonkeyPatch, host: FakeHost) -> None:
+    monkeypatch.setattr(ask_cli, "pick_host", lambda no_daemon: [host])
+
+
+def test_ask_streams_then_exits_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = FakeHost([RunOutcome(answer="Paris is the capital.")], chunk=4)
+    use_host(monkeypatch, host)
+    result = CliRunner().invoke(cli, ["ask", "--option", "mode=structured", "capital?"])
+    assert result.exit_code == 0 and result.output == "Paris is the capital.\n"
+    assert host.specs[0].options == {"mode": "structured"}  # typed by the run
+
+
+def test_ask_failure_exits_with_its_code_and_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_host(monkeypatch, FakeHost([RunOutcome(failure=Failure("no_answer", "unusable"))]))
+    result = CliRunner().invoke(cli, ["ask", "--json", "q"])
+    assert result.exit_code == 1
+    out = json.loads(result.stdout)
+    assert out["answer"] == "" and out["failure"] == {"code": "no_answer", "message": "unusable"}
+    assert result.stderr.strip() == "jarvis: error: unusable"
+
+
+def test_ask_falls_back_only_when_the_daemon_cannot_be_reached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    daemon = FakeHost([_errors.DaemonUnavailable("no jarvisd")])
+    local = FakeHost([RunOutcome(answer="local")])
+    monkeypatch.setattr(ask_cli, "pick_host", lambda no_daemon: [daemon, local])
+    assert CliRunner().invoke(cli, ["ask", "q"]).output == "local\n"
+    # Lost after the question was sent: an error, never a second run.
+    daemon = FakeHost(
+        [_errors.DaemonError("lost the connection to jarvisd while it was answering")]
+    )
+    local = FakeHost([RunOutcome(answer="again")])
+    monkeypatch.setattr(ask_cli, "pick_host", lambda no_daemon: [daemon, local])
+    result = CliRunner().invoke(cli, ["ask", "q"])
+    assert result.exit_code == 1 and not local.specs
+
+
+def test_ask_shows_tool_calls_as_status_lines_on_stderr_when_piped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Calls(FakeHost):
+        def run(self, spec: AgentSpec, run: RunContext) -> RunOutcome:
+            from jarvisd._events import EventType
+
+            run.bus.publish(EventType.TOOL_CALL_START, tool="calculator",
+                            arguments={"expression": "6*7"}, call_id="1")  # fmt: skip
+            return super().run(spec, run)
+
+    use_host(monkeypatch, Calls([RunOutcome(answer="42")]))
+    result = CliRunner().invoke(cli, ["ask", "q"])
+    assert result.stdout == "42\n"
+    assert result.stderr == '· calculator {"expression": "6*7"}\n'
+
+
+def test_ask_strips_escape_sequences_on_a_terminal_only() -> None:
+    from jarvisd.cli._terminal import for_terminal
+
+    hostile = "ok\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x1b[0m\r\n\x9b1m\ttab"
+    assert for_terminal(hostile) == "okred\n1m\ttab"
+    assert for_terminal("plain\ntext") == "plain\ntext"
