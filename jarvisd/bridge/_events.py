@@ -56,7 +56,10 @@ def _seconds(value: Any) -> float | None:
 def _arguments(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         return None
-    text = json.dumps(value, default=str)
+    try:
+        text = json.dumps(value, default=str)
+    except RecursionError:  # nested deeper than the host's stack allows
+        return {"truncated": True}
     if len(text) > MAX_EVENT_TEXT:
         return {"truncated": True, "bytes": len(text)}
     loaded: dict[str, Any] = json.loads(text)

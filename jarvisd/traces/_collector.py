@@ -94,7 +94,10 @@ class Trace:
             self.events_dropped += 1
             return
         record = event.to_dict()
-        size = len(json.dumps(record, default=str))
+        try:
+            size = len(json.dumps(record, default=str))
+        except RecursionError:  # nested too deeply to store: a stub like an oversized one
+            size = MAX_EVENT_BYTES + 1
         if size > MAX_EVENT_BYTES:
             record = {"type": record["type"], "timestamp": record["timestamp"],
                       "data": {"truncated": True, "bytes": size}}  # fmt: skip

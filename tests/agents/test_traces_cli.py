@@ -156,3 +156,19 @@ def test_a_trace_keeps_its_events_within_byte_bounds() -> None:
     assert len(json.dumps(trace.events)) < MAX_TRACE_BYTES + 1000
     assert trace.events[-1]["type"] == "events_dropped" and trace.events[-1]["data"]["count"] > 1
     assert trace.content == "done" and trace.tool_calls == MAX_TRACE_BYTES // 20_000 + 11
+
+
+def test_an_event_nested_too_deeply_to_encode_is_kept_as_a_stub() -> None:
+    from jarvisd._events import EventType
+
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    run = RunContext()
+    collector = TraceCollector().attach(run.bus)
+    run.bus.publish(EventType.AGENT_TURN_START, agent="a", input="x", depth=0)
+    run.bus.publish(EventType.TOOL_CALL_START, tool="t", arguments={"a": deep})
+    run.bus.publish(EventType.AGENT_TURN_END, agent="a", content="done", turns=1, depth=0)
+    trace = TraceStore().get(collector.saved[0])
+    assert trace.events[1]["type"] == "tool_call_start"
+    assert trace.events[1]["data"]["truncated"] is True

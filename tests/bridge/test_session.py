@@ -207,3 +207,27 @@ def test_log_frames_reach_the_host_log_cut_and_escaped(caplog: pytest.LogCapture
     (record,) = [r for r in caplog.records if "program" in r.getMessage()]
     text = record.getMessage()
     assert len(text) < 3000 and "\x1b" not in text and "\\x1b[2J" in text
+
+
+def test_deeply_nested_frames_are_a_protocol_error_not_a_crash() -> None:
+    program = HOSTILE + textwrap.dedent("""
+        out.write(b'@@jarvis:1@@ {"kind":"event","id":"d","type":"x","data":' + b"[" * 50000)
+        out.write(b"\\n")
+        out.flush()
+    """)
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        converse(program, ScriptedEngine.from_replies([]), RunContext())
+
+
+def test_event_data_nested_too_deeply_to_encode_is_cut() -> None:
+    from jarvisd._events import EventType
+    from jarvisd.bridge._events import vet_event
+    from jarvisd.protocol import EventFrame
+
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    frame = EventFrame(type="tool_call_start", data={"tool": "t", "arguments": {"a": deep}})
+    event = vet_event(frame, 0, {})
+    assert event is not None and event.type is EventType.TOOL_CALL_START
+    assert event.data["arguments"] == {"truncated": True}
