@@ -52,7 +52,7 @@ class OpenAIConfig:
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppConfig:
-    model: str = "smollm2-135m"  # a catalog name or a path to a .gguf file
+    model: str = ""  # a catalog name or a .gguf path; empty: the strongest catalog model present
     n_ctx: int = 4096
     n_threads: int = 0  # 0: all cores
     chat_format: str = ""  # empty: the GGUF's own template

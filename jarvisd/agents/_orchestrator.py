@@ -1,12 +1,14 @@
 """OrchestratorAgent: the function-calling loop (default) or a structured JSON mode for
 models without native tool calling. Calls written into the text (fenced JSON,
-``<tool_call>`` tags, bare JSON) are recovered; a reply that tries to call a tool but
-cannot be read is re-prompted once, never mistaken for the answer."""
+``<tool_call>`` tags, bare JSON) are recovered; a reply that tries to call an offered
+tool but cannot be read is re-prompted once, never mistaken for the answer, while other
+JSON in a reply is an answer like any text."""
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, Literal
 
 from .._errors import UsageError
@@ -19,7 +21,37 @@ from ._toolloop import Dialect, Step, ToolUsingAgent
 
 __all__ = ["FunctionCallingDialect", "OrchestratorAgent", "StructuredDialect"]
 
-_ATTEMPT = re.compile(r"<tool_call>|\"(?:name|tool|function|arguments)\"\s*:", re.IGNORECASE)
+_TAG = re.compile(r"<tool_call>", re.IGNORECASE)
+# A name key and its string value, read from text that may be broken or cut-off JSON
+# (the value's closing quote may be missing).
+_NAMED = re.compile(r'"(?:name|tool|tool_name|function)"\s*:\s*"([^"\n]*)', re.IGNORECASE)
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:', re.IGNORECASE)
+
+
+def _near(value: str, names: Collection[str]) -> bool:
+    """Whether ``value`` names one of ``names`` or nearly does: another case, a typo,
+    or the start of a name cut off mid-way."""
+    value = value.strip().lower()
+    if not value:
+        return False
+    lowered = [n.lower() for n in names]
+    if value in lowered or (len(value) >= 3 and any(n.startswith(value) for n in lowered)):
+        return True
+    return bool(difflib.get_close_matches(value, lowered, n=1, cutoff=0.8))
+
+
+def _attempted_call(content: str, names: Collection[str]) -> bool:
+    """Whether a reply from which no call could be read still tries to call a tool: a
+    ``<tool_call>`` tag, a name key whose value names an offered tool (or nearly does),
+    or a name key with arguments beside it. Other JSON, such as ``{"name": "Alice"}``,
+    is an answer."""
+    if _TAG.search(content):
+        return True
+    if "{" not in content:
+        return False
+    values = _NAMED.findall(content)
+    return any(_near(v, names) for v in values) or bool(values and _ARGUMENTS.search(content))
+
 
 FUNCTION_PROMPT = (
     "You are a helpful assistant with tools. When a tool helps, call it; when you have "
@@ -41,7 +73,7 @@ class FunctionCallingDialect(Dialect):
         calls, rest = recover_tool_calls(content, executor.names)
         if calls:
             return Step("calls", rest, tuple(calls), recovered=True)
-        if _ATTEMPT.search(content) and "{" in content:
+        if _attempted_call(content, executor.names):
             return Step("invalid", error="it looks like a tool call but could not be read")
         if not content:
             return Step("invalid", error="the reply was empty")

@@ -4,6 +4,7 @@ from ._catalog import (
     CATALOG,
     DEFAULT_MODEL,
     CatalogEntry,
+    ModelChoice,
     ModelStatus,
     get_entry,
     model_file,
@@ -11,6 +12,7 @@ from ._catalog import (
     pull,
     remove,
     resolve_model_path,
+    strongest_model,
     verify,
 )
 
@@ -18,6 +20,7 @@ __all__ = [
     "CATALOG",
     "DEFAULT_MODEL",
     "CatalogEntry",
+    "ModelChoice",
     "ModelStatus",
     "get_entry",
     "model_file",
@@ -25,5 +28,6 @@ __all__ = [
     "pull",
     "remove",
     "resolve_model_path",
+    "strongest_model",
     "verify",
 ]

@@ -6,6 +6,11 @@ loaded only once verified; the verification is remembered in a sidecar keyed by 
 mtime, ctime and inode, so a file changed afterwards is hashed again (and refused if it
 differs). Bytes that rot on disk without any write are caught only by
 ``jarvis models verify``, which always hashes.
+
+With no model configured, the embedded engine takes the highest-ranked entry whose
+sidecar vouches for its file (:func:`strongest_model`): choosing reads file metadata and
+sidecars only, so it costs no hashing; the chosen file is hashed when it loads only if its
+sidecar does not vouch for it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +33,13 @@ from .._paths import paths
 __all__ = [
     "CATALOG",
     "CatalogEntry",
+    "ModelChoice",
     "ModelStatus",
     "get_entry",
     "model_status",
     "pull",
     "resolve_model_path",
+    "strongest_model",
     "verify",
 ]
 
@@ -52,6 +59,9 @@ class CatalogEntry:
     context_length: int
     tool_template: bool  # whether its chat template has a tool section
     description: str
+    #: Higher is stronger: with no model configured, the embedded engine uses the
+    #: highest-ranked entry that is present and verified.
+    rank: int = 0
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -65,6 +75,7 @@ class CatalogEntry:
             "context_length": self.context_length,
             "tool_template": self.tool_template,
             "description": self.description,
+            "rank": self.rank,
         }
 
 
@@ -82,6 +93,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         context_length=8192,
         tool_template=False,
         description="Tiny and fast (about 100 tok/s on 2 cores): plumbing and simple answers.",
+        rank=1,
     ),
     CatalogEntry(
         name="qwen2.5-coder-0.5b",
@@ -97,6 +109,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         context_length=32768,
         tool_template=True,
         description="Picks tools well; writes calls as JSON in content (jarvis recovers them).",
+        rank=2,
     ),
     CatalogEntry(
         name="qwen2.5-coder-1.5b",
@@ -112,9 +125,13 @@ CATALOG: tuple[CatalogEntry, ...] = (
         context_length=32768,
         tool_template=True,
         description="Slower (about 17 tok/s) but completes ReAct tasks.",
+        rank=3,
     ),
 )
 
+#: What `jarvis models pull` fetches when named none (the smallest), and what the embedded
+#: engine asks for when no catalog model is present at all (its error then says how to
+#: pull it).
 DEFAULT_MODEL = CATALOG[0].name
 
 
@@ -142,6 +159,25 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stamp(entry: CatalogEntry, stat: os.stat_result) -> dict[str, object]:
+    # ctime and inode too: a writer can put mtime back (touch -r, cp -p), not ctime.
+    return {
+        "sha256": entry.sha256,
+        "size": stat.st_size,
+        "mtime_ns": stat.st_mtime_ns,
+        "ctime_ns": stat.st_ctime_ns,
+        "inode": stat.st_ino,
+    }
+
+
+def _vouched(entry: CatalogEntry, path: Path, stat: os.stat_result) -> bool:
+    """Whether the sidecar says ``path``, exactly as it is now, was hashed and matched."""
+    try:
+        return bool(json.loads(_marker(path).read_text()) == _stamp(entry, stat))
+    except (OSError, ValueError):
+        return False
+
+
 def verify(entry: CatalogEntry, path: Path, *, force: bool = False) -> None:
     """Raise ModelFileError unless ``path`` holds exactly ``entry``'s bytes."""
     try:
@@ -156,44 +192,68 @@ def verify(entry: CatalogEntry, path: Path, *, force: bool = False) -> None:
             f"refusing {path}: size {stat.st_size} bytes, expected {entry.size} "
             f"(sha256 {entry.sha256}); run `jarvis models pull {entry.name}` again"
         )
-    # ctime and inode too: a writer can put mtime back (touch -r, cp -p), not ctime.
-    stamp = {
-        "sha256": entry.sha256,
-        "size": stat.st_size,
-        "mtime_ns": stat.st_mtime_ns,
-        "ctime_ns": stat.st_ctime_ns,
-        "inode": stat.st_ino,
-    }
-    marker = _marker(path)
-    if not force:
-        try:
-            if json.loads(marker.read_text()) == stamp:
-                return
-        except (OSError, ValueError):
-            pass
+    if not force and _vouched(entry, path, stat):
+        return
     actual = _sha256(path)
     if actual != entry.sha256:
-        marker.unlink(missing_ok=True)
+        _marker(path).unlink(missing_ok=True)
         raise ModelFileError(
             f"refusing {path}: sha256 {actual} does not match the expected {entry.sha256}; "
             f"run `jarvis models pull {entry.name}` again"
         )
-    marker.write_text(json.dumps(stamp))
+    _marker(path).write_text(json.dumps(_stamp(entry, stat)))
 
 
 @dataclass(frozen=True, slots=True)
 class ModelStatus:
     entry: CatalogEntry
     path: Path
-    present: bool
+    present: bool  # the file is there with the pinned size
+    verified: bool  # and its sidecar vouches for it as it is now (no hashing)
 
 
-def model_status(models_dir: Path | None = None) -> list[ModelStatus]:
-    result = []
-    for entry in CATALOG:
-        path = model_file(entry, models_dir)
-        result.append(ModelStatus(entry, path, path.is_file() and _marker(path).is_file()))
-    return result
+def _status(entry: CatalogEntry, models_dir: Path | None) -> ModelStatus:
+    path = model_file(entry, models_dir)
+    try:
+        stat = path.stat()
+    except OSError:
+        return ModelStatus(entry, path, False, False)
+    present = stat.st_size == entry.size
+    return ModelStatus(entry, path, present, present and _vouched(entry, path, stat))
+
+
+def model_status(
+    models_dir: Path | None = None, catalog: Sequence[CatalogEntry] = CATALOG
+) -> list[ModelStatus]:
+    return [_status(entry, models_dir) for entry in catalog]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """The model the embedded engine uses when none is configured, and why."""
+
+    name: str
+    reason: str
+
+
+def strongest_model(
+    models_dir: Path | None = None, catalog: Sequence[CatalogEntry] = CATALOG
+) -> ModelChoice:
+    """The highest-ranked catalog model that is present and verified. Reads file
+    metadata and sidecars only: nothing is hashed here. When no sidecar vouches for any
+    file, the strongest file there is chosen and loading hashes it (or says what is
+    wrong with it); with no file there at all, the catalog's first entry
+    (:data:`DEFAULT_MODEL`), whose loading says how to pull it."""
+    statuses = model_status(models_dir, catalog)
+    verified = [s for s in statuses if s.verified]
+    if verified:
+        best = max(verified, key=lambda s: s.entry.rank)
+        return ModelChoice(best.entry.name, "strongest present and verified model")
+    there = [s for s in statuses if s.path.exists()]
+    if there:
+        best = max(there, key=lambda s: (s.present, s.entry.rank))
+        return ModelChoice(best.entry.name, "strongest model present, not verified yet")
+    return ModelChoice(catalog[0].name, "no catalog model is present")
 
 
 def resolve_model_path(name_or_path: str, models_dir: Path | None = None) -> Path:

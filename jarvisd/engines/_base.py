@@ -9,9 +9,15 @@ from typing import ClassVar
 
 from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec
 
-__all__ = ["Engine", "ModelInfo"]
+__all__ = ["Engine", "ModelInfo", "tls_verify"]
 
 DEFAULT_OPTIONS = SamplingOptions()
+
+
+def tls_verify(url: str) -> bool:
+    """httpx's ``verify`` for a server at ``url``: a plain-HTTP server (a local engine)
+    needs no CA bundle, and loading one costs tens of milliseconds per client."""
+    return not url.lower().startswith("http://")
 
 
 @dataclass(frozen=True, slots=True)

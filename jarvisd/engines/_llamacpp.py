@@ -74,29 +74,37 @@ class LlamaCppEngine(Engine):
 
     def __init__(
         self,
-        model: str = "smollm2-135m",
+        model: str = "",
         *,
         n_ctx: int = 4096,
         n_threads: int = 0,
         chat_format: str = "",
         models_dir: Path | None = None,
     ) -> None:
-        self.model = model
+        self.model = model  # as configured: a catalog name, a .gguf path, or "" (choose)
         self.n_ctx = n_ctx
         self.n_threads = n_threads or (os.cpu_count() or 1)
         self.chat_format = chat_format or None
         self.models_dir = models_dir
         self._llama: Any = None
+        self._chosen = model
         self._load_lock = threading.Lock()
         self._run_lock = asyncio.Lock()
 
     def default_model(self) -> str:
-        return self.model
+        """The configured model; with none, the strongest catalog model present and
+        verified, chosen once (from file metadata and sidecars: nothing is hashed)."""
+        if not self._chosen:
+            from ..catalog import strongest_model
+
+            self._chosen = strongest_model(self.models_dir).name
+        return self._chosen
 
     def _check_model(self, model: str) -> None:
-        if model and model != self.model and Path(model).name != Path(self.model).name:
+        own = self.default_model()
+        if model and model != own and Path(model).name != Path(own).name:
             raise EngineResponseError(
-                f"the embedded engine has {self.model!r} loaded, not {model!r}; "
+                f"the embedded engine has {own!r} loaded, not {model!r}; "
                 f"set engine.llamacpp.model or pass --model to `jarvis ask`",
                 404,
             )
@@ -108,7 +116,7 @@ class LlamaCppEngine(Engine):
                 return self._llama
             from ..catalog import resolve_model_path
 
-            path = resolve_model_path(self.model, self.models_dir)
+            path = resolve_model_path(self.default_model(), self.models_dir)
             try:
                 import llama_cpp
             except ImportError as exc:
@@ -179,7 +187,7 @@ class LlamaCppEngine(Engine):
             tool_calls=calls,
             usage=Usage(prompt_tokens=max(total - tokens, 0), completion_tokens=tokens),
             finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.parse(reason),
-            model=self.model,
+            model=self.default_model(),
             latency_s=time.perf_counter() - start,
         )
 

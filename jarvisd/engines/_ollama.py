@@ -20,7 +20,7 @@ from .._messages import (
     ToolSpec,
     Usage,
 )
-from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
 
 if TYPE_CHECKING:
     import ollama
@@ -133,7 +133,9 @@ class OllamaEngine(Engine):
             import ollama
 
             self._client = ollama.AsyncClient(
-                host=self.host, timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout)
+                host=self.host,
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                verify=tls_verify(self.host),
             )
         return self._client
 

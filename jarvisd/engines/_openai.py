@@ -21,7 +21,7 @@ from .._messages import (
     ToolSpec,
     Usage,
 )
-from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
 
 if TYPE_CHECKING:
     import httpx
@@ -86,7 +86,9 @@ class OpenAIEngine(Engine):
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         self.timeout = timeout
         self._client: httpx.AsyncClient | None = None
-        self._served: str | None = None  # the server's first model, asked for once
+        # Without a configured model: the server's first listed model (asked for once),
+        # then the model its replies say they came from.
+        self._served: str | None = None
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -98,11 +100,19 @@ class OpenAIEngine(Engine):
                 base_url=self.base_url,
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout, connect=2.0),
+                verify=tls_verify(self.base_url),
             )
         return self._client
 
     def default_model(self) -> str:
-        return self.model
+        """The configured model; without one, the model the server said it used (""
+        before the first call): what a run's outcome reports."""
+        return self.model or self._served or ""
+
+    def _note_served(self, asked: str, reported: object) -> None:
+        # Only a reply to a request for the default says what the default is.
+        if asked == self._served and isinstance(reported, str) and reported:
+            self._served = reported
 
     async def _model(self, model: str) -> str:
         """The model to ask for: the caller's, the configured one, else the first the
@@ -166,6 +176,7 @@ class OpenAIEngine(Engine):
                 for c in message.get("tool_calls") or ()
             )
             usage = data.get("usage") or {}
+            self._note_served(model, data.get("model"))
             return Generation(
                 content=message.get("content") or "",
                 tool_calls=calls,
@@ -229,6 +240,7 @@ class OpenAIEngine(Engine):
             )
             for _, s in sorted(calls.items())
         )
+        self._note_served(model, served_model)
         yield StreamChunk(
             done=True,
             generation=Generation(

@@ -1,28 +1,37 @@
 """The lighter backend for machines without a container engine: bubblewrap.
 
 What it gives: new user, pid, network (loopback only), IPC, UTS and cgroup namespaces;
-an empty read-only tmpfs root with the host's /usr (and python3) read-only, a fresh /proc and
-/dev, a private tmpfs /tmp; checked mounts (``--ro-bind`` is recursive, so mounts
-nested under an allowed directory are read-only too); all capabilities dropped; a new
-session (no terminal injection); jarvis's packages read-only at /opt/jarvis; a clean
-environment. It starts in tens of milliseconds and needs no image.
+no further user namespaces inside (``--disable-userns``, where this bwrap has it); a
+seccomp filter (``_seccomp``: mounts, namespaces, ptrace, keyrings, bpf,
+perf_event_open, io_uring, modules... refused); an empty read-only tmpfs root with the
+host's /usr (and python3) read-only, a fresh /proc and /dev, a private tmpfs /tmp;
+checked mounts (``--ro-bind`` is recursive, so mounts nested under an allowed directory
+are read-only too), each verified inside before the program starts (the prelude: bwrap
+resolves the path itself, so a path swapped after the check is refused); all
+capabilities dropped; a new session (no terminal injection); jarvis's packages
+read-only at /opt/jarvis; a clean environment. It starts in tens of milliseconds and
+needs no image.
 
 What it does NOT give (be honest about it): no cgroup limits. Memory, processes, CPU
 time and file size are rlimits (RLIMIT_AS, RLIMIT_NPROC, RLIMIT_CPU, RLIMIT_FSIZE) on
 the sandbox's processes: RLIMIT_NPROC counts every process of the uid it runs as (as
 root, jarvis runs it as uid 10001 so the limit binds; root itself would be exempt), a
 memory hog gets MemoryError rather than an OOM kill, and the /tmp tmpfs is bounded by
-its size only. No seccomp filter. The host kernel's /usr is visible read-only.
+its size only. The seccomp filter is a deny list (Docker's default profile is an allow
+list). The host kernel's /usr is visible read-only.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import resource  # noqa: F401 - loaded before fork: the sandbox uid may not read our stdlib
 import shutil
+import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -32,8 +41,9 @@ from ..executors import Channel, CodeExecutor, ExecRequest
 from ..executors._subprocess import Limits, SubprocessChannel, _preexec
 from ..protocol import MAX_FRAME_BYTES
 from ._docker import _write_inputs
-from ._mounts import MountPolicy
-from ._policy import CODE_ROOT, INPUT_DIR, SandboxPolicy, code_dirs
+from ._mounts import Mount, MountPolicy
+from ._policy import CODE_ROOT, INPUT_DIR, SandboxPolicy, code_dirs, confirm_mounts, prelude_argv
+from ._seccomp import seccomp_program
 
 __all__ = ["BwrapExecutor", "bwrap_path"]
 
@@ -52,6 +62,16 @@ def _bwrap_or_raise() -> str:
     return bwrap
 
 
+@functools.cache
+def _supports(bwrap: str, option: str) -> bool:
+    """Whether this bubblewrap knows ``option`` (``--disable-userns`` came in 0.8)."""
+    try:
+        done = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return option in done.stdout + done.stderr
+
+
 class BwrapExecutor(CodeExecutor):
     name: ClassVar[str] = "bwrap"
     isolated: ClassVar[bool] = True
@@ -65,13 +85,13 @@ class BwrapExecutor(CodeExecutor):
         _bwrap_or_raise()
 
     def _argv(
-        self, request: ExecRequest, mounts: list[tuple[str, str, bool]], inputs: str | None
+        self, request: ExecRequest, mounts: Sequence[Mount], inputs: str | None, seccomp: int
     ) -> list[str]:
         bwrap = _bwrap_or_raise()
         policy = self.policy
         argv = [
-            bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "sandbox", "--tmpfs", "/",
+            bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--hostname", "sandbox", "--tmpfs", "/",
             "--ro-bind", "/usr", "/usr",
             "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
             "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
@@ -81,12 +101,14 @@ class BwrapExecutor(CodeExecutor):
             "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
             "--dir", CODE_ROOT,
         ]  # fmt: skip
+        if _supports(bwrap, "--disable-userns"):
+            argv.append("--disable-userns")
         for name, path in sorted(code_dirs().items()):
             argv += ["--ro-bind", str(path), f"{CODE_ROOT}/{name}"]
         if inputs is not None:
             argv += ["--ro-bind", inputs, INPUT_DIR]
-        for source, target, read_only in mounts:
-            argv += ["--ro-bind" if read_only else "--bind", source, target]
+        for mount in mounts:
+            argv += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
         argv += ["--remount-ro", "/"]  # the tmpfs root too: only /tmp and :rw mounts write
         argv += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
         env = {
@@ -101,28 +123,30 @@ class BwrapExecutor(CodeExecutor):
             argv += ["--setenv", key, value]
         if os.getuid() == 0:
             argv += ["--uid", str(policy.uid), "--gid", str(policy.gid)]
+        argv += ["--seccomp", str(seccomp)]
         program = list(request.argv)
         if program and os.path.basename(program[0]).startswith("python"):
             program[0] = "/usr/bin/python3"
-        if inputs is not None:
-            shim = (
-                "import os,shutil,sys;shutil.copytree(sys.argv[1],'/tmp/work');"
-                "os.chdir('/tmp/work');os.execvp(sys.argv[2],sys.argv[2:])"
-            )
-            program = ["/usr/bin/python3", "-c", shim, INPUT_DIR, *program]
+        program = prelude_argv(program, verify=mounts, inputs=inputs is not None)
         return [*argv, "--chdir", "/tmp", "--", *program]
 
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
-        checked = self.mounts.check_all(request.mounts)
-        mounts = [(str(m.source), m.target, m.read_only) for m in checked]
+        mounts = self.mounts.check_all(request.mounts)
+        program = seccomp_program()  # before anything is written: it may refuse this machine
         # The files' directory doubles as the channel's work directory (removed at the end).
         written = _write_inputs(request.files, self.policy) if request.files else None
         workdir = written or Path(tempfile.mkdtemp(prefix="jarvis-bwrap-"))
         inputs = str(written) if written is not None else None
+        # bwrap reads the filter from a pipe, whole, before it starts the program.
+        seccomp, feed = os.pipe()
         try:
-            argv = self._argv(request, mounts, inputs)
+            os.write(feed, program)
+        finally:
+            os.close(feed)
+        try:
+            argv = self._argv(request, mounts, inputs, seccomp)
             limits = Limits(
                 memory_bytes=self.policy.memory_bytes,
                 processes=self.policy.pids,
@@ -145,6 +169,7 @@ class BwrapExecutor(CodeExecutor):
                 user=user,
                 group=group,
                 extra_groups=[] if user is not None else None,
+                pass_fds=(seccomp,),
                 limit=MAX_FRAME_BYTES + 2,
             )
         except OSError as exc:
@@ -153,6 +178,11 @@ class BwrapExecutor(CodeExecutor):
         except BaseException:
             shutil.rmtree(workdir, ignore_errors=True)
             raise
+        finally:
+            os.close(seccomp)
         with contextlib.suppress(OSError):
             os.chmod(workdir, 0o755)
-        return SubprocessChannel(process, workdir, timeout)
+        channel = SubprocessChannel(process, workdir, timeout)
+        if mounts:
+            await confirm_mounts(channel)
+        return channel

@@ -10,6 +10,12 @@ limits, an init process, logging off (output never lands on the host's disk), ch
 non-recursive bind mounts, the ``jarvis.sandbox`` label. It is created (never pulled)
 and attached before it starts; the program's stdin is the attach socket.
 
+Mounts hold against swaps between the check and the engine's bind (the engine resolves
+path strings itself): as root, with the engine in our mount namespace, the engine is
+given private binds of exactly what was checked (``_staging``); always, the prelude
+checks inside the container, before the program starts, that every mount is the object
+that was checked, and :meth:`DockerExecutor.open` raises MountRefused when it is not.
+
 Engine traps handled here (measured on engine 20.10 / SDK 7.2):
 * ``:ro`` binds are not recursive: binds are made non-recursive, so a mount nested
   under a read-only directory is simply not there inside.
@@ -32,7 +38,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -50,9 +56,12 @@ from ._policy import (
     OWNER_LABEL,
     SandboxPolicy,
     code_dirs,
+    confirm_mounts,
     container_argv,
     ensure_bytecode,
+    prelude_argv,
 )
+from ._staging import can_stage, pid_alive, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
 
@@ -64,11 +73,6 @@ _QUEUE_CHUNKS = 256
 _NO_IMAGE = (
     "sandbox image {image!r} is not present on the engine: run `jarvis sandbox build` "
     "(it builds the image locally, no registry needed)"
-)
-# Copies an ExecRequest's files to a writable /tmp/work and runs the program there.
-_SHIM = (
-    "import os,shutil,sys;shutil.copytree(sys.argv[1],'/tmp/work');"
-    "os.chdir('/tmp/work');os.execvp(sys.argv[2],sys.argv[2:])"
 )
 
 
@@ -162,15 +166,7 @@ def sweep_orphans(
 
 def _owner_alive(owner: str, host: str) -> bool:
     owner_host, _, pid_text = owner.rpartition(":")
-    if owner_host != host or not pid_text.isdigit():
-        return False
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return owner_host == host and pid_text.isdigit() and pid_alive(int(pid_text))
 
 
 class DockerExecutor(CodeExecutor):
@@ -186,14 +182,18 @@ class DockerExecutor(CodeExecutor):
         self.flavor = flavor
         self.name = flavor  # type: ignore[misc]
         self.policy = policy or SandboxPolicy.from_config(config)
-        address = engine_address(config, flavor)
-        sensitive = [address[len("unix://") :]] if address.startswith("unix://") else []
+        self.address = engine_address(config, flavor)
+        sensitive = (
+            [self.address.removeprefix("unix://")] if self.address.startswith("unix://") else []
+        )
         self.mounts = MountPolicy(
             config.sandbox.allowed_roots,
             extra_sensitive=[*sensitive, "/var/run/docker.sock", "/run/podman"],
         )
         self._client: Any = None
         self._lock = threading.Lock()
+        #: Whether mounts are staged for the engine (decided at the first mount).
+        self.staging: bool | None = None
 
     def client(self) -> Any:
         with self._lock:
@@ -223,11 +223,29 @@ class DockerExecutor(CodeExecutor):
             raise SandboxError("nothing to run: empty argv")
         mounts = self.mounts.check_all(request.mounts)
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(self._start, loop, request, mounts)
+        channel = await asyncio.to_thread(self._start, loop, request, mounts)
+        if mounts:
+            await confirm_mounts(channel)
+        return channel
 
     # -- container construction (runs in a worker thread) -------------------------------
 
-    def _mount_specs(self, mounts: Sequence[Mount], inputs: Path | None) -> list[Any]:
+    @contextlib.contextmanager
+    def _engine_sources(self, mounts: Sequence[Mount]) -> Iterator[list[str]]:
+        """The path the engine is given for each mount, valid while the block runs:
+        a private bind of exactly what was checked when mounts can be staged, else the
+        checked path itself (the prelude then refuses it inside if it was swapped)."""
+        if mounts and self.staging is None:
+            self.staging = can_stage(self.address)
+        if mounts and self.staging:
+            with staged(mounts) as sources:
+                yield sources
+        else:
+            yield [str(m.source) for m in mounts]
+
+    def _mount_specs(
+        self, mounts: Sequence[Mount], sources: Sequence[str], inputs: Path | None
+    ) -> list[Any]:
         from docker.types import Mount as DockerMount
 
         specs = []
@@ -236,7 +254,7 @@ class DockerExecutor(CodeExecutor):
         binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
         if inputs is not None:
             binds.append((str(inputs), INPUT_DIR, True))
-        binds += [(str(m.source), m.target, m.read_only) for m in mounts]
+        binds += [(src, m.target, m.read_only) for m, src in zip(mounts, sources, strict=True)]
         for source, target, read_only in binds:
             spec = DockerMount(target, source, type="bind", read_only=read_only)
             # Non-recursive: mounts nested under an allowed directory stay outside
@@ -254,12 +272,8 @@ class DockerExecutor(CodeExecutor):
         client = self.client()
         api = client.api
         policy = self.policy
-        inputs: Path | None = None
-        argv = container_argv(request.argv)
-        workdir = "/tmp"
-        if request.files:
-            inputs = _write_inputs(request.files, policy)
-            argv = ["/usr/bin/python3", "-c", _SHIM, INPUT_DIR, *argv]
+        inputs = _write_inputs(request.files, policy) if request.files else None
+        argv = prelude_argv(container_argv(request.argv), verify=mounts, inputs=inputs is not None)
         env = {
             "PYTHONPATH": CODE_ROOT,
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -278,55 +292,58 @@ class DockerExecutor(CodeExecutor):
             code_uid = CODE_UID if policy.uid != CODE_UID else CODE_UID + 1
             env[PRIVSEP_ENV] = f"{policy.uid}:{policy.gid}:{code_uid}"
         try:
-            host_config = api.create_host_config(
-                network_mode="none",
-                read_only=True,
-                tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
-                cap_drop=["ALL"],
-                cap_add=cap_add,
-                security_opt=["no-new-privileges"],
-                pids_limit=policy.pids,
-                mem_limit=policy.memory_bytes,
-                memswap_limit=policy.memory_bytes,
-                nano_cpus=int(policy.cpus * 1e9),
-                init=True,
-                ipc_mode="private",
-                ulimits=[Ulimit(name="core", soft=0, hard=0)],
-                log_config=LogConfig(type="none"),
-                mounts=self._mount_specs(mounts, inputs),
-            )
-            container_config = api.create_container_config(
-                policy.image,
-                argv,
-                hostname="sandbox",
-                user=user,
-                stdin_open=True,
-                environment=env,
-                network_disabled=True,
-                working_dir=workdir,
-                host_config=host_config,
-                labels={LABEL: "1", OWNER_LABEL: _owner()},
-            )
-            # Closing our end of the attach stream closes the program's stdin.
-            container_config["StdinOnce"] = True
-            created = api.create_container_from_config(container_config, None)
-        except docker.errors.ImageNotFound as exc:
+            with self._engine_sources(mounts) as sources:
+                try:
+                    host_config = api.create_host_config(
+                        network_mode="none",
+                        read_only=True,
+                        tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
+                        cap_drop=["ALL"],
+                        cap_add=cap_add,
+                        security_opt=["no-new-privileges"],
+                        pids_limit=policy.pids,
+                        mem_limit=policy.memory_bytes,
+                        memswap_limit=policy.memory_bytes,
+                        nano_cpus=int(policy.cpus * 1e9),
+                        init=True,
+                        ipc_mode="private",
+                        ulimits=[Ulimit(name="core", soft=0, hard=0)],
+                        log_config=LogConfig(type="none"),
+                        mounts=self._mount_specs(mounts, sources, inputs),
+                    )
+                    container_config = api.create_container_config(
+                        policy.image,
+                        argv,
+                        hostname="sandbox",
+                        user=user,
+                        stdin_open=True,
+                        environment=env,
+                        network_disabled=True,
+                        working_dir="/tmp",
+                        host_config=host_config,
+                        labels={LABEL: "1", OWNER_LABEL: _owner()},
+                    )
+                    # Closing our end of the attach stream closes the program's stdin.
+                    container_config["StdinOnce"] = True
+                    created = api.create_container_from_config(container_config, None)
+                except docker.errors.ImageNotFound as exc:
+                    raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
+                except docker.errors.DockerException as exc:
+                    raise _translate(exc, "create the sandbox container") from exc
+                container_id = created["Id"]
+                try:
+                    sock = api.attach_socket(
+                        container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                    )
+                    # The container's mounts are made here: staged ones may go after.
+                    api.start(container_id)
+                except docker.errors.DockerException as exc:
+                    with contextlib.suppress(docker.errors.DockerException):
+                        api.remove_container(container_id, force=True)
+                    raise _translate(exc, "start the sandbox container") from exc
+        except BaseException:
             _remove_tree(inputs)
-            raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
-        except docker.errors.DockerException as exc:
-            _remove_tree(inputs)
-            raise _translate(exc, "create the sandbox container") from exc
-        container_id = created["Id"]
-        try:
-            sock = api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            api.start(container_id)
-        except docker.errors.DockerException as exc:
-            with contextlib.suppress(docker.errors.DockerException):
-                api.remove_container(container_id, force=True)
-            _remove_tree(inputs)
-            raise _translate(exc, "start the sandbox container") from exc
+            raise
         return DockerChannel(loop, api, container_id, sock, request.timeout, inputs, policy)
 
 

@@ -19,19 +19,34 @@ passes; otherwise :class:`MountRefused` says which check failed and why:
 6. The path would not shadow the sandbox's own system directories inside the
    container (it is mounted at the same path it has on the host).
 
+7. The path is reached again from ``/`` one component at a time without following
+   any symlink (``O_PATH|O_NOFOLLOW``): what is checked is the object at the resolved
+   path, and its identity (st_dev, st_ino) is recorded in the :class:`Mount`.
+8. Every entry of a directory's tree is ``lstat``-ed, through descriptors that follow
+   no symlink: sockets, FIFOs and device nodes are refused (a sandbox could talk to a
+   host process through them, or reach a device), as are names that are blocked.
+
+A checked mount is only as good as its use: the engine resolves path *strings* itself,
+so a path swapped for a symlink between the check and the engine's bind would mount
+whatever the link points at. :func:`pin` reopens a checked mount the same way and
+refuses it unless it is still the very object that was checked; docker as root hands
+the engine a private bind of that descriptor (``_staging``), and both backends check
+the identity again inside the sandbox before the program runs (``_prelude``).
+
 What this cannot see: a hard link to a secret under an innocent name (links are
-files); an allowed tree changed after the check (the window is the container start).
+files); entries added to an allowed tree after the check.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import pwd
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from .._errors import MountRefused
 
@@ -41,6 +56,7 @@ __all__ = [
     "Mount",
     "MountPolicy",
     "parse_mount_request",
+    "pin",
 ]
 
 #: Globs matched (case-insensitively) against every path component. Patterns with a
@@ -85,6 +101,11 @@ RESERVED_EXACT: tuple[str, ...] = ("/", "/tmp", "/var", "/opt", "/run", "/home",
 
 #: Entries a mount's tree may hold before it counts as too large to verify.
 MAX_SCAN_ENTRIES = 20_000
+#: Directory levels below a mount the scan descends before the tree counts as too deep.
+MAX_SCAN_DEPTH = 128
+
+#: Linux's O_PATH: a descriptor that names an object without opening it for I/O.
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +119,14 @@ class AllowedRoot:
 
 @dataclass(frozen=True, slots=True)
 class Mount:
-    """A checked mount: host ``source`` (symlinks resolved) at ``target`` inside."""
+    """A checked mount: host ``source`` (symlinks resolved) at ``target`` inside.
+    ``identity`` is (st_dev, st_ino) of what was checked: the engine must mount exactly
+    that object, whatever the path leads to by then."""
 
     source: Path
     target: str
     read_only: bool = True
+    identity: tuple[int, int] = (0, 0)
 
     def __str__(self) -> str:
         return f"{self.source}{'' if self.read_only else ':rw'}"
@@ -248,24 +272,28 @@ class MountPolicy:
         pattern = _blocked_component(real.parts, self.blocked)
         if pattern is not None:
             raise MountRefused(f"{shown} is blocked: it matches {pattern!r}")
-        mode = os.stat(real).st_mode
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            raise MountRefused(f"{shown} is neither a regular file nor a directory")
-        self._refuse_sensitive(real, shown)
-        root = self._allowed_root(real, shown)
-        if wants_rw and not root.writable:
-            raise MountRefused(
-                f"{shown} cannot be mounted read-write: allowed root {root.path} is read-only "
-                f'(write it as "{root.path}:rw" in sandbox.allowed_roots to allow writes)'
-            )
-        for reserved in RESERVED_TARGETS:
-            if _is_within(real, Path(reserved)):
-                raise MountRefused(f"{shown} would cover the sandbox's own {reserved}")
-        if str(real) in RESERVED_EXACT:
-            raise MountRefused(f"{shown} is refused: mount a directory inside it")
-        if stat.S_ISDIR(mode):
-            self._scan(real, shown)
-        return Mount(real, str(real), read_only=not wants_rw)
+        # From here on, the object itself: reached without following any symlink, so a
+        # path swapped since realpath() is refused rather than followed.
+        with _opened(real, shown) as fd:
+            info = os.fstat(fd)
+            if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+                raise MountRefused(f"{shown} is neither a regular file nor a directory")
+            self._refuse_sensitive(real, shown)
+            root = self._allowed_root(real, shown)
+            if wants_rw and not root.writable:
+                raise MountRefused(
+                    f"{shown} cannot be mounted read-write: allowed root {root.path} is "
+                    f'read-only (write it as "{root.path}:rw" in sandbox.allowed_roots to '
+                    "allow writes)"
+                )
+            for reserved in RESERVED_TARGETS:
+                if _is_within(real, Path(reserved)):
+                    raise MountRefused(f"{shown} would cover the sandbox's own {reserved}")
+            if str(real) in RESERVED_EXACT:
+                raise MountRefused(f"{shown} is refused: mount a directory inside it")
+            if stat.S_ISDIR(info.st_mode):
+                self._scan(fd, real, shown)
+        return Mount(real, str(real), read_only=not wants_rw, identity=_identity(info))
 
     def _refuse_sensitive(self, real: Path, shown: str) -> None:
         if real == Path("/"):
@@ -295,18 +323,24 @@ class MountPolicy:
         # The most specific root decides read-write.
         return max(matching, key=lambda r: len(r.path.parts))
 
-    def _scan(self, real: Path, shown: str) -> None:
-        """Refuse a directory holding a blocked name anywhere below it."""
+    def _scan(self, fd: int, real: Path, shown: str) -> None:
+        """``lstat`` every entry of the tree below the directory ``fd``, descending
+        through descriptors opened with ``O_NOFOLLOW`` (a directory swapped for a link
+        during the scan is not followed out of the tree). Refuses blocked names, and
+        sockets, FIFOs and device nodes: through those a sandbox could talk to a host
+        process or reach a device, whatever their name."""
         seen = 0
-        stack = [real]
-        while stack:
-            current = stack.pop()
+
+        def subdirectories(dir_fd: int, rel: PurePath) -> list[str]:
+            nonlocal seen
             try:
-                entries = list(os.scandir(current))
+                with os.scandir(dir_fd) as listing:
+                    entries = list(listing)
             except OSError as exc:
                 raise MountRefused(
-                    f"{shown} cannot be verified: {current} is unreadable ({exc.strerror})"
+                    f"{shown} cannot be verified: {real / rel} is unreadable ({exc.strerror})"
                 ) from exc
+            found = []
             for entry in entries:
                 seen += 1
                 if seen > self.max_scan_entries:
@@ -314,11 +348,135 @@ class MountPolicy:
                         f"{shown} holds more than {self.max_scan_entries} entries: too large to "
                         "verify that it contains no secrets (mount a narrower directory)"
                     )
-                rel = Path(entry.path).relative_to(real)
-                pattern = _blocked_component(rel.parts, self.blocked)
+                path = rel / entry.name
+                pattern = _blocked_component(path.parts, self.blocked)
                 if pattern is not None:
                     raise MountRefused(
-                        f"{shown} is refused: it contains {entry.path}, which matches {pattern!r}"
+                        f"{shown} is refused: it contains {real / path}, which matches {pattern!r}"
                     )
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode  # fstatat: an lstat
+                except FileNotFoundError:
+                    continue  # gone since the listing
+                except OSError as exc:
+                    raise MountRefused(
+                        f"{shown} cannot be verified: {real / path} ({exc.strerror})"
+                    ) from exc
+                kind = _special_kind(mode)
+                if kind:
+                    raise MountRefused(
+                        f"{shown} is refused: it contains the {kind} {real / path} (through it "
+                        "a sandbox could reach a host process or device)"
+                    )
+                if stat.S_ISDIR(mode):
+                    found.append(entry.name)
+            return found
+
+        top = os.open(".", _DIR_NOFOLLOW, dir_fd=fd)
+        # One (descriptor, path below the mount, subdirectories left) per level.
+        stack: list[tuple[int, PurePath, Iterator[str]]] = []
+        try:
+            stack.append((top, PurePath(), iter(subdirectories(top, PurePath()))))
+            while stack:
+                dir_fd, rel, pending = stack[-1]
+                name = next(pending, None)
+                if name is None:
+                    os.close(stack.pop()[0])
+                    continue
+                if len(stack) >= MAX_SCAN_DEPTH:
+                    raise MountRefused(
+                        f"{shown} is nested more than {MAX_SCAN_DEPTH} directories deep: too "
+                        "deep to verify that it contains no secrets (mount a narrower directory)"
+                    )
+                try:
+                    child = os.open(name, _DIR_NOFOLLOW, dir_fd=dir_fd)
+                except OSError as exc:
+                    raise MountRefused(
+                        f"{shown} cannot be verified: {real / rel / name} is unreadable or "
+                        f"changed during the check ({exc.strerror})"
+                    ) from exc
+                stack.append((child, rel / name, iter(())))  # closed by finally if unreadable
+                stack[-1] = (child, rel / name, iter(subdirectories(child, rel / name)))
+        finally:
+            for dir_fd, _rel, _pending in stack:
+                os.close(dir_fd)
+
+
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _special_kind(mode: int) -> str:
+    """What a tree entry is when it is not a file, directory or symlink ("" when it is
+    one of those: symlinks inside a mount resolve inside the sandbox)."""
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return ""
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    return "special file"
+
+
+def _identity(info: os.stat_result) -> tuple[int, int]:
+    return info.st_dev, info.st_ino
+
+
+def _open_nofollow(path: Path, shown: str) -> int:
+    """An ``O_PATH`` descriptor on ``path`` (absolute), reached from ``/`` one component
+    at a time without following any symlink: a link anywhere on the way is refused."""
+    fd = os.open("/", _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        names = path.parts[1:]
+        for i, name in enumerate(names):
+            flags = _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+            if i < len(names) - 1:
+                flags |= os.O_DIRECTORY  # a symlink in the middle: ENOTDIR
+            try:
+                child = os.open(name, flags, dir_fd=fd)
+            except OSError as exc:
+                raise MountRefused(
+                    f"{shown} changed while it was checked: {'/'.join(('', *names[: i + 1]))} "
+                    f"is no longer a directory reachable without following a link "
+                    f"({exc.strerror})"
+                ) from exc
+            os.close(fd)
+            fd = child
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise MountRefused(f"{shown} changed while it was checked: it is now a symlink")
+        # Reached through the right names, but an ancestor renamed meanwhile would have
+        # taken us elsewhere: the kernel's own name for the object must be the path.
+        with contextlib.suppress(FileNotFoundError):
+            where = os.readlink(f"/proc/self/fd/{fd}")
+            if where != str(path):
+                raise MountRefused(f"{shown} changed while it was checked: it is now at {where}")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@contextlib.contextmanager
+def _opened(path: Path, shown: str) -> Iterator[int]:
+    fd = _open_nofollow(path, shown)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def pin(mount: Mount) -> int:
+    """An ``O_PATH`` descriptor on exactly what ``mount``'s check saw, reached again
+    from ``/`` without following any symlink; MountRefused when the path now leads to
+    anything else (it was swapped after the check). The caller closes it."""
+    fd = _open_nofollow(mount.source, str(mount.source))
+    if _identity(os.fstat(fd)) != mount.identity:
+        os.close(fd)
+        raise MountRefused(
+            f"{mount.source} changed after it was checked (refused: it is no longer the "
+            "directory or file that was checked)"
+        )
+    return fd

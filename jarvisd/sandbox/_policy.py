@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._config import Config
-from .._errors import ConfigError, SandboxError
+from .._errors import ConfigError, MountRefused, SandboxError
+from ..executors import Channel
+from ._mounts import Mount
+from ._prelude import READY, REFUSED
 
 __all__ = [
     "CODE_ROOT",
@@ -27,9 +30,11 @@ __all__ = [
     "SANDBOX_UID",
     "SandboxPolicy",
     "code_dirs",
+    "confirm_mounts",
     "container_argv",
     "ensure_bytecode",
     "parse_size",
+    "prelude_argv",
 ]
 
 #: Every container jarvis starts carries this label (value "1"): sweeps find them by it.
@@ -47,6 +52,8 @@ CODE_UID = 10002
 CODE_ROOT = "/opt/jarvis"
 #: Where an ExecRequest's files appear (read-only; copied to /tmp/work before running).
 INPUT_DIR = "/opt/jarvis-in"
+#: The prelude (``_prelude.py``) inside the sandbox: it runs before the program.
+PRELUDE = f"{CODE_ROOT}/jarvisd/sandbox/_prelude.py"
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _PYTHON_NAME = re.compile(r"^python(3(\.\d+)?)?$")
@@ -149,3 +156,44 @@ def container_argv(argv: Sequence[str]) -> list[str]:
     if out and (out[0] == sys.executable or _PYTHON_NAME.match(os.path.basename(out[0]))):
         out[0] = "/usr/bin/python3"
     return out
+
+
+def prelude_argv(
+    argv: Sequence[str], *, verify: Sequence[Mount] = (), inputs: bool = False
+) -> list[str]:
+    """``argv`` behind the sandbox's prelude when something must happen first: check
+    that each mount in ``verify`` is the object that was checked, copy the request's
+    files (at INPUT_DIR) to /tmp/work."""
+    if not verify and not inputs:
+        return list(argv)
+    prelude = ["/usr/bin/python3", "-I", "-S", PRELUDE]
+    for mount in verify:
+        prelude += ["--mount", mount.target, *map(str, mount.identity)]
+    if inputs:
+        prelude += ["--inputs", INPUT_DIR]
+    return [*prelude, "--", *argv]
+
+
+async def confirm_mounts(channel: Channel) -> None:
+    """Wait for the prelude's word that every mount is the object that was checked;
+    MountRefused when it is not (the program never started), SandboxError when the
+    sandbox ended before the prelude could say."""
+    try:
+        line = await channel.readline(len(READY) + 1)
+    except BaseException:
+        await channel.kill("cancelled")
+        await channel.wait()
+        raise
+    if line == READY:
+        return
+    if line:  # not the prelude's word: end it
+        await channel.kill("refused")
+    result = await channel.wait()
+    said = [ln for ln in result.stderr.splitlines() if ln.startswith(REFUSED)]
+    if said:
+        raise MountRefused(said[0].removeprefix(REFUSED).strip())
+    raise SandboxError(
+        "the sandbox ended before it confirmed that its mounts are the ones checked "
+        f"(exit {result.exit_code}{', ' + result.reason if result.reason else ''}): "
+        f"{result.stderr.strip()[-300:]}"
+    )

@@ -104,6 +104,12 @@ case "$MODE" in
         say "starting a private Docker engine for the sandbox tests"
         eval "$(bash packaging/dev/docker-up.sh)"
         export DOCKER_HOST
+        if [ "$(id -u)" != 0 ] && [ -z "${JARVIS_SG:-}" ] && ! docker version >/dev/null 2>&1; then
+            # Just added to the engine socket's group: go on in a shell that has it.
+            group=${JARVIS_DOCKER_GROUP:-jarvis-docker}
+            say "continuing as a member of $group"
+            exec env JARVIS_SG=1 sg "$group" -c "bash packaging/dev/setup.sh --test"
+        fi
         "$VENV/bin/jarvis" sandbox build
         say "lint and type check"
         "$VENV/bin/ruff" check jarvisd tests runners benchmarks

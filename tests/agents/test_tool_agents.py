@@ -191,7 +191,7 @@ def test_json_in_a_real_answer_is_still_an_answer() -> None:
 UNPARSEABLE = {
     "orchestrator": '{"name": "calculator", "arguments": {"expression": "1+1"',  # broken JSON
     "native_react": "I think the answer is 2.",
-    "native_openhands": "The answer is probably 2.",
+    "native_openhands": '{"name": "calculator", "arguments": {"expression": "1+1"',
 }
 
 
@@ -213,6 +213,67 @@ def test_one_reprompt_recovers(key: str) -> None:
     scripted = ScriptedEngine([reply(UNPARSEABLE[key]), FINAL[key]("2")])
     result = arun(make(key, scripted), "1+1?")
     assert result.content == "2" and "error" not in result.metadata
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_codeact_takes_a_plain_reply_as_the_answer(kind: str) -> None:
+    # OpenHands' CodeAct: a reply with no code is the message to the user.
+    scripted = ScriptedEngine(
+        [CALL["native_openhands"]("6*7"), reply("The answer is 42."), reply("The answer is 42.")]
+    )
+    with engine_for(kind, scripted) as engine:
+        result = arun(make("native_openhands", engine), "6*7?")
+    assert result.content == "The answer is 42."
+    assert "error" not in result.metadata
+    assert result.turns == 2 and len(scripted.calls) == 2
+
+
+@pytest.mark.parametrize(
+    "unusable", ["", "<think>only thinking</think>", '<tool_call>{"name": "calc']
+)
+def test_codeact_still_refuses_empty_replies_and_broken_calls(unusable: str) -> None:
+    scripted = ScriptedEngine([reply(unusable), reply(unusable)])
+    result = arun(make("native_openhands", scripted), "6*7?")
+    assert "unparseable model output" in result.metadata["error"]
+    assert result.content.startswith("Error:") and result.turns == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"name": "Alice"}',
+        '{"name": "Alice", "age": 30}',
+        'The user is {"name": "Alice"} and the tool is {"tool": "hammer"}.',
+        '```json\n{"function": "greet", "name": "Bob"}\n```',
+    ],
+)
+def test_orchestrator_returns_json_that_calls_no_offered_tool_as_the_answer(
+    kind: str, answer: str
+) -> None:
+    scripted = ScriptedEngine([reply(answer), reply("a second turn is wrong")])
+    with engine_for(kind, scripted) as engine:
+        result = arun(make("orchestrator", engine), "Reply with the user as JSON.")
+    assert result.content == answer
+    assert "error" not in result.metadata and result.turns == 1
+
+
+@pytest.mark.parametrize(
+    "attempt",
+    [
+        '{"name": "calculater", "arguments": {"expression": "1+1"}}',  # a typo of a tool
+        '{"name": "CALCULATOR", "arguments": "not json"',  # another case, broken
+        '{"name": "calc',  # cut off inside the name
+        '{"name": "web_search", "arguments": {"q": "x"}}',  # not offered, but a call
+        "<tool_call>calculator(1+1)</tool_call>",
+    ],
+)
+def test_orchestrator_reprompts_replies_that_try_to_call_a_tool(attempt: str) -> None:
+    scripted = ScriptedEngine([reply(attempt), reply("2")])
+    result = arun(make("orchestrator", scripted), "1+1?")
+    assert result.content == "2" and result.turns == 2
+    corrective = scripted.calls[1].messages[-1]
+    assert "looks like a tool call" in corrective.content
 
 
 def test_react_markers_are_case_insensitive_and_hallucinated_observations_cut() -> None:

@@ -108,7 +108,7 @@ def test_config_show_and_path() -> None:
     assert data["config"] == os.environ["JARVIS_CONFIG_DIR"]
     assert data["socket"].startswith(os.environ["JARVIS_RUNTIME_DIR"])
     shown = json.loads(jarvis("config", "show", "--json").stdout)
-    assert shown["config"]["engine"]["llamacpp"]["model"] == "smollm2-135m"
+    assert shown["config"]["engine"]["llamacpp"]["model"] == ""  # the strongest present
 
 
 def test_corrupted_model_file_is_refused_with_path_and_hash() -> None:
@@ -153,3 +153,15 @@ def test_serve_model_on_a_busy_port_is_one_line() -> None:
         f"jarvis: error: cannot listen on 127.0.0.1:{port}: Address already in use"
         " (is another server there? pick another port)"
     ]
+
+
+@pytest.mark.parametrize("agent", ["simple", "orchestrator"])
+def test_ask_json_reports_the_model_an_openai_server_used(agent: str) -> None:
+    config = Path(os.environ["JARVIS_CONFIG_DIR"]) / "config.toml"
+    with OllamaStandIn(ScriptedEngine([reply("42")])) as standin:
+        config.write_text(f'[engine.openai]\nbase_url = "{standin.url}/v1"\n')
+        out = jarvis("ask", "--engine", "openai", "--agent", agent, "--json", "6*7?")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["answer"] == "42" and data["engine"] == "openai"
+    assert data["model"] == "scripted"

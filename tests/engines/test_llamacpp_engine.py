@@ -82,18 +82,32 @@ def test_pool_refuses_unknown_model() -> None:
     asyncio.run(go())
 
 
-def test_jarvis_ask_embedded_default() -> None:
+def test_jarvis_ask_embedded_named_model() -> None:
     link_real_models("smollm2-135m")
     env = dict(os.environ)
     out = subprocess.run(
         [sys.executable, "-m", "jarvisd", "ask", "--json", "--temperature", "0", "--max-tokens", "30",
-         "Name three primary colors."],
+         "--model", "smollm2-135m", "Name three primary colors."],
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["engine"] == "llamacpp" and data["model"] == "smollm2-135m"
     assert data["answer"].strip() and data["usage"]["completion_tokens"] > 0
+
+
+def test_jarvis_ask_with_no_configured_model_uses_the_strongest_and_answers_paris() -> None:
+    # The default engine (no Ollama answers here) and no model in any config.
+    link_real_models("qwen2.5-coder-1.5b")
+    out = subprocess.run(
+        [sys.executable, "-m", "jarvisd", "ask", "--json", "--temperature", "0",
+         "What is the capital of France? Answer with one word."],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["engine"] == "llamacpp" and data["model"] == "qwen2.5-coder-1.5b"
+    assert "paris" in data["answer"].lower(), data["answer"]
 
 
 def test_text_held_back_for_a_possible_tool_call_is_streamed_when_none_comes() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -86,3 +87,54 @@ def test_without_a_model_it_asks_for_the_servers_first() -> None:
         asyncio.run(go(standin.url))
         asked = [b["model"] for _, p, b in standin.requests if p == "/v1/chat/completions"]
     assert asked == ["scripted", "scripted"]
+
+
+def test_without_a_model_the_default_is_the_one_the_server_used() -> None:
+    # What a run reports as its model (`jarvis ask --json`) when none was configured.
+    engine = ScriptedEngine([reply("hi"), reply("there")])
+
+    async def go(url: str) -> None:
+        client = OpenAIEngine(url + "/v1", api_key="")
+        assert client.default_model() == ""  # nothing asked yet
+        await client.generate([Message.user("x")])
+        assert client.default_model() == "scripted"
+        await client.aclose()
+        client = OpenAIEngine(url + "/v1", api_key="")
+        [c async for c in client.stream([Message.user("y")])]
+        assert client.default_model() == "scripted"
+        await client.aclose()
+
+    with OllamaStandIn(engine) as standin:
+        asyncio.run(go(standin.url))
+
+
+def test_the_default_follows_what_the_server_reports_not_other_callers_models() -> None:
+    import httpx
+
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "alias"}]})
+        model = json.loads(request.content)["model"]
+        asked.append(model)
+        served = "model-2024" if model in ("alias", "model-2024") else model
+        message = {"role": "assistant", "content": "ok"}
+        return httpx.Response(
+            200, json={"model": served, "choices": [{"message": message, "finish_reason": "stop"}]}
+        )
+
+    async def go() -> None:
+        client = OpenAIEngine("http://server.invalid/v1", api_key="")
+        client._client = httpx.AsyncClient(
+            transport=httpx.MockTransport(server), base_url=client.base_url
+        )
+        await client.generate([Message.user("x")])
+        assert client.default_model() == "model-2024"  # the reply's, not the listed alias
+        await client.generate([Message.user("x")], model="other")  # e.g. the llm tool's own
+        assert client.default_model() == "model-2024"
+        await client.generate([Message.user("x")])
+        await client.aclose()
+
+    asyncio.run(go())
+    assert asked == ["alias", "other", "model-2024"]

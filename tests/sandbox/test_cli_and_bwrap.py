@@ -162,3 +162,70 @@ def test_engine_address_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     configured = Config(sandbox=SandboxConfig(docker_host="unix:///cfg.sock"))
     assert engine_address(configured) == "unix:///cfg.sock"
     assert engine_address(configured, "podman") == "unix:///cfg.sock"
+
+
+# Run inside bwrap: what the escape calls answer.
+_ESCAPE_CALLS = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+def said(r):
+    return "allowed" if r == 0 else errno.errorcode.get(ctypes.get_errno())
+print("unshare(CLONE_NEWUSER)", said(libc.unshare(0x10000000)))
+print("mount", said(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)))
+print("ptrace", said(libc.ptrace(0, 0, None, None)))  # PTRACE_TRACEME
+print("keyctl", said(libc.syscall(250 if os.uname().machine == "x86_64" else 219, 0, 0, 0)))
+"""
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_bwrap_seccomp_and_no_nested_user_namespaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    import struct
+
+    from jarvisd.sandbox import _bwrap
+
+    base = Path(tempfile.mkdtemp(prefix="jarvis-bwrap-test-"))
+    base.chmod(0o755)
+    try:
+        result = run_bwrap((base, base), _ESCAPE_CALLS)
+        assert result.ok, result
+        lines = dict(line.rsplit(" ", 1) for line in result.stdout.splitlines())
+        assert lines == {"unshare(CLONE_NEWUSER)": "EPERM", "mount": "EPERM",
+                         "ptrace": "EPERM", "keyctl": "EPERM"}, result.stdout  # fmt: skip
+        # Without the filter, --disable-userns alone still refuses a user namespace
+        # (the limit, ENOSPC), while the rest goes through to the kernel.
+        allow_all = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)
+        monkeypatch.setattr(_bwrap, "seccomp_program", lambda: allow_all)
+        unfiltered = run_bwrap((base, base), _ESCAPE_CALLS)
+        assert "unshare(CLONE_NEWUSER) ENOSPC" in unfiltered.stdout, unfiltered
+        assert "keyctl EPERM" not in unfiltered.stdout, unfiltered
+    finally:
+        shutil.rmtree(base)
+
+
+@pytest.mark.usefixtures("bwrap")
+def test_bwrap_refuses_a_mount_swapped_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = Path(tempfile.mkdtemp(prefix="jarvis-bwrap-test-"))
+    base.chmod(0o755)
+    try:
+        root, outside = base / "root", base / "outside"
+        (root / "x").mkdir(parents=True)
+        outside.mkdir()
+        (outside / "secret.txt").write_text("SECRET")
+        executor = BwrapExecutor(sandbox_config((root, root), backend="bwrap"))
+        check = executor.mounts.check
+
+        def check_then_swap(request: str) -> object:
+            mount = check(request)
+            (root / "x").rename(root / "x.real")
+            (root / "x").symlink_to(outside)
+            return mount
+
+        monkeypatch.setattr(executor.mounts, "check", check_then_swap)
+        request = ExecRequest(
+            argv=["python3", "-c", f"print(open('{root}/x/secret.txt').read())"],
+            timeout=10, mounts=(str(root / "x"),),
+        )  # fmt: skip
+        with pytest.raises(MountRefused, match="not the directory or file the host checked"):
+            asyncio.run(run_to_completion(executor, request))
+    finally:
+        shutil.rmtree(base)

@@ -389,3 +389,32 @@ def test_sweep_removes_orphans_of_dead_owners(roots: tuple[Path, Path]) -> None:
         with contextlib.suppress(Exception):
             client.api.remove_container(live, force=True)
         client.close()
+
+
+def test_a_host_socket_in_a_mount_is_refused(roots: tuple[Path, Path]) -> None:
+    """A process of the host (root, here) listening on a Unix socket with an innocent
+    name inside an allowed directory: the mount is refused, the sandbox never connects."""
+    ro, _rw = roots
+    project = ro / "proj"
+    project.mkdir()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(project / "agent.42"))
+    listener.listen(1)
+    listener.settimeout(0.1)
+    code = f"""
+import socket
+s = socket.socket(socket.AF_UNIX)
+s.connect("{project}/agent.42")
+s.sendall(b"hello host")
+print("CONNECTED")
+"""
+    try:
+        with pytest.raises(MountRefused, match=r"the socket .*agent\.42"):
+            run_py(roots, code, mounts=(str(project),))
+        with pytest.raises(MountRefused, match=r"the socket .*agent\.42"):
+            run_py(roots, code, mounts=(str(ro),))
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody ever connected
+    finally:
+        listener.close()
+    assert not our_containers()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
 
 from jarvisd._errors import MountRefused
-from jarvisd.sandbox import MountPolicy, parse_mount_request
+from jarvisd.sandbox import Mount, MountPolicy, parse_mount_request
+from jarvisd.sandbox._mounts import MAX_SCAN_DEPTH, pin
 
 
 @pytest.fixture
@@ -113,6 +115,73 @@ def test_socket_in_tree_refused(tree: Path) -> None:
             policy(tree).check(str(target))
     finally:
         sock.close()
+
+
+def test_special_files_refused_whatever_their_name(tree: Path) -> None:
+    # A socket named like any file: a root process listening on it would be reachable.
+    target = tree / "ro" / "proj" / "run"
+    target.mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(target / "agent.42"))
+        with pytest.raises(MountRefused, match=r"the socket .*agent\.42"):
+            policy(tree).check(str(tree / "ro" / "proj"))
+    finally:
+        sock.close()
+        (target / "agent.42").unlink()
+    os.mkfifo(target / "pipe")
+    with pytest.raises(MountRefused, match=r"the FIFO .*pipe"):
+        policy(tree).check(str(target))
+    (target / "pipe").unlink()
+    if os.geteuid() == 0:  # only root may create device nodes
+        os.mknod(target / "null", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        with pytest.raises(MountRefused, match=r"the character device .*null"):
+            policy(tree).check(str(target))
+        (target / "null").unlink()
+    assert policy(tree).check(str(target)).source == target
+
+
+def test_tree_too_deep_refused(tree: Path) -> None:
+    deep = tree / "ro" / "deep"
+    (deep / "/".join(["d"] * (MAX_SCAN_DEPTH + 1))).mkdir(parents=True)
+    with pytest.raises(MountRefused, match="too deep"):
+        policy(tree).check(str(deep))
+    shallow = tree / "ro" / "shallow"
+    (shallow / "/".join(["d"] * (MAX_SCAN_DEPTH - 1))).mkdir(parents=True)
+    assert policy(tree).check(str(shallow)).source == shallow
+
+
+def test_a_mount_records_what_was_checked_and_pins_only_that(tree: Path) -> None:
+    proj = tree / "ro" / "proj"
+    mount = policy(tree).check(str(proj))
+    info = os.stat(proj)
+    assert mount.identity == (info.st_dev, info.st_ino)
+    fd = pin(mount)
+    try:
+        assert os.path.samestat(os.fstat(fd), info)
+    finally:
+        os.close(fd)
+    # Swapped for a link to a directory outside every allowed root: refused, not followed.
+    proj.rename(tree / "ro" / "proj.away")
+    proj.symlink_to(tree / "outside")
+    with pytest.raises(MountRefused, match="now a symlink"):
+        pin(mount)
+    # Swapped for another directory of the same name: not what was checked either.
+    proj.unlink()
+    proj.mkdir()
+    with pytest.raises(MountRefused, match="changed after it was checked"):
+        pin(mount)
+    # A link anywhere on the way is refused too.
+    proj.rmdir()
+    (tree / "ro" / "proj.away").rename(proj)
+    moved = tree / "moved"
+    (tree / "ro").rename(moved)
+    (tree / "ro").symlink_to(moved)
+    with pytest.raises(MountRefused, match="no longer a directory reachable"):
+        pin(mount)
+    with pytest.raises(MountRefused, match="changed after it was checked"):
+        pin(Mount(moved / "proj", str(proj), identity=(0, 0)))
+    os.close(pin(Mount(moved / "proj", str(proj), identity=mount.identity)))
 
 
 def test_tree_too_large_refused(tree: Path) -> None:
