@@ -41,7 +41,7 @@ def isolated_dirs(
     root = tmp_path_factory.mktemp("jv")
     for key, var in ENV_VARS.items():
         path = root / key
-        path.mkdir()
+        path.mkdir(mode=0o700 if key == "runtime" else 0o777)  # jarvisd wants it private
         monkeypatch.setenv(var, str(path))
     monkeypatch.delenv("JARVIS_CONFIG", raising=False)
     monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # discard: nothing listens

@@ -33,10 +33,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _read_pid(pid_file: Path) -> int | None:
+    """The pid in the pid file, read only from a runtime directory that is ours."""
+    from jarvisd.daemon._identity import check_private_dir, read_pid_file
+
     try:
-        return int(pid_file.read_text().strip())
-    except (OSError, ValueError):
+        check_private_dir(pid_file.parent)
+    except DaemonUnavailable:
         return None
+    return read_pid_file(pid_file)
 
 
 def start_daemon(wait: float = 15.0) -> int:
@@ -91,13 +95,15 @@ def stop_daemon(timeout: float = 30.0) -> int | None:
         pid = int(_client().ping().pid)
         _client().shutdown()
     except DaemonUnavailable:
-        stale = _read_pid(dp.pid_file)
-        if stale is None or not _pid_alive(stale):
-            return None
         import signal
 
+        from jarvisd.daemon._identity import signal_daemon
+
+        stale = _read_pid(dp.pid_file)
+        # Alive but not answering: the signal path, only to a jarvisd of ours.
+        if stale is None or not signal_daemon(stale, signal.SIGTERM, dp.pid_file):
+            return None
         pid = stale
-        os.kill(pid, signal.SIGTERM)  # alive but not answering: the signal path
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not _pid_alive(pid) and not dp.socket.exists():

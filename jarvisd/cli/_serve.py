@@ -11,11 +11,20 @@ import click
 @click.option("-m", "--model", "models", multiple=True,
               help="Catalog name or .gguf path to serve (repeatable; default: config).")  # fmt: skip
 @click.option("--n-ctx", type=int, default=None, help="Context window (default: config).")
-def serve_model(host: str, port: int, models: tuple[str, ...], n_ctx: int | None) -> None:
+@click.option("--allow-origin", "origins", multiple=True, envvar="JARVIS_ORIGINS",
+              help="Extra browser Origin to answer, e.g. 'https://app.example' or "
+                   "'chrome-extension://*' (repeatable; env JARVIS_ORIGINS, space-separated).")  # fmt: skip
+def serve_model(
+    host: str, port: int, models: tuple[str, ...], n_ctx: int | None, origins: tuple[str, ...]
+) -> None:
     """Serve local models over the Ollama API (/api/chat, /api/generate, /api/tags,
     /api/show, /api/ps) and the OpenAI API (/v1/chat/completions, /v1/models). Any
     Ollama or OpenAI client (or `jarvis ask --engine ollama`) can then use them with no
     Ollama installed. Models load on first use, one at a time.
+
+    As Ollama does, requests are refused (403) unless their Host is a loopback name or
+    the listening address, and unless their Origin, when a browser sends one, is a
+    loopback page or an --allow-origin.
     """
     from .._config import load_config
     from ..catalog import strongest_model
@@ -28,7 +37,7 @@ def serve_model(host: str, port: int, models: tuple[str, ...], n_ctx: int | None
         n_ctx=n_ctx or cfg.n_ctx,
         n_threads=cfg.n_threads,
     )
-    server = OllamaServer(pool, host, port)
+    server = OllamaServer(pool, host, port, origins=origins)
     server.start()
     click.echo(f"serving {', '.join(pool.names)} on {server.url} (Ctrl-C to stop)", err=True)
     try:

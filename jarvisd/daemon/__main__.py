@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="jarvisd",
         description="The jarvis daemon: serves `jarvis ask` and durable tasks on a Unix socket.",
         epilog="Exit codes: 0 stopped on request, 1 failure, 2 usage, 73 already running, "
-        "78 invalid config.",
+        "77 runtime directory not private, 78 invalid config.",
     )
     parser.add_argument(
         "--config", type=Path, default=None, help="config file (default: the usual)"

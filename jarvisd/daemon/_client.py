@@ -23,6 +23,7 @@ from jarvisd._paths import paths
 from jarvisd.runs._failures import from_wire
 from jarvisd.runs._spec import AgentSpec
 
+from ._identity import check_peer, check_private_dir
 from ._protocol import (
     Ask,
     AskCancel,
@@ -80,18 +81,28 @@ class Client:
         self._counter = 0
 
     def _connect(self) -> socket.socket:
+        absent = f"no jarvisd answers on {self.path} (start it with `jarvis daemon start`)"
+        # Before anything is sent: the directory must be ours and private, and the
+        # process behind the socket must run as us (see ``_identity``).
+        try:
+            check_private_dir(self.path.parent)
+        except DaemonUnavailable as exc:
+            raise DaemonUnavailable(absent) from exc
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(self.connect_timeout)
         try:
             sock.connect(str(self.path))
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
-            raise DaemonUnavailable(
-                f"no jarvisd answers on {self.path} (start it with `jarvis daemon start`)"
-            ) from exc
+            raise DaemonUnavailable(absent) from exc
         except OSError as exc:
             sock.close()
             raise DaemonUnavailable(f"cannot connect to jarvisd on {self.path}: {exc}") from exc
+        try:
+            check_peer(sock, self.path)
+        except DaemonError:
+            sock.close()
+            raise
         return sock
 
     def stream(self, request: Request, *, timeout: float | None = -1.0) -> Iterator[Reply]:

@@ -16,8 +16,6 @@ import importlib
 import logging
 import os
 import signal
-import socket
-import struct
 import threading
 import time
 from collections.abc import AsyncGenerator
@@ -42,6 +40,7 @@ from jarvisd.runs import RunOutcome
 from jarvisd.runs._failures import to_wire
 
 from ._askpool import AskPool
+from ._identity import check_private_dir, peer_uid, write_pid_file
 from ._protocol import (
     PROTOCOL_VERSION,
     TERMINAL_STATES,
@@ -90,6 +89,7 @@ class ExitCode(enum.IntEnum):
     FAILURE = 1  # an unexpected error
     USAGE = 2
     ALREADY_RUNNING = 73  # another jarvisd answers on the socket
+    UNSAFE_RUNTIME_DIR = 77  # the runtime directory is not ours alone (EX_NOPERM)
     CONFIG = 78  # the config file is invalid at start
 
 
@@ -126,15 +126,6 @@ def take_lock(path: Path) -> int | None:
         os.close(fd)
         return None
     return fd
-
-
-def peer_uid(sock: socket.socket) -> int | None:
-    """The uid of the process on the other end of a Unix socket (None: unknown here)."""
-    if hasattr(socket, "SO_PEERCRED"):
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", creds)
-        return int(uid)
-    return None  # elsewhere the 0700 directory and 0600 socket are the guard
 
 
 def socket_answers(path: Path, timeout: float = 1.0) -> bool:
@@ -201,9 +192,14 @@ class Daemon:
     async def serve(self) -> ExitCode:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        runtime = self.paths.socket.parent
-        runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
-        runtime.chmod(0o700)
+        # The socket and pid file go in a directory that must be ours alone: never one
+        # another user made (or a symlink), where they could stand in for us.
+        try:
+            for runtime in dict.fromkeys((self.paths.socket.parent, self.paths.pid_file.parent)):
+                check_private_dir(runtime, create=True)
+        except DaemonError as exc:
+            log.error("%s", exc)
+            return ExitCode.UNSAFE_RUNTIME_DIR
         # Two daemons on one database would both recover and run the same tasks: the
         # lock decides, before anything is read, even when both start at the same time.
         lock = take_lock(self.paths.lock_file)
@@ -242,7 +238,7 @@ class Daemon:
                 os.umask(old_umask)
             bound = True
             self.paths.socket.chmod(0o600)
-            self.paths.pid_file.write_text(f"{os.getpid()}\n")
+            write_pid_file(self.paths.pid_file)
             self._start_watching()
             log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
                      self.paths.socket)  # fmt: skip

@@ -13,6 +13,11 @@ also ``GET /v1/models`` and ``POST /v1/chat/completions`` (server-sent events wh
 ``{"error": "..."}`` bodies with Ollama's status codes; an error after streaming began is
 sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
 
+Before anything else, a request is refused (403, a JSON error) unless its Host and
+Origin pass :class:`~._allow.Allowlist` (no DNS rebinding, no foreign web page), and a
+body is read only with one valid Content-Length of at most ``MAX_BODY``; a refused
+request's connection is closed, its body never read.
+
 The HTTP side is the standard library's threading server; all engine work runs on one
 asyncio loop in its own thread, so engines keep their async contract.
 """
@@ -25,7 +30,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -41,6 +46,7 @@ from .._errors import (
 )
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
 from ..engines import Engine, ModelInfo
+from ._allow import Allowlist
 
 __all__ = ["OllamaServer"]
 
@@ -53,6 +59,15 @@ _END = object()
 
 class BadRequest(Exception):
     pass
+
+
+class _Refused(Exception):
+    """Answered with ``status`` and the connection closed: the request's body, if any,
+    is left unread, so nothing after it on the connection can be trusted."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _now() -> str:
@@ -178,19 +193,30 @@ class OllamaServer:
     """Serve ``engine`` over the Ollama HTTP API on ``host:port`` (0: any free port).
 
     Cheap to construct; ``start()``/``stop()`` or use as a context manager;
-    ``wait()`` blocks a foreground server.
+    ``wait()`` blocks a foreground server. Only requests whose Host and Origin pass
+    :class:`Allowlist` are answered (``origins``: extra allowed Origin patterns).
     """
 
-    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 11434) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str = "127.0.0.1",
+        port: int = 11434,
+        *,
+        origins: Sequence[str] = (),
+    ) -> None:
         self.engine = engine
         self.host = host
         self.port = port
+        self.allow = Allowlist.for_server(host, origins)
         self._httpd: ThreadingHTTPServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
         self._loaded: dict[str, float] = {}
-        #: Requests seen, as (method, path, body); tests read this.
-        self.requests: list[tuple[str, str, Any]] = []
+
+    def observe(self, method: str, path: str, body: dict[str, Any]) -> None:
+        """Called with each request body once parsed; a seam for subclasses (the test
+        stand-in records them). The server itself keeps nothing."""
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -354,31 +380,53 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -----------------------------------------------------------------
 
-    def _send_json(self, status: int, body: Any) -> None:
+    def _send_json(self, status: int, body: Any, *, close: bool = False) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(data)))
+        if close:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(data)
 
     def _send_error(self, status: int, message: str) -> None:
         self._send_json(status, {"error": message})
 
-    def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+    def _body_length(self) -> int:
+        """The request's Content-Length, checked before a byte of the body is read."""
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise _Refused(411, "send the request body with a Content-Length, not chunked")
+        values = self.headers.get_all("Content-Length") or []
+        if not values:
+            return 0
+        if len(set(values)) != 1 or not (values[0].isascii() and values[0].isdigit()):
+            raise _Refused(400, f"invalid Content-Length {', '.join(values)[:40]!r}")
+        length = int(values[0])
         if length > MAX_BODY:
-            raise BadRequest(f"request body over {MAX_BODY} bytes")
+            raise _Refused(413, f"request body of {length} bytes is over {MAX_BODY} bytes")
+        return length
+
+    def _body(self) -> dict[str, Any]:
+        length = self._body_length()
         raw = self.rfile.read(length) if length else b""
-        if not raw:
-            return {}
         try:
-            body = json.loads(raw)
+            body = json.loads(raw) if raw else {}
         except ValueError as exc:
             raise BadRequest(f"invalid JSON body: {exc}") from None
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
+        self.api.observe(self.command, self.path.split("?", 1)[0], body)
         return body
+
+    def _check_caller(self) -> None:
+        """Refuse before anything else is read: a web page (Origin) or a rebound name
+        (Host) must not reach the model; a bad length must not reach the reader."""
+        for refusal in (self.api.allow.host_refusal(self.headers.get("Host")),
+                        self.api.allow.origin_refusal(self.headers.get("Origin"))):  # fmt: skip
+            if refusal is not None:
+                raise _Refused(403, refusal)
+        self._body_length()
 
     def _dispatch(self, method: str) -> None:
         routes: dict[tuple[str, str], Callable[[], None]] = {
@@ -396,6 +444,7 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         route = routes.get((method, path))
         try:
+            self._check_caller()
             if route is None:
                 if any(p == path for _, p in routes):
                     self._send_error(405, f"method {method} not allowed on {path}")
@@ -403,6 +452,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self._send_error(404, f"{path} is not supported by this server")
                 return
             route()
+        except _Refused as exc:
+            log.info("refused %s %s from %s: %s", method, path, self.address_string(), exc)
+            self.close_connection = True
+            self._send_json(exc.status, {"error": str(exc)}, close=True)
         except BadRequest as exc:
             self._send_error(400, str(exc))
         except (EngineError, JarvisError) as exc:
@@ -438,7 +491,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _tags(self) -> None:
         models = self.api.call(self.api.engine.list_models())
-        self.api.requests.append(("GET", "/api/tags", None))
         self._send_json(200, {"models": [_model_entry(m) for m in models]})
 
     def _ps(self) -> None:
@@ -453,7 +505,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _show(self) -> None:
         body = self._body()
-        self.api.requests.append(("POST", "/api/show", body))
         name = self.api.resolve_model(body.get("model") or body.get("name"), use=False)
         models = {m.name: m for m in self.api.call(self.api.engine.list_models())}
         info = models.get(name, ModelInfo(name))
@@ -566,7 +617,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _chat(self) -> None:
         body = self._body()
-        self.api.requests.append(("POST", "/api/chat", body))
         messages = _parse_messages(body.get("messages", []))
         tools = _parse_tools(body.get("tools"))
         if not messages:
@@ -582,7 +632,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _generate(self) -> None:
         body = self._body()
-        self.api.requests.append(("POST", "/api/generate", body))
         prompt = body.get("prompt", "")
         if not isinstance(prompt, str):
             raise BadRequest("prompt must be a string")
@@ -612,7 +661,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _openai_chat(self) -> None:
         body = self._body()
-        self.api.requests.append(("POST", "/v1/chat/completions", body))
         messages = _parse_openai_messages(body.get("messages"))
         tools = _parse_tools(body.get("tools"))
         requested = body.get("model") or self.api.engine.default_model() or "default"

@@ -11,7 +11,8 @@ streaming, error bodies, tool calls) answering from a :class:`ScriptedEngine`::
         ollama.Client(host=standin.url).chat(model="scripted", messages=[...])
 
 Script an ``EngineResponseError("boom", 500)`` to get an error body with status 500.
-It is the same server as ``jarvis serve-model``, so it cannot drift from what users run.
+It is the same server as ``jarvis serve-model``, so it cannot drift from what users run;
+``standin.requests`` lists the request bodies it parsed.
 
 ``FakeHost`` is a :class:`jarvisd.runs.Host` that returns scripted outcomes (or raises
 scripted errors) without running anything: for code that takes a host.
@@ -22,10 +23,10 @@ raises :class:`NetworkRefused` (use it in an autouse fixture).
 
 from __future__ import annotations
 
-from ..engines import Engine, ScriptedEngine, reply
-from ..server import OllamaServer
+from ..engines import ScriptedEngine, reply
 from ._host import FakeHost
 from ._network import NetworkRefused, refuse_network
+from ._standin import OllamaStandIn
 
 __all__ = [
     "FakeHost",
@@ -35,12 +36,3 @@ __all__ = [
     "refuse_network",
     "reply",
 ]
-
-
-class OllamaStandIn(OllamaServer):
-    """An :class:`OllamaServer` on a free loopback port (``port=0``)."""
-
-    def __init__(
-        self, engine: Engine | None = None, host: str = "127.0.0.1", port: int = 0
-    ) -> None:
-        super().__init__(engine if engine is not None else ScriptedEngine(), host, port)

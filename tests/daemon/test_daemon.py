@@ -235,6 +235,7 @@ def test_connection_from_another_uid_refused(jarvisd: DaemonProcess) -> None:
     reply = json.loads(out.stdout)
     assert reply["type"] == "error" and reply["code"] == "denied", out
     assert "uid 65534" in reply["message"]
+    runtime.chmod(0o700)  # our own client refuses a directory others may enter
     assert jarvisd.client.ping().pid  # still serving its own user
     assert "refused a connection from uid 65534" in jarvisd.log_text()
 
