@@ -198,20 +198,29 @@ def _agent_result(outcome: RunOutcome) -> AgentResult:
     if failure is not None:
         if failure.code != "no_answer":
             raise _in_the_sandbox(failure)
-        content = "Error: " + failure.message
-        metadata.setdefault("error", failure.message)
+        message = _clip(failure.message, MAX_ERROR_CHARS)
+        content = "Error: " + message
+        metadata.setdefault("error", message)
     return AgentResult(content, list(outcome.tool_results), outcome.turns, metadata, outcome.usage)
 
 
 def _in_the_sandbox(failure: Failure) -> BaseException:
     """The error to raise on the host for a failure in the container (the one table of
     codes: a code the table does not know is the sandbox's own failure)."""
-    if failure.code in ("cancelled", "budget"):
-        return failure.error()
-    error = Failure(failure.code, f"in the sandbox: {failure.message}").error()
+    # The program wrote these words: keep a line's worth, never megabytes.
+    code, message = failure.code[:64], _clip(failure.message, MAX_ERROR_CHARS)
+    if code in ("cancelled", "budget"):
+        return Failure(code, message).error()
+    error = Failure(code, f"in the sandbox: {message}").error()
     if type(error) is JarvisError:  # no code of the table: say it is the sandbox's
-        return SandboxError(f"the sandboxed agent failed ({failure.code}): {failure.message}")
+        return SandboxError(f"the sandboxed agent failed ({code!r}): {message}")
     return error
+
+
+def _clip(text: str, limit: int) -> str:
+    return (
+        text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} more characters]"
+    )
 
 
 def _jsonable(value: Any) -> Any:
