@@ -45,6 +45,9 @@ __all__ = [
     "sandboxed_agent",
 ]
 
+#: The most of a sandboxed program's error message that reaches the host's outcome.
+MAX_ERROR_CHARS = 4000
+
 # -S: no site module; -c rather than -m: no runpy. Both are start-up time in every run.
 RUNNER_ARGV = ("python3", "-S", "-B", "-c", "from runners.sandbox_runner import entry; entry()")
 
