@@ -58,7 +58,7 @@ class EventBus:
         with self._lock:
             self._subscribers = tuple((t, c) for t, c in self._subscribers if c is not callback)
 
-    def publish(self, event_type: EventType, **data: Any) -> Event:
+    def publish(self, event_type: EventType, /, **data: Any) -> Event:
         event = Event(event_type, data, time.time())
         self.deliver(event)
         return event

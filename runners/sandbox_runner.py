@@ -25,6 +25,12 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
    frame (a code from the one table, ``jarvisd.runs._failures``).
 
 Anything else the agent prints goes to stderr: file descriptor 1 carries frames only.
+
+Before anything else the runner separates itself from the code it will run for the model
+(``jarvisd.executors._privsep``): started as root inside the container (the docker
+backend does so for this runner only), it becomes the sandbox user at once and runs
+model-written code as a second user; in every case it is not dumpable, so that code
+cannot open ``/proc/<runner>/fd`` and write frames of its own on the runner's stdout.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd._run import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
+from jarvisd.executors._privsep import CodeUser, PrivsepError, drop_privileges
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -172,24 +179,26 @@ def _forward_events(link: FrameLink, event: Event) -> None:
     link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
 
 
-def _in_container_extra(spec: AgentSpec, config: Config) -> dict[str, Any]:
+def _in_container_extra(
+    spec: AgentSpec, config: Config, code_user: CodeUser | None = None
+) -> dict[str, Any]:
     """What agents that run code need in here: left to the runtime they would get the
     host's configured backend (a container engine), which does not exist inside the
-    container. Their code runs as a plain process here (the container is the sandbox)
-    and has no network."""
+    container. Their code runs as a plain process here (the container is the sandbox),
+    as ``code_user`` when the runner is separated, and has no network."""
     from jarvisd.agents import AgentRegistry
     from jarvisd.executors import SubprocessExecutor
 
     extra: dict[str, Any] = {}
     agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
     if agent_cls.runs_code:
-        extra["executor"] = SubprocessExecutor()
+        extra["executor"] = SubprocessExecutor(user=code_user)
     if agent_cls.fetches_urls:
         extra["allow_network"] = False
     return extra
 
 
-async def run_agent_task(start: Start, link: FrameLink) -> Frame:
+async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | None = None) -> Frame:
     from jarvisd._config import parse_config
     from jarvisd.agents import AgentContext
     from jarvisd.runs import AgentSpec, run_spec
@@ -214,12 +223,18 @@ async def run_agent_task(start: Start, link: FrameLink) -> Frame:
     link.start(asyncio.get_running_loop(), run)
     outcome = await run_spec(
         spec, run, config, ProxyEngine(link), context=context,
-        extra=_in_container_extra(spec, config), trace=False,
+        extra=_in_container_extra(spec, config, code_user), trace=False,
     )  # fmt: skip
     return ResultFrame(result=jsonable(outcome.to_dict()))
 
 
 def main() -> int:
+    try:
+        code_user = drop_privileges()
+    except (PrivsepError, OSError) as exc:
+        # Nothing has run yet: say why on stderr and stop, never run unseparated as root.
+        print(f"sandbox runner: cannot drop privileges: {exc}", file=sys.stderr)
+        return 2
     # fd 1 carries frames only: whatever else writes to it (print, a child process)
     # goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
@@ -237,7 +252,7 @@ def main() -> int:
     try:
         if start.task != "agent":
             raise ProtocolError(f"unknown task {start.task!r} (this runner runs: agent)")
-        reply = asyncio.run(run_agent_task(start, link))
+        reply = asyncio.run(run_agent_task(start, link, code_user))
     except (JarvisError, RunStopped) as exc:
         reply = ErrorFrame(*to_wire(exc))
     except Exception as exc:

@@ -37,6 +37,10 @@ __all__ = ["RLMAgent", "RLMDialect", "ReplSession"]
 log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parent.parent.parent  # holds jarvisd/ and runners/
+#: Sub-calls of one REPL answered at once, and waiting in all: the REPL runs the model's
+#: code, so a flood of ``llm_batch`` prompts is refused past the second bound.
+MAX_CONCURRENT_SUB_CALLS = 8
+MAX_PENDING_SUB_CALLS = 256
 
 RLM_PROMPT = """You answer a question about a long text that you cannot read directly. It is stored in
 a Python REPL as the variable `context` (a string of {length} characters); the question is
@@ -80,6 +84,7 @@ class ReplSession:
         self.channel: Channel | None = None
         self.noise: list[str] = []
         self._write_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(MAX_CONCURRENT_SUB_CALLS)
         self.restarts = 0
 
     async def _open(self) -> Channel:
@@ -133,7 +138,8 @@ class ReplSession:
 
     async def _answer(self, channel: Channel, frame: Infer) -> None:
         try:
-            content = await self.agent.sub_call(self.run, frame.request)
+            async with self._slots:
+                content = await self.agent.sub_call(self.run, frame.request)
             reply = InferResult(id=frame.id, generation={"content": content})
         except RunStopped:
             raise
@@ -193,7 +199,10 @@ class ReplSession:
                     for task in [t for t in tasks if t.done()]:
                         tasks.discard(task)
                         task.result()  # a stop signal (budget, cancel) ends the run
-                    if isinstance(frame, Infer):
+                    if isinstance(frame, Infer) and len(tasks) >= MAX_PENDING_SUB_CALLS:
+                        refusal = f"more than {MAX_PENDING_SUB_CALLS} sub-calls at once: refused"
+                        await self._send(channel, InferResult(id=frame.id, error=refusal))
+                    elif isinstance(frame, Infer):
                         clock.hold()  # the cell waits for the host meanwhile
                         deadline.reschedule(None)
                         task = asyncio.ensure_future(self._answer(channel, frame))
@@ -292,12 +301,23 @@ class RLMDialect(Dialect):
     async def resume(self, state: LoopState, run: RunContext) -> None:
         # Rebuild the REPL's variables by re-running the cells that ran before the
         # checkpoint (their sub-calls are asked again: the REPL's memory is not saved).
+        # The history keeps the model's replies as text, so the cells are read back out
+        # of them exactly as ``parse`` read them the first time.
         if self.session is None:
             return
-        for message in state.messages:
-            for call in message.tool_calls:
-                if call.name == "repl":
-                    await self.session.execute(str(call.arguments_dict().get("code", "")))
+        for cell in self.cells_of(state.messages):
+            await self.session.execute(cell)
+
+    @staticmethod
+    def cells_of(messages: Sequence[Message]) -> list[str]:
+        """The code each assistant reply in ``messages`` ran, in order."""
+        cells = []
+        for message in messages:
+            if message.role == "assistant":
+                blocks = code_blocks(strip_think_tags(message.content), bare=True)
+                if blocks:
+                    cells.append("\n\n".join(blocks))
+        return cells
 
 
 class RLMAgent(ToolUsingAgent):

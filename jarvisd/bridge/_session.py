@@ -8,20 +8,27 @@ budget, cancel token and inference events stay on the host), concurrently, with 
 program's clock held meanwhile; the program's ``event`` frames are published on the
 run's bus; it ends with one ``result`` or ``error`` frame. Cancelling the run kills the
 program. What the final frame means is the caller's business: see :class:`Outcome`.
+
+The program is hostile, so the host bounds what it may cost: at most
+``max_concurrent`` inferences in flight (past that the host stops reading its frames
+until one ends), each asking at most ``max_tokens`` new tokens, all of them within the
+session's own ``budget`` (calls, tokens) as well as the run's; its events are vetted
+(:func:`~jarvisd.bridge._events.vet_event`) and its other output kept in bounded noise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import JarvisError, ProtocolError, SandboxError
-from .._events import EventType
-from .._run import RunContext, RunStopped
+from .._messages import SamplingOptions
+from .._run import Budget, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (
@@ -37,6 +44,7 @@ from ..protocol import (
     ResultFrame,
     Start,
 )
+from ._events import vet_event
 
 __all__ = ["FrameSession", "Outcome"]
 
@@ -55,10 +63,18 @@ class Outcome:
     noise: list[str] = field(default_factory=list)
 
 
+#: What a program's ``log`` frame may put in the host's log, in characters.
+_LOG_CHARS = 2000
+#: Inferences one program may have in flight when the caller does not say.
+MAX_CONCURRENT_INFER = 4
+
+
 class FrameSession:
     """One conversation over ``channel``. ``model`` is the host's choice and stands
-    whatever an ``infer`` request asks; ``event_tags`` are added to every event the
-    program publishes (e.g. ``{"sandboxed": True}``)."""
+    whatever an ``infer`` request asks; ``max_tokens`` caps what one request may ask
+    for; ``budget`` is the program's own ledger (None: only the run's applies);
+    ``event_tags`` are added to every event the program publishes (e.g.
+    ``{"sandboxed": True}``)."""
 
     def __init__(
         self,
@@ -67,6 +83,9 @@ class FrameSession:
         run: RunContext,
         *,
         model: str = "",
+        max_tokens: int | None = None,
+        budget: Budget | None = None,
+        max_concurrent: int = MAX_CONCURRENT_INFER,
         event_tags: Mapping[str, Any] | None = None,
         name: str = "program",
     ) -> None:
@@ -74,11 +93,14 @@ class FrameSession:
         self.engine = RunEngine.bind(engine, run)
         self.run_ctx = run
         self.model = model
+        self.max_tokens = max_tokens
+        self.budget = budget
         self.event_tags = dict(event_tags or {})
         self.name = name
         self.stopped: RunStopped | None = None
         self.noise: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(max(1, max_concurrent))
 
     async def run(self, start: Start) -> Outcome:
         """Send ``start``, serve the program until it ends, and say how it ended.
@@ -94,7 +116,9 @@ class FrameSession:
             await send_frame(self.channel, start)
             final = await self._loop()
         except FrameError as exc:
-            raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
+            # A program killed because the run stopped may leave half a frame behind.
+            if not self.run_ctx.cancel.cancelled and self.stopped is None:
+                raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
         except SandboxError:
             if not self.run_ctx.cancel.cancelled and self.stopped is None:
                 raise
@@ -124,6 +148,9 @@ class FrameSession:
             if frame is None:
                 return None
             if isinstance(frame, Infer):
+                # Backpressure: with every slot taken, no more frames are read, so a
+                # flood of requests waits in the program, not in the host's memory.
+                await self._slots.acquire()
                 self._track(self._serve(frame))
             elif isinstance(frame, EventFrame):
                 self._publish(frame)
@@ -132,28 +159,42 @@ class FrameSession:
             elif isinstance(frame, Ping):
                 await send_frame(self.channel, Pong(id=frame.id))
             elif isinstance(frame, Log):
-                log.info("%s: %s", self.name, frame.message)
+                # Cut, and shown as a literal: it goes to the host's log (a file, for the
+                # daemon), where neither a flood nor escape sequences belong.
+                log.info("%s: %r", self.name, frame.message[:_LOG_CHARS])
 
     def _publish(self, frame: EventFrame) -> None:
-        try:
-            event_type = EventType(frame.type)
-        except ValueError:
-            log.debug("%s sent unknown event type %r", self.name, frame.type)
+        event = vet_event(frame, self.run_ctx.depth, self.event_tags)
+        if event is None:
+            log.debug("%s may not publish event type %r: dropped", self.name, frame.type[:64])
             return
-        data = {str(k): v for k, v in frame.data.items()}
-        data.update(self.event_tags)
-        self.run_ctx.bus.publish(event_type, **data)
+        # The keys are the vetted fields and the host's own: none comes from the program.
+        self.run_ctx.bus.publish(event.type, **event.data)
+
+    def _options(self, request: InferRequest) -> SamplingOptions:
+        """The request's sampling options, its ``max_tokens`` clamped to the session's
+        cap and to what its own budget has left (reserved here, charged later)."""
+        wanted = request.options.max_tokens
+        allowed = max(1, wanted if self.max_tokens is None else min(wanted, self.max_tokens))
+        if self.budget is not None:
+            allowed = self.budget.reserve(allowed)
+        if allowed == wanted:
+            return request.options
+        return dataclasses.replace(request.options, max_tokens=allowed)
 
     async def _serve(self, frame: Infer) -> None:
         try:
             request = InferRequest.from_dict(frame.request)
+            options = self._options(request)
             # The program only waits meanwhile, so its clock is held: a slow local model
-            # must not get it killed. The run's budget and time limit still bound it.
+            # must not get it killed. The run's budget and time limit still bound it,
+            # and so does the clock's own cap on held time.
             with self.channel.clock_held():
                 generation = await self.engine.generate(
-                    request.messages, model=self.model, tools=request.tools,
-                    options=request.options,
+                    request.messages, model=self.model, tools=request.tools, options=options,
                 )  # fmt: skip
+            if self.budget is not None:
+                self.budget.charge(generation.usage)
             reply = InferResult(id=frame.id, generation=generation.to_dict())
         except RunStopped as exc:
             self.stopped = exc
@@ -163,5 +204,7 @@ class FrameSession:
             reply = InferResult(id=frame.id, error=f"{type(exc).__name__}: {exc}")
         except ValueError as exc:  # a malformed request (FrameError) or reply
             reply = InferResult(id=frame.id, error=str(exc))
+        finally:
+            self._slots.release()
         with contextlib.suppress(SandboxError):
             await send_frame(self.channel, reply)

@@ -259,6 +259,10 @@ class TaskManager:
                 f"{why}; tool call {names} was in flight: effect unverified, not replayed "
                 "(check its effect, then resubmit)",
             )
+        elif cp.state is not None and cp.state.get("resumable") is False:
+            # A run that said it cannot be resumed (a sandboxed run) is never restarted.
+            reason = str(cp.state.get("reason") or "its run cannot be resumed")
+            self._finish(task_id, "interrupted", f"{why}; {reason}")
         elif self.store.tool_calls_since(task_id, cp.seq):
             self._finish(
                 task_id,

@@ -23,6 +23,8 @@ from typing import ClassVar
 from ..protocol import MAX_FRAME_BYTES, Frame, FrameError, decode_line, encode
 
 __all__ = [
+    "MAX_NOISE_LINES",
+    "MAX_NOISE_LINE_BYTES",
     "Channel",
     "Clock",
     "CodeExecutor",
@@ -32,6 +34,12 @@ __all__ = [
     "run_to_completion",
     "send_frame",
 ]
+
+
+#: Non-frame output kept from a program: its last this many lines, each cut to this
+#: many bytes (about 400 KiB in all, whatever the program prints).
+MAX_NOISE_LINES = 200
+MAX_NOISE_LINE_BYTES = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,12 @@ class ExecRequest:
     mounts: Sequence[str] = ()
     #: Extra environment for the program. Never put secrets here: send them in a frame.
     env: Mapping[str, str] = field(default_factory=dict)
+    #: The program runs code of its own that it must not trust (the in-container agent
+    #: runner: model-written code). A container backend then starts it as root inside
+    #: the container with only CAP_SETUID and CAP_SETGID, telling it in JARVIS_PRIVSEP
+    #: the user to become at once and the second user for that code
+    #: (``runners.privsep``). Backends that cannot (bwrap, subprocess) ignore it.
+    separate_code: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +81,20 @@ class Clock:
     """A program's timeout, which can be held while the program waits on the host (a
     sandboxed agent waiting for its inference): held time does not count, so the
     timeout bounds what the program does itself, however slow the host's model is.
+
+    Held time is credited up to ``max_held`` in all (default ``HELD_FACTOR`` times the
+    timeout); past that, waiting counts like running. A program that keeps one request
+    in flight while it computes therefore lives at most ``timeout + max_held``.
     Thread-safe: backends may watch it from a thread."""
 
     #: While the clock is held, how long a watchdog sleeps before it looks again.
     HELD_RECHECK_S: ClassVar[float] = 0.25
+    #: Default cap on the held time credited, as a multiple of the timeout.
+    HELD_FACTOR: ClassVar[float] = 10.0
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, max_held: float | None = None) -> None:
         self.timeout = timeout
+        self.max_held = timeout * self.HELD_FACTOR if max_held is None else max_held
         self._start = time.monotonic()
         self._held = 0
         self._held_since = 0.0
@@ -93,11 +114,13 @@ class Clock:
                 self._held_total += time.monotonic() - self._held_since
 
     def remaining(self) -> float | None:
-        """Seconds left, or None while held (it cannot expire then)."""
+        """Seconds left, or None while held within ``max_held`` (it cannot expire then)."""
         with self._lock:
-            if self._held:
+            now = time.monotonic()
+            held = self._held_total + (now - self._held_since if self._held else 0.0)
+            if self._held and held < self.max_held:
                 return None
-            used = time.monotonic() - self._start - self._held_total
+            used = now - self._start - min(held, self.max_held)
             return self.timeout - used
 
     def due_in(self) -> float:
@@ -173,7 +196,8 @@ async def receive_frame(
     channel: Channel, noise: list[str] | None = None, max_bytes: int = MAX_FRAME_BYTES
 ) -> Frame | None:
     """The next frame from the program, or None at end of output. Lines that are not
-    frames are appended to ``noise`` (when given) and skipped."""
+    frames are kept in ``noise`` (when given: the last MAX_NOISE_LINES, each cut to
+    MAX_NOISE_LINE_BYTES) and skipped."""
     while True:
         line = await channel.readline(max_bytes + 1)
         if not line:
@@ -183,8 +207,19 @@ async def receive_frame(
         frame = decode_line(line, max_bytes)
         if frame is not None:
             return frame
-        if noise is not None and len(noise) < 1000:
-            noise.append(line.decode("utf-8", "replace").rstrip("\n"))
+        if noise is not None:
+            keep_noise(noise, line)
+
+
+def keep_noise(noise: list[str], line: bytes) -> None:
+    """Add ``line`` to ``noise``, in bounded bytes: the tail is what says why a program
+    failed, so the oldest lines go first."""
+    text = line[:MAX_NOISE_LINE_BYTES].decode("utf-8", "replace").rstrip("\n")
+    if len(line) > MAX_NOISE_LINE_BYTES:
+        text += f" [... {len(line) - MAX_NOISE_LINE_BYTES} more bytes]"
+    noise.append(text)
+    if len(noise) > MAX_NOISE_LINES:
+        del noise[: len(noise) - MAX_NOISE_LINES]
 
 
 async def run_to_completion(

@@ -27,6 +27,7 @@ from typing import ClassVar
 from .._errors import SandboxError
 from ..protocol import MAX_FRAME_BYTES
 from ._base import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
+from ._privsep import CodeUser, become, kill_group_as
 
 __all__ = ["Limits", "SubprocessChannel", "SubprocessExecutor"]
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 _ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ")
 _STDERR_TAIL = 64 * 1024
+#: Unread stdout kept when the program ends (the rest is read and dropped).
+_REST_LIMIT = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +47,11 @@ class Limits:
     file_bytes: int = 64 * 1024 * 1024
 
 
-def _preexec(limits: Limits, timeout: float) -> None:
+def _preexec(limits: Limits, timeout: float, user: CodeUser | None = None) -> None:
     import resource
+
+    if user is not None:
+        become(user)
 
     cpu = limits.cpu_seconds or int(timeout) + 1
     for kind, value in (
@@ -60,8 +66,15 @@ def _preexec(limits: Limits, timeout: float) -> None:
 
 
 class SubprocessChannel(Channel):
-    def __init__(self, process: asyncio.subprocess.Process, workdir: Path, timeout: float) -> None:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        workdir: Path,
+        timeout: float,
+        user: CodeUser | None = None,
+    ) -> None:
         self.process = process
+        self.user = user
         self.workdir = workdir
         self.reason = ""
         self.start = time.monotonic()
@@ -94,8 +107,14 @@ class SubprocessChannel(Channel):
             return
         if not self.reason:
             self.reason = reason
+        self._signal_group()
+
+    def _signal_group(self) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+            if self.user is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            else:  # another uid's group: only that uid may signal it
+                kill_group_as(self.user, self.process.pid)
 
     async def write(self, data: bytes) -> None:
         stdin = self.process.stdin
@@ -137,12 +156,11 @@ class SubprocessChannel(Channel):
         rest = b""
         if self.process.stdout is not None:
             with contextlib.suppress(Exception):
-                rest = await asyncio.wait_for(self.process.stdout.read(), 1.0)
+                rest = await asyncio.wait_for(_read_bounded(self.process.stdout), 1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._stderr_task, 1.0)
         # Children left in the group (daemonised helpers) go with it.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signal.SIGKILL)
+        self._signal_group()
         shutil.rmtree(self.workdir, ignore_errors=True)
         reason = self.reason
         if not reason and code == -signal.SIGKILL:
@@ -163,13 +181,26 @@ class SubprocessChannel(Channel):
         self._kill_group(reason)
 
 
+async def _read_bounded(stream: asyncio.StreamReader) -> bytes:
+    """The stream to its end, keeping at most _REST_LIMIT bytes."""
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < _REST_LIMIT:
+            kept += chunk[: _REST_LIMIT - len(kept)]
+    return bytes(kept)
+
+
 class SubprocessExecutor(CodeExecutor):
     name: ClassVar[str] = "subprocess"
     isolated: ClassVar[bool] = False
 
-    def __init__(self, limits: Limits | None = None, *, warn: bool = False) -> None:
+    def __init__(
+        self, limits: Limits | None = None, *, warn: bool = False, user: CodeUser | None = None
+    ) -> None:
         self.limits = limits or Limits()
         self.warn = warn
+        #: Run programs as this user (a separated runner's code user; see _privsep).
+        self.user = user
 
     async def open(self, request: ExecRequest) -> Channel:
         if self.warn:
@@ -187,11 +218,13 @@ class SubprocessExecutor(CodeExecutor):
                 raise SandboxError(f"refused to write {name!r} outside the working directory")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
+        if self.user is not None:  # the code user shares our group, and works in here
+            os.chmod(workdir, 0o770)
         env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
         env.setdefault("PATH", os.defpath)
         env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1")
         env.update(request.env)
-        limits, timeout = self.limits, request.timeout
+        limits, timeout, user = self.limits, request.timeout, self.user
         try:
             process = await asyncio.create_subprocess_exec(
                 *request.argv,
@@ -201,13 +234,13 @@ class SubprocessExecutor(CodeExecutor):
                 cwd=str(workdir),
                 env=env,
                 start_new_session=True,
-                preexec_fn=lambda: _preexec(limits, timeout),
+                preexec_fn=lambda: _preexec(limits, timeout, user),
                 limit=MAX_FRAME_BYTES + 2,
             )
         except OSError as exc:
             shutil.rmtree(workdir, ignore_errors=True)
             raise SandboxError(f"cannot start {request.argv[0]}: {exc.strerror}") from exc
-        return SubprocessChannel(process, workdir, timeout)
+        return SubprocessChannel(process, workdir, timeout, user)
 
 
 def python_executable() -> str:

@@ -4,7 +4,17 @@ The container runs ``runners.sandbox_runner`` (jarvis's own code, mounted read-o
 It has no network: every generation it needs comes back to the host as an ``infer``
 frame, served by a :class:`~jarvisd.bridge.FrameSession` with the host's real engine,
 so the run's budget, cancel token and inference events stay on the host. Concurrent
-``infer`` frames are served concurrently. Cancelling the run removes the container.
+``infer`` frames are served concurrently (a few at a time). Cancelling the run removes
+the container.
+
+What the program may cost is bounded on the host, whatever the code inside does: each
+request's ``max_tokens`` is clamped to the agent's, and when the run sets no budget the
+program gets one from the agent's ``max_turns`` (:func:`default_budget`). The start
+frame carries only the config the runner needs (no engine addresses, no allowed roots).
+
+A sandboxed run does not checkpoint: its loop state lives in the container, and the
+host cannot hold its tool calls back until the daemon has recorded them. It says so
+in a checkpoint of its own (``resumable: false``), and refuses a resume.
 """
 
 from __future__ import annotations
@@ -13,7 +23,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
-from .._run import Cancelled, RunContext
+from .._run import Budget, Cancelled, RunContext
 from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine
@@ -25,10 +35,48 @@ if TYPE_CHECKING:
     from .._config import Config
     from ..runs import AgentSpec
 
-__all__ = ["RUNNER_ARGV", "SandboxedAgent", "sandboxed_agent"]
+__all__ = [
+    "CALLS_PER_TURN",
+    "NOT_RESUMABLE",
+    "RUNNER_ARGV",
+    "SandboxedAgent",
+    "default_budget",
+    "runner_config",
+    "sandboxed_agent",
+]
+
+#: The most of a sandboxed program's error message that reaches the host's outcome.
+MAX_ERROR_CHARS = 4000
 
 # -S: no site module; -c rather than -m: no runpy. Both are start-up time in every run.
 RUNNER_ARGV = ("python3", "-S", "-B", "-c", "from runners.sandbox_runner import entry; entry()")
+
+#: Engine calls a sandboxed program may make per turn of its agent when the run sets no
+#: budget (a tool loop makes one or two; rlm's llm_batch makes one per chunk).
+CALLS_PER_TURN = 16
+#: Prompt tokens allowed per call on top of the completion, for the default token budget.
+_PROMPT_TOKENS_PER_CALL = 8192
+#: Why a sandboxed run cannot be resumed (its checkpoint says so; see the module doc).
+NOT_RESUMABLE = (
+    "a sandboxed run keeps its state inside the container and does not checkpoint, so it "
+    "cannot be resumed (resubmit to run again)"
+)
+
+
+def default_budget(max_turns: int, max_tokens: int) -> Budget:
+    """The program's own budget when the run has none: enough for ``max_turns`` turns of
+    an agent that makes up to CALLS_PER_TURN calls a turn, and no more."""
+    calls = CALLS_PER_TURN * max(max_turns, 1)
+    return Budget(max_calls=calls, max_tokens=calls * (max_tokens + _PROMPT_TOKENS_PER_CALL))
+
+
+def runner_config(config: Config) -> dict[str, Any]:
+    """The part of ``config`` the in-container runner needs: agent defaults and tool
+    settings. Engine addresses, the sandbox's allowed roots and engine socket, and the
+    daemon's settings stay on the host."""
+    full = config.to_dict()
+    tools = dict(full["tools"], allow_network=False)  # there is no network in there
+    return {"agent": full["agent"], "tools": tools}
 
 
 class SandboxedAgent(BaseAgent):
@@ -71,7 +119,7 @@ class SandboxedAgent(BaseAgent):
         inner = dataclasses.replace(self.spec, input=input, sandbox=False, context_file=None)
         payload: dict[str, Any] = {
             "spec": inner.to_dict(),
-            "config": self.config.to_dict(),
+            "config": runner_config(self.config),
             "context": None,
             "depth": run.depth,
             "run_id": run.run_id,
@@ -88,11 +136,21 @@ class SandboxedAgent(BaseAgent):
     ) -> AgentResult:
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
-        request = ExecRequest(argv=RUNNER_ARGV, timeout=self.timeout, mounts=self.spec.mounts)
+        if run.resume is not None:
+            raise SandboxError(str(run.resume.get("reason") or NOT_RESUMABLE))
+        if run.checkpoint is not None:
+            run.checkpoint({"agent": self.agent_id, "resumable": False, "reason": NOT_RESUMABLE})
+        budget = None
+        if run.budget.max_calls is None and run.budget.max_tokens is None:
+            max_turns = self.spec.max_turns or self.config.agent.max_turns
+            budget = default_budget(max_turns, self.max_tokens)
+        request = ExecRequest(
+            argv=RUNNER_ARGV, timeout=self.timeout, mounts=self.spec.mounts, separate_code=True
+        )
         channel = await self._executor().open(request)
         session = FrameSession(
-            channel, self.engine, run, model=self.model, event_tags={"sandboxed": True},
-            name="sandboxed agent",
+            channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
+            budget=budget, event_tags={"sandboxed": True}, name="sandboxed agent",
         )  # fmt: skip
         outcome = await session.run(Start(task="agent", payload=self._payload(input, context, run)))
         return self._result(outcome, run)
@@ -143,20 +201,29 @@ def _agent_result(outcome: RunOutcome) -> AgentResult:
     if failure is not None:
         if failure.code != "no_answer":
             raise _in_the_sandbox(failure)
-        content = "Error: " + failure.message
-        metadata.setdefault("error", failure.message)
+        message = _clip(failure.message, MAX_ERROR_CHARS)
+        content = "Error: " + message
+        metadata.setdefault("error", message)
     return AgentResult(content, list(outcome.tool_results), outcome.turns, metadata, outcome.usage)
 
 
 def _in_the_sandbox(failure: Failure) -> BaseException:
     """The error to raise on the host for a failure in the container (the one table of
     codes: a code the table does not know is the sandbox's own failure)."""
-    if failure.code in ("cancelled", "budget"):
-        return failure.error()
-    error = Failure(failure.code, f"in the sandbox: {failure.message}").error()
+    # The program wrote these words: keep a line's worth, never megabytes.
+    code, message = failure.code[:64], _clip(failure.message, MAX_ERROR_CHARS)
+    if code in ("cancelled", "budget"):
+        return Failure(code, message).error()
+    error = Failure(code, f"in the sandbox: {message}").error()
     if type(error) is JarvisError:  # no code of the table: say it is the sandbox's
-        return SandboxError(f"the sandboxed agent failed ({failure.code}): {failure.message}")
+        return SandboxError(f"the sandboxed agent failed ({code!r}): {message}")
     return error
+
+
+def _clip(text: str, limit: int) -> str:
+    return (
+        text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} more characters]"
+    )
 
 
 def _jsonable(value: Any) -> Any:
@@ -170,4 +237,5 @@ def sandboxed_agent(key: str, spec: AgentSpec, config: Config, engine: Engine) -
     in the sandbox. Mounts are checked when the run starts (MountRefused)."""
     AgentRegistry.get(key)  # an unknown agent fails here, on the host, clearly
     inner = dataclasses.replace(spec, agent=key)
-    return SandboxedAgent(engine, spec.model, spec=inner, config=config)
+    max_tokens = spec.max_tokens or config.agent.max_tokens
+    return SandboxedAgent(engine, spec.model, spec=inner, config=config, max_tokens=max_tokens)

@@ -45,10 +45,12 @@ from typing import Any, ClassVar
 from .._config import Config
 from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
+from ..executors._privsep import ENV as PRIVSEP_ENV
 from ..protocol import MAX_FRAME_BYTES
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
+    CODE_UID,
     INPUT_DIR,
     LABEL,
     OWNER_LABEL,
@@ -281,6 +283,14 @@ class DockerExecutor(CodeExecutor):
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             **request.env,
         }
+        # A program that runs untrusted code of its own (the agent runner) starts as
+        # root with only SETUID/SETGID and drops to the sandbox user itself at once;
+        # the container's init stays root, out of its code's reach (executors._privsep).
+        user, cap_add = f"{policy.uid}:{policy.gid}", None
+        if request.separate_code:
+            user, cap_add = "0:0", ["SETUID", "SETGID"]
+            code_uid = CODE_UID if policy.uid != CODE_UID else CODE_UID + 1
+            env[PRIVSEP_ENV] = f"{policy.uid}:{policy.gid}:{code_uid}"
         try:
             with self._engine_sources(mounts) as sources:
                 try:
@@ -289,6 +299,7 @@ class DockerExecutor(CodeExecutor):
                         read_only=True,
                         tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
                         cap_drop=["ALL"],
+                        cap_add=cap_add,
                         security_opt=["no-new-privileges"],
                         pids_limit=policy.pids,
                         mem_limit=policy.memory_bytes,
@@ -304,7 +315,7 @@ class DockerExecutor(CodeExecutor):
                         policy.image,
                         argv,
                         hostname="sandbox",
-                        user=f"{policy.uid}:{policy.gid}",
+                        user=user,
                         stdin_open=True,
                         environment=env,
                         network_disabled=True,

@@ -22,6 +22,7 @@ from ._prelude import READY, REFUSED
 
 __all__ = [
     "CODE_ROOT",
+    "CODE_UID",
     "INPUT_DIR",
     "LABEL",
     "OWNER_LABEL",
@@ -44,6 +45,9 @@ OWNER_LABEL = "jarvis.sandbox.owner"
 #: with the image's /etc/passwd written by ``_image.py``).
 SANDBOX_UID = 10001
 SANDBOX_GID = 10001
+#: The user model-written code runs as inside a separated agent runner (ExecRequest
+#: .separate_code; jarvisd.executors._privsep): never the runner's own uid.
+CODE_UID = 10002
 #: Where jarvis's own packages appear inside the sandbox (read-only, PYTHONPATH).
 CODE_ROOT = "/opt/jarvis"
 #: Where an ExecRequest's files appear (read-only; copied to /tmp/work before running).

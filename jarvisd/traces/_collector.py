@@ -5,6 +5,12 @@ event of a top-level run (RUN_START or depth-0 AGENT_TURN_START) and is written 
 the top-level agent's turn ends (AGENT_TURN_END at depth 0, or RUN_END). Nested agents'
 events land in the same trace. Writing never breaks a run (the bus logs and skips
 subscribers that raise).
+
+Events can come from a sandboxed program, so a trace is bounded in bytes: an event
+larger than ``MAX_EVENT_BYTES`` (as JSON) is kept as a stub saying how large it was,
+and once a trace holds ``MAX_TRACE_BYTES`` of events the rest are counted
+(``events_dropped`` in the trace's last event) but not kept. The summary fields
+(turns, tool calls, tokens) still count every event.
 """
 
 from __future__ import annotations
@@ -23,7 +29,19 @@ from .._errors import TaskNotFound
 from .._events import Event, EventBus, EventType
 from .._sqlite import open_db
 
-__all__ = ["Trace", "TraceCollector", "TraceStore", "default_trace_path"]
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "MAX_TRACE_BYTES",
+    "Trace",
+    "TraceCollector",
+    "TraceStore",
+    "default_trace_path",
+]
+
+#: The largest event a trace keeps whole (JSON bytes); larger ones become a stub.
+MAX_EVENT_BYTES = 64 * 1024
+#: The events one trace keeps in all (JSON bytes); later ones are counted, not kept.
+MAX_TRACE_BYTES = 8 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS traces (
@@ -66,6 +84,36 @@ class Trace:
     completion_tokens: int = 0
     error: str = ""
     events: list[dict[str, Any]] = field(default_factory=list)
+    #: Bytes of JSON in ``events`` and events left out past MAX_TRACE_BYTES (not stored).
+    events_bytes: int = 0
+    events_dropped: int = 0
+
+    def keep(self, event: Event) -> None:
+        """Add ``event`` within the trace's byte bounds."""
+        if self.events_dropped:
+            self.events_dropped += 1
+            return
+        record = event.to_dict()
+        try:
+            size = len(json.dumps(record, default=str))
+        except RecursionError:  # nested too deeply to store: a stub like an oversized one
+            size = MAX_EVENT_BYTES + 1
+        if size > MAX_EVENT_BYTES:
+            record = {"type": record["type"], "timestamp": record["timestamp"],
+                      "data": {"truncated": True, "bytes": size}}  # fmt: skip
+            size = 100
+        if self.events_bytes + size > MAX_TRACE_BYTES:
+            self.events_dropped = 1
+            return
+        self.events.append(record)
+        self.events_bytes += size
+
+    def close_events(self) -> None:
+        """Say in the events how many were left out (before the trace is saved)."""
+        if self.events_dropped:
+            self.events.append({"type": "events_dropped", "timestamp": time.time(),
+                                "data": {"count": self.events_dropped,
+                                         "limit_bytes": MAX_TRACE_BYTES}})  # fmt: skip
 
     @property
     def duration_s(self) -> float:
@@ -179,6 +227,7 @@ class TraceCollector:
         if trace is not None:
             trace.ended = time.time()
             trace.error = trace.error or error or "the run ended without a result"
+            trace.close_events()
             self.store.save(trace)
             self.saved.append(trace.id)
         if self._own_store:
@@ -190,7 +239,7 @@ class TraceCollector:
         if self.current is None:
             self.current = Trace(uuid.uuid4().hex[:12], event.timestamp, run_id=self.run_id)
         trace = self.current
-        trace.events.append(event.to_dict())
+        trace.keep(event)
         if event.type is EventType.AGENT_TURN_START and top and not trace.agent:
             trace.agent = str(data.get("agent", ""))
             trace.input = str(data.get("input", ""))
@@ -209,5 +258,6 @@ class TraceCollector:
                 trace.error = str(data["error"])
             trace.ended = time.time()
             self.current = None
+            trace.close_events()
             self.store.save(trace)
             self.saved.append(trace.id)

@@ -342,3 +342,47 @@ def test_jarvis_ask_gives_rlm_the_context_file(tmp_path: Path) -> None:
     assert data["answer"] == "7781"
     assert data["tool_results"][0]["content"] == str(len(CONTEXT))
     assert data["metadata"]["context_chars"] == len(CONTEXT)
+
+
+def test_a_resumed_rlm_rebuilds_its_repl_from_the_cells_in_its_history() -> None:
+    # The first run stops after one cell (max_turns); a new agent resumes from its
+    # checkpoint, in a fresh REPL process that must still hold `x`.
+    states: list[Any] = []
+    first = rlm(ScriptedEngine([code("x = 41\nprint('set')")]), max_turns=1)
+    arun(first, "q", run=RunContext(checkpoint=states.append))
+    engine = ScriptedEngine([code("FINAL(x + 1)")])
+    result = arun(rlm(engine), "q", run=RunContext(resume=states[-1]))
+    assert result.content == "42", result.tool_results
+    assert result.metadata["resumed"] is True
+
+
+def test_a_flood_of_sub_calls_is_bounded() -> None:
+    # The REPL runs the model's code: 1,000 prompts at once are answered a few at a
+    # time, and those past the pending bound are refused, not queued.
+    from jarvisd.agents._rlm import MAX_CONCURRENT_SUB_CALLS, MAX_PENDING_SUB_CALLS
+
+    in_flight, peak = [0], [0]
+
+    class Counting(ScriptedEngine):
+        async def generate(self, *args: Any, **kw: Any) -> Generation:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+            try:
+                return await super().generate(*args, **kw)
+            finally:
+                in_flight[0] -= 1
+
+    root = [
+        code("try:\n    llm_batch(['q'] * 1000)\nexcept Exception as e:\n    print('refused:', e)"),
+        code("FINAL('done')"),
+    ]
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        return root.pop(0) if messages[0].role.value == "system" else reply("sub")
+
+    engine = Counting(fallback=answer, latency_s=0.01)
+    result = arun(rlm(engine), "flood")
+    assert result.content == "done"
+    assert f"more than {MAX_PENDING_SUB_CALLS} sub-calls" in result.tool_results[0].content
+    assert peak[0] <= MAX_CONCURRENT_SUB_CALLS + 1  # the sub-calls, and no more
+    assert len(engine.calls) < 500  # most of the flood was refused, not served

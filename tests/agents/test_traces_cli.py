@@ -135,3 +135,40 @@ def test_trace_ids_match_by_prefix_only_never_by_wildcard() -> None:
     for pattern in ("ab_1", "a%", "_bc", "ab"):  # wildcards, or a prefix of both
         with pytest.raises(TaskNotFound, match="trace"):
             store.get(pattern)
+
+
+def test_a_trace_keeps_its_events_within_byte_bounds() -> None:
+    from jarvisd._events import EventType
+    from jarvisd.traces import MAX_EVENT_BYTES, MAX_TRACE_BYTES
+
+    run = RunContext()
+    collector = TraceCollector().attach(run.bus)
+    run.bus.publish(EventType.AGENT_TURN_START, agent="a", input="x", depth=0)
+    run.bus.publish(EventType.TOOL_CALL_END, tool="t", content="b" * (4 * MAX_EVENT_BYTES))
+    for _ in range(MAX_TRACE_BYTES // 20_000 + 10):
+        run.bus.publish(EventType.TOOL_CALL_END, tool="t", content="s" * 20_000)
+    run.bus.publish(EventType.AGENT_TURN_END, agent="a", content="done", turns=1, depth=0)
+    trace = TraceStore().get(collector.saved[0])
+    assert trace.events[1]["data"] == {
+        "truncated": True,
+        "bytes": pytest.approx(4 * MAX_EVENT_BYTES, rel=0.01),
+    }
+    assert len(json.dumps(trace.events)) < MAX_TRACE_BYTES + 1000
+    assert trace.events[-1]["type"] == "events_dropped" and trace.events[-1]["data"]["count"] > 1
+    assert trace.content == "done" and trace.tool_calls == MAX_TRACE_BYTES // 20_000 + 11
+
+
+def test_an_event_nested_too_deeply_to_encode_is_kept_as_a_stub() -> None:
+    from jarvisd._events import EventType
+
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    run = RunContext()
+    collector = TraceCollector().attach(run.bus)
+    run.bus.publish(EventType.AGENT_TURN_START, agent="a", input="x", depth=0)
+    run.bus.publish(EventType.TOOL_CALL_START, tool="t", arguments={"a": deep})
+    run.bus.publish(EventType.AGENT_TURN_END, agent="a", content="done", turns=1, depth=0)
+    trace = TraceStore().get(collector.saved[0])
+    assert trace.events[1]["type"] == "tool_call_start"
+    assert trace.events[1]["data"]["truncated"] is True

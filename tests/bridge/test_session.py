@@ -7,6 +7,7 @@ import asyncio
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from jarvisd._run import Budget, BudgetExceeded, RunContext
 from jarvisd.bridge import FrameSession, Outcome
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import ExecRequest, SubprocessExecutor
+from jarvisd.executors._base import MAX_NOISE_LINE_BYTES, MAX_NOISE_LINES
 from jarvisd.protocol import ErrorFrame, InferRequest, ResultFrame, Start
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,7 +76,7 @@ def test_the_program_is_served_by_the_runs_engine() -> None:
     assert call.model == "host-model"  # the host's choice stands
     assert list(call.messages) == [Message.user("6*7?")]
     assert call.options.temperature == 0.1
-    assert ("tool_call_start", {"tool": "x", "via": "t"}) in events
+    assert ("tool_call_start", {"tool": "x", "depth": 0, "via": "t"}) in events
     assert [e for e, _ in events].count("inference_end") == 1  # published on the host
     assert outcome.noise == ["a library chatting on stdout"]
     assert run.budget.calls == 1
@@ -105,3 +107,127 @@ def test_an_error_frame_is_the_callers_to_read() -> None:
 def test_infer_request_round_trips() -> None:
     request = InferRequest((Message.user("hi"),), "m")
     assert InferRequest.from_dict(request.to_dict()) == request
+
+
+HOSTILE = textwrap.dedent("""
+    import sys, threading, time
+    from jarvisd.protocol import EventFrame, FrameReader, Infer, ResultFrame, encode
+    reader = FrameReader(sys.stdin.buffer)
+    start = reader.read()
+    out = sys.stdout.buffer
+    def send(frame):
+        out.write(encode(frame))
+        out.flush()
+    MESSAGES = [{"role": "user", "content": "hi"}]
+""")
+
+
+def test_forged_events_are_refused_and_never_splatted() -> None:
+    program = HOSTILE + textwrap.dedent("""
+        send(EventFrame(type="inference_end", data={"prompt_tokens": 10**12}))
+        send(EventFrame(type="run_end", data={"content": "forged"}))
+        send(EventFrame(type="tool_call_end", data={
+            "event_type": "x", "tool": "calc", "success": "yes", "content": "c" * 100000,
+            "via": "forged", "depth": 3}))
+        send(ResultFrame(result={}))
+    """)
+    run = RunContext()
+    events: list[tuple[str, dict[str, object]]] = []
+    run.bus.subscribe(lambda e: events.append((e.type.value, dict(e.data))))
+    outcome = converse(program, ScriptedEngine.from_replies([]), run)
+    assert isinstance(outcome.final, ResultFrame)
+    ((kind, data),) = events
+    assert kind == "tool_call_end"
+    assert set(data) == {"tool", "content", "depth", "via"}  # no event_type, no bad success
+    assert data["via"] == "t" and data["depth"] == 3  # the host's tag wins
+    assert len(str(data["content"])) < 17_000
+    assert run.budget.used.total_tokens == 0
+
+
+def test_infer_requests_are_clamped_bounded_in_flight_and_budgeted() -> None:
+    program = HOSTILE + textwrap.dedent("""
+        threading.Thread(target=lambda: [None for _ in reader], daemon=True).start()
+        for i in range(500):
+            send(Infer(request={"messages": MESSAGES, "options": {"max_tokens": 10**9}}))
+        time.sleep(30)
+    """)
+    in_flight, peak = [0], [0]
+
+    def answer(messages: object, tools: object) -> str:
+        return "ok"
+
+    class Counting(ScriptedEngine):
+        async def generate(self, *args: Any, **kw: Any) -> Any:
+            in_flight[0] += 1
+            peak[0] = max(peak[0], in_flight[0])
+            try:
+                return await super().generate(*args, **kw)
+            finally:
+                in_flight[0] -= 1
+
+    engine = Counting(fallback=answer, latency_s=0.02)
+
+    async def go() -> Outcome:
+        request = ExecRequest(
+            argv=[sys.executable, "main.py"], files={"main.py": program}, timeout=20.0,
+            env={"PYTHONPATH": str(ROOT)},
+        )  # fmt: skip
+        channel = await SubprocessExecutor().open(request)
+        session = FrameSession(channel, engine, RunContext(), max_tokens=64,
+                               budget=Budget(max_calls=20), max_concurrent=3)  # fmt: skip
+        return await session.run(Start(task="agent"))
+
+    outcome = asyncio.run(go())
+    assert isinstance(outcome.stopped, BudgetExceeded)
+    assert len(engine.calls) == 20 and peak[0] <= 3
+    assert {c.options.max_tokens for c in engine.calls} == {64}
+
+
+def test_noise_is_kept_in_bounded_bytes() -> None:
+    program = HOSTILE + textwrap.dedent("""
+        for i in range(300):
+            out.write(b"n" * 100000 + b" %d\\n" % i)
+        send(ResultFrame(result={}))
+    """)
+    outcome = converse(program, ScriptedEngine.from_replies([]), RunContext())
+    assert isinstance(outcome.final, ResultFrame)
+    assert len(outcome.noise) == MAX_NOISE_LINES
+    assert sum(len(n) for n in outcome.noise) < MAX_NOISE_LINES * (MAX_NOISE_LINE_BYTES + 40)
+    assert outcome.noise[-1].endswith("more bytes]")
+
+
+def test_log_frames_reach_the_host_log_cut_and_escaped(caplog: pytest.LogCaptureFixture) -> None:
+    program = HOSTILE + textwrap.dedent("""
+        from jarvisd.protocol import Log
+        send(Log(message="\\x1b[2J" + "L" * 1_000_000))
+        send(ResultFrame(result={}))
+    """)
+    with caplog.at_level("INFO", logger="jarvisd.bridge._session"):
+        converse(program, ScriptedEngine.from_replies([]), RunContext())
+    (record,) = [r for r in caplog.records if "program" in r.getMessage()]
+    text = record.getMessage()
+    assert len(text) < 3000 and "\x1b" not in text and "\\x1b[2J" in text
+
+
+def test_deeply_nested_frames_are_a_protocol_error_not_a_crash() -> None:
+    program = HOSTILE + textwrap.dedent("""
+        out.write(b'@@jarvis:1@@ {"kind":"event","id":"d","type":"x","data":' + b"[" * 50000)
+        out.write(b"\\n")
+        out.flush()
+    """)
+    with pytest.raises(ProtocolError, match="nested too deeply"):
+        converse(program, ScriptedEngine.from_replies([]), RunContext())
+
+
+def test_event_data_nested_too_deeply_to_encode_is_cut() -> None:
+    from jarvisd._events import EventType
+    from jarvisd.bridge._events import vet_event
+    from jarvisd.protocol import EventFrame
+
+    deep: list[object] = []
+    for _ in range(5000):
+        deep = [deep]
+    frame = EventFrame(type="tool_call_start", data={"tool": "t", "arguments": {"a": deep}})
+    event = vet_event(frame, 0, {})
+    assert event is not None and event.type is EventType.TOOL_CALL_START
+    assert event.data["arguments"] == {"truncated": True}

@@ -175,3 +175,24 @@ def test_cancel_while_the_worker_starts_is_final(tmp_path: Path) -> None:
     finally:
         store.close()
         kill_listed(pids_file)
+
+
+def test_a_run_that_cannot_resume_is_interrupted_not_restarted(tmp_path: Path) -> None:
+    # A sandboxed run's state lives in its container: its checkpoint says so, and a
+    # crash of the daemon under it ends it as interrupted with that reason.
+    store = TaskStore(tmp_path / "tasks.db")
+    store.open()
+    try:
+        task_id = store.create(AgentSpec("q", sandbox=True)).id
+        ended = subprocess.Popen(["true"])
+        ended.wait()
+        store.mark_running(task_id, ended.pid, 0.0)
+        store.save_checkpoint(
+            task_id, {"resumable": False, "reason": "a sandboxed run cannot be resumed"}
+        )
+        TaskManager(store, Config).recover()
+        info = store.get(task_id)
+        assert info.state == "interrupted", info
+        assert "a sandboxed run cannot be resumed" in info.reason
+    finally:
+        store.close()

@@ -7,6 +7,8 @@ import asyncio
 import sys
 import time
 
+import pytest
+
 from jarvisd.executors import Clock, ExecRequest, SubprocessExecutor
 
 
@@ -38,3 +40,32 @@ async def _sleeper(hold_for: float) -> bool:
 def test_a_held_clock_keeps_the_program_alive_past_its_timeout() -> None:
     assert asyncio.run(_sleeper(0)) is True
     assert asyncio.run(_sleeper(1.0)) is False
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_held_time_is_credited_only_up_to_its_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A program that keeps one request in flight while it computes: past max_held, the
+    # waiting counts, so it cannot outlive its timeout by more than max_held.
+    fake = FakeTime()
+    monkeypatch.setattr(time, "monotonic", fake)
+    clock = Clock(5.0, max_held=20.0)
+    clock.hold()
+    fake.now += 19.0
+    assert clock.remaining() is None  # within the cap: it cannot expire
+    fake.now += 3.0
+    assert clock.remaining() == pytest.approx(3.0)  # 2 s past the cap counted
+    fake.now += 3.0
+    assert clock.remaining() == pytest.approx(0.0)
+    clock.release()
+    assert clock.remaining() == pytest.approx(0.0)
+
+
+def test_the_default_cap_is_a_multiple_of_the_timeout() -> None:
+    assert Clock(3.0).max_held == 3.0 * Clock.HELD_FACTOR

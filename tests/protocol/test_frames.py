@@ -66,6 +66,7 @@ def test_reader_separates_noise_from_frames() -> None:
         (SENTINEL + json.dumps({"kind": "ping"}), "non-empty string id"),
         (SENTINEL + json.dumps({"kind": "start", "id": "x", "payload": [1]}), "must be an object"),
         ("@@jarvis:2@@ {}", "version '2' is not supported"),
+        (SENTINEL + '{"kind": "event", "id": "x", "data": ' + "[" * 100_000, "nested too deeply"),
     ],
 )
 def test_malformed_frames_are_refused_clearly(line: str, message: str) -> None:

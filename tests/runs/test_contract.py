@@ -263,3 +263,15 @@ def test_the_daemon_client_raises_what_an_error_reply_stands_for(
     with pytest.raises(error) as raised:
         raise_for_error(ErrorReply(id="c1", code=code, message="what happened"))
     assert type(raised.value) is error and "what happened" in str(raised.value)
+
+
+def test_a_sandboxed_programs_failure_is_mapped_and_clipped() -> None:
+    from jarvisd.sandbox._agent import MAX_ERROR_CHARS, _in_the_sandbox
+
+    huge = "x" * 10_000_000
+    error = _in_the_sandbox(Failure("engine_unavailable", huge))
+    assert isinstance(error, _errors.EngineUnavailable)
+    assert len(str(error)) < MAX_ERROR_CHARS + 200
+    odd = _in_the_sandbox(Failure("martian" * 100, "odd"))
+    assert isinstance(odd, _errors.SandboxError) and len(str(odd)) < 200
+    assert isinstance(_in_the_sandbox(Failure("budget", "spent")), BudgetExceeded)

@@ -1,0 +1,62 @@
+"""SandboxedAgent's host side, without a container engine: what it sends the runner,
+what budget it gives it, and why it is not resumable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from jarvisd._config import Config, SandboxConfig
+from jarvisd._errors import SandboxError, SandboxUnavailable
+from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine
+from jarvisd.executors import Channel, CodeExecutor, ExecRequest
+from jarvisd.runs import AgentSpec
+from jarvisd.sandbox import SandboxedAgent
+from jarvisd.sandbox._agent import CALLS_PER_TURN, NOT_RESUMABLE, default_budget
+
+
+class NoEngine(CodeExecutor):
+    """Records the request, then refuses to start anything."""
+
+    request: ExecRequest | None = None
+
+    async def open(self, request: ExecRequest) -> Channel:
+        self.request = request
+        raise SandboxUnavailable("no engine in this test")
+
+
+def agent(executor: CodeExecutor | None = None, **config: Any) -> SandboxedAgent:
+    sandbox = SandboxConfig(allowed_roots=("/srv/secret-root",), docker_host="unix:///x.sock")
+    return SandboxedAgent(
+        ScriptedEngine.from_replies([]), spec=AgentSpec(input="x", agent="simple"),
+        config=Config(sandbox=sandbox, **config), executor=executor,
+    )  # fmt: skip
+
+
+def test_a_sandboxed_run_says_it_cannot_resume_and_refuses_a_resume() -> None:
+    states: list[Any] = []
+    executor = NoEngine()
+    with pytest.raises(SandboxUnavailable):
+        asyncio.run(agent(executor).arun("x", run=RunContext(checkpoint=states.append)))
+    assert states == [{"agent": "sandboxed", "resumable": False, "reason": NOT_RESUMABLE}]
+    assert executor.request is not None and executor.request.separate_code
+    with pytest.raises(SandboxError, match="cannot be resumed"):
+        asyncio.run(agent(NoEngine()).arun("x", run=RunContext(resume=states[0])))
+
+
+def test_the_start_payload_holds_only_the_config_the_runner_needs() -> None:
+    payload = agent()._payload("x", None, RunContext())
+    assert set(payload["config"]) == {"agent", "tools"}
+    text = json.dumps(payload)
+    assert "/srv/secret-root" not in text and "x.sock" not in text
+    assert payload["config"]["tools"]["allow_network"] is False
+
+
+def test_the_default_budget_follows_max_turns() -> None:
+    budget = default_budget(max_turns=3, max_tokens=100)
+    assert budget.max_calls == 3 * CALLS_PER_TURN
+    assert budget.max_tokens is not None and budget.max_tokens > budget.max_calls * 100
