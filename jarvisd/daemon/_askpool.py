@@ -26,6 +26,8 @@ from jarvisd.protocol import (
     Cancel,
     EventFrame,
     FrameError,
+    Ping,
+    Pong,
     ResultFrame,
     Start,
     decode_line,
@@ -38,6 +40,8 @@ __all__ = ["AskPool"]
 log = logging.getLogger(__name__)
 
 _FRAME_LIMIT = 64 * 1024 * 1024
+#: A warm worker answers a ping at once; one that does not is treated as gone.
+_READY_TIMEOUT_S = 10.0
 
 
 @dataclass(eq=False)
@@ -145,7 +149,14 @@ class AskPool:
     ) -> AsyncIterator[EventFrame | RunOutcome]:
         """Answer ``spec`` in a worker: its events as they come, then the outcome.
         Cancelling ``cancel`` stops the run (the worker survives it)."""
-        worker = await self._take()
+        while True:
+            worker = await self._take()
+            if await self._ready(worker):
+                break
+            # It died before the question was sent (killed, crashed while idle): the
+            # question never reached it, so another worker may take it.
+            log.warning("ask worker %d is gone; using another", worker.proc.pid)
+            await self._release(worker)
         stdin, stdout = worker.proc.stdin, worker.proc.stdout
         assert stdin is not None and stdout is not None
         config = self._config()
@@ -204,6 +215,28 @@ class AskPool:
             if not worker.alive:
                 self._forget(worker)
             await self._release(worker)
+
+    async def _ready(self, worker: _Worker) -> bool:
+        """Does ``worker`` answer a ping? A worker killed while idle may not be reaped
+        yet, and must never be handed a question that would then be lost."""
+        stdin, stdout = worker.proc.stdin, worker.proc.stdout
+        assert stdin is not None and stdout is not None
+        ping = Ping()
+        try:
+            stdin.write(encode(ping))
+            async with asyncio.timeout(_READY_TIMEOUT_S):
+                while line := await stdout.readline():
+                    with contextlib.suppress(FrameError):
+                        frame = decode_line(line, _FRAME_LIMIT)
+                        if isinstance(frame, Pong) and frame.id == ping.id:
+                            return True
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError):
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            worker.proc.kill()
+        await worker.proc.wait()
+        self._forget(worker)
+        return False
 
     def kill_all(self) -> None:
         """Signal handler path: end every worker now."""

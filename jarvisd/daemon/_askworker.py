@@ -2,7 +2,8 @@
 a time, so that a loaded model, a crashing engine or a runaway sandboxed run lives
 outside the daemon. Spoken over frames v1 on stdin/stdout::
 
-    daemon -> worker   start {task: "ask", payload: {spec, config, config_source}}
+    daemon -> worker   ping                    before each question: answered with pong
+                       start {task: "ask", payload: {spec, config, config_source}}
                        cancel {reason}         stops the question being answered (if any)
     worker -> daemon   event {type, data}      streamed text (inference_delta) and tool
                                                calls (tool_call_start / tool_call_end)
@@ -32,6 +33,8 @@ from jarvisd.protocol import (
     Frame,
     FrameError,
     FrameReader,
+    Ping,
+    Pong,
     ResultFrame,
     Start,
     encode,
@@ -87,6 +90,8 @@ class AskWorker:
                     loop.call_soon_threadsafe(self._starts.put_nowait, frame)
                 elif isinstance(frame, Cancel):
                     loop.call_soon_threadsafe(self._cancel, frame.reason or "cancelled")
+                elif isinstance(frame, Ping):  # "are you there?" before a question
+                    self.send(Pong(id=frame.id))
         except (FrameError, OSError) as exc:
             log.error("bad frame from the daemon: %s", exc)
         self.gone()

@@ -116,7 +116,6 @@ def test_ask_runs_in_a_worker_so_a_loaded_engine_stays_out_of_the_daemon(
     assert {p.pid for p in psutil.Process(daemon.proc.pid).children()} == before
     assert "jarvisd.agents" not in daemon.log_text()
     worker = psutil.Process(next(iter(before)))
-    worker.kill()  # a crashed worker: the next question gets a new one
-    worker.wait(10)
+    worker.kill()  # crashed while idle, maybe not reaped yet: the question gets another
     outcome = DaemonHost().run(AgentSpec("again"), RunContext())
-    assert outcome.answer == "answer to again"
+    assert outcome.answer == "answer to again", outcome.failure
