@@ -247,6 +247,9 @@ class Daemon:
             # and the sweep spares containers whose owner is alive, so it can run late.
             threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
             await self.asks.start()
+            # Watching before serving: a config change made as soon as the daemon
+            # answers (by a script, a test) must not be missed.
+            await self._start_watching()
             limit = self.config.daemon.max_frame_bytes + 1
             old_umask = os.umask(0o177)  # the socket is born 0600: no window for others
             try:
@@ -258,7 +261,6 @@ class Daemon:
             bound = True
             self.paths.socket.chmod(0o600)
             write_pid_file(self.paths.pid_file)
-            await self._start_watching()
             log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
                      self.paths.socket)  # fmt: skip
             watch_loop = asyncio.create_task(
