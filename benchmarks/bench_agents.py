@@ -154,8 +154,7 @@ async def _ours(n: int) -> dict[str, float]:
             self.n += 1
             n = self.n
             if n % 10 == 0:
-                # States the last result (9+1), as a grounded answer does: never asked again.
-                return Generation("done: 10", usage=usage, model="m", latency_s=1e-6)
+                return Generation("done", usage=usage, model="m", latency_s=1e-6)
             calls = (ToolCall("calculator", json.dumps({"expression": f"{n}+1"}), id=f"c{n}"),)
             return Generation("", calls, usage, FinishReason.TOOL_CALLS, "m", 1e-6)
 

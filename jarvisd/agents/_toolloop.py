@@ -670,10 +670,10 @@ async def _grounded(
 
     The second answer is returned as the model wrote it, even if it still drops them;
     only when that turn gives no answer at all (a call, an empty reply) is the first
-    answer kept. Never asked when some of the answer has already gone out as final
+    answer kept. Never asked beyond the agent's ``max_turns``, nor when some of the answer has already gone out as final
     (ReAct and CodeAct stream from ``Final Answer:`` on): what was streamed must stay
     the run's answer, so those runs keep their answer rather than hold it back."""
-    if gate is not None and gate.sent:
+    if state.turns >= agent.max_turns or (gate is not None and gate.sent):
         return answer, {}
     if not drops_results(answer, state.tool_results):
         return answer, {}

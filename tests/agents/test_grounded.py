@@ -146,6 +146,15 @@ def test_a_correct_answer_is_not_asked_again(key: str) -> None:
     assert len(scripted.calls) == 2
 
 
+def test_the_question_again_stays_within_max_turns() -> None:
+    scripted = ScriptedEngine([CALL["orchestrator"]("6*7"), reply(DROPPED), reply("42")])
+    agent = AgentRegistry.create(
+        "orchestrator", scripted, "scripted", tools=[CalculatorTool()], max_turns=2
+    )
+    result = arun(agent, "6*7?")
+    assert result.content == DROPPED and result.turns == 2 and len(scripted.calls) == 2
+
+
 def test_a_run_without_tools_is_never_asked_again() -> None:
     scripted = ScriptedEngine([reply("I cannot compute that.")])
     result = arun(make("orchestrator", scripted), TASK)
