@@ -22,7 +22,8 @@ TASKS = 200
 def _daemon_env(root: Path) -> dict[str, str]:
     env = dict(os.environ)
     for key in ("config", "data", "cache", "state", "runtime"):
-        (root / key).mkdir(parents=True, exist_ok=True)
+        # 0700: jarvisd and its clients refuse a runtime directory others could use.
+        (root / key).mkdir(parents=True, exist_ok=True, mode=0o700)
         env[f"JARVIS_{key.upper()}_DIR"] = str(root / key)
     env.pop("JARVIS_CONFIG", None)
     return env
