@@ -237,7 +237,7 @@ class _Evaluator:
 _LONG_DIGITS = re.compile(r"\d{" + str(MAX_LITERAL_DIGITS + 1) + ",}")
 # What models write, rewritten into Python syntax (see the module docstring).
 _SYMBOLS = str.maketrans({"\u00d7": "*", "\u00f7": "/", "\u2212": "-"})
-_NUMERAL = r"(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_NUMERAL = r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 # A number (not the digits of a name such as log2; an x before it may be a product
 # just rewritten, as in 2x3x4) or a closing bracket, then x, then a number or bracket.
 _TIMES = re.compile(r"((?<![A-WYZa-wyz_\d.])" + _NUMERAL + r"|\))(\s*)[xX](\s*)(?=[\d.(])")
