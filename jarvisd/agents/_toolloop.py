@@ -12,8 +12,8 @@ reply gets ONE corrective re-prompt; a second one in a row ends the run with
 Grounded answers: when a run used tools and its final answer states none of the numbers
 they returned ("This will return the result of the expression", a blank where a call was
 cut out), the loop asks once, in one turn without tools, for the answer stating them,
-and returns what the model then says as it is (see :func:`drops_results`). The model's
-text is never rewritten.
+and returns what the model then says as it is (see :func:`drops_results`;
+``metadata["reasked"]`` is then true). The model's text is never rewritten.
 
 With ``run.on_delta`` set, the answer goes out through an :class:`AnswerGate`
 (``_answer``), which lets out only final-answer text, so that what was streamed is the
