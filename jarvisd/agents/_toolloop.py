@@ -9,6 +9,12 @@ each gets a result, even on cancellation (a synthetic "cancelled" result). An un
 reply gets ONE corrective re-prompt; a second one in a row ends the run with
 ``metadata["error"]``, never silently taken as the answer.
 
+Grounded answers: when a run used tools and its final answer states none of the numbers
+they returned ("This will return the result of the expression", a blank where a call was
+cut out), the loop asks once, in one turn without tools, for the answer stating them,
+and returns what the model then says as it is (see :func:`drops_results`;
+``metadata["reasked"]`` is then true). The model's text is never rewritten.
+
 With ``run.on_delta`` set, the answer goes out through an :class:`AnswerGate`
 (``_answer``), which lets out only final-answer text, so that what was streamed is the
 run's answer. Turns of dialects that can commit to an answer before the reply ends are
@@ -39,6 +45,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -58,6 +66,7 @@ __all__ = [
     "LoopState",
     "Step",
     "ToolUsingAgent",
+    "drops_results",
     "estimate_tokens",
     "fit_messages",
     "run_tool_loop",
@@ -413,7 +422,12 @@ async def run_tool_loop(
         if step.kind == "final":
             state.messages.append(Message.assistant(generation.content))
             save()
-            return finish(step.content)
+            content, meta = await _grounded(
+                agent, run, state, dialect, executor, gate, step.content
+            )
+            if meta:
+                save()
+            return finish(content, **meta)
         if step.kind == "invalid":
             state.messages.append(Message.assistant(generation.content))
             if state.reprompts >= 1:
@@ -460,9 +474,14 @@ async def run_tool_loop(
             # Nothing new this turn: every call was blocked as a repeat, or returned a
             # result the model already had (small local models feed a result back into
             # the tool). One turn without tools asks for the answer instead.
-            blocked = any(r.metadata.get("blocked") for r in results)
-            content, meta = await _answer_turn(agent, run, state, dialect, executor, blocked, gate)
+            why = BLOCKED_NOTE if any(r.metadata.get("blocked") for r in results) else ""
+            content, meta = await _answer_turn(agent, run, state, dialect, executor, why, gate)
             save()
+            if "error" not in meta:
+                content, more = await _grounded(agent, run, state, dialect, executor, gate, content)
+                if more:
+                    meta.update(more)
+                    save()
             return finish(content, **meta)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
     result.metadata.update(
@@ -493,6 +512,7 @@ ANSWER_NOW = (
     "{input}\n\nThese tool results are already known:\n{results}\n\n{why}"
     "Using these results, answer the request above in plain text. Do not call any tool."
 )
+UNSTATED_NOTE = "Your answer did not state the values these tools returned: state them.\n\n"
 BLOCKED_NOTE = (
     "Your last tool call repeated an earlier call with exactly the same arguments, so it "
     "was blocked and not run again: its result is listed above.\n\n"
@@ -520,13 +540,12 @@ async def _answer_turn(
     state: LoopState,
     dialect: Dialect,
     executor: ToolExecutor,
-    blocked: bool = False,
+    why: str = "",
     gate: AnswerGate | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """One generation without tools on a flattened prompt (the request, the known
-    results and, when a call was blocked, why); its text is the answer unless it is
-    yet another call or empty."""
-    why = BLOCKED_NOTE if blocked else ""
+    results and ``why`` it is asked: a call was blocked, an answer left the results
+    out); its text is the answer unless it is yet another call or empty."""
     prompt = Message.user(
         ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
     )
@@ -560,3 +579,105 @@ async def _answer_turn(
             {"error": "empty answer", "answer_turn": True},
         )
     return text, {"answer_turn": True}
+
+
+# -- grounded answers ----------------------------------------------------------------
+
+#: A result that is one number, as the calculator and printed code return them.
+_RESULT_NUMBER = re.compile(r"[-+]?(\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE]([-+]?\d+))?")
+#: A number in an answer: digits with thousands separators, decimals, an exponent.
+_ANSWER_NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
+#: Results compared, the newest: bounds the check, as an answer names the last ones.
+MAX_COMPARED_RESULTS = 32
+#: A longer result is not a number an answer would state (a printed run of digits).
+MAX_NUMBER_CHARS = 40
+
+
+def _numeric_results(results: Sequence[ToolResult]) -> list[float]:
+    """The absolute values of the successful results that are one number each (and the
+    mantissa of one in scientific notation, which an answer may write as 1.5 x 10^20)."""
+    values: list[float] = []
+    for result in reversed(results):
+        if not result.success or len(result.content) > MAX_NUMBER_CHARS + 8:
+            continue
+        text = result.content.strip()
+        match = _RESULT_NUMBER.fullmatch(text) if len(text) <= MAX_NUMBER_CHARS else None
+        if match is None:
+            continue
+        value = abs(float(match.group(0).replace(",", "")))
+        if math.isfinite(value):
+            values.append(value)
+            if match.group(2) is not None:
+                values.append(abs(float(match.group(1).replace(",", ""))))
+        if len(values) >= MAX_COMPARED_RESULTS:
+            break
+    return values
+
+
+def _states(number: str, values: Sequence[float]) -> bool:
+    """Whether ``number``, as written in an answer, is one of ``values``: equal once
+    normalised (1,234 is 1234, 42.0 is 42), or equal after rounding to the precision
+    shown (15124 or 15123 for 15123.5, 3.14 for 3.14159), or as a percentage (12 for
+    0.12, as in "12%")."""
+    text = number.replace(",", "")
+    value = float(text)
+    mantissa = text.split("e")[0].split("E")[0]
+    decimals = len(mantissa.partition(".")[2])
+    for target in values:
+        tolerance = max(0.5 * 10.0**-decimals, 1e-9 * target) * (1 + 1e-9)
+        if abs(value - target) <= tolerance or abs(value / 100 - target) <= tolerance / 100:
+            return True
+    return False
+
+
+def drops_results(answer: str, results: Sequence[ToolResult]) -> bool:
+    """Whether ``answer`` leaves out every value the tools returned, so that asking
+    again for the answer stating them may help.
+
+    Conservative, so that a correct answer is never asked again: only results that are
+    one number each count (the calculator's, printed code output); and the answer drops
+    them only when it holds no number equal to any of them, compared after normalising
+    (1,234 is 1234, 42.0 is 42) and rounding to the precision the answer shows. An
+    answer that states any one result, even an intermediate one, is kept as it is.
+    "This will return the result of 6*7" or "The result is ." drops 42. Linear in the
+    length of the answer (at most :data:`MAX_COMPARED_RESULTS` results are compared);
+    without results, nothing is read."""
+    if not results:
+        return False
+    numbers = _ANSWER_NUMBER.findall(answer)
+    if numbers:
+        # The common case, cheaply: a result stated exactly as the tool wrote it.
+        written = {r.content.strip() for r in results[-MAX_COMPARED_RESULTS:] if r.success}
+        if not written.isdisjoint(numbers):
+            return False
+    values = _numeric_results(results)
+    if not values:
+        return False
+    return not any(_states(number, values) for number in numbers)
+
+
+async def _grounded(
+    agent: ToolUsingAgent,
+    run: RunContext,
+    state: LoopState,
+    dialect: Dialect,
+    executor: ToolExecutor,
+    gate: AnswerGate | None,
+    answer: str,
+) -> tuple[str, dict[str, Any]]:
+    """``answer``, or, when it drops the tools' results (:func:`drops_results`), what
+    the model answers when asked once more, stating them; with the metadata to add.
+
+    The second answer is returned as the model wrote it, even if it still drops them;
+    only when that turn gives no answer at all (a call, an empty reply) is the first
+    answer kept. Never asked beyond the agent's ``max_turns``, nor when some of the answer has already gone out as final
+    (ReAct and CodeAct stream from ``Final Answer:`` on): what was streamed must stay
+    the run's answer, so those runs keep their answer rather than hold it back."""
+    if state.turns >= agent.max_turns or (gate is not None and gate.sent):
+        return answer, {}
+    if not drops_results(answer, state.tool_results):
+        return answer, {}
+    text, meta = await _answer_turn(agent, run, state, dialect, executor, UNSTATED_NOTE, gate)
+    if "error" in meta:
+        return answer, {"reasked": True}
+    return text, {"reasked": True}

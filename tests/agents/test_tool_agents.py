@@ -109,7 +109,7 @@ def test_codeact_runs_tools_from_json_and_action_lines(kind: str) -> None:
         reply('action: Calculator\naction input: {"expression": "6*8"}'),
         # In a fence with no language: a tool call, not a program.
         reply('```\n{"name": "calculator", "arguments": {"expression": "6*9"}}\n```'),
-        FINAL["native_openhands"]("ok"),
+        FINAL["native_openhands"]("42, 48 and 54"),
     ])  # fmt: skip
     with engine_for(kind, scripted) as engine:
         result = arun(make("native_openhands", engine), "go")
@@ -299,7 +299,7 @@ def test_orchestrator_structured_mode() -> None:
 
 def test_parallel_calls_of_one_turn_each_get_a_result_in_order() -> None:
     calls = [ToolCall.from_arguments("calculator", {"expression": f"{i}*2"}) for i in range(3)]
-    scripted = ScriptedEngine([reply("", *calls), reply("done")])
+    scripted = ScriptedEngine([reply("", *calls), reply("0, 2 and 4")])
     result = arun(make("orchestrator", scripted), "doubles")
     assert [r.content for r in result.tool_results] == ["0", "2", "4"]
     tool_msgs = [m for m in scripted.calls[1].messages if m.role is Role.TOOL]
@@ -397,9 +397,9 @@ def test_fit_messages_keeps_turn_groups_whole() -> None:
 def test_codeact_code_runs_in_another_process_and_network_prefetch_is_off() -> None:
     import os
 
-    scripted = ScriptedEngine(
-        [reply("```python\nimport os\nprint(os.getpid())\n```"), reply("Final Answer: done")]
-    )
+    # The answer drops the printed number: it is asked once more (and kept as it is).
+    program = reply("```python\nimport os\nprint(os.getpid())\n```")
+    scripted = ScriptedEngine([program, reply("Final Answer: done"), reply("done")])
     result = arun(make("native_openhands", scripted), "see http://example.invalid/page")
     assert result.tool_results[0].content.strip() != str(os.getpid())
     assert result.metadata["url_prefetch"].startswith("skipped")

@@ -28,6 +28,7 @@ from jarvisd.tools import (
     parse_arguments,
     validate_arguments,
 )
+from jarvisd.tools._calculator import format_number
 
 CALC_SCHEMA = CalculatorTool().spec.parameters
 
@@ -78,6 +79,73 @@ def test_calculator_computes(expr: str, value: float) -> None:
 def test_calculator_refuses_with_a_clear_message(expr: str, message: str) -> None:
     with pytest.raises(CalculatorError, match=message.replace("(", r"\(").replace(")", r"\)")):
         evaluate(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "value"),
+    [
+        ("17.5% of 86420", 15123.5),
+        ("17.5 % of 86,420", 15123.5),
+        ("(10 + 5)% of 200", 30),
+        ("15% * 200", 30),
+        ("200 * 15%", 30),
+        ("12%", 0.12),
+        ("10 % 3", 1),  # an operand follows: the remainder, as before
+        ("10 % -3", -2),
+        ("3 x 4", 12),
+        ("3x4", 12),
+        ("3 X 4", 12),
+        ("2x3x4", 24),
+        ("(1+2)x(3)", 9),
+        ("3\u00d74", 12),
+        ("10 \u00f7 4", 2.5),
+        ("2^10", 1024),
+        ("5 \u2212 3", 2),
+        ("86,420", 86420),
+        ("1,234,567.5", 1234567.5),
+        ("1,000x3", 3000),
+        ("max(1, 2)", 2),  # argument commas keep their meaning
+        ("max(1,2)", 2),
+        ("max(1,2345)", 2345),  # four digits: not a separator
+        ("max(0,500)", 500),  # a number does not start with 0
+        ("min(1,000, 2,000)", 1000),  # a comma with a space always separates
+        ("0x1f", 31),  # a hexadecimal literal, not 0 times 1f
+        ("exp(0) x 2", 2),  # the x of a name is never a product
+        ("log2(8)x3", 9),
+    ],
+)
+def test_calculator_accepts_what_models_write(expr: str, value: float) -> None:
+    assert format_number(evaluate(expr)) == format_number(value)
+
+
+def test_calculator_shows_a_percentage_exactly() -> None:
+    tool = CalculatorTool()
+    assert tool.execute(expression="17.5% of 86420") == "15123.5"
+    assert tool.execute(expression="1,234,567.5 x 2") == "2469135"
+
+
+@pytest.mark.parametrize(
+    ("expr", "message"),
+    [
+        ("17.5% of", "write 17.5% of 86420 as 0.175 * 86420"),
+        ("half of 10", "write 17.5% of 86420 as 0.175 * 86420"),
+        ("pow(2, 10)", "use ** for powers"),
+        ("3 squared", "use ** for powers"),
+        ("2 to the power 10", "use ** for powers: write 2 to the power 10 as 2**10"),
+        ("2 plus 3", "use only numbers, + - * / // % ** ( ) and the functions abs,"),
+        ("x + 1", "unknown name 'x': variables are not allowed: use only numbers"),
+        ("hypot(3, 4)", "unknown function 'hypot': the known functions are abs,"),
+        ("(1, 2)", "write one expression"),
+        ("1,23", "thousands separator only before exactly three digits"),
+        ("max(1,000)", "max takes two or more numbers separated by ', '"),
+        ("{1: 2}", "Dict is not allowed in an arithmetic expression: use only numbers"),
+        ("1" + ",111" * 40, "number literal too large"),  # separators joined into digits
+    ],
+)
+def test_calculator_errors_say_how_to_rewrite(expr: str, message: str) -> None:
+    with pytest.raises(CalculatorError) as refused:
+        evaluate(expr)
+    assert message in str(refused.value)
 
 
 def test_calculator_refusal_reaches_the_model_as_a_failed_result() -> None:
