@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from jarvisd._errors import DaemonError, DaemonUnavailable, UsageError
+from jarvisd._procs import pid_alive
 
 __all__ = ["daemon", "install_unit", "start_daemon", "stop_daemon"]
 
@@ -20,16 +21,6 @@ def _client(timeout: float = 5.0) -> Any:
     from jarvisd.daemon import Client
 
     return Client(timeout=timeout, connect_timeout=1.0)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _read_pid(pid_file: Path) -> int | None:
@@ -58,7 +49,7 @@ def start_daemon(wait: float = 15.0) -> int:
     else:
         raise DaemonError(f"jarvisd is already running (pid {pong.pid}) on {dp.socket}")
     pid = _read_pid(dp.pid_file)
-    if pid is not None and not _pid_alive(pid):
+    if pid is not None and not pid_alive(pid):
         dp.pid_file.unlink(missing_ok=True)  # stale: its daemon died without cleaning up
     dp.log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(dp.log_file, "ab") as log:
@@ -106,7 +97,7 @@ def stop_daemon(timeout: float = 30.0) -> int | None:
         pid = stale
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid) and not dp.socket.exists():
+        if not pid_alive(pid) and not dp.socket.exists():
             return pid
         time.sleep(0.05)
     raise DaemonError(f"jarvisd (pid {pid}) did not stop within {timeout:g} s")

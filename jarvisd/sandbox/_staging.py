@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .._errors import MountRefused, SandboxError
+from .._procs import pid_alive
 from ._mounts import Mount, pin
 
 __all__ = ["can_stage", "pid_alive", "staged", "sweep_stale_stages"]
@@ -163,14 +164,3 @@ def sweep_stale_stages() -> None:
             if stat.S_ISDIR(info.st_mode) and info.st_uid == 0:
                 log.info("removing the stale mount staging directory %s", stage)
                 _remove_stage(stage, [stage / child for child in os.listdir(stage)])
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user's counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
