@@ -32,7 +32,7 @@ def build_agent(
     config: Config,
     engine: Engine,
     *,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> BaseAgent:
     """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from .._config import Config
 from .._errors import JarvisError, NoAnswer
@@ -50,7 +49,7 @@ async def run_spec(
     engine: Engine | None = None,
     *,
     context: AgentContext | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
     trace: bool = True,
 ) -> RunOutcome:
     """Run ``spec`` under ``run`` to its outcome. An engine passed in (the daemon keeps

@@ -14,7 +14,6 @@ import functools
 import inspect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .._errors import UsageError
 
@@ -35,13 +34,13 @@ class Option:
     kind: type | None  # None: one of ``choices``
     choices: tuple[str, ...] = ()
     optional: bool = False
-    default: Any = None
+    default: object = None
 
     def describe(self) -> str:
         kind = "|".join(self.choices) if self.kind is None else self.kind.__name__
         return f"{self.name} ({kind})"
 
-    def coerce(self, value: Any, agent: str) -> Any:
+    def coerce(self, value: object, agent: str) -> object:
         """``value`` (text from a flag, or JSON from a spec) as this option's type."""
         if value is None or (
             self.optional and isinstance(value, str) and value.lower() in ("none", "null")
@@ -69,7 +68,7 @@ def _article(kind: type) -> str:
     return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[kind]
 
 
-def _convert(kind: type, value: Any) -> Any:
+def _convert(kind: type, value: object) -> object:
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -136,11 +135,11 @@ def declared_options(agent_cls: type) -> dict[str, Option]:
     return options
 
 
-def check_options(agent: str, agent_cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
+def check_options(agent: str, agent_cls: type, values: Mapping[str, object]) -> dict[str, object]:
     """``values`` checked and typed against what the agent declares; an unknown key is
     refused with the list of known ones."""
     declared = declared_options(agent_cls)
-    checked: dict[str, Any] = {}
+    checked: dict[str, object] = {}
     for name, value in values.items():
         option = declared.get(name)
         if option is None:

@@ -77,13 +77,14 @@ class RunOutcome:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunOutcome:
+    def from_dict(cls, data: Mapping[str, object]) -> RunOutcome:
         """Parse an outcome from a wire; raises ProtocolError when it is malformed."""
+        raw: Mapping[str, Any] = data  # loose JSON: every field is checked below
         try:
-            failure = data.get("failure")
-            usage = _or(data.get("usage"), {})
-            metadata = _or(data.get("metadata"), {})
-            results = _or(data.get("tool_results"), ())
+            failure = raw.get("failure")
+            usage = _or(raw.get("usage"), {})
+            metadata = _or(raw.get("metadata"), {})
+            results = _or(raw.get("tool_results"), ())
             if not isinstance(usage, Mapping) or not isinstance(metadata, Mapping):
                 raise TypeError("usage and metadata must be objects")
             if not isinstance(results, list | tuple):
@@ -91,15 +92,15 @@ class RunOutcome:
             if failure is not None and not isinstance(failure, Mapping):
                 raise TypeError("failure must be an object")
             return cls(
-                answer=str(data.get("answer") or ""),
-                agent=str(data.get("agent") or ""),
-                engine=str(data.get("engine") or ""),
-                model=str(data.get("model") or ""),
-                turns=int(data.get("turns") or 0),
+                answer=str(raw.get("answer") or ""),
+                agent=str(raw.get("agent") or ""),
+                engine=str(raw.get("engine") or ""),
+                model=str(raw.get("model") or ""),
+                turns=int(raw.get("turns") or 0),
                 usage=Usage.from_dict(usage),
                 tool_results=tuple(ToolResult.from_dict(r) for r in results),
                 metadata=dict(metadata),
-                duration_s=float(data.get("duration_s") or 0.0),
+                duration_s=float(raw.get("duration_s") or 0.0),
                 failure=None
                 if failure is None
                 else Failure(
@@ -110,6 +111,6 @@ class RunOutcome:
             raise ProtocolError(f"malformed run outcome: {exc}") from exc
 
 
-def _or(value: Any, default: Any) -> Any:
+def _or(value: object, default: object) -> Any:
     """``value``, or ``default`` when it is missing (None); an empty list is a list."""
     return default if value is None else value

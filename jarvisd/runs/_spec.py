@@ -75,13 +75,13 @@ class AgentSpec:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> AgentSpec:
+    def from_dict(cls, data: Mapping[str, object]) -> AgentSpec:
         """Parse a spec from the wire; raises UsageError naming the bad field."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise UsageError(f"unknown agent spec fields: {', '.join(sorted(unknown))}")
-        values = dict(data)
+        values: dict[str, Any] = dict(data)  # checked field by field below
         _check(values, "input", str, required=True)
         for name in ("agent", "model"):
             _check(values, name, str)
@@ -108,7 +108,7 @@ class AgentSpec:
 
 
 def _check(
-    values: Mapping[str, Any],
+    values: Mapping[str, object],
     name: str,
     kind: type | tuple[type, ...],
     *,

@@ -275,3 +275,20 @@ def test_a_sandboxed_programs_failure_is_mapped_and_clipped() -> None:
     odd = _in_the_sandbox(Failure("martian" * 100, "odd"))
     assert isinstance(odd, _errors.SandboxError) and len(str(odd)) < 200
     assert isinstance(_in_the_sandbox(Failure("budget", "spent")), BudgetExceeded)
+
+
+def test_no_parameter_in_runs_is_typed_any() -> None:
+    import ast
+
+    import jarvisd.runs
+
+    found = []
+    for path in Path(jarvisd.runs.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                args += [a for a in (node.args.vararg, node.args.kwarg) if a is not None]
+                for arg in args:
+                    if arg.annotation is not None and "Any" in ast.unparse(arg.annotation):
+                        found.append(f"{path.name}:{node.lineno} {node.name}({arg.arg})")
+    assert not found, found
