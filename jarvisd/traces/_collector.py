@@ -16,6 +16,7 @@ and once a trace holds ``MAX_TRACE_BYTES`` of events the rest are counted
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -37,6 +38,8 @@ __all__ = [
     "TraceStore",
     "default_trace_path",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The largest event a trace keeps whole (JSON bytes); larger ones become a stub.
 MAX_EVENT_BYTES = 64 * 1024
@@ -228,7 +231,11 @@ class TraceCollector:
             trace.ended = time.time()
             trace.error = trace.error or error or "the run ended without a result"
             trace.close_events()
-            self.store.save(trace)
+            try:
+                self.store.save(trace)
+            except sqlite3.Error as exc:  # a trace is a record, never a reason to fail
+                log.warning("run %s was not recorded in the trace store: %s", trace.id, exc)
+                return
             self.saved.append(trace.id)
         if self._own_store:
             self.store.close()
@@ -259,5 +266,9 @@ class TraceCollector:
             trace.ended = time.time()
             self.current = None
             trace.close_events()
-            self.store.save(trace)
+            try:
+                self.store.save(trace)
+            except sqlite3.Error as exc:  # a trace is a record, never a reason to fail
+                log.warning("run %s was not recorded in the trace store: %s", trace.id, exc)
+                return
             self.saved.append(trace.id)
