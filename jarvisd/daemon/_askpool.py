@@ -66,6 +66,7 @@ class AskPool:
         self._free = asyncio.Condition()
         self._spawning = 0
         self._closed = False
+        self._reapers: set[asyncio.Task[None]] = set()
 
     def size(self) -> int:
         return max(2, self._config().daemon.max_concurrent)
@@ -105,7 +106,8 @@ class AskPool:
         worker = _Worker(proc)
         self._workers.append(worker)
         task = asyncio.create_task(self._reap(worker))
-        task.add_done_callback(lambda _: None)
+        self._reapers.add(task)  # asyncio keeps only a weak reference to a task
+        task.add_done_callback(self._reapers.discard)
         return worker
 
     async def _reap(self, worker: _Worker) -> None:
