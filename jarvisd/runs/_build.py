@@ -19,12 +19,17 @@ __all__ = ["build_agent", "load_context", "validate_spec"]
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
     """Refuse what can be refused before a run starts (unknown agent, options it does
     not declare, tools for an agent without tools); returns the agent class."""
+    return _checked(spec, config)[0]
+
+
+def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str, object]]:
+    """The agent class ``spec`` names and its options, typed; refusals as above."""
     key = spec.agent or config.agent.default
     agent_cls = AgentRegistry.get(key)
-    check_options(key, agent_cls, spec.options)
+    options = check_options(key, agent_cls, spec.options)
     if spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
-    return agent_cls
+    return agent_cls, options
 
 
 def build_agent(
@@ -37,10 +42,9 @@ def build_agent(
     """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge
     (the in-container runner's plain-process ``executor``)."""
-    agent_cls = validate_spec(spec, config)
+    agent_cls, options = _checked(spec, config)
     key = spec.agent or config.agent.default
-    kwargs: dict[str, Any] = check_options(key, agent_cls, spec.options)
-    kwargs.update(extra or {})
+    kwargs: dict[str, Any] = {**options, **(extra or {})}
     kwargs["temperature"] = (
         spec.temperature if spec.temperature is not None else config.agent.temperature
     )
