@@ -40,6 +40,8 @@ from jarvisd.protocol import (
     encode,
 )
 
+from ._worker import _jsonable  # the task worker's: one way to make run data JSON
+
 if TYPE_CHECKING:
     from jarvisd._config import Config
     from jarvisd._events import Event
@@ -53,11 +55,6 @@ EXIT_IDLE = 0
 EXIT_HOST_GONE = 75
 #: Events a question's caller sees besides its text (the rest stay in the trace).
 _FORWARDED = ("tool_call_start", "tool_call_end")
-
-
-def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
-    value: dict[str, Any] = json.loads(json.dumps(dict(data), default=repr))
-    return value
 
 
 class AskWorker:
