@@ -189,6 +189,7 @@ class DockerExecutor(CodeExecutor):
         self.mounts = MountPolicy(
             config.sandbox.allowed_roots,
             extra_sensitive=[*sensitive, "/var/run/docker.sock", "/run/podman"],
+            max_scan_entries=config.sandbox.max_mount_entries,
         )
         self._client: Any = None
         self._lock = threading.Lock()
