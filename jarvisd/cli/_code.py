@@ -189,11 +189,11 @@ def list_(limit: int, as_json: bool) -> None:
     if not found:
         click.echo("no workspaces")
         return
-    click.echo(f"{'ID':<12}  {'STATE':<7}  {'CREATED':<16}  {'FILES':>5}  SOURCE  TASK")
+    click.echo(f"{'ID':<12}  {'STATE':<11}  {'CREATED':<16}  {'FILES':>5}  SOURCE  TASK")
     for ws in found:
         files = len(ws.outcome.get("files") or ())
         task = ws.task.replace("\n", " ")[:50]
-        click.echo(f"{ws.id:<12}  {ws.state:<7}  {_when(ws.created_at):<16}  {files:>5}  "
+        click.echo(f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
                    f"{ws.source}  {task}")  # fmt: skip
 
 
@@ -238,7 +238,7 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
 
     out = ws.outcome
     lines = [
-        style(f"workspace {ws.id}", bold=True) + f"  {ws.state}",
+        style(f"workspace {ws.id}", bold=True) + f"  {ws.shown_state}",
         f"project:   {ws.source}",
         f"workspace: {ws.path} ({ws.kind}, branch {ws.branch})",
         f"agent:     {ws.agent or '(default)'}   task: {clean(ws.task)[:200]}",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import JarvisError, UsageError, WorkspaceError
 from .._run import Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
-from ._store import CodeStore, Workspace
+from ._store import CodeStore, Workspace, this_process
 from ._workspace import snapshot
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ async def _run_code(
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
     if run.checkpoint is not None:
         run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
-    ws = store.update(ws, state="running")
+    ws = store.update(ws, state="running", runner=this_process())
     code_config = _code_config(config, ws)
     executor = executor_for_backend(config.sandbox.backend, code_config)
     timeout = config.sandbox.timeout

@@ -68,6 +68,16 @@ class Workspace:
     outcome: Mapping[str, Any] = field(default_factory=dict)
     #: The daemon task that runs it, if any.
     task_id: str = ""
+    #: "PID:START" of the process running the agent (while state is "running").
+    runner: str = ""
+
+    @property
+    def shown_state(self) -> str:
+        """The state, with "interrupted" for a run whose process is gone (a crash, a
+        kill -9): its workspace is kept, to show or discard."""
+        if self.state == "running" and not _alive(self.runner):
+            return "interrupted"
+        return self.state
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,15 +86,38 @@ class Workspace:
             "task": self.task, "agent": self.agent, "test": self.test, "state": self.state,
             "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
             "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
-            "outcome": dict(self.outcome), "task_id": self.task_id,
+            "outcome": dict(self.outcome), "task_id": self.task_id, "runner": self.runner,
+            "shown_state": self.shown_state,
         }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workspace:
         values = dict(data)
+        values.pop("shown_state", None)
         values["left_out"] = tuple(dict(x) for x in values.get("left_out") or ())
         values["outcome"] = dict(values.get("outcome") or {})
         return cls(**values)
+
+
+def this_process() -> str:
+    """This process as a ``Workspace.runner``: its pid and start time (a pid alone may
+    be reused)."""
+    import os
+
+    import psutil
+
+    return f"{os.getpid()}:{psutil.Process().create_time()}"
+
+
+def _alive(runner: str) -> bool:
+    import psutil
+
+    pid, _, started = runner.partition(":")
+    try:
+        process = psutil.Process(int(pid))
+        return abs(process.create_time() - float(started)) < 0.5
+    except (ValueError, psutil.Error):
+        return False
 
 
 class CodeStore:

@@ -216,6 +216,7 @@ def snapshot(ws: Workspace) -> Change:
     with contextlib.suppress(FileNotFoundError):
         index.unlink()
     git.run("read-tree", ws.base, index=index)
+    left = [*left, *_nested_repositories(Path(ws.path))]
     result = _commit(git, index, left, f"jarvis code {ws.id}: {ws.task[:200]}", ws.base)
     if result != ws.base:
         git.run("update-ref", f"refs/heads/{ws.branch}", result)
@@ -226,6 +227,20 @@ def snapshot(ws: Workspace) -> Change:
     files = tuple((fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2))
     diff, truncated = _bounded_diff(git, ws.base, result)
     return Change(result, files, diff, truncated)
+
+
+def _nested_repositories(tree: Path) -> list[str]:
+    """Directories below ``tree`` that hold a ``.git`` (an agent may run ``git init``):
+    git would record them as submodules, or refuse them, so they are no part of a
+    change. The walk follows no symlink."""
+    found = []
+    for dirpath, dirs, files in os.walk(tree):
+        if dirpath != str(tree) and (".git" in dirs or ".git" in files):
+            found.append(os.path.relpath(dirpath, tree))
+            dirs.clear()
+        elif dirpath == str(tree) and ".git" in dirs:
+            dirs.remove(".git")
+    return found
 
 
 def _bounded_diff(git: Git, base: str, result: str) -> tuple[str, bool]:

@@ -95,5 +95,6 @@ def test_a_daemon_killed_mid_run_leaves_the_task_interrupted_and_the_workspace(
         cli.communicate(timeout=10)
     (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
     assert Path(ws["path"]).is_dir()  # kept until discard
+    assert ws["shown_state"] == "interrupted"
     assert jarvis("code", "discard", ws["id"]).returncode == 0
     assert git(project, "branch", "--list", "jarvis/*") == ""
