@@ -115,7 +115,7 @@ def _alive(runner: str) -> bool:
     pid, _, started = runner.partition(":")
     try:
         process = psutil.Process(int(pid))
-        return abs(process.create_time() - float(started)) < 0.5
+        return bool(abs(process.create_time() - float(started)) < 0.5)
     except (ValueError, psutil.Error):
         return False
 
