@@ -73,12 +73,18 @@ class NameFilter:
             for p in patterns
             if "/" in p
         ]
+        # A multi-component pattern can only match when its last piece matches the name.
+        lasts = "|".join(f"(?:{fnmatch.translate(p.rsplit('/', 1)[1].lower())})"
+                         for p, _n, _rx in self._multi)  # fmt: skip
+        self._any_last = re.compile(lasts or r"(?!)")
 
     def match(self, parts: Sequence[str]) -> str | None:
         """The pattern the path ending in ``parts[-1]`` matches, or None."""
         last = parts[-1].lower()
         if self._any.match(last):
             return next(p for p, rx in self._single if rx.match(last))
+        if not self._any_last.match(last):
+            return None
         for pattern, n, pieces in self._multi:
             if len(parts) >= n and all(
                 rx.match(part.lower()) for rx, part in zip(pieces, parts[-n:], strict=True)

@@ -147,3 +147,40 @@ def test_a_change_elsewhere_in_the_file_merges(project: Path) -> None:
     (project / "calc.py").write_text("# header\n\n\n" + CALC)
     apply(ws.id, store(), paths().state)
     assert (project / "calc.py").read_text() == "# header\n\n\n" + FIXED
+
+
+def test_cancel_stops_the_agent_and_removes_its_container(project: Path) -> None:
+    from tests.sandbox.test_escape import our_containers
+
+    ws = make(project)
+    engine = ScriptedEngine.from_replies(["never used"], latency_s=60)
+    spec = AgentSpec(input="fix it", agent="native_openhands", workspace=ws.id)
+    run_context = RunContext()
+
+    async def cancel_soon() -> RunOutcome:
+        task = asyncio.ensure_future(
+            run_spec(spec, run_context, Config(sandbox=SandboxConfig(memory="256m")), engine)
+        )
+        while not engine.calls:  # the agent waits for its model: cancel now
+            await asyncio.sleep(0.05)
+        run_context.cancel.cancel("stop")
+        return await task
+
+    outcome = asyncio.run(cancel_soon())
+    assert outcome.failure is not None and outcome.failure.code == "cancelled"
+    assert not our_containers()
+    record = store().get(ws.id)
+    assert record.state == "failed" and record.outcome["changed"] is False
+    assert record.outcome["test_after"] is None
+
+
+def test_a_repository_of_50000_files(tmp_path: Path) -> None:
+    from benchmarks.bench_code import make_repository
+
+    project = make_repository(tmp_path / "big", 50_000)
+    ws = make(project)
+    assert ws.files >= 50_000
+    edit = code_block(f"open({ws.path + '/calc.py'!r}, 'w').write({FIXED!r})")
+    outcome = run(ws, ScriptedEngine.from_replies([edit, "done"]))
+    assert outcome.ok, outcome.failure
+    assert outcome.metadata["code"]["files"] == [{"status": "M", "path": "calc.py"}]
