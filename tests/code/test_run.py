@@ -161,7 +161,7 @@ def test_cancel_stops_the_agent_and_removes_its_container(project: Path) -> None
         task = asyncio.ensure_future(
             run_spec(spec, run_context, Config(sandbox=SandboxConfig(memory="256m")), engine)
         )
-        while not engine.calls:  # the agent waits for its model: cancel now
+        while not engine.calls:  # noqa: ASYNC110 - the agent waits for its model: cancel now
             await asyncio.sleep(0.05)
         run_context.cancel.cancel("stop")
         return await task
