@@ -116,7 +116,6 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
     failure = None
     task_id = None if no_daemon else _submit(spec)
     if task_id is not None:
-        store.update(store.get(ws.id), task_id=task_id)
         failure = _follow(task_id)
     else:
         from .._run import RunContext

@@ -166,7 +166,7 @@ async def _run_code(
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
     if run.checkpoint is not None:
         run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
-    ws = store.update(ws, state="running", runner=this_process())
+    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
     code_config = _code_config(config, ws)
     executor = executor_for_backend(config.sandbox.backend, code_config)
     timeout = config.sandbox.timeout

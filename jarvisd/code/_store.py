@@ -66,8 +66,8 @@ class Workspace:
     more_left_out: int = 0
     #: The run's outcome, once it ran (see ``jarvisd.code._job.CodeOutcome``).
     outcome: Mapping[str, Any] = field(default_factory=dict)
-    #: The daemon task that runs it, if any.
-    task_id: str = ""
+    #: The id of the run on it (a jarvisd task's id when it ran as a task).
+    run_id: str = ""
     #: "PID:START" of the process running the agent (while state is "running").
     runner: str = ""
 
@@ -86,7 +86,7 @@ class Workspace:
             "task": self.task, "agent": self.agent, "test": self.test, "state": self.state,
             "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
             "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
-            "outcome": dict(self.outcome), "task_id": self.task_id, "runner": self.runner,
+            "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,
             "shown_state": self.shown_state,
         }  # fmt: skip
 

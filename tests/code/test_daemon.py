@@ -66,11 +66,11 @@ def test_code_runs_as_a_daemon_task(jarvisd: DaemonProcess, project: Path) -> No
     assert "running as jarvisd task" in done.stderr
     assert "+    return a + b" in done.stdout and "test after:  passed" in done.stdout
     (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
-    assert ws["state"] == "done" and ws["task_id"]
-    task = jarvisd.client.show(ws["task_id"])
+    assert ws["state"] == "done" and ws["run_id"]
+    task = jarvisd.client.show(ws["run_id"])
     assert task.state == "succeeded"
     assert task.result is not None and task.result["metadata"]["code"]["workspace"] == ws["id"]
-    events = [e.event for e in jarvisd.client.logs(ws["task_id"])]
+    events = [e.event for e in jarvisd.client.logs(ws["run_id"])]
     assert "tool_call_start" in events and events[-1] == "task_end"
     assert tree_hashes(project) == before
     assert jarvis("code", "apply", ws["id"]).returncode == 0
