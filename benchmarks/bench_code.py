@@ -31,17 +31,19 @@ def _git(cwd: Path, *args: str) -> None:
 
 def make_repository(root: Path, files: int) -> Path:
     """A git repository of ``files`` small files (plus a ``calc.py`` with a bug),
-    committed, in directories of 500."""
+    committed, in directories of 500: one ``git fast-import`` stream, then a checkout
+    (git writes the files: far faster than Python on a loaded machine)."""
     root.mkdir(parents=True)
     _git(root, "init", "-q", "-b", "main")
-    for i in range(files):
-        directory = root / f"pkg{i // _PER_DIR:03d}"
-        if i % _PER_DIR == 0:
-            directory.mkdir()
-        (directory / f"m{i:05d}.py").write_text(f"VALUE = {i}\n")
-    (root / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    _git(root, "add", "-A")
-    _git(root, "commit", "-qm", "many files")
+    parts = [b"commit refs/heads/main\ncommitter b <b@example.com> 0 +0000\ndata 10\nmany files\n"]
+    entries = [(f"pkg{i // _PER_DIR:03d}/m{i:05d}.py", f"VALUE = {i}\n") for i in range(files)]
+    entries.append(("calc.py", "def add(a, b):\n    return a - b\n"))
+    for path, text in entries:
+        data = text.encode()
+        parts.append(b"M 100644 inline %s\ndata %d\n%s\n" % (path.encode(), len(data), data))
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=b"".join(parts),
+                   check=True, capture_output=True)  # fmt: skip
+    _git(root, "checkout", "-q", "-f", "main")
     return root
 
 
