@@ -23,14 +23,13 @@ worker exits at once, so a restarted daemon can never find a task running twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from jarvisd.protocol import (
     Cancel,
@@ -46,6 +45,7 @@ from jarvisd.protocol import (
     encode,
 )
 
+from .._procs import exit_host_gone
 from ._protocol import CHECKPOINT_EVENT
 
 log = logging.getLogger("jarvisd.worker")
@@ -53,7 +53,6 @@ log = logging.getLogger("jarvisd.worker")
 #: The worker's exit codes (the daemon reads them when no result arrived).
 EXIT_OK = 0
 EXIT_BAD_START = 64
-EXIT_HOST_GONE = 75
 BARRIER_TIMEOUT_S = 30.0
 
 
@@ -109,17 +108,8 @@ class _Host:
                 return
         callback(reason)
 
-    def gone(self) -> None:
-        # Nothing can be recorded any more: stop before anything else has an effect,
-        # and take the subprocesses tools started along (the daemon that would have
-        # ended them may be gone).
-        with contextlib.suppress(Exception):
-            import psutil
-
-            for child in psutil.Process().children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-        os._exit(EXIT_HOST_GONE)
+    def gone(self) -> NoReturn:
+        exit_host_gone()
 
     def read_forever(self) -> None:
         try:
