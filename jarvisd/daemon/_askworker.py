@@ -37,10 +37,10 @@ from jarvisd.protocol import (
     ResultFrame,
     Start,
     encode,
+    jsonable,
 )
 
 from .._procs import exit_host_gone
-from ._worker import _jsonable  # the task worker's: one way to make run data JSON
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -134,7 +134,7 @@ class AskWorker:
 
         def forward(event: Event) -> None:
             if event.type.value in _FORWARDED:
-                self.send(EventFrame(type=event.type.value, data=_jsonable(event.data)))
+                self.send(EventFrame(type=event.type.value, data=jsonable(event.data)))
 
         run = RunContext(on_delta=on_delta)
         run.bus.subscribe(forward)
@@ -150,7 +150,7 @@ class AskWorker:
             outcome = RunOutcome(failure=Failure.of(exc))
         finally:
             self.current = None
-        self.send(ResultFrame(result=_jsonable(outcome.to_dict())))
+        self.send(ResultFrame(result=jsonable(outcome.to_dict())))
 
 
 def main() -> int:

@@ -23,7 +23,6 @@ worker exits at once, so a restarted daemon can never find a task running twice.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -43,6 +42,7 @@ from jarvisd.protocol import (
     ResultFrame,
     Start,
     encode,
+    jsonable,
 )
 
 from .._procs import exit_host_gone
@@ -126,11 +126,6 @@ class _Host:
         self.gone()
 
 
-def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(json.dumps(dict(data), default=repr))
-    return result
-
-
 async def _run(host: _Host, start: Start) -> None:
     from jarvisd._config import parse_config
     from jarvisd._errors import JarvisError
@@ -153,7 +148,7 @@ async def _run(host: _Host, start: Start) -> None:
         host.send(EventFrame(type=EventType.INFERENCE_DELTA.value, data={"text": text}))
 
     def checkpoint(state: Mapping[str, Any]) -> None:
-        host.send(EventFrame(type=CHECKPOINT_EVENT, data=_jsonable(state)))
+        host.send(EventFrame(type=CHECKPOINT_EVENT, data=jsonable(state)))
         host.barrier()
 
     run = RunContext(
@@ -166,14 +161,14 @@ async def _run(host: _Host, start: Start) -> None:
     def forward(event: Event) -> None:
         if event.type is EventType.INFERENCE_DELTA:
             return  # deltas arrive through on_delta
-        host.send(EventFrame(type=event.type.value, data=_jsonable(event.data)))
+        host.send(EventFrame(type=event.type.value, data=jsonable(event.data)))
         if event.type is EventType.TOOL_CALL_START:
             host.barrier()
 
     run.bus.subscribe(forward)
     host.on_cancel(lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason))
     outcome = await run_spec(spec, run, config)
-    host.send(ResultFrame(result=_jsonable(outcome.to_dict())))
+    host.send(ResultFrame(result=jsonable(outcome.to_dict())))
     host.barrier()
 
 
