@@ -124,6 +124,12 @@ def prepare(
         raise UsageError(f"{path}: {exc.strerror}") from exc
     if not real.is_dir():
         raise UsageError(f"{path} is not a directory")
+    workspaces = (state_dir / "code").resolve()
+    if workspaces.is_relative_to(real) or real.is_relative_to(workspaces):
+        # A workspace inside the project would be copied into itself as it grows.
+        raise UsageError(
+            f"{path} holds jarvis's workspaces ({workspaces}): name a project directory"
+        )
     ws_id = new_workspace_id()
     root = workspace_root(state_dir, ws_id)
     root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -177,3 +177,11 @@ def test_unknown_and_ambiguous_ids(project: Path) -> None:
         store().get("0123")
     with pytest.raises(WorkspaceError, match="no workspace"):
         store().get("../etc")
+
+
+def test_a_project_holding_the_workspaces_is_refused(tmp_path: Path) -> None:
+    from jarvisd._errors import UsageError
+
+    for where in (paths().state, paths().state.parent):
+        with pytest.raises(UsageError, match="holds jarvis's workspaces"):
+            prepare(str(where), store=store(), state_dir=paths().state)
