@@ -22,7 +22,7 @@ import fnmatch
 import os
 import re
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["MAX_LISTED", "CopyReport", "LeftOut", "NameFilter", "copy_tree"]
@@ -112,6 +112,10 @@ def _wanted_dirs(only: Iterable[str]) -> set[str]:
     return dirs
 
 
+#: Directory levels the copy descends; deeper ones are left out (two descriptors a level).
+MAX_DEPTH = 256
+
+
 def copy_tree(
     source: str,
     target: str,
@@ -125,7 +129,8 @@ def copy_tree(
     ``only``: the relative paths to copy (a git repository's tracked and untracked,
     not ignored files); None copies everything. ``owner``: (uid, gid) to give every
     copy (the sandbox user, when jarvis runs as root). Copies are made writable by
-    their group, which model-written code shares in the sandbox."""
+    their group, which model-written code shares in the sandbox. Depth first, so the
+    descriptors held are two per level, however wide the tree."""
     report = CopyReport()
     wanted = None if only is None else _wanted_dirs(only)
     src_top = os.open(source, _DIR)
@@ -134,80 +139,96 @@ def copy_tree(
     except BaseException:
         os.close(src_top)
         raise
-    # (source dir fd, target dir fd, relative path) still to copy.
-    stack: list[tuple[int, int, str]] = [(src_top, dst_top, "")]
+    # One (source dir fd, target dir fd, relative path, names left) per level.
+    stack: list[tuple[int, int, str, Iterator[str]]] = []
     try:
+        stack.append((src_top, dst_top, "", iter(_listing(src_top, "", report))))
         while stack:
-            src_fd, dst_fd, rel = stack.pop()
-            try:
-                _copy_dir(src_fd, dst_fd, rel, names, only, wanted, owner, report, stack)
-            finally:
+            src_fd, dst_fd, rel, pending = stack[-1]
+            name = next(pending, None)
+            if name is None:
+                stack.pop()
                 os.close(src_fd)
                 os.close(dst_fd)
+                continue
+            entered = _copy_entry(src_fd, dst_fd, rel, name, names, only, wanted, owner, report)
+            if entered is None:
+                continue
+            child_src, child_dst, path = entered
+            if len(stack) >= MAX_DEPTH:
+                os.close(child_src)
+                os.close(child_dst)
+                report.leave_out(path, f"nested more than {MAX_DEPTH} directories deep")
+                continue
+            stack.append((child_src, child_dst, path, iter(())))
+            stack[-1] = (child_src, child_dst, path, iter(_listing(child_src, path, report)))
     finally:
-        for src_fd, dst_fd, _rel in stack:
+        for src_fd, dst_fd, _rel, _pending in stack:
             os.close(src_fd)
             os.close(dst_fd)
     return report
 
 
-def _copy_dir(
+def _listing(src_fd: int, rel: str, report: CopyReport) -> list[str]:
+    try:
+        with os.scandir(src_fd) as listing:
+            return sorted(e.name for e in listing)
+    except OSError as exc:
+        report.leave_out(rel or ".", f"unreadable ({exc.strerror})")
+        return []
+
+
+def _copy_entry(
     src_fd: int,
     dst_fd: int,
     rel: str,
+    name: str,
     names: NameFilter,
     only: set[str] | None,
     wanted: set[str] | None,
     owner: tuple[int, int] | None,
     report: CopyReport,
-    stack: list[tuple[int, int, str]],
-) -> None:
-    parts_above = rel.split("/") if rel else []
+) -> tuple[int, int, str] | None:
+    """Copy one entry; for a directory to enter, its (source fd, target fd, path)."""
+    path = f"{rel}/{name}" if rel else name
+    if name == ".git":
+        if rel:
+            report.leave_out(path, "git metadata of a nested repository")
+        return None
+    listed = only is None or path in only
+    if not listed and (wanted is None or path not in wanted):
+        return None  # ignored by git: never part of the repository's worktree
+    pattern = names.match(path.split("/"))
+    if pattern is not None:
+        report.leave_out(path, f"blocked name ({pattern})")
+        return None
     try:
-        with os.scandir(src_fd) as listing:
-            entries = sorted(e.name for e in listing)
+        mode = os.stat(name, dir_fd=src_fd, follow_symlinks=False).st_mode
+    except FileNotFoundError:
+        return None  # gone since the listing
     except OSError as exc:
-        report.leave_out(rel or ".", f"unreadable ({exc.strerror})")
-        return
-    for name in entries:
-        path = f"{rel}/{name}" if rel else name
-        if name == ".git":
-            if rel:
-                report.leave_out(path, "git metadata of a nested repository")
-            continue
-        listed = only is None or path in only
-        if not listed and (wanted is None or path not in wanted):
-            continue  # ignored by git: never part of the repository's worktree
-        pattern = names.match([*parts_above, name])
-        if pattern is not None:
-            report.leave_out(path, f"blocked name ({pattern})")
-            continue
+        report.leave_out(path, f"unreadable ({exc.strerror})")
+        return None
+    if stat.S_ISDIR(mode):
+        if only is not None and path in only:
+            report.leave_out(path, "a submodule")
+            return None
+        return _enter(src_fd, dst_fd, name, path, mode, owner, report)
+    if stat.S_ISREG(mode):
+        _copy_file(src_fd, dst_fd, name, path, owner, report)
+    elif stat.S_ISLNK(mode):
         try:
-            mode = os.stat(name, dir_fd=src_fd, follow_symlinks=False).st_mode
-        except FileNotFoundError:
-            continue  # gone since the listing
+            link = os.readlink(name, dir_fd=src_fd)
+            os.symlink(link, name, dir_fd=dst_fd)
         except OSError as exc:
-            report.leave_out(path, f"unreadable ({exc.strerror})")
-            continue
-        if stat.S_ISDIR(mode):
-            if only is not None and path in only:
-                report.leave_out(path, "a submodule")
-                continue
-            _enter(src_fd, dst_fd, name, path, mode, owner, report, stack)
-        elif stat.S_ISREG(mode):
-            _copy_file(src_fd, dst_fd, name, path, owner, report)
-        elif stat.S_ISLNK(mode):
-            try:
-                link = os.readlink(name, dir_fd=src_fd)
-                os.symlink(link, name, dir_fd=dst_fd)
-            except OSError as exc:
-                report.leave_out(path, f"unreadable link ({exc.strerror})")
-                continue
-            if owner is not None:
-                os.chown(name, *owner, dir_fd=dst_fd, follow_symlinks=False)
-            report.files += 1
-        else:
-            report.leave_out(path, _special(mode))
+            report.leave_out(path, f"unreadable link ({exc.strerror})")
+            return None
+        if owner is not None:
+            os.chown(name, *owner, dir_fd=dst_fd, follow_symlinks=False)
+        report.files += 1
+    else:
+        report.leave_out(path, _special(mode))
+    return None
 
 
 def _enter(
@@ -218,13 +239,12 @@ def _enter(
     mode: int,
     owner: tuple[int, int] | None,
     report: CopyReport,
-    stack: list[tuple[int, int, str]],
-) -> None:
+) -> tuple[int, int, str] | None:
     try:
         child = os.open(name, _DIR, dir_fd=src_fd)
     except OSError as exc:
         report.leave_out(path, f"unreadable ({exc.strerror})")
-        return
+        return None
     try:
         os.stat("pyvenv.cfg", dir_fd=child, follow_symlinks=False)
     except FileNotFoundError:
@@ -234,7 +254,7 @@ def _enter(
     else:
         os.close(child)
         report.leave_out(path, "a virtual environment")
-        return
+        return None
     try:
         os.mkdir(name, (mode & 0o777) | 0o770, dir_fd=dst_fd)
         target = os.open(name, _DIR, dir_fd=dst_fd)
@@ -244,7 +264,7 @@ def _enter(
     os.fchmod(target, (mode & 0o777) | 0o770)  # past the umask
     if owner is not None:
         os.fchown(target, *owner)
-    stack.append((child, target, path))
+    return child, target, path
 
 
 def _copy_file(

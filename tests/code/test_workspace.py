@@ -185,3 +185,23 @@ def test_a_project_holding_the_workspaces_is_refused(tmp_path: Path) -> None:
     for where in (paths().state, paths().state.parent):
         with pytest.raises(UsageError, match="holds jarvis's workspaces"):
             prepare(str(where), store=store(), state_dir=paths().state)
+
+
+def test_a_wide_tree_holds_two_descriptors_a_level(tmp_path: Path) -> None:
+    import resource
+
+    from jarvisd.code._copy import NameFilter, copy_tree
+
+    source, target = tmp_path / "wide", tmp_path / "copy"
+    for i in range(200):
+        (source / f"d{i:03d}").mkdir(parents=True)
+        (source / f"d{i:03d}" / "f").write_text(str(i))
+    target.mkdir()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 40, hard))
+    try:
+        report = copy_tree(str(source), str(target), NameFilter(()))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert report.files == 200 and (target / "d199" / "f").read_text() == "199"
