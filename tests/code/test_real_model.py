@@ -54,6 +54,9 @@ def test_native_openhands_fixes_a_one_line_bug_or_says_no_change(project: Path) 
     code = outcome.metadata["code"]
     assert code["workspace"] == ws.id
     text = "\n".join(_render(record, diff=True, color=False))
+    after = out["test_after"]
+    print(f"\n1.5B: {record.state}, changed {out['changed']}, files {out['files']}, "
+          f"test after {None if after is None else after['passed']}\n{out['diff'][:600]}")  # fmt: skip
     if out["changed"]:
         assert out["diff"].startswith("diff --git a/") and out["files"]
         assert code["files"] == out["files"]
