@@ -305,5 +305,7 @@ def discard(ws_id: str) -> None:
 
     store = _store()
     ws = store.get(ws_id)
+    if ws.shown_state == "running":
+        raise UsageError(f"workspace {ws.id} is running: stop its run first (jarvis task cancel)")
     discard_workspace(ws, store, _state_dir())
     click.echo(f"discarded {ws.id}")

@@ -91,5 +91,16 @@ class Git:
         done = git_output(args, cwd=self.work_tree, env=env, stdin=stdin, check=check)
         return done.stdout
 
+    def head(self, *args: str, limit: int) -> tuple[bytes, bool]:
+        """The first ``limit`` bytes of ``git ARGS``'s output, and whether there was
+        more (git is stopped then: a diff may be as large as what the agent wrote)."""
+        env = _environment({"GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.work_tree)})
+        with subprocess.Popen(["git", *_SAFE, *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL, env=env, cwd=self.work_tree) as proc:  # fmt: skip
+            assert proc.stdout is not None
+            data = proc.stdout.read(limit + 1)
+            proc.kill()
+        return data[:limit], len(data) > limit
+
     def text(self, *args: str, **kw: object) -> str:
         return self.run(*args, **kw).decode("utf-8", "replace").strip()  # type: ignore[arg-type]

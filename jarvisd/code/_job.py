@@ -13,6 +13,7 @@ resumed after a crash: it says so in a checkpoint, and the daemon marks it inter
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from ..engines import Engine
     from ..executors import CodeExecutor
     from ..runs import AgentSpec
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_AGENT", "NOT_RESUMABLE", "TestRun", "run_code", "task_prompt"]
 
@@ -135,10 +138,14 @@ async def run_code(
     try:
         return await _run_code(spec, run, config, engine, store, started)
     except (JarvisError, Cancelled) as exc:
-        return RunOutcome(agent=spec.agent, failure=Failure.of(exc),
-                          duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
+        failure = Failure.of(exc)
+    except Exception as exc:  # as run_spec: a run that failed is an outcome, never a raise
+        log.exception("the jarvis code run failed")
+        failure = Failure.of(exc)
     finally:
         store.close()
+    return RunOutcome(agent=spec.agent, failure=failure,
+                      duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
 
 
 async def _run_code(

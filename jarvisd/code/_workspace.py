@@ -250,20 +250,9 @@ def _nested_repositories(tree: Path) -> list[str]:
 
 
 def _bounded_diff(git: Git, base: str, result: str) -> tuple[str, bool]:
-    import subprocess
-
-    from ._git import _SAFE, _environment
-
-    argv = ["git", *_SAFE, "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--binary",
-            base, result]  # fmt: skip
-    env = _environment({"GIT_DIR": str(git.git_dir), "GIT_WORK_TREE": str(git.work_tree)})
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                          cwd=git.work_tree) as proc:  # fmt: skip
-        assert proc.stdout is not None
-        data = proc.stdout.read(MAX_DIFF_BYTES + 1)
-        proc.kill()
-    truncated = len(data) > MAX_DIFF_BYTES
-    return data[:MAX_DIFF_BYTES].decode("utf-8", "replace"), truncated
+    data, truncated = git.head("diff", "--no-ext-diff", "--no-textconv", "--no-color", "--binary",
+                               base, result, limit=MAX_DIFF_BYTES)  # fmt: skip
+    return data.decode("utf-8", "replace"), truncated
 
 
 def discard(ws: Workspace, store: CodeStore, state_dir: Path, *, forget: bool = True) -> None:

@@ -74,3 +74,19 @@ def test_the_none_backend_is_refused_with_a_clear_failure(project: Path) -> None
     outcome = asyncio.run(run_spec(spec, RunContext(), config))
     assert outcome.failure is not None and outcome.failure.code == "usage"
     assert 'sandbox.backend = "docker"' in outcome.failure.message
+
+
+def test_a_running_workspace_is_not_discarded_and_a_dead_run_shows_interrupted(
+    project: Path,
+) -> None:
+    from jarvisd.code._store import this_process
+
+    store = CodeStore(paths().state / "code.db")
+    ws = prepare(str(project), store=store, state_dir=paths().state)
+    store.update(ws, state="running", runner=this_process())
+    result = CliRunner().invoke(cli, ["code", "discard", ws.id])
+    assert "is running" in str(result.exception)
+    assert Path(ws.path).is_dir()
+    store.update(ws, state="running", runner="999999999:1.0")  # that process is gone
+    assert "interrupted" in CliRunner().invoke(cli, ["code", "list"]).output
+    assert CliRunner().invoke(cli, ["code", "discard", ws.id]).exit_code == 0
