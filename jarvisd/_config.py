@@ -143,6 +143,8 @@ class SandboxConfig:
     cpus: float = _num(1.0, 0, above=True)
     pids: int = _num(128, 8)
     tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
+    # Containers kept created (not started) for the code agents' sessions; 0: off.
+    warm_pool: int = _num(0, 0, 32)
 
 
 @dataclass(frozen=True, slots=True)

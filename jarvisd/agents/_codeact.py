@@ -236,6 +236,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
             code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
             max_output_bytes=self.max_output_chars,
         )  # fmt: skip
+        await session.prepare()
         dialect = SessionDialect(session)
         executor = self._executor([PythonTool(session)])
         messages = self._build_messages(

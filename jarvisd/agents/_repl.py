@@ -97,15 +97,22 @@ class ReplSession:
         #: Sessions lost (and started again) during the run.
         self.restarts = 0
 
+    def _request(self) -> ExecRequest:
+        python = "python3" if self.executor.isolated else sys.executable
+        env = {} if self.executor.isolated else {"PYTHONPATH": str(_ROOT)}
+        return ExecRequest(
+            argv=[python, "-m", "runners.repl"], env=env, timeout=self.session_timeout
+        )
+
+    async def prepare(self) -> None:
+        """Let the backend get the session's sandbox ready while the model writes the
+        first cell (the warm pool: ``sandbox.warm_pool``)."""
+        await self.executor.prepare(self._request())
+
     async def _open(self) -> Channel:
         if self.channel is not None:
             return self.channel
-        python = "python3" if self.executor.isolated else sys.executable
-        env = {} if self.executor.isolated else {"PYTHONPATH": str(_ROOT)}
-        request = ExecRequest(
-            argv=[python, "-m", "runners.repl"], env=env, timeout=self.session_timeout
-        )
-        channel = await self.executor.open(request)
+        channel = await self.executor.open(self._request())
         self.channel = channel
         init = Start(task="init", payload={
             "max_output_bytes": self.max_output_bytes,

@@ -236,6 +236,7 @@ class RLMAgent(ToolUsingAgent):
             max_output_bytes=self.max_output_chars, variables={"context": text, "question": input},
             answer=functools.partial(self.sub_call, run),
         )  # fmt: skip
+        await session.prepare()
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])
         messages = self._build_messages(
