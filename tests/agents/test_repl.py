@@ -172,3 +172,24 @@ def test_cell_results_are_read_once_from_the_wire() -> None:
     assert CellResult.from_wire({"stdout": None, "error": 3}) == CellResult("", "3")
     stopped = CellResult.from_wire({"killed": "killed by SIGSEGV"})
     assert stopped.stopped and "SIGSEGV" in (stopped.error or "")
+
+
+def test_a_resumed_codeact_run_rebuilds_its_session_from_the_cells_in_its_history() -> None:
+    from jarvisd._run import RunContext
+    from jarvisd.agents import AgentRegistry
+    from jarvisd.engines import ScriptedEngine, reply
+
+    def codeact(replies: list[Any], **kw: Any) -> Any:
+        return AgentRegistry.create("native_openhands", ScriptedEngine(replies), "scripted",
+                                    executor=SubprocessExecutor(), allow_network=False, **kw)  # fmt: skip
+
+    # The first run stops after one cell (max_turns); a new agent resumes from its
+    # checkpoint, in a fresh session that must still hold `x`.
+    states: list[Any] = []
+    first = codeact([reply("```python\nx = 41\nprint('set')\n```")], max_turns=1)
+    asyncio.run(first.arun("q", run=RunContext(checkpoint=states.append)))
+    second = codeact([reply("```python\nprint(x + 1)\n```"), reply("Final Answer: 42")])
+    result = asyncio.run(second.arun("q", run=RunContext(resume=states[-1])))
+    assert result.metadata["resumed"] is True
+    assert [r.content for r in result.tool_results][-1] == "42"
+    assert result.content == "42"
