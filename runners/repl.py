@@ -72,6 +72,7 @@ from jarvisd.protocol import (
 MAX_ERROR_BYTES = 16 * 1024
 #: The report a finished cell sends its waiting parent: error and final, both bounded.
 MAX_REPORT_BYTES = 4 * MAX_ERROR_BYTES + MAX_FRAME_BYTES
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -511,11 +512,11 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _become_subreaper() -> None:
-    with contextlib.suppress(Exception):  # no ctypes, no prctl: zombies wait for init
+def _prctl(option: int, value: int) -> None:
+    with contextlib.suppress(Exception):  # no ctypes, no prctl: see the callers
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 def main() -> int:
@@ -526,7 +527,12 @@ def main() -> int:
     to_kernel_r, to_kernel_w = os.pipe()
     ctl_r, ctl_w = os.pipe()
     alive_r, alive_w = os.pipe()  # every kernel holds alive_w: EOF when none is left
-    _become_subreaper()
+    # Finished kernels become our children, to be reaped (else they wait for init).
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    # Not dumpable, like the sandbox runner: a cell's code (same uid) cannot open the
+    # supervisor's or a waiting kernel's /proc/PID/fd, nor ptrace them. Cells inherit
+    # it; what they exec does not (an exec resets it).
+    _prctl(_PR_SET_DUMPABLE, 0)
     pid = os.fork()
     if pid == 0:
         for fd in (to_kernel_w, ctl_r, alive_r):
