@@ -342,12 +342,13 @@ class DockerExecutor(CodeExecutor):
     def _prime(self, request: ExecRequest) -> None:
         import docker.errors
 
-        pool = self.pool()
-        if pool is not None:
-            try:
+        # Only a head start: when it cannot be had, the session creates its own container.
+        try:
+            pool = self.pool()
+            if pool is not None:
                 pool.prime(self._configure(request, (), (), None))
-            except docker.errors.DockerException as exc:
-                raise _translate(exc, "configure the sandbox container") from exc
+        except (SandboxError, docker.errors.DockerException) as exc:
+            log.warning("warm pool: not filled (%s)", exc)
 
     def _start(
         self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]

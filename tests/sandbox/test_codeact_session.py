@@ -107,3 +107,15 @@ def test_cancel_ends_the_session_and_removes_its_sandbox(backend: str) -> None:
     assert wait_gone(token) == []
     if backend == "docker":
         assert not our_containers()
+
+
+def test_a_warm_pool_that_cannot_be_filled_is_only_a_warning(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jarvisd.executors import ExecRequest
+    from jarvisd.sandbox import DockerExecutor
+
+    missing = f"unix://{tmp_path}/no-engine.sock"
+    executor = DockerExecutor(Config(sandbox=SandboxConfig(warm_pool=2, docker_host=missing)))
+    asyncio.run(executor.prepare(ExecRequest(argv=["python3", "-m", "runners.repl"])))
+    assert "warm pool: not filled" in caplog.text and "no-engine.sock" in caplog.text
