@@ -2,8 +2,9 @@
 block is a cell of one persistent REPL session for the whole run (``_repl``: one
 sandbox container, bwrap sandbox or host process, started through the code-executor
 seam ``executor_for(config)``), so variables, imports and files in /tmp carry over from
-cell to cell, as in OpenHands' IPython kernel. Its output comes back as the observation. Tools are also callable with Action / Action Input lines. A
-reply with neither code nor a call is the answer, as in OpenHands' CodeAct.
+cell to cell, as in OpenHands' IPython kernel. Its output comes back as the observation.
+Tools are also callable with Action / Action Input lines. A reply with neither code nor a
+call is the answer, as in OpenHands' CodeAct.
 
 URLs in the task are fetched and inlined only when ``tools.allow_network`` is true.
 The history is fitted to the engine's real context length by the shared loop.
