@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -129,12 +129,46 @@ class _Connection:
                 request = await self._body(head)
                 if request is None:
                     return
-                await self._send(await self.app.handle(request))
+                await self._watched(self._respond(request))
                 if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
                     return
                 self.conn.start_next_cycle()
         except _Close:
             return
+
+    async def _respond(self, request: Request) -> None:
+        await self._send(await self.app.handle(request))
+
+    async def _watched(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (a reply being made and sent) while watching the client: when it
+        closes its side, ``work`` is cancelled, and with it the generation for nobody."""
+        task = asyncio.ensure_future(work)
+        watch = asyncio.ensure_future(self._until_eof())
+        try:
+            await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for pending in (task, watch):
+                pending.cancel()
+            results = await asyncio.gather(task, watch, return_exceptions=True)
+        if task.cancelled():  # the client left first
+            raise _Close
+        if isinstance(results[0], BaseException):
+            raise results[0]
+
+    async def _until_eof(self) -> None:
+        # What a client sends meanwhile (a pipelined request) is kept for h11; past a
+        # head's worth, reading stops and the client waits its turn.
+        buffered = 0
+        while buffered <= MAX_HEAD:
+            try:
+                data = await self.reader.read(_READ)
+            except ConnectionError:
+                return
+            if not data:
+                return
+            buffered += len(data)
+            self.conn.receive_data(data)
+        await asyncio.Event().wait()
 
     async def _event(self) -> Any:
         h11 = self.h11
@@ -169,6 +203,10 @@ class _Connection:
             return None
         if len(event.headers) > MAX_HEADERS:
             await self._refuse(None, 431, f"more than {MAX_HEADERS} header lines")
+            return None
+        # h11 bounds a head still arriving; one that arrived whole in a read is ours.
+        if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD:
+            await self._refuse(None, 431, f"request head over {MAX_HEAD} bytes")
             return None
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
         target = urlsplit(event.target.decode("latin-1"))
