@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar, Literal
 
 from .._errors import UsageError
 from .._messages import Generation, Message, ToolCall, ToolResult
-from .._toolcalls import extract_json_objects, recover_tool_calls
+from .._toolcalls import calls_end, extract_json_objects, recover_tool_calls
 from ..tools import ToolExecutor
 from ._base import strip_think_tags
 from ._parsing import tool_descriptions
@@ -65,6 +65,10 @@ class FunctionCallingDialect(Dialect):
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         return FUNCTION_PROMPT + "\nTools:\n" + tool_descriptions(executor.specs)
+
+    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None]:
+        names = executor.names
+        return lambda text: calls_end(text, names)
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)

@@ -21,6 +21,7 @@ from .._messages import (
     Usage,
 )
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
+from ._cutoff import Cutoff, streamed_generation
 
 if TYPE_CHECKING:
     import ollama
@@ -104,6 +105,29 @@ def _generation(response: Any, model: str, latency: float) -> Generation:
     )
 
 
+def _complete(cutoff: Cutoff, part: Any) -> bool:
+    complete = bool(part.message.content) and cutoff.text(part.message.content)
+    for c in part.message.tool_calls or ():
+        call = ToolCall.from_arguments(c.function.name, dict(c.function.arguments or {}))
+        complete = cutoff.call(call) or complete
+    return complete and not part.done
+
+
+def _cut(
+    text: str, calls: tuple[ToolCall, ...], model: str, start: float, cutoff: Cutoff
+) -> Generation:
+    """The generation of a reply stopped at its cut: its prompt tokens are not known
+    (Ollama counts them in the final part only), its generated ones are the parts read."""
+    return Generation(
+        content=text,
+        tool_calls=calls,
+        usage=Usage(0, cutoff.tokens),
+        finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
+        model=model,
+        latency_s=time.perf_counter() - start,
+    )
+
+
 class OllamaEngine(Engine):
     name: ClassVar[str] = "ollama"
 
@@ -171,6 +195,10 @@ class OllamaEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
+        if options.stop_when is not None:  # a one-shot reply cannot be stopped part way
+            return await streamed_generation(
+                self.stream(messages, model=model, tools=tools, options=options)
+            )
         model = await self._model(model)
         num_ctx = await self.context_length(model)
         start = time.perf_counter()
@@ -205,17 +233,29 @@ class OllamaEngine(Engine):
                 stream=True,
                 options=_options(options, num_ctx),
             )
+            cutoff = None if options.stop_when is None else Cutoff(options.stop_when)
             async for part in parts:
                 if part.message.content:
                     content.append(part.message.content)
                     yield StreamChunk(delta=part.message.content)
                 calls.extend(part.message.tool_calls or ())
+                if cutoff is not None and _complete(cutoff, part):
+                    break
                 if part.done:
                     part.message.content = "".join(content)
                     part.message.tool_calls = calls or None
                     generation = _generation(part, model, time.perf_counter() - start)
                     yield StreamChunk(done=True, generation=generation)
                     return
+            if cutoff is not None and cutoff.cut is not None:
+                # Closing the response is what stops Ollama: it cancels a request
+                # whose client has gone.
+                closer = getattr(parts, "aclose", None)  # typed as a plain iterator
+                if closer is not None:
+                    await closer()
+                text, native = cutoff.kept()
+                yield StreamChunk(done=True, generation=_cut(text, native, model, start, cutoff))
+                return
         raise EngineResponseError(f"ollama at {self.host} ended the stream without done")
 
     async def health(self) -> bool:

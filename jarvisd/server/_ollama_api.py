@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +46,7 @@ from .._errors import (
     UsageError,
 )
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
+from .._toolcalls import calls_end
 from ..engines import Engine, ModelInfo
 from ._allow import Allowlist
 
@@ -348,6 +350,17 @@ def _parse_openai_messages(raw: Any) -> list[Message]:
     return messages
 
 
+def _stop_at_calls(options: SamplingOptions, tools: Sequence[ToolSpec]) -> SamplingOptions:
+    """With tools offered, generation stops once the reply holds its complete calls
+    (``calls_end``): a model that writes one call a dozen times, or prose after its
+    call, is stopped here, where the model runs; a client cannot stop it sooner, as
+    text that may be a call is held back until the reply ends."""
+    if not tools:
+        return options
+    names = [t.name for t in tools]
+    return replace(options, stop_when=lambda text: calls_end(text, names))
+
+
 def _openai_options(body: dict[str, Any]) -> SamplingOptions:
     try:
         stop = body.get("stop") or ()
@@ -527,7 +540,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, body: dict[str, Any], messages: list[Message], tools: list[ToolSpec], shape: str
     ) -> None:
         model = self.api.resolve_model(body.get("model"))
-        options = _parse_options(body.get("options"))
+        options = _stop_at_calls(_parse_options(body.get("options")), tools)
         engine = self.api.engine
         chunks = self.api.iterate(
             lambda: engine.stream(messages, model=model, tools=tools, options=options)
@@ -665,7 +678,7 @@ class _Handler(BaseHTTPRequestHandler):
         tools = _parse_tools(body.get("tools"))
         requested = body.get("model") or self.api.engine.default_model() or "default"
         model = self.api.resolve_model(requested)
-        options = _openai_options(body)
+        options = _stop_at_calls(_openai_options(body), tools)
         engine = self.api.engine
         chunks = self.api.iterate(
             lambda: engine.stream(messages, model=model, tools=tools, options=options)
