@@ -38,7 +38,7 @@ from benchmarks.harness import OPENJARVIS_VERSION, BenchEnv, Row, ensure_openjar
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 #: Cases per category in the CI-sized run: 5 categories x 3 systems x 2 models.
-DEFAULT_LIMIT = 3
+DEFAULT_LIMIT = 2
 SEED = 17
 MAX_TOKENS = 512
 #: The leaderboard's published overall figure per model, where one exists.
