@@ -20,7 +20,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import BenchEnv, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
@@ -88,38 +92,54 @@ def _once(tree: Path, model_path: Path) -> dict[str, object]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def main(argv: list[str] | None = None) -> int:
+def measure(before: str, models: Sequence[str], runs: int) -> dict[str, Any]:
     from tests.conftest import real_model_path
 
+    report: dict[str, Any] = {"before": before, "task": TASK, "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"before": _tree(before, Path(tmp)), "after": ROOT}
+        for model in models:
+            path = real_model_path(model)
+            done: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            for _ in range(runs):
+                for version, tree in trees.items():
+                    done[version].append(_once(tree, path))
+                    print(f"   {model} {version}: {done[version][-1]}", file=sys.stderr)
+            report["models"][model] = {
+                version: {
+                    "median_wall_s": round(statistics.median(float(r["wall_s"]) for r in rs), 2),
+                    "right": sum(EXPECTED in str(r["answer"]).replace(",", "") for r in rs),
+                    "runs": rs,
+                }
+                for version, rs in done.items()
+            }
+    return report
+
+
+def run(env: BenchEnv) -> list[Row]:
+    """For the harness: before = where this tree left main (``git merge-base``)."""
+    base = subprocess.run(
+        ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    report = measure(base, MODELS, env.runs(3, 1))
+    return [
+        Row(f"3-turn calculator task ({model}), median", data["after"]["median_wall_s"], "s",
+            data["before"]["median_wall_s"], f"main at {base[:9]}",
+            notes=f"right: {data['after']['right']} vs {data['before']['right']}")
+        for model, data in report["models"].items()
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="the commit measured as before")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    report: dict[str, object] = {
-        "before": args.before,
-        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "task": TASK,
-        "models": {},
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": _tree(args.before, Path(tmp)), "after": ROOT}
-        for model in args.models:
-            path = real_model_path(model)
-            runs: dict[str, list[dict[str, object]]] = {"before": [], "after": []}
-            for _ in range(args.runs):
-                for version, tree in trees.items():
-                    runs[version].append(_once(tree, path))
-                    print(f"   {model} {version}: {runs[version][-1]}", file=sys.stderr)
-            report["models"][model] = {  # type: ignore[index]
-                version: {
-                    "median_wall_s": round(statistics.median(float(r["wall_s"]) for r in rs), 2),  # type: ignore[arg-type]
-                    "right": sum(EXPECTED in str(r["answer"]).replace(",", "") for r in rs),
-                    "runs": rs,
-                }
-                for version, rs in runs.items()
-            }
+    report = measure(args.before, args.models, args.runs)
+    report["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "calc_turns.json").write_text(json.dumps(report, indent=1))
@@ -134,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         "before | after | tokens per turn before | after |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for model, data in report["models"].items():  # type: ignore[attr-defined]
+    for model, data in report["models"].items():
         b, a = data["before"], data["after"]
         lines.append(
             f"| {model} | {b['median_wall_s']} | {a['median_wall_s']} | "
