@@ -153,11 +153,15 @@ class ScriptedEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
-        # A piece is produced only when the consumer asks for it, as with a real
-        # engine: a caller that stops reading stops the generation.
-        generation = await self._next(messages, model, tools, options)
+        # Through generate, which subclasses override (a slow engine, a counting one),
+        # whole; then a piece counts as produced only when the consumer takes it, as
+        # with a real engine: a caller that stops reading stops the generation.
+        whole = replace(options, stop_when=None)
+        generation = await self.generate(messages, model=model, tools=tools, options=whole)
+        pieces = _pieces(generation.content)
+        self.produced -= len(pieces)
         cutoff = None if options.stop_when is None else Cutoff(options.stop_when)
-        for piece in _pieces(generation.content):
+        for piece in pieces:
             self.produced += 1
             yield StreamChunk(delta=piece)
             if cutoff is not None and cutoff.text(piece):
