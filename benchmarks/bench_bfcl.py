@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -217,8 +217,14 @@ def run_openjarvis(
 
 
 def measure(
-    env: BenchEnv, models: Sequence[str], limit: int | None, categories: Sequence[str]
+    env: BenchEnv,
+    models: Sequence[str],
+    limit: int | None,
+    categories: Sequence[str],
+    done: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """Accuracy per model, system and category; ``done`` is given the report so far
+    after each model (a long run keeps what it measured if it is stopped)."""
     from jarvisd.evals import score_case
     from tests.conftest import real_model_path
 
@@ -259,6 +265,8 @@ def measure(
             "errors": errors[:20],
             "calls": {s: made[s] for s in SYSTEMS},
         }
+        if done is not None:
+            done(report)
     return report
 
 
@@ -330,10 +338,13 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cores",
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-    report = measure(env, args.models, None if args.full else args.limit, args.categories)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bfcl.json").write_text(json.dumps({"meta": meta, **report}, indent=1, default=str))
-    (out / "bfcl.md").write_text(render(report, meta))
+
+    def write(report: dict[str, Any]) -> None:
+        (out / "bfcl.json").write_text(json.dumps({"meta": meta, **report}, indent=1, default=str))
+        (out / "bfcl.md").write_text(render(report, meta))
+
+    write(measure(env, args.models, None if args.full else args.limit, args.categories, write))
     print((out / "bfcl.md").read_text())
     return 0
 
