@@ -115,7 +115,9 @@ def _alive(runner: str) -> bool:
     pid, _, started = runner.partition(":")
     try:
         process = psutil.Process(int(pid))
-        return bool(abs(process.create_time() - float(started)) < 0.5)
+        same = abs(process.create_time() - float(started)) < 0.5
+        # A zombie (its parent, a killed daemon, never reaped it) runs nothing.
+        return bool(same and process.status() != psutil.STATUS_ZOMBIE)
     except (ValueError, psutil.Error):
         return False
 
