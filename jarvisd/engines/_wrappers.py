@@ -9,10 +9,12 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from .._errors import EngineUnavailable
 from .._events import EventBus, EventType
-from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec
-from .._run import Cancelled, RunContext
+from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec, Usage
+from .._run import BudgetExceeded, Hold, RunContext
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._tokens import prompt_tokens, text_tokens
 
 __all__ = ["InstrumentedEngine", "RunEngine", "WrapperEngine"]
 
@@ -54,6 +56,9 @@ class WrapperEngine(Engine):
 
     async def context_length(self, model: str = "") -> int | None:
         return await self.inner.context_length(model)
+
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        return self.inner.count_tokens(text, model)
 
     def default_model(self) -> str:
         return self.inner.default_model()
@@ -150,9 +155,13 @@ class InstrumentedEngine(WrapperEngine):
 
 
 class RunEngine(WrapperEngine):
-    """Binds an engine to one run: every call first reserves budget (so the run cannot
-    overshoot its token cap by a whole call), races the run's cancel token, and charges
-    the tokens it really used. Inference events go to the run's bus.
+    """Binds an engine to one run: the one place where engine calls reserve and settle
+    the run's ledger. Every call first holds its worst case (prompt tokens, counted or
+    bounded, plus the completion it may produce, its ``max_tokens`` clamped to what is
+    left), races the run's cancel token while in flight, and settles to what it really
+    used: the engine's usage, or, for a call that failed or was cancelled, its prompt
+    and the tokens it streamed so far. A call the ledger refuses stops the whole run
+    (BudgetExceeded through the token). Inference events go to the run's bus.
 
     Use :meth:`bind`: one wrapper per run and engine, registered once with the token."""
 
@@ -176,10 +185,52 @@ class RunEngine(WrapperEngine):
         bound = run.bound_engines[id(engine)] = cls(engine, run)
         return bound
 
-    def _limit(self, options: SamplingOptions) -> SamplingOptions:
-        self.run.cancel.raise_if_cancelled()
-        allowed = self.run.budget.reserve(options.max_tokens)
-        return options if allowed == options.max_tokens else replace(options, max_tokens=allowed)
+    def _reserve(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        model: str,
+        options: SamplingOptions,
+    ) -> tuple[Hold, SamplingOptions]:
+        run = self.run
+        run.cancel.raise_if_cancelled()
+        budget = run.budget
+        # Without a token cap nothing needs the prompt's size before the call: a turn
+        # of an unbudgeted run does not pay for counting it.
+        prompt = (
+            0 if budget.max_tokens is None else prompt_tokens(self.inner, messages, tools, model)
+        )
+        try:
+            hold = budget.reserve(prompt, options.max_tokens)
+        except BudgetExceeded as exc:
+            # A hard stop: every other branch of the run (parallel members, calls in
+            # flight, containers) stops too, with the same reason.
+            run.cancel.cancel(str(exc), stop=BudgetExceeded)
+            raise
+        if hold.completion_tokens != options.max_tokens:
+            options = replace(options, max_tokens=hold.completion_tokens)
+        return hold, options
+
+    def _settle(self, hold: Hold, generation: Generation, model: str) -> None:
+        usage = generation.usage
+        if self.run.budget.max_tokens is not None and not usage.total_tokens:
+            # An engine that reports no usage is charged what the call held for its
+            # prompt and the reply's own count (never more than it could produce).
+            text = generation.content + "".join(c.name + c.arguments for c in generation.tool_calls)
+            completion = min(text_tokens(self.inner, text, model), hold.completion_tokens)
+            usage = Usage(hold.prompt_tokens, completion)
+        hold.settle(usage)
+
+    def _interrupted(
+        self, hold: Hold, exc: BaseException | None, streamed: str, model: str
+    ) -> None:
+        """End the hold of a call that did not finish: given back when the engine was
+        never reached, else charged its prompt and the text streamed so far."""
+        if isinstance(exc, EngineUnavailable):
+            hold.release()
+            return
+        completion = min(text_tokens(self.inner, streamed, model), hold.completion_tokens)
+        hold.settle(Usage(hold.prompt_tokens, completion))
 
     def _wake(self) -> None:
         # Called by the token, perhaps from another thread, perhaps long after the
@@ -213,12 +264,12 @@ class RunEngine(WrapperEngine):
             if self.run.cancel.cancelled:
                 if isinstance(work, Coroutine):
                     work.close()
-                raise Cancelled(self.run.cancel.reason)
+                raise self.run.cancel.error()
             return await work
         except asyncio.CancelledError:
             if task in self._fired:
                 task.uncancel()
-                raise Cancelled(self.run.cancel.reason) from None
+                raise self.run.cancel.error() from None
             raise
         finally:
             self._waiting.discard(task)
@@ -232,8 +283,8 @@ class RunEngine(WrapperEngine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
-        options = self._limit(options)
         model = model or self.inner.default_model()
+        hold, options = self._reserve(messages, tools, model, options)
         bus = self.run.bus
         start = _started(bus, self.name, model, len(messages))
         try:
@@ -241,9 +292,10 @@ class RunEngine(WrapperEngine):
                 self.inner.generate(messages, model=model, tools=tools, options=options)
             )
         except BaseException as exc:
+            self._interrupted(hold, exc, "", model)
             _failed(bus, self.name, model, start, exc)
             raise
-        self.run.budget.charge(generation.usage)
+        self._settle(hold, generation, model)
         return _timed(generation, _ended(bus, self.name, model, start, generation))
 
     async def stream(
@@ -254,23 +306,34 @@ class RunEngine(WrapperEngine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
-        options = self._limit(options)
         model = model or self.inner.default_model()
+        hold, options = self._reserve(messages, tools, model, options)
         iterator = aiter(
             InstrumentedEngine(self.inner, self.run.bus).stream(
                 messages, model=model, tools=tools, options=options
             )
         )
+        streamed: list[str] = []
+        error: BaseException | None = None
         try:
             while True:
                 try:
                     chunk = await self._race(anext(iterator))
                 except StopAsyncIteration:
                     return
+                if chunk.delta:
+                    streamed.append(chunk.delta)
                 if chunk.done and chunk.generation is not None:
-                    self.run.budget.charge(chunk.generation.usage)
+                    self._settle(hold, chunk.generation, model)
                 yield chunk
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
+            # A failed or cancelled stream, or a consumer that stopped reading
+            # (GeneratorExit), is charged what it consumed until then.
+            if hold.open:
+                self._interrupted(hold, error, "".join(streamed), model)
             closer = getattr(iterator, "aclose", None)
             if closer is not None:
                 await closer()
