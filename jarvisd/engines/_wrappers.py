@@ -19,6 +19,8 @@ from ._tokens import prompt_tokens, text_tokens
 __all__ = ["InstrumentedEngine", "RunEngine", "WrapperEngine"]
 
 _T = TypeVar("_T")
+#: What one call asked for: messages, tools, model.
+_Request = tuple[Sequence[Message], Sequence[ToolSpec], str]
 
 
 class WrapperEngine(Engine):
@@ -86,13 +88,25 @@ def _ended(bus: EventBus, engine: str, model: str, start: float, generation: Gen
     return latency
 
 
-def _failed(bus: EventBus, engine: str, model: str, start: float, exc: BaseException) -> None:
+def _failed(
+    bus: EventBus,
+    engine: str,
+    model: str,
+    start: float,
+    exc: BaseException,
+    charged: Usage | None = None,
+) -> None:
+    # ``charged``: what the run's ledger charged for the failed call, so that traces,
+    # which add up these events, agree with it.
+    usage = {} if charged is None else charged.to_dict()
+    usage.pop("total_tokens", None)
     bus.publish(
         EventType.INFERENCE_END,
         engine=engine,
         model=model,
         latency_s=time.perf_counter() - start,
         error=f"{type(exc).__name__}: {exc}",
+        **usage,
     )
 
 
@@ -211,26 +225,35 @@ class RunEngine(WrapperEngine):
             options = replace(options, max_tokens=hold.completion_tokens)
         return hold, options
 
-    def _settle(self, hold: Hold, generation: Generation, model: str) -> None:
+    def _prompt(self, hold: Hold, request: _Request) -> int:
+        # Counted before the call only under a token cap; counted here otherwise.
+        return hold.prompt_tokens or prompt_tokens(self.inner, *request)
+
+    def _settle(self, hold: Hold, generation: Generation, request: _Request) -> None:
         usage = generation.usage
-        if self.run.budget.max_tokens is not None and not usage.total_tokens:
-            # An engine that reports no usage is charged what the call held for its
-            # prompt and the reply's own count (never more than it could produce).
+        if not usage.total_tokens:
+            # An engine that reports no usage is charged its prompt as counted and the
+            # reply's own count (never more than the call could produce).
             text = generation.content + "".join(c.name + c.arguments for c in generation.tool_calls)
-            completion = min(text_tokens(self.inner, text, model), hold.completion_tokens)
-            usage = Usage(hold.prompt_tokens, completion)
+            completion = min(text_tokens(self.inner, text, request[2]), hold.completion_tokens)
+            usage = Usage(self._prompt(hold, request), completion)
         hold.settle(usage)
 
     def _interrupted(
-        self, hold: Hold, exc: BaseException | None, streamed: str, model: str
-    ) -> None:
+        self, hold: Hold, exc: BaseException | None, streamed: str, request: _Request
+    ) -> Usage | None:
         """End the hold of a call that did not finish: given back when the engine was
-        never reached, else charged its prompt and the text streamed so far."""
-        if isinstance(exc, EngineUnavailable):
+        never reached, else charged its prompt and the text streamed so far (what is
+        charged is returned)."""
+        if not hold.open:
+            return None
+        if isinstance(exc, EngineUnavailable) and not streamed:
             hold.release()
-            return
-        completion = min(text_tokens(self.inner, streamed, model), hold.completion_tokens)
-        hold.settle(Usage(hold.prompt_tokens, completion))
+            return None
+        completion = min(text_tokens(self.inner, streamed, request[2]), hold.completion_tokens)
+        usage = Usage(self._prompt(hold, request), completion)
+        hold.settle(usage)
+        return usage
 
     def _wake(self) -> None:
         # Called by the token, perhaps from another thread, perhaps long after the
@@ -247,10 +270,11 @@ class RunEngine(WrapperEngine):
             self._fired.add(task)
             task.cancel()
 
-    async def _race(self, work: Awaitable[_T]) -> _T:
+    async def _race(self, work: Awaitable[_T], unstarted: Hold | None = None) -> _T:
         # Awaited in the caller's own task (no helper task per call); while ``work``
         # runs, the task is listed in ``_waiting`` and the token's one callback
-        # cancels it.
+        # cancels it. ``unstarted``: the hold of a call that ``work`` would start, given
+        # back if the run has stopped before it does.
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
             return await work
@@ -264,6 +288,8 @@ class RunEngine(WrapperEngine):
             if self.run.cancel.cancelled:
                 if isinstance(work, Coroutine):
                     work.close()
+                if unstarted is not None:
+                    unstarted.release()
                 raise self.run.cancel.error()
             return await work
         except asyncio.CancelledError:
@@ -289,13 +315,13 @@ class RunEngine(WrapperEngine):
         start = _started(bus, self.name, model, len(messages))
         try:
             generation = await self._race(
-                self.inner.generate(messages, model=model, tools=tools, options=options)
+                self.inner.generate(messages, model=model, tools=tools, options=options), hold
             )
         except BaseException as exc:
-            self._interrupted(hold, exc, "", model)
-            _failed(bus, self.name, model, start, exc)
+            charged = self._interrupted(hold, exc, "", (messages, tools, model))
+            _failed(bus, self.name, model, start, exc, charged)
             raise
-        self._settle(hold, generation, model)
+        self._settle(hold, generation, (messages, tools, model))
         return _timed(generation, _ended(bus, self.name, model, start, generation))
 
     async def stream(
@@ -315,16 +341,18 @@ class RunEngine(WrapperEngine):
         )
         streamed: list[str] = []
         error: BaseException | None = None
+        unstarted: Hold | None = hold
         try:
             while True:
                 try:
-                    chunk = await self._race(anext(iterator))
+                    chunk = await self._race(anext(iterator), unstarted)
                 except StopAsyncIteration:
                     return
+                unstarted = None
                 if chunk.delta:
                     streamed.append(chunk.delta)
                 if chunk.done and chunk.generation is not None:
-                    self._settle(hold, chunk.generation, model)
+                    self._settle(hold, chunk.generation, (messages, tools, model))
                 yield chunk
         except BaseException as exc:
             error = exc
@@ -332,8 +360,7 @@ class RunEngine(WrapperEngine):
         finally:
             # A failed or cancelled stream, or a consumer that stopped reading
             # (GeneratorExit), is charged what it consumed until then.
-            if hold.open:
-                self._interrupted(hold, error, "".join(streamed), model)
+            self._interrupted(hold, error, "".join(streamed), (messages, tools, model))
             closer = getattr(iterator, "aclose", None)
             if closer is not None:
                 await closer()

@@ -278,6 +278,8 @@ class ToolExecutor:
         # Cancelled: stop what still runs; finished calls keep their real results.
         gathered.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if gathered.done() and not gathered.cancelled():  # ended on its own: read its error
+            gathered.exception()
         return [
             t.result()
             if t.done() and not t.cancelled() and t.exception() is None
