@@ -173,7 +173,7 @@ class Budget:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def reserve(self, prompt_tokens: int = 0, max_new_tokens: int = 0) -> Hold:
+    def reserve(self, prompt_tokens: int, max_new_tokens: int) -> Hold:
         """Hold one engine call about to start: its ``prompt_tokens`` (counted, or an
         upper bound) and up to ``max_new_tokens`` of completion, clamped so that
         everything used and held stays within ``max_tokens``. The returned hold's

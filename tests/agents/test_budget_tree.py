@@ -141,7 +141,10 @@ def test_a_50k_token_cap_holds_with_five_members_and_an_llm_batch_spending_at_on
     # was stopped; every member still running stopped with it.
     assert all(isinstance(r, BudgetExceeded) for r in results[:5]), results
     assert not isinstance(results[5], Exception) or isinstance(results[5], BudgetExceeded)
-    assert CAP * 0.8 < engine.spent.total_tokens <= CAP, engine.spent
+    assert all("token budget of 50000 spent" in str(r) for r in results[:5])
+    # How far below the cap the run ends depends on how many calls were in flight when
+    # it stopped (they are cut short: their completions are never made); never above.
+    assert engine.spent.total_tokens <= CAP, engine.spent
     assert engine.spent.prompt_tokens > 0
     assert_ledger_is_the_truth(run, engine, tally)
 
