@@ -120,6 +120,8 @@ class AgentConfig:
     max_calls: int = _num(0, 0)
     max_tool_calls: int = _num(0, 0)
     max_wall: float = _num(0.0, 0)  # seconds
+    # The fraction of a budget at which a run publishes a budget_warning (0: never).
+    budget_warning: float = _num(0.8, 0, 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,8 @@ class EventType(enum.StrEnum):
     INFERENCE_DELTA = "inference_delta"
     RUN_START = "run_start"
     RUN_END = "run_end"
+    #: A run's ledger reached ``warn_at`` of one of its caps (once per dimension).
+    BUDGET_WARNING = "budget_warning"
 
 
 @dataclass(slots=True)

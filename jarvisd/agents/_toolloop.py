@@ -58,7 +58,7 @@ from typing import Any, ClassVar, Literal
 
 from .._events import EventBus
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
-from .._run import Cancelled, RunContext
+from .._run import RunContext
 from .._toolcalls import starts_like_a_call
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
@@ -475,7 +475,7 @@ async def run_tool_loop(
         state.messages.extend(dialect.result_messages(step, results))
         save()
         if run.cancel.cancelled:
-            raise Cancelled(run.cancel.reason)
+            raise run.cancel.error()
         final = dialect.final_from_results(results)
         if final is not None:
             return finish(final, final_from_tool=True)

@@ -279,6 +279,19 @@ class LlamaCppEngine(Engine):
     async def context_length(self, model: str = "") -> int | None:
         return self.n_ctx
 
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        # Only once loaded: loading takes seconds, and the first call of a run can do
+        # with the byte bound. llama_tokenize reads the vocabulary only, so this is
+        # safe while another thread generates.
+        llama = self._llama
+        if llama is None:
+            return None
+        data = text.encode("utf-8", "surrogatepass")
+        try:
+            return len(llama.tokenize(data, add_bos=False, special=False))
+        except (RuntimeError, ValueError, UnicodeError):
+            return None
+
     async def list_models(self) -> list[ModelInfo]:
         from ..catalog import model_status
 
@@ -383,6 +396,10 @@ class LlamaCppPool(Engine):
 
     async def context_length(self, model: str = "") -> int | None:
         return (await self._engine(model)).n_ctx if model in self.engines or not model else None
+
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        engine = self.engines.get(model or self.names[0])
+        return None if engine is None else engine.count_tokens(text)
 
     async def health(self) -> bool:
         return await self.engines[self.names[0]].health()
