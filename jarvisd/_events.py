@@ -25,6 +25,10 @@ class EventType(enum.StrEnum):
     INFERENCE_DELTA = "inference_delta"
     RUN_START = "run_start"
     RUN_END = "run_end"
+    #: An external agent's plan (its entries, each [status, text]).
+    AGENT_PLAN = "agent_plan"
+    #: An external agent asked for a permission, and how it was answered.
+    PERMISSION = "permission"
 
 
 @dataclass(slots=True)
