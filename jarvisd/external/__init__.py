@@ -1,9 +1,14 @@
-"""External agents: ACP coding agents run as jarvis agents.
+"""External agents: ACP coding agents (opencode, codex, claude, gemini, or any from
+config) run as jarvis agents, on the run's model through an inference gateway,
+sandboxed by default.
 
-This is the client side of the Agent Client Protocol: one conversation with a started
-agent (:func:`converse`), its updates mapped onto the run, its permission requests
-answered by a :class:`PermissionPolicy`, its file requests confined to a
-:class:`Workspace`. Names load on first use: the ACP SDK only when an agent runs.
+* the registry of built-in agents (:data:`BUILTIN`) and their pinned npm trees
+  (:func:`install`);
+* :func:`converse` is one ACP conversation with a started agent, its updates mapped
+  onto the run, its permission requests answered by a :class:`PermissionPolicy`, its
+  file requests confined to a :class:`Workspace`.
+
+Names load on first use: ``jarvis agents list`` needs the registry, not the ACP SDK.
 """
 
 from __future__ import annotations
@@ -14,29 +19,43 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ._client import AcpClient
+    from ._install import agents_dir, install, installed, missing
     from ._mapping import map_update
     from ._permissions import PermissionPolicy, PermissionRequest
+    from ._registry import BUILTIN, AgentDefinition
     from ._session import McpServer, converse
     from ._workspace import Workspace
 
 _LAZY = {
+    "BUILTIN": "._registry",
     "AcpClient": "._client",
+    "AgentDefinition": "._registry",
     "McpServer": "._session",
     "PermissionPolicy": "._permissions",
     "PermissionRequest": "._permissions",
     "Workspace": "._workspace",
+    "agents_dir": "._install",
     "converse": "._session",
+    "install": "._install",
+    "installed": "._install",
     "map_update": "._mapping",
+    "missing": "._install",
 }
 
 __all__ = [
+    "BUILTIN",
     "AcpClient",
+    "AgentDefinition",
     "McpServer",
     "PermissionPolicy",
     "PermissionRequest",
     "Workspace",
+    "agents_dir",
     "converse",
+    "install",
+    "installed",
     "map_update",
+    "missing",
 ]
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

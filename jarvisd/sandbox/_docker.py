@@ -244,7 +244,11 @@ class DockerExecutor(CodeExecutor):
             yield [str(m.source) for m in mounts]
 
     def _mount_specs(
-        self, mounts: Sequence[Mount], sources: Sequence[str], inputs: Path | None
+        self,
+        mounts: Sequence[Mount],
+        sources: Sequence[str],
+        inputs: Path | None,
+        system: Sequence[tuple[str, str, bool]] = (),
     ) -> list[Any]:
         from docker.types import Mount as DockerMount
 
@@ -255,6 +259,7 @@ class DockerExecutor(CodeExecutor):
         if inputs is not None:
             binds.append((str(inputs), INPUT_DIR, True))
         binds += [(src, m.target, m.read_only) for m, src in zip(mounts, sources, strict=True)]
+        binds += list(system)
         for source, target, read_only in binds:
             spec = DockerMount(target, source, type="bind", read_only=read_only)
             # Non-recursive: mounts nested under an allowed directory stay outside
@@ -309,7 +314,7 @@ class DockerExecutor(CodeExecutor):
                         ipc_mode="private",
                         ulimits=[Ulimit(name="core", soft=0, hard=0)],
                         log_config=LogConfig(type="none"),
-                        mounts=self._mount_specs(mounts, sources, inputs),
+                        mounts=self._mount_specs(mounts, sources, inputs, request.system_binds),
                     )
                     container_config = api.create_container_config(
                         policy.image,

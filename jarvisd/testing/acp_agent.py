@@ -14,7 +14,9 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``huge``: answers initialize, then prints one line of 9 MiB;
 * ``exit``: exits with status 3 on initialize, after a line on stderr;
 * ``refuse``: answers ``session/new`` with a JSON-RPC error;
-* ``escape``: asks to read ``/etc/passwd`` and ``../outside``, answers what it got.
+* ``escape``: asks to read ``/etc/passwd`` and ``../outside``, answers what it got;
+* ``gateway``: sends ``GET /v1/models`` to ``JARVIS_GATEWAY_URL`` with the token of
+  ``JARVIS_GATEWAY_TOKEN`` and answers the reply's status line and body.
 
 Standard library only: it is started as a separate process.
 """
@@ -114,6 +116,22 @@ def escape(session: str, cwd: str) -> str:
     return "end_turn"
 
 
+def gateway(session: str) -> str:
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["JARVIS_GATEWAY_URL"])
+    token = os.environ.get("JARVIS_GATEWAY_TOKEN", "")
+    with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 10) as conn:
+        conn.sendall(f"GET /v1/models HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    head, _, body = data.decode("utf-8", "replace").partition("\r\n\r\n")
+    text(session, f"{head.splitlines()[0]} | {body.strip()}")
+    return "end_turn"
+
+
 def main() -> None:
     scenario = sys.argv[1] if len(sys.argv) > 1 else "work"
     session, cwd = "s-1", "/"
@@ -154,7 +172,10 @@ def main() -> None:
                         send({"id": prompt_id, "result": {"stopReason": "cancelled"}})
                         break
                 continue
-            stop = escape(session, cwd) if scenario == "escape" else work(session, cwd)
+            if scenario == "gateway":
+                stop = gateway(session)
+            else:
+                stop = escape(session, cwd) if scenario == "escape" else work(session, cwd)
             send({"id": ident, "result": {"stopReason": stop}})
         elif ident is not None:
             send({"id": ident, "error": {"code": -32601, "message": f"no method {method}"}})
