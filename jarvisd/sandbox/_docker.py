@@ -463,18 +463,20 @@ class DockerChannel(Channel):
             self._push(None)
 
     def _push(self, item: bytes | None) -> bool:
-        """Hand a chunk to the event loop, waiting while the queue is full."""
+        """Hand a chunk to the event loop, waiting while the queue is full. One put
+        per chunk, waited on until it lands: a put that has started cannot be taken
+        back, so putting again after a timeout would deliver the chunk twice."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self.loop)
+        except RuntimeError:  # the loop is closed: nobody will read
+            return False
         while True:
-            try:
-                future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self.loop)
-            except RuntimeError:  # the loop is closed: nobody will read
-                return False
             try:
                 future.result(timeout=1.0)
                 return True
             except TimeoutError:
-                future.cancel()
                 if self._removed:
+                    future.cancel()
                     return False
             except Exception:
                 return False
