@@ -2,8 +2,8 @@
 config) run as jarvis agents, on the run's model through an inference gateway,
 sandboxed by default.
 
-* the registry of built-in agents (:data:`BUILTIN`) and their pinned npm trees
-  (:func:`install`);
+* :class:`ExternalAgent` runs one (registry: :data:`BUILTIN`, ``[agents.external]``;
+  install: :func:`install`);
 * :func:`converse` is one ACP conversation with a started agent, its updates mapped
   onto the run, its permission requests answered by a :class:`PermissionPolicy`, its
   file requests confined to a :class:`Workspace`.
@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from ._agent import ExternalAgent
     from ._client import AcpClient
     from ._install import agents_dir, install, installed, missing
+    from ._kinds import configured_agents, external_agent_class
     from ._mapping import map_update
     from ._permissions import PermissionPolicy, PermissionRequest
     from ._registry import BUILTIN, AgentDefinition
@@ -30,12 +32,15 @@ _LAZY = {
     "BUILTIN": "._registry",
     "AcpClient": "._client",
     "AgentDefinition": "._registry",
+    "ExternalAgent": "._agent",
     "McpServer": "._session",
     "PermissionPolicy": "._permissions",
     "PermissionRequest": "._permissions",
     "Workspace": "._workspace",
     "agents_dir": "._install",
+    "configured_agents": "._kinds",
     "converse": "._session",
+    "external_agent_class": "._kinds",
     "install": "._install",
     "installed": "._install",
     "map_update": "._mapping",
@@ -46,12 +51,15 @@ __all__ = [
     "BUILTIN",
     "AcpClient",
     "AgentDefinition",
+    "ExternalAgent",
     "McpServer",
     "PermissionPolicy",
     "PermissionRequest",
     "Workspace",
     "agents_dir",
+    "configured_agents",
     "converse",
+    "external_agent_class",
     "install",
     "installed",
     "map_update",

@@ -105,7 +105,9 @@ class ToolTitles:
         self._titles: dict[str, str] = {}
 
     def remember(self, call_id: str, title: str) -> None:
-        if call_id not in self._titles and len(self._titles) >= self.MAX:
+        if call_id in self._titles:
+            return
+        if len(self._titles) >= self.MAX:
             self._titles.pop(next(iter(self._titles)))
         self._titles[call_id] = title
 
@@ -122,10 +124,11 @@ def map_update(update: Any, titles: ToolTitles | None = None) -> list[Mapped]:
         return [TextDelta(text)] if isinstance(text, str) and text else []
     if kind in ("tool_call", "tool_call_update"):
         call_id = str(getattr(update, "tool_call_id", ""))[:200]
-        title = clip(str(getattr(update, "title", None) or ""), 200)
+        # The title a call started with names it (later updates retitle it as they go).
+        title = titles.get(call_id) or clip(str(getattr(update, "title", None) or ""), 200)
         if title:
             titles.remember(call_id, title)
-        title = title or titles.get(call_id) or "tool"
+        title = title or "tool"
         status = getattr(update, "status", None)
         out: list[Mapped] = []
         if kind == "tool_call":

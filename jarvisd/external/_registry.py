@@ -51,8 +51,9 @@ class Launch:
     files: Mapping[str, str] = field(default_factory=dict)
 
 
-#: (install dir, home, gateway, running as root) -> how to start the agent there.
-Prepare = Callable[[Path, Path, GatewayAccess, bool], Launch]
+#: (install dir, home, gateway, running as root, in jarvis's sandbox) -> how to start
+#: the agent there.
+Prepare = Callable[[Path, Path, GatewayAccess, bool, bool], Launch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,7 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
+def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
     # A custom OpenAI-compatible provider: without a model set, opencode silently
     # falls back to a cloud model and hangs offline. Its own permission prompts are
     # all "ask", so jarvis's policy is what decides (session/request_permission).
@@ -124,7 +125,7 @@ def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launc
     return Launch((str(install / "node_modules/.bin/opencode"), "acp"), env)
 
 
-def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
+def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
     # codex speaks only the Responses API. The ACP binary is started directly: its
     # Node wrapper leaves it running when killed.
     codex_home = home / ".codex"
@@ -137,6 +138,9 @@ def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
         'wire_api = "responses"\n'
         'env_key = "JARVIS_GATEWAY_TOKEN"\n'
     )
+    if sandboxed:
+        # jarvis's container is the sandbox; codex's own (bubblewrap) cannot start in it.
+        config = 'sandbox_mode = "danger-full-access"\n' + config
     env = _base_env(home) | {"CODEX_HOME": str(codex_home), "JARVIS_GATEWAY_TOKEN": gw.token}
     binary = install / "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
     return Launch(
@@ -144,7 +148,7 @@ def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
     )
 
 
-def _claude(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
+def _claude(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
     env = _base_env(home) | {
         "ANTHROPIC_BASE_URL": gw.url,
         "ANTHROPIC_API_KEY": gw.token,
@@ -157,7 +161,7 @@ def _claude(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
     return Launch((str(install / "node_modules/.bin/claude-agent-acp"),), env)
 
 
-def _gemini(install: Path, home: Path, gw: GatewayAccess, root: bool) -> Launch:
+def _gemini(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
     env = _base_env(home) | {
         "GOOGLE_GEMINI_BASE_URL": gw.url,
         "GEMINI_API_KEY": gw.token,

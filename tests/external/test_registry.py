@@ -35,7 +35,7 @@ def test_no_real_api_key_reaches_an_agent(
         monkeypatch.setenv(var, "sk-REAL-SECRET")
     agent = BUILTIN[name]
     assert agent.prepare is not None
-    launch = agent.prepare(tmp_path / "install", tmp_path / "home", ACCESS, True)
+    launch = agent.prepare(tmp_path / "install", tmp_path / "home", ACCESS, True, True)
     text = json.dumps([launch.env, launch.files])
     assert "sk-REAL-SECRET" not in text
     assert "tok-run" in text  # the gateway's per-run token is its only key
@@ -47,7 +47,7 @@ def test_each_agent_has_its_offline_switches(tmp_path: Path) -> None:
     def env(name: str) -> dict[str, str]:
         prepare = BUILTIN[name].prepare
         assert prepare is not None
-        return dict(prepare(tmp_path, tmp_path / "h", ACCESS, True).env)
+        return dict(prepare(tmp_path, tmp_path / "h", ACCESS, True, True).env)
 
     opencode = env("opencode")
     config = json.loads(opencode["OPENCODE_CONFIG_CONTENT"])
@@ -55,7 +55,7 @@ def test_each_agent_has_its_offline_switches(tmp_path: Path) -> None:
     assert config["provider"]["jarvis"]["npm"] == "@ai-sdk/openai-compatible"
     assert config["provider"]["jarvis"]["options"]["baseURL"] == "http://127.0.0.1:9/v1"
     assert opencode["OPENCODE_DISABLE_MODELS_FETCH"] == "1"
-    codex = BUILTIN["codex"].prepare(tmp_path, tmp_path / "h", ACCESS, True)  # type: ignore[misc]
+    codex = BUILTIN["codex"].prepare(tmp_path, tmp_path / "h", ACCESS, True, True)  # type: ignore[misc]
     assert 'wire_api = "responses"' in codex.files[".codex/config.toml"]
     assert codex.argv[-2:] == ("-c", "analytics.enabled=false")
     assert codex.argv[0].endswith("codex-acp-linux-x64/bin/codex-acp")  # not the Node wrapper
