@@ -59,11 +59,16 @@ def _prepare(agent: AgentDefinition, where: Path, home: Path, access: GatewayAcc
 
 
 def _containers() -> list[str]:
-    from jarvisd.sandbox import LABEL, connect
+    """This process's sandbox containers (others' tests start their own meanwhile)."""
+    import socket
 
+    from jarvisd.sandbox import connect
+    from jarvisd.sandbox._policy import OWNER_LABEL
+
+    owner = f"{OWNER_LABEL}={socket.gethostname()}:{os.getpid()}"
     client = connect(Config())
     try:
-        return [c.id for c in client.containers.list(all=True, filters={"label": LABEL})]
+        return [c.id for c in client.containers.list(all=True, filters={"label": owner})]
     finally:
         client.close()
 
