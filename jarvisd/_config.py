@@ -145,6 +145,10 @@ class SandboxConfig:
     cpus: float = _num(1.0, 0, above=True)
     pids: int = _num(128, 8)
     tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
+    # A mounted tree with more entries is refused: too large to check for secrets.
+    max_mount_entries: int = _num(20_000, 1)
+    # Containers kept created (not started) for the code agents' sessions; 0: off.
+    warm_pool: int = _num(0, 0, 32)
 
 
 @dataclass(frozen=True, slots=True)

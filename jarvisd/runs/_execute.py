@@ -55,7 +55,12 @@ async def run_spec(
     """Run ``spec`` under ``run`` to its outcome. An engine passed in (the daemon keeps
     them warm) is not closed here. ``context`` replaces the one ``spec.context_file``
     gives; ``extra`` goes to the agent's constructor (see ``build_agent``); ``trace``
-    records the run for ``jarvis trace`` (top-level runs only)."""
+    records the run for ``jarvis trace`` (top-level runs only). A spec with a
+    ``workspace`` is a ``jarvis code`` run (``jarvisd.code.run_code``)."""
+    if spec.workspace:
+        from ..code import run_code
+
+        return await run_code(spec, run, config, engine)
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
     engine_name = spec.engine or config.engine.default

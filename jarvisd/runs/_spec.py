@@ -51,6 +51,9 @@ class AgentSpec:
     max_calls: int | None = None
     max_tool_calls: int | None = None
     max_wall: float | None = None
+    #: A ``jarvis code`` workspace id: the run is then the agent working on it
+    #: (``jarvisd.code.run_code``: sandboxed, the workspace mounted read-write).
+    workspace: str | None = None
 
     def at_edge(self, environ: Mapping[str, str] | None = None) -> AgentSpec:
         """This spec as the caller means it anywhere: paths absolute (from this
@@ -87,7 +90,7 @@ class AgentSpec:
         _check(values, "input", str, required=True)
         for name in ("agent", "model"):
             _check(values, name, str)
-        for name in ("engine", "context_file", "system_prompt"):
+        for name in ("engine", "context_file", "system_prompt", "workspace"):
             _check(values, name, str, optional=True)
         _check(values, "sandbox", bool)
         _check(values, "no_sandbox", bool)
