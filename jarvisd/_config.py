@@ -24,10 +24,12 @@ from ._paths import paths
 
 __all__ = [
     "AgentConfig",
+    "AgentsConfig",
     "Bounds",
     "Config",
     "DaemonConfig",
     "EngineConfig",
+    "ExternalAgentConfig",
     "LlamaCppConfig",
     "OllamaConfig",
     "OpenAIConfig",
@@ -165,12 +167,32 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ExternalAgentConfig:
+    """``[agents.external.NAME]``: another program that speaks ACP (or jarvis frames)."""
+
+    command: tuple[str, ...] = ()
+    protocol: Literal["acp", "frames"] = "acp"
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsConfig:
+    """``[agents]``: external agents. ``permissions`` answers their permission requests
+    per ACP tool kind (read, edit, delete, move, search, execute, think, fetch,
+    switch_mode, other, and ``default``): "allow", "deny" or "ask"."""
+
+    permissions: Mapping[str, Literal["allow", "deny", "ask"]] = field(default_factory=dict)
+    external: Mapping[str, ExternalAgentConfig] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
     #: The file this was read from (None: defaults only).
     source: str | None = None
 
@@ -237,6 +259,11 @@ def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
         if value is None:
             return None
         return _coerce(args[0], value, file, key)
+    if origin is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(file, key, "a table", value)
+        inner = typing.get_args(hint)[1]
+        return {str(k): _coerce(inner, v, file, f"{key}.{k}") for k, v in value.items()}
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(file, key, "a list of strings", value)

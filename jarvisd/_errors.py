@@ -16,6 +16,8 @@ Split by what the caller can do about it::
     │   ├── MountRefused        a mount the allowlist refuses
     │   └── SandboxUnavailable  no container engine / image (exit 3)
     ├── ProtocolError           a malformed frame or message on one of our wires
+    ├── ExternalAgentError      an external agent (ACP) failed or refused
+    │   └── AgentNotInstalled   its program (node, npm package) is missing (exit 3)
     ├── DaemonError             ``code``: the word the daemon's error reply carries
     │   ├── DaemonUnavailable   no daemon on the socket
     │   ├── QueueFull           the daemon's queue is full: try again later
@@ -37,12 +39,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AgentNotInstalled",
     "ConfigError",
     "DaemonError",
     "DaemonUnavailable",
     "EngineError",
     "EngineResponseError",
     "EngineUnavailable",
+    "ExternalAgentError",
     "JarvisError",
     "ModelFileError",
     "ModelNotFound",
@@ -128,6 +132,16 @@ class SandboxUnavailable(SandboxError):
 
 class ProtocolError(JarvisError):
     pass
+
+
+class ExternalAgentError(JarvisError):
+    """An external agent failed, exited early or refused a request."""
+
+
+class AgentNotInstalled(ExternalAgentError):
+    """An external agent's program is missing; the message says how to install it."""
+
+    exit_code = 3
 
 
 class DaemonError(JarvisError):

@@ -27,6 +27,10 @@ class EventType(enum.StrEnum):
     RUN_END = "run_end"
     #: A run's ledger reached ``warn_at`` of one of its caps (once per dimension).
     BUDGET_WARNING = "budget_warning"
+    #: An external agent's plan (its entries, each [status, text]).
+    AGENT_PLAN = "agent_plan"
+    #: An external agent asked for a permission, and how it was answered.
+    PERMISSION = "permission"
 
 
 @dataclass(slots=True)

@@ -3,7 +3,8 @@
 #
 # Usage: sandbox/build.sh [IMAGE]     (default: config sandbox.image, jarvis-sandbox:latest)
 # Same as `jarvis sandbox build`; the recipe lives in jarvisd/sandbox/_image.py:
-#   mmdebstrap --variant=extract --include=python3,dash,coreutils bookworm rootfs.tar
+#   mmdebstrap --variant=extract --include=python3,dash,coreutils,libstdc++6,libgcc-s1,zlib1g \
+#     bookworm rootfs.tar
 #     with an --extract-hook writing /etc/passwd, /etc/group, /tmp (1777) and
 #     precompiling the standard library, then the engine imports the tarball.
 # Environment: DOCKER_HOST (the engine), JARVIS_SANDBOX_MIRROR (Debian mirror),

@@ -21,6 +21,11 @@ BUILTIN_AGENTS: dict[str, str] = {
     "native_react": "jarvisd.agents._react:NativeReActAgent",
     "native_openhands": "jarvisd.agents._codeact:NativeOpenHandsAgent",
     "rlm": "jarvisd.agents._rlm:RLMAgent",
+    # External agents over ACP (jarvisd.external), each with its pinned npm tree.
+    "opencode": "jarvisd.external._kinds:OpencodeAgent",
+    "codex": "jarvisd.external._kinds:CodexAgent",
+    "claude": "jarvisd.external._kinds:ClaudeAgent",
+    "gemini": "jarvisd.external._kinds:GeminiAgent",
 }
 ALIASES: dict[str, str] = {"react": "native_react"}
 

@@ -9,13 +9,20 @@ import click
 
 
 def agent_rows() -> list[dict[str, Any]]:
+    from .._config import load_config
     from ..agents import AgentRegistry
     from ..agents._registry import ALIASES
+    from ..external import ExternalAgent, external_agent_class, installed
     from ..runs import declared_options
 
+    config = load_config()
     rows = []
-    for key in AgentRegistry.keys():  # noqa: SIM118 - a classmethod, not a dict
-        cls = AgentRegistry.get(key)
+    classes = {key: AgentRegistry.get(key) for key in AgentRegistry.keys()}  # noqa: SIM118
+    for name in config.agents.external:
+        found = external_agent_class(name, config)
+        if found is not None:
+            classes[name] = found
+    for key, cls in sorted(classes.items()):
         import sys
 
         doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
@@ -30,13 +37,16 @@ def agent_rows() -> list[dict[str, Any]]:
                        "default": option.default}
                 for name, option in declared_options(cls).items()
             },
+            # External agents: None for the others.
+            "installed": installed(cls.definition) if issubclass(cls, ExternalAgent) else None,
         })  # fmt: skip
     return rows
 
 
 @click.group()
 def agents() -> None:
-    """List the agents, whether they accept tools, and their options."""
+    """List the agents, whether they accept tools, and their options; install the
+    external agents (opencode, codex, claude, gemini)."""
 
 
 @agents.command("list")
@@ -51,10 +61,33 @@ def list_agents(as_json: bool) -> None:
     for row in rows:
         tools = "tools" if row["accepts_tools"] else "-"
         alias = f" (alias of {row['alias_of']})" if row["alias_of"] else ""
-        click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}")
+        state = {True: " [installed]", False: " [not installed]", None: ""}[row["installed"]]
+        click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}{state}")
         if row["options"]:
             options = ", ".join(
                 f"{name}={option['default']!r} ({option['type']})"
                 for name, option in row["options"].items()
             )
             click.echo(f"{'':<25} options: {options}")
+
+
+@agents.command("install")
+@click.argument("names", nargs=-1, required=True)
+def install_agents(names: tuple[str, ...]) -> None:
+    """Install external agents NAMES (opencode, codex, claude, gemini): their pinned
+    npm packages, with `npm ci`, into the cache (JARVIS_AGENTS_DIR to move it). A
+    first run installs the agent too. Needs npm and the npm registry."""
+    from ..external import BUILTIN, install, installed
+
+    for name in names:
+        if name not in BUILTIN:
+            from .._errors import UsageError
+
+            raise UsageError(f"{name!r} is not a built-in external agent ({', '.join(BUILTIN)})")
+    for name in names:
+        agent = BUILTIN[name]
+        if installed(agent):
+            click.echo(f"{name}: already installed")
+            continue
+        where = install(agent, progress=lambda line: click.echo(line, err=True))
+        click.echo(f"{name}: installed in {where}")

@@ -4,6 +4,7 @@ made absolute, the engine-selecting environment captured)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,6 +18,9 @@ if TYPE_CHECKING:
 __all__ = ["build_spec", "run_options"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The built-in external agents (jarvisd.external; named here so `--help` loads nothing).
+EXTERNAL_AGENTS = frozenset({"opencode", "codex", "claude", "gemini"})
 
 _OPTIONS = (
     click.option("-a", "--agent", default="",
@@ -32,6 +36,9 @@ _OPTIONS = (
     click.option("--context", "context_file", type=click.Path(dir_okay=False), default=None,
                  help="A file given to the agent as its context (rlm keeps it in its REPL)."),
     click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container."),
+    click.option("--no-sandbox", is_flag=True,
+                 help="Run an external agent (opencode, codex, claude, gemini...) on the host "
+                      "instead of in the sandbox, its default. NOT isolated: warns every run."),
     click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
                  help="Mount a host path into the sandbox (read-only unless :rw). Repeatable."),
     click.option("--temperature", type=float, default=None, help="Sampling temperature."),
@@ -65,6 +72,13 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
 
     if values["mounts"] and not values["sandbox"]:
         raise UsageError("--mount only applies with --sandbox")
+    if values["sandbox"] and values["no_sandbox"]:
+        raise UsageError("--sandbox and --no-sandbox contradict each other")
+    options = parse_option_flags(values["agent_options"])
+    if "workspace" in options or values["agent"] in EXTERNAL_AGENTS:
+        # An external agent works in a directory: this one unless it is named, made
+        # absolute here, where the caller's working directory is known.
+        options["workspace"] = os.path.abspath(os.path.expanduser(options.get("workspace", ".")))
     spec = AgentSpec(
         input=text,
         agent=values["agent"],
@@ -72,12 +86,13 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
         model=values["model"],
         tools=tuple(t.strip() for t in values["tools"].split(",") if t.strip()),
         sandbox=values["sandbox"],
+        no_sandbox=values["no_sandbox"],
         mounts=values["mounts"],
         context_file=values["context_file"],
         temperature=values["temperature"],
         max_tokens=values["max_tokens"],
         max_turns=values["max_turns"],
-        options=parse_option_flags(values["agent_options"]),
+        options=options,
         max_tokens_total=values["max_tokens_total"],
         max_calls=values["max_calls"],
         max_tool_calls=values["max_tool_calls"],

@@ -60,6 +60,10 @@ class ExecRequest:
     #: the user to become at once and the second user for that code
     #: (``runners.privsep``). Backends that cannot (bwrap, subprocess) ignore it.
     separate_code: bool = False
+    #: Paths jarvis itself chose to show the program, (host path, path inside, read
+    #: only): an external agent's npm tree, Node.js, its per-run home. Never from the
+    #: edge: they bypass the mount allowlist. Only the container backends apply them.
+    system_binds: Sequence[tuple[str, str, bool]] = ()
 
 
 @dataclass(frozen=True, slots=True)

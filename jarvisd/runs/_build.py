@@ -25,7 +25,13 @@ def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
 def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str, object]]:
     """The agent class ``spec`` names and its options, typed; refusals as above."""
     key = spec.agent or config.agent.default
-    agent_cls = AgentRegistry.get(key)
+    agent_cls: type[BaseAgent] | None = None
+    if key in config.agents.external:
+        from ..external import external_agent_class
+
+        agent_cls = external_agent_class(key, config)
+    if agent_cls is None:
+        agent_cls = AgentRegistry.get(key)
     options = check_options(key, agent_cls, spec.options)
     if spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
@@ -56,6 +62,11 @@ def build_agent(
 
         kwargs["tools"] = build_tools(spec.tools, config, engine)
         kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
+    from ..external import ExternalAgent
+
+    if issubclass(agent_cls, ExternalAgent):
+        # It has its own sandbox (the default) and its own model calls: no tools.
+        return agent_cls(engine, spec.model, config=config, spec=spec, **kwargs)
     if spec.sandbox:
         from ..sandbox import sandboxed_agent
 

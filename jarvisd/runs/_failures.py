@@ -16,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._errors import (
+    AgentNotInstalled,
     ConfigError,
     DaemonError,
     DaemonUnavailable,
     EngineError,
     EngineResponseError,
     EngineUnavailable,
+    ExternalAgentError,
     JarvisError,
     ModelFileError,
     ModelNotFound,
@@ -77,6 +79,8 @@ CODES: tuple[Code, ...] = (
     Code("tool", ToolError, 1),
     Code("no_answer", NoAnswer, 1),
     Code("protocol", ProtocolError, 1),
+    Code("agent_not_installed", AgentNotInstalled, 3),
+    Code("external_agent", ExternalAgentError, 1),
     Code("daemon_unavailable", DaemonUnavailable, 3),
     Code("queue_full", QueueFull, 1),
     Code("shutting_down", ShuttingDown, 1),

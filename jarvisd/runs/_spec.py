@@ -35,6 +35,8 @@ class AgentSpec:
     model: str = ""
     tools: tuple[str, ...] = ()
     sandbox: bool = False
+    #: Run an external agent on the host rather than in the sandbox (its default).
+    no_sandbox: bool = False
     mounts: tuple[str, ...] = ()  # "PATH" or "PATH:rw", absolute once at_edge ran
     context_file: str | None = None  # given to the agent as metadata["context"] (rlm)
     temperature: float | None = None
@@ -91,6 +93,7 @@ class AgentSpec:
         for name in ("engine", "context_file", "system_prompt", "workspace"):
             _check(values, name, str, optional=True)
         _check(values, "sandbox", bool)
+        _check(values, "no_sandbox", bool)
         for name in ("max_tokens", "max_turns", "max_tokens_total", "max_calls", "max_tool_calls"):
             _check(values, name, int, optional=True)
         for name in ("temperature", "max_wall"):

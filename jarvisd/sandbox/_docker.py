@@ -246,7 +246,11 @@ class DockerExecutor(CodeExecutor):
             yield [str(m.source) for m in mounts]
 
     def _mount_specs(
-        self, mounts: Sequence[Mount], sources: Sequence[str], inputs: Path | None
+        self,
+        mounts: Sequence[Mount],
+        sources: Sequence[str],
+        inputs: Path | None,
+        system: Sequence[tuple[str, str, bool]] = (),
     ) -> list[Any]:
         from docker.types import Mount as DockerMount
 
@@ -257,6 +261,7 @@ class DockerExecutor(CodeExecutor):
         if inputs is not None:
             binds.append((str(inputs), INPUT_DIR, True))
         binds += [(src, m.target, m.read_only) for m, src in zip(mounts, sources, strict=True)]
+        binds += list(system)
         for source, target, read_only in binds:
             spec = DockerMount(target, source, type="bind", read_only=read_only)
             # Non-recursive: mounts nested under an allowed directory stay outside
@@ -310,7 +315,7 @@ class DockerExecutor(CodeExecutor):
             ipc_mode="private",
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            mounts=self._mount_specs(mounts, sources, inputs),
+            mounts=self._mount_specs(mounts, sources, inputs, request.system_binds),
         )
         container_config: dict[str, Any] = api.create_container_config(
             policy.image,
@@ -364,7 +369,11 @@ class DockerExecutor(CodeExecutor):
                 try:
                     config = self._configure(request, mounts, sources, inputs)
                     # A pooled container fits only a request with nothing of its own.
-                    pool = self.pool() if not mounts and inputs is None else None
+                    pool = (
+                        self.pool()
+                        if not mounts and inputs is None and not request.system_binds
+                        else None
+                    )
                     container_id = pool.take(config) if pool is not None else None
                     if container_id is None:
                         container_id = api.create_container_from_config(config, None)["Id"]
@@ -499,18 +508,20 @@ class DockerChannel(Channel):
             self._push(None)
 
     def _push(self, item: bytes | None) -> bool:
-        """Hand a chunk to the event loop, waiting while the queue is full."""
+        """Hand a chunk to the event loop, waiting while the queue is full. One put
+        per chunk, waited on until it lands: a put that has started cannot be taken
+        back, so putting again after a timeout would deliver the chunk twice."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self.loop)
+        except RuntimeError:  # the loop is closed: nobody will read
+            return False
         while True:
-            try:
-                future = asyncio.run_coroutine_threadsafe(self._queue.put(item), self.loop)
-            except RuntimeError:  # the loop is closed: nobody will read
-                return False
             try:
                 future.result(timeout=1.0)
                 return True
             except TimeoutError:
-                future.cancel()
                 if self._removed:
+                    future.cancel()
                     return False
             except Exception:
                 return False

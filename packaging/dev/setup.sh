@@ -114,6 +114,9 @@ case "$MODE" in
             exec env JARVIS_SG=1 sg "$group" -c "bash packaging/dev/setup.sh --test"
         fi
         "$VENV/bin/jarvis" sandbox build
+        # The external agents' pinned npm trees (cached in ~/.cache/jarvis/agents).
+        say "installing the external agents (opencode, codex, claude, gemini)"
+        "$VENV/bin/jarvis" agents install opencode codex claude gemini
         say "lint and type check"
         "$VENV/bin/ruff" check jarvisd tests runners benchmarks
         "$VENV/bin/ruff" format --check jarvisd tests runners benchmarks

@@ -1,0 +1,289 @@
+"""ExternalAgent: an ACP coding agent (opencode, codex, claude, gemini, or one from
+config) run as a jarvis agent, on the run's model.
+
+One run: the agent is installed if it is not yet (with a message), an inference
+gateway serves the run's engine for it (every request through ``RunEngine``: budget,
+cancel, events), its per-run HOME and environment are prepared (:mod:`._registry`), it
+is started in the sandbox (default) or on the host (``--no-sandbox``, with a warning
+every run), and one ACP conversation (:func:`converse`) carries the question. The
+answer is the text it streamed; its tool calls are the run's tool results.
+
+A run of an external agent does not checkpoint (its state lives in the agent's
+process): after a crash, its task is marked as not resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._errors import AgentNotInstalled, ConfigError, ExternalAgentError, UsageError
+from .._run import RunContext
+from ..agents import AgentContext, AgentResult, BaseAgent
+from ..engines import Engine
+from ._client import AcpClient
+from ._install import install, install_dir, installed, node_missing
+from ._permissions import Approver, PermissionPolicy
+from ._registry import AgentDefinition, GatewayAccess, Launch
+from ._session import McpServer, converse
+from ._workspace import Workspace
+
+if TYPE_CHECKING:
+    from .._config import Config
+    from ..executors import Channel
+    from ..runs import AgentSpec
+
+__all__ = ["NOT_RESUMABLE", "ExternalAgent"]
+
+log = logging.getLogger(__name__)
+
+NOT_RESUMABLE = (
+    "an external agent keeps its state in its own process and does not checkpoint, so "
+    "its run cannot be resumed (resubmit to run again)"
+)
+#: The model name agents are given when the run names none (the gateway serves the
+#: run's model whatever name an agent asks for).
+DEFAULT_MODEL_NAME = "local"
+
+
+class ExternalAgent(BaseAgent):
+    """An external agent over ACP; subclasses name its :class:`AgentDefinition`."""
+
+    agent_id: ClassVar[str] = "external"
+    definition: ClassVar[AgentDefinition]
+
+    def __init__(
+        self,
+        engine: Engine,
+        model: str = "",
+        *,
+        config: Config | None = None,
+        spec: AgentSpec | None = None,
+        workspace: str = "",
+        approver: Approver | None = None,
+        mcp_servers: tuple[McpServer, ...] = (),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(engine, model, **kwargs)
+        from .._config import Config
+
+        self.config = config or Config()
+        self.workspace = workspace
+        #: In the sandbox unless the run said --no-sandbox.
+        self.sandboxed = spec is None or not spec.no_sandbox
+        self.approver = approver
+        self.mcp_servers = mcp_servers
+
+    def policy(self) -> PermissionPolicy:
+        try:
+            return PermissionPolicy.from_mapping(self.config.agents.permissions)
+        except ValueError as exc:
+            raise ConfigError(
+                self.config.source or "<config>", "agents.permissions", str(exc)
+            ) from None
+
+    def _workspace(self) -> Workspace:
+        root = Path(self.workspace or os.getcwd())
+        if not root.is_absolute() or not root.is_dir():
+            raise UsageError(f"the agent's workspace {str(root)!r} is not an existing directory")
+        return Workspace(root)
+
+    async def _ensure_installed(self) -> Path:
+        agent = self.definition
+        why = node_missing(agent)
+        if why is not None:
+            raise AgentNotInstalled(why)
+        if not installed(agent):
+            log.warning("installing agent %s on first use (`jarvis agents install %s`)",
+                        agent.name, agent.name)  # fmt: skip
+            await asyncio.to_thread(install, agent)
+        return install_dir(agent)
+
+    async def arun(
+        self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
+    ) -> AgentResult:
+        run = self._run_context(run)
+        run.cancel.raise_if_cancelled()
+        if run.resume is not None:
+            raise ExternalAgentError(str(run.resume.get("reason") or NOT_RESUMABLE))
+        if run.checkpoint is not None:
+            run.checkpoint(
+                {"agent": self.definition.name, "resumable": False, "reason": NOT_RESUMABLE}
+            )
+        workspace = self._workspace()
+        agent = self.definition
+        if agent.builtin:
+            where = await self._ensure_installed()
+        else:
+            where = Path(".")
+        if not self.sandboxed:
+            log.warning(
+                "agent %s runs on the host with --no-sandbox: NOT isolated (it has your "
+                "files and network)", agent.name,
+            )  # fmt: skip
+        used_before = run.budget.used
+        # The ACP SDK (pydantic models) takes a while to import: before the agent
+        # starts, not while its first output waits.
+        import acp  # noqa: F401
+
+        if agent.protocol == "frames":
+            return await self._frames(agent, where, input, workspace, run)
+        client = AcpClient(
+            run, workspace, agent=agent.name, policy=self.policy(), approver=self.approver,
+        )  # fmt: skip
+        async with _temporary_home() as home:
+            if not self.sandboxed:
+                from ._terminals import Terminals
+
+                client.terminals = Terminals(home)
+            async with self._gateway(run, home) as access:
+                channel = await self._start(agent, where, home, access, workspace)
+                stop_reason = await converse(
+                    channel, client, cwd=workspace.root, prompt=input, run=run,
+                    mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
+                )  # fmt: skip
+        answer = client.answer_text().strip()
+        metadata: dict[str, Any] = {
+            "agent": agent.name,
+            "stop_reason": stop_reason,
+            "sandboxed": self.sandboxed,
+            "workspace": str(workspace.root),
+        }
+        if self.model:
+            metadata["model"] = self.model
+        if stop_reason not in ("end_turn", "max_tokens"):
+            metadata["error"] = f"the agent stopped its turn: {stop_reason}"
+        elif not answer:
+            metadata["error"] = "the agent ended its turn without an answer"
+        return AgentResult(
+            content=answer,
+            tool_results=client.tool_results,
+            turns=1,
+            metadata=metadata,
+            usage=_minus(run.budget.used, used_before),
+        )
+
+    async def _frames(
+        self, agent: AgentDefinition, where: Path, input: str, workspace: Workspace,
+        run: RunContext,
+    ) -> AgentResult:  # fmt: skip
+        """A program of jarvis's frame protocol: its ``infer`` frames are its model
+        calls, so it needs no gateway (jarvisd.bridge.FrameSession)."""
+        from ..bridge import FrameSession
+        from ..protocol import ErrorFrame, ResultFrame, Start
+
+        async with _temporary_home() as home:
+            access = GatewayAccess(
+                f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
+            )
+            channel = await self._start(agent, where, home, access, workspace)
+            session = FrameSession(
+                channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
+                name=f"agent {agent.name}",
+            )  # fmt: skip
+            outcome = await session.run(
+                Start(task="agent", payload={"input": input, "workspace": str(workspace.root)})
+            )
+        if outcome.stopped is not None:
+            raise outcome.stopped
+        run.cancel.raise_if_cancelled()
+        final = outcome.final
+        if isinstance(final, ResultFrame):
+            result = AgentResult.from_dict(final.result)
+            result.metadata.update(agent=agent.name, sandboxed=self.sandboxed)
+            return result
+        if isinstance(final, ErrorFrame):
+            raise ExternalAgentError(
+                f"agent {agent.name} failed ({final.code[:64]}): {final.message[:4000]}"
+            )
+        tail = "\n".join(outcome.process.stderr.strip().splitlines()[-5:])
+        raise ExternalAgentError(
+            f"agent {agent.name} ended without a result (exit {outcome.process.exit_code})"
+            + (f":\n{tail}" if tail else "")
+        )
+
+    @contextlib.asynccontextmanager
+    async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:
+        from ..gateway import Gateway
+
+        model = self.model or DEFAULT_MODEL_NAME
+        if self.sandboxed:
+            socket_path = home / "gateway.sock"
+            async with Gateway(
+                self.engine, run, self.model, socket_path, max_tokens=self.max_tokens
+            ) as gw:
+                _share_with_sandbox(socket_path)
+                yield GatewayAccess(f"unix:{socket_path}", gw.token, gw.model_name or model)
+        else:
+            async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gw:
+                assert gw.url is not None  # TCP: it has one
+                yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
+
+    async def _start(
+        self,
+        agent: AgentDefinition,
+        where: Path,
+        home: Path,
+        access: GatewayAccess,
+        workspace: Workspace,
+    ) -> Channel:
+        if self.sandboxed:
+            from ._sandbox import start_in_sandbox
+
+            return await start_in_sandbox(
+                agent, where, home, access, workspace, self.config, self._launch
+            )
+        from ._host import start_on_host
+        from ._sandbox import write_home
+
+        launch = self._launch(agent, where, home, access)
+        write_home(home, launch, for_sandbox=False)
+
+        return await start_on_host(launch.argv, launch.env, cwd=workspace.root, home=home)
+
+    def _launch(
+        self, agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess
+    ) -> Launch:
+        if agent.prepare is not None:
+            return agent.prepare(where, home, access, os.geteuid() == 0, self.sandboxed)
+        from ._registry import _base_env
+
+        env = _base_env(home) | {
+            "JARVIS_GATEWAY_URL": access.url,
+            "JARVIS_GATEWAY_TOKEN": access.token,
+            "JARVIS_MODEL": access.model,
+        }
+        return Launch(agent.command, env | dict(agent.env))
+
+
+def _share_with_sandbox(path: Path) -> None:
+    """As root, hand the gateway's socket to the sandbox user (it is 0600)."""
+    if os.geteuid() == 0:
+        from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
+
+        os.chown(path, SANDBOX_UID, SANDBOX_GID)
+
+
+@contextlib.asynccontextmanager
+async def _temporary_home() -> AsyncIterator[Path]:
+    home = Path(tempfile.mkdtemp(prefix="jarvis-agent-"))
+    try:
+        yield home
+    finally:
+        await asyncio.to_thread(shutil.rmtree, home, True)
+
+
+def _minus(after: Any, before: Any) -> Any:
+    from .._messages import Usage
+
+    return Usage(
+        max(after.prompt_tokens - before.prompt_tokens, 0),
+        max(after.completion_tokens - before.completion_tokens, 0),
+    )

@@ -1,0 +1,220 @@
+"""External agents: the built-in four (opencode, codex, claude, gemini) and those a
+config adds (``[agents.external.NAME]``), with what each needs to run offline on the
+run's model.
+
+A built-in agent is pinned npm packages (``npm/NAME/package.json`` and its lock file,
+installed with ``npm ci`` by :mod:`._install`), the program to start from that tree, and
+a :data:`Prepare` function that writes its per-run HOME (config files) and environment
+so it talks only to the run's inference gateway: its vendor's offline switches on, its
+telemetry off, the gateway's per-run token as its only API key. The user's real API
+keys never reach it: the environment is built from nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .._errors import UsageError
+
+__all__ = [
+    "BUILTIN",
+    "AgentDefinition",
+    "GatewayAccess",
+    "Launch",
+    "definition",
+    "external_names",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAccess:
+    """Where the agent reaches the run's model: ``url`` has no trailing slash and no
+    path (``http://127.0.0.1:PORT``); ``token`` is the gateway's per-run secret."""
+
+    url: str
+    token: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """How to start the agent: argv, its whole environment, and files to write under
+    its HOME (relative name -> text)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    files: Mapping[str, str] = field(default_factory=dict)
+
+
+#: (install dir, home, gateway, running as root, in jarvis's sandbox) -> how to start
+#: the agent there.
+Prepare = Callable[[Path, Path, GatewayAccess, bool, bool], Launch]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentDefinition:
+    name: str
+    description: str
+    protocol: Literal["acp", "frames"] = "acp"
+    #: npm packages (name, exact version) of a built-in agent; empty for config agents.
+    packages: tuple[tuple[str, str], ...] = ()
+    #: The program inside the install dir that must exist once installed.
+    binary: str = ""
+    #: Whether it needs ``node`` on PATH (a Node.js program, not a native binary).
+    needs_node: bool = True
+    #: The HTTP dialect it speaks to the gateway (documentation and tests).
+    dialect: str = ""
+    prepare: Prepare | None = None
+    #: A config agent's command (argv) and extra environment.
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def builtin(self) -> bool:
+        return bool(self.packages)
+
+
+def _base_env(home: Path) -> dict[str, str]:
+    """What every agent gets: a PATH, a locale, its own HOME and temp dir; nothing from
+    the caller's environment that could hold a secret."""
+    return {
+        "PATH": os.environ.get("PATH") or os.defpath,
+        "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),
+        "LANG": "C.UTF-8",
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local/share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local/state"),
+        "NO_UPDATE_NOTIFIER": "1",
+        "DO_NOT_TRACK": "1",
+    }
+
+
+def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+    # A custom OpenAI-compatible provider: without a model set, opencode silently
+    # falls back to a cloud model and hangs offline. Its own permission prompts are
+    # all "ask", so jarvis's policy is what decides (session/request_permission).
+    config = {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            "jarvis": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "jarvis",
+                "options": {"baseURL": f"{gw.url}/v1", "apiKey": gw.token},
+                "models": {gw.model: {"name": gw.model, "tool_call": True}},
+            }
+        },
+        "model": f"jarvis/{gw.model}",
+        "small_model": f"jarvis/{gw.model}",
+        "autoupdate": False,
+        "share": "disabled",
+        "permission": {"edit": "ask", "bash": "ask", "webfetch": "ask"},
+    }
+    env = _base_env(home) | {
+        "OPENCODE_CONFIG_CONTENT": json.dumps(config),
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    }
+    return Launch((str(install / "node_modules/.bin/opencode"), "acp"), env)
+
+
+def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+    # codex speaks only the Responses API. The ACP binary is started directly: its
+    # Node wrapper leaves it running when killed.
+    codex_home = home / ".codex"
+    config = (
+        f'model = "{gw.model}"\n'
+        'model_provider = "jarvis"\n'
+        "[model_providers.jarvis]\n"
+        'name = "jarvis"\n'
+        f'base_url = "{gw.url}/v1"\n'
+        'wire_api = "responses"\n'
+        'env_key = "JARVIS_GATEWAY_TOKEN"\n'
+    )
+    if sandboxed:
+        # jarvis's container is the sandbox; codex's own (bubblewrap) cannot start in it.
+        config = 'sandbox_mode = "danger-full-access"\n' + config
+    env = _base_env(home) | {"CODEX_HOME": str(codex_home), "JARVIS_GATEWAY_TOKEN": gw.token}
+    binary = install / "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
+    return Launch(
+        (str(binary), "-c", "analytics.enabled=false"), env, {".codex/config.toml": config}
+    )
+
+
+def _claude(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+    env = _base_env(home) | {
+        "ANTHROPIC_BASE_URL": gw.url,
+        "ANTHROPIC_API_KEY": gw.token,
+        "ANTHROPIC_MODEL": gw.model,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+    if root:  # Claude Code refuses to run as root outside a sandbox it knows of
+        env["IS_SANDBOX"] = "1"
+    return Launch((str(install / "node_modules/.bin/claude-agent-acp"),), env)
+
+
+def _gemini(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+    env = _base_env(home) | {
+        "GOOGLE_GEMINI_BASE_URL": gw.url,
+        "GEMINI_API_KEY": gw.token,
+        "GEMINI_MODEL": gw.model,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+    }
+    settings = json.dumps(
+        {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
+    )
+    return Launch(
+        (str(install / "node_modules/.bin/gemini"), "--acp"),
+        env,
+        {".gemini/settings.json": settings},
+    )
+
+
+BUILTIN: Mapping[str, AgentDefinition] = {
+    "opencode": AgentDefinition(
+        "opencode", "opencode (sst) over ACP, on the run's model (OpenAI chat completions)",
+        packages=(("opencode-ai", "1.18.33"),), binary="node_modules/.bin/opencode",
+        needs_node=False, dialect="openai-chat", prepare=_opencode,
+    ),
+    "codex": AgentDefinition(
+        "codex", "OpenAI Codex through codex-acp, on the run's model (OpenAI Responses)",
+        packages=(("@openai/codex", "0.169.0"), ("@zed-industries/codex-acp", "0.16.0")),
+        binary="node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp",
+        needs_node=False, dialect="openai-responses", prepare=_codex,
+    ),
+    "claude": AgentDefinition(
+        "claude", "Claude Code through claude-agent-acp, on the run's model (Anthropic Messages)",
+        packages=(("@zed-industries/claude-agent-acp", "0.23.1"),),
+        binary="node_modules/.bin/claude-agent-acp", dialect="anthropic", prepare=_claude,
+    ),
+    "gemini": AgentDefinition(
+        "gemini", "Gemini CLI over ACP, on the run's model (Gemini generateContent)",
+        packages=(("@google/gemini-cli", "0.61.0"),), binary="node_modules/.bin/gemini",
+        dialect="gemini", prepare=_gemini,
+    ),
+}  # fmt: skip
+
+
+def external_names(configured: Mapping[str, object] | None = None) -> tuple[str, ...]:
+    return tuple(sorted({*BUILTIN, *(configured or {})}))
+
+
+def definition(
+    name: str, configured: Mapping[str, AgentDefinition] | None = None
+) -> AgentDefinition:
+    """The external agent called ``name`` (a config entry may not take a built-in's name)."""
+    if name in BUILTIN:
+        return BUILTIN[name]
+    if configured and name in configured:
+        return configured[name]
+    raise UsageError(
+        f"unknown external agent {name!r} (known: {', '.join(external_names(configured))})"
+    )

@@ -1,0 +1,112 @@
+"""Starting an external agent in the sandbox (the default).
+
+The container gets the sandbox's one policy (no network, read-only root, no
+capabilities, a non-root user, limits) and, on top of it, what the agent needs, all
+chosen here and never from the edge:
+
+* the agent's npm tree from the cache, read-only, at /opt/agent;
+* Node.js from the host, read-only, at /usr/local/bin/node (the image carries the C++
+  runtime it links against);
+* its per-run home (config files, the gateway's socket), read-write, at /home/agent;
+* the workspace, read-write at its own path, through the mount allowlist like every
+  mount (``sandbox.allowed_roots`` must allow it with ``:rw``).
+
+Agents speak only TCP: ``runners.acp_forward`` listens on the container's own
+127.0.0.1 and relays to the gateway's socket, then starts the agent with the ACP
+conversation on its stdio.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from .._config import Config
+from .._errors import AgentNotInstalled, SandboxUnavailable
+from ..executors import Channel, ExecRequest
+from ._registry import AgentDefinition, GatewayAccess, Launch
+from ._workspace import Workspace
+
+__all__ = ["AGENT_DIR", "FORWARD_PORT", "HOME_DIR", "start_in_sandbox", "write_home"]
+
+AGENT_DIR = "/opt/agent"
+HOME_DIR = "/home/agent"
+NODE_PATH = "/usr/local/bin/node"
+#: The port the forwarder listens on, on the container's own loopback.
+FORWARD_PORT = 8787
+#: The container's own timeout: the run's budgets (wall clock, cancel) end a run.
+SANDBOX_TIMEOUT_S = 24 * 3600.0
+_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+Prepare = Callable[[AgentDefinition, Path, Path, GatewayAccess], Launch]
+
+
+async def start_in_sandbox(
+    agent: AgentDefinition,
+    where: Path,
+    home: Path,
+    access: GatewayAccess,
+    workspace: Workspace,
+    config: Config,
+    prepare: Prepare,
+) -> Channel:
+    """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
+    home, holding the gateway's socket ``access.url`` names (``unix:PATH``)."""
+    from ..sandbox import DockerExecutor
+
+    backend = config.sandbox.backend
+    if backend not in ("docker", "podman"):
+        raise SandboxUnavailable(
+            f'external agents run in a container: sandbox.backend must be "docker" or '
+            f'"podman" (it is {backend!r}), or run them with --no-sandbox'
+        )
+    socket_path = Path(access.url.removeprefix("unix:"))
+    inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model)
+    launch = prepare(agent, Path(AGENT_DIR), Path(HOME_DIR), inside)
+    write_home(home, launch, for_sandbox=True)
+    binds: list[tuple[str, str, bool]] = [(str(home), HOME_DIR, False)]
+    if agent.builtin:
+        binds.append((str(where), AGENT_DIR, True))
+    if agent.needs_node:
+        binds.append((_node_binary(agent), NODE_PATH, True))
+    socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
+    argv = (
+        "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
+        socket_inside, str(FORWARD_PORT), str(workspace.root), "--", *launch.argv,
+    )  # fmt: skip
+    env = dict(launch.env) | {"PATH": _PATH}
+    request = ExecRequest(
+        argv=argv,
+        timeout=SANDBOX_TIMEOUT_S,
+        mounts=(f"{workspace.root}:rw",),
+        env=env,
+        system_binds=tuple(binds),
+    )
+    return await DockerExecutor(config, flavor=backend).open(request)
+
+
+def _node_binary(agent: AgentDefinition) -> str:
+    """The host's Node.js executable itself (a symlink would dangle inside)."""
+    node = shutil.which("node")
+    if node is None:
+        raise AgentNotInstalled(f"agent {agent.name!r} needs Node.js on PATH: install it")
+    return os.path.realpath(node)
+
+
+def write_home(home: Path, launch: Launch, *, for_sandbox: bool) -> None:
+    """The agent's config files under its home; ``for_sandbox`` as root: owned by the
+    sandbox user, who runs it there."""
+    (home / "tmp").mkdir(exist_ok=True)
+    for name, text in launch.files.items():
+        target = home / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    if for_sandbox and os.geteuid() == 0:
+        from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
+
+        for dirpath, dirnames, filenames in os.walk(home):
+            for name in [*dirnames, *filenames]:
+                os.lchown(os.path.join(dirpath, name), SANDBOX_UID, SANDBOX_GID)
+        os.lchown(home, SANDBOX_UID, SANDBOX_GID)

@@ -1,0 +1,198 @@
+"""One ACP conversation with a started agent: initialize, ``session/new``,
+``session/prompt``, and ``session/cancel`` when the run is cancelled.
+
+The agent runs on a :class:`~jarvisd.executors.Channel` (a host process in its own
+process group, or a container), which is always killed at the end, however the
+conversation ended: agents that ignore stdin's end (codex-acp) or leave helpers behind
+go with it. Every way the agent can fail (exit early, send garbage, answer with an
+error, stay silent through the handshake) becomes one :class:`ExternalAgentError` or
+:class:`ProtocolError` that says what happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import ExternalAgentError, ProtocolError
+from .._run import Cancelled, RunContext, RunStopped
+from ..executors import Channel
+from ._client import AcpClient
+from ._mapping import clip
+from ._transport import ChannelTransport
+
+__all__ = ["CANCEL_GRACE_S", "HANDSHAKE_TIMEOUT_S", "McpServer", "converse"]
+
+#: How long an agent has to answer initialize and ``session/new`` (they start a
+#: runtime, some load plugins: up to 13 s measured; a loaded machine needs more).
+HANDSHAKE_TIMEOUT_S = 120.0
+#: After ``session/cancel``, how long the agent has to end its prompt before it is killed.
+CANCEL_GRACE_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class McpServer:
+    """An MCP server (stdio) handed to the agent in ``session/new``."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=())
+
+    def to_acp(self) -> Any:
+        from acp.schema import EnvVariable, McpServerStdio
+
+        return McpServerStdio(
+            name=self.name,
+            command=self.command,
+            args=list(self.args),
+            env=[EnvVariable(name=k, value=v) for k, v in self.env],
+        )
+
+
+async def converse(
+    channel: Channel,
+    client: AcpClient,
+    *,
+    cwd: Path,
+    prompt: str,
+    run: RunContext,
+    mcp_servers: Sequence[McpServer] = (),
+    terminal: bool = False,
+    handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+) -> str:
+    """Run one prompt to its end; returns the agent's stop reason. Raises Cancelled
+    (the run's cancel token), BudgetExceeded (spent by the agent's tool calls),
+    ExternalAgentError or ProtocolError. The channel is killed before this returns."""
+    import acp
+    from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+    from .._version import __version__
+
+    transport = ChannelTransport(channel)
+    conn = acp.connect_to_agent(client, transport)  # type: ignore[arg-type]
+    step = "initialize"
+    prompt_task: asyncio.Future[Any] | None = None
+    stop_task = asyncio.ensure_future(_stopped(run, client))
+    try:
+        run.cancel.raise_if_cancelled()
+        async with asyncio.timeout(handshake_timeout):
+            await _until_stopped(
+                conn.initialize(
+                    protocol_version=acp.PROTOCOL_VERSION,
+                    client_capabilities=ClientCapabilities(
+                        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
+                        terminal=terminal,
+                    ),
+                    client_info=Implementation(name="jarvis", version=__version__),
+                ),
+                stop_task, run, client,
+            )  # fmt: skip
+            step = "session/new"
+            session = await _until_stopped(
+                conn.new_session(cwd=str(cwd), mcp_servers=[s.to_acp() for s in mcp_servers]),
+                stop_task, run, client,
+            )  # fmt: skip
+        client.session_id = session.session_id
+        step = "session/prompt"
+        prompt_task = asyncio.ensure_future(
+            conn.prompt(session_id=session.session_id, prompt=[acp.text_block(prompt)])
+        )
+        await asyncio.wait({prompt_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if not prompt_task.done():
+            # Ask the agent to stop first (it may tidy up), then kill it regardless.
+            with contextlib.suppress(Exception):
+                await conn.cancel(session_id=session.session_id)
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(prompt_task), CANCEL_GRACE_S)
+            _raise_stop(run, client)
+        response = prompt_task.result()
+        return str(response.stop_reason)
+    except TimeoutError:
+        raise ExternalAgentError(
+            f"the agent did not answer {step} within {handshake_timeout:g} s"
+        ) from None
+    except acp.RequestError as exc:
+        if transport.error is not None:
+            raise transport.error from None
+        raise ExternalAgentError(
+            f"the agent answered {step} with an error: {_describe(exc)}"
+        ) from None
+    except ConnectionError:
+        if transport.error is not None:
+            raise transport.error from None
+        if run.cancel.cancelled or client.stopped is not None:
+            _raise_stop(run, client)
+        raise await _ended_early(channel, step) from None
+    except (ProtocolError, RunStopped):
+        raise
+    except Exception as exc:
+        if transport.error is not None:
+            raise transport.error from None
+        raise ExternalAgentError(
+            f"the conversation with the agent failed at {step}: {exc}"
+        ) from exc
+    finally:
+        await channel.kill("closed")  # first: nothing below may leave the agent running
+        stop_task.cancel()
+        if prompt_task is not None:
+            prompt_task.cancel()
+        with contextlib.suppress(Exception):
+            await conn.close()
+        with contextlib.suppress(Exception):
+            await client.close()
+        with contextlib.suppress(Exception):
+            await channel.wait()
+
+
+async def _stopped(run: RunContext, client: AcpClient) -> None:
+    """Returns when the run is cancelled or the agent spent a budget."""
+    cancel = asyncio.ensure_future(run.cancel.wait())
+    spent = asyncio.ensure_future(client.stop.wait())
+    try:
+        await asyncio.wait({cancel, spent}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        cancel.cancel()
+        spent.cancel()
+
+
+async def _until_stopped(
+    coro: Any, stop_task: asyncio.Future[None], run: RunContext, client: AcpClient
+) -> Any:
+    task = asyncio.ensure_future(coro)
+    try:
+        await asyncio.wait({task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:
+        task.cancel()
+        raise
+    if not task.done():
+        task.cancel()
+        _raise_stop(run, client)
+    return task.result()
+
+
+def _raise_stop(run: RunContext, client: AcpClient) -> None:
+    if client.stopped is not None:
+        raise client.stopped
+    raise Cancelled(run.cancel.reason or "cancelled")
+
+
+def _describe(exc: Exception) -> str:
+    data = getattr(exc, "data", None)
+    detail = f" ({clip(str(data), 300)})" if data else ""
+    return clip(str(exc), 500) + detail
+
+
+async def _ended_early(channel: Channel, step: str) -> ExternalAgentError:
+    with contextlib.suppress(Exception):
+        await channel.kill("closed")
+    result = await channel.wait()
+    tail = "\n".join(result.stderr.strip().splitlines()[-5:])
+    how = f"exit {result.exit_code}" + (f", {result.reason}" if result.reason else "")
+    return ExternalAgentError(
+        f"the agent ended during {step} ({how})" + (f":\n{clip(tail, 2000)}" if tail else "")
+    )
