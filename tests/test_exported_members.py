@@ -24,6 +24,7 @@ PACKAGES = [
     "jarvisd.tools",
     "jarvisd.memory",
     "jarvisd.traces",
+    "jarvisd.patterns",
 ]
 
 
