@@ -6,33 +6,88 @@ who produced it (:class:`Provenance`). Members of a pattern run in ``run.child()
 one budget ledger and one cancel token hold across the whole tree.
 """
 
-from ._base import (
-    AgentMember,
-    Member,
-    Pattern,
-    Provenance,
-    Result,
-    as_member,
-    call_member,
-    current_context,
-)
-from ._contracts import ContractError, Returns, parse_as, returns
-from ._debate import Debate
-from ._handoff import Handoff, WithHandoffs
-from ._harness import Harness
-from ._hierarchical import Department, Hierarchical
-from ._network import Network
-from ._parallel import Parallel
-from ._plan_execute import Plan, PlanAndExecute, PlanItem
-from ._reflective import Reflective
-from ._router import Route, Router, parse_choice
-from ._selfcorrect import SelfCorrecting
-from ._subagent import AgentTool
-from ._supervisor import Supervisor
-from ._teamlead import TeamLead
-from ._toolplan import PlanStep, ToolPlan, ToolPlanner, execute_plan
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_getattr
+
+if TYPE_CHECKING:
+    from ._base import (
+        AgentMember,
+        Member,
+        Pattern,
+        Provenance,
+        Result,
+        as_member,
+        call_member,
+        current_context,
+    )
+    from ._contracts import ContractError, Returns, parse_as, returns
+    from ._debate import Debate
+    from ._handoff import Handoff, WithHandoffs
+    from ._harness import Harness
+    from ._hierarchical import Department, Hierarchical
+    from ._network import Network
+    from ._parallel import Parallel
+    from ._plan_execute import Plan, PlanAndExecute, PlanItem
+    from ._reflective import Reflective
+    from ._router import Route, Router, parse_choice
+    from ._selfcorrect import SelfCorrecting
+    from ._subagent import AgentTool
+    from ._supervisor import Supervisor
+    from ._teambuild import AgentDefaults, TeamAgent, build_team
+    from ._teamfile import TeamFile, parse_team
+    from ._teamlead import TeamLead
+    from ._toolplan import PlanStep, ToolPlan, ToolPlanner, execute_plan
+
+# Names load on first use: the CLI checks a team file (._teamfile, standard library
+# only) without loading agents and engines.
+_LAZY = {
+    "AgentDefaults": "._teambuild",
+    "AgentMember": "._base",
+    "AgentTool": "._subagent",
+    "ContractError": "._contracts",
+    "Debate": "._debate",
+    "Department": "._hierarchical",
+    "Handoff": "._handoff",
+    "Harness": "._harness",
+    "Hierarchical": "._hierarchical",
+    "Member": "._base",
+    "Network": "._network",
+    "Parallel": "._parallel",
+    "Pattern": "._base",
+    "Plan": "._plan_execute",
+    "PlanAndExecute": "._plan_execute",
+    "PlanItem": "._plan_execute",
+    "PlanStep": "._toolplan",
+    "Provenance": "._base",
+    "Reflective": "._reflective",
+    "Result": "._base",
+    "Returns": "._contracts",
+    "Route": "._router",
+    "Router": "._router",
+    "SelfCorrecting": "._selfcorrect",
+    "Supervisor": "._supervisor",
+    "TeamAgent": "._teambuild",
+    "TeamFile": "._teamfile",
+    "TeamLead": "._teamlead",
+    "ToolPlan": "._toolplan",
+    "ToolPlanner": "._toolplan",
+    "WithHandoffs": "._handoff",
+    "as_member": "._base",
+    "build_team": "._teambuild",
+    "call_member": "._base",
+    "current_context": "._base",
+    "execute_plan": "._toolplan",
+    "parse_as": "._contracts",
+    "parse_choice": "._router",
+    "parse_team": "._teamfile",
+    "returns": "._contracts",
+}
 
 __all__ = [
+    "AgentDefaults",
     "AgentMember",
     "AgentTool",
     "ContractError",
@@ -57,15 +112,21 @@ __all__ = [
     "Router",
     "SelfCorrecting",
     "Supervisor",
+    "TeamAgent",
+    "TeamFile",
     "TeamLead",
     "ToolPlan",
     "ToolPlanner",
     "WithHandoffs",
     "as_member",
+    "build_team",
     "call_member",
     "current_context",
     "execute_plan",
     "parse_as",
     "parse_choice",
+    "parse_team",
     "returns",
 ]
+
+__getattr__ = lazy_getattr(__name__, _LAZY)
