@@ -40,10 +40,17 @@ if TYPE_CHECKING:
     from ._teamfile import TeamFile, parse_team
     from ._teamlead import TeamLead
     from ._toolplan import PlanStep, ToolPlan, ToolPlanner, execute_plan
+    from ._workflow import AgentTarget, FromSpeaker, RouteTo, TerminateTarget, Workflow, route_to
 
 # Names load on first use: the CLI checks a team file (._teamfile, standard library
 # only) without loading agents and engines.
 _LAZY = {
+    "route_to": "._workflow",
+    "Workflow": "._workflow",
+    "TerminateTarget": "._workflow",
+    "RouteTo": "._workflow",
+    "FromSpeaker": "._workflow",
+    "AgentTarget": "._workflow",
     "AgentDefaults": "._teambuild",
     "AgentMember": "._base",
     "AgentTool": "._subagent",
@@ -89,10 +96,12 @@ _LAZY = {
 __all__ = [
     "AgentDefaults",
     "AgentMember",
+    "AgentTarget",
     "AgentTool",
     "ContractError",
     "Debate",
     "Department",
+    "FromSpeaker",
     "Handoff",
     "Harness",
     "Hierarchical",
@@ -109,15 +118,18 @@ __all__ = [
     "Result",
     "Returns",
     "Route",
+    "RouteTo",
     "Router",
     "SelfCorrecting",
     "Supervisor",
     "TeamAgent",
     "TeamFile",
     "TeamLead",
+    "TerminateTarget",
     "ToolPlan",
     "ToolPlanner",
     "WithHandoffs",
+    "Workflow",
     "as_member",
     "build_team",
     "call_member",
@@ -127,6 +139,7 @@ __all__ = [
     "parse_choice",
     "parse_team",
     "returns",
+    "route_to",
 ]
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -22,14 +22,14 @@ from .._errors import PatternError
 from .._events import EventType
 from .._messages import Generation, Message, Role, ToolResult, ToolSpec
 from .._run import RunContext
-from ..agents import AgentContext, ToolUsingAgent
+from ..agents import AgentContext, AgentResult, ToolUsingAgent
 from ..agents._toolloop import Dialect, LoopState, Step, run_tool_loop
 from ..tools import BaseTool, ToolExecutor
 from ._base import Member, MemberLike, Pattern, Provenance, Result, as_member
 from ._contracts import ContractError, describe, parse_as
 from ._subagent import tool_name
 
-__all__ = ["Handoff", "WithHandoffs"]
+__all__ = ["EndingDialect", "Handoff", "WithHandoffs", "run_recorded", "with_transfers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +100,13 @@ class _HandoffTool(BaseTool):
         )
 
 
-class _HandoffDialect(Dialect):
-    """The source's own dialect, except that a taken handoff ends its loop."""
+class EndingDialect(Dialect):
+    """An agent's own dialect, except that its loop ends (with an empty answer) after
+    a turn whose tool results ``ends`` says are final: a transfer was taken."""
 
-    def __init__(self, inner: Dialect, box: _Box) -> None:
+    def __init__(self, inner: Dialect, ends: Callable[[Sequence[ToolResult]], bool]) -> None:
         self.inner = inner
-        self.box = box
+        self.ends = ends
         self.offers_tools = inner.offers_tools  # type: ignore[misc]
         self.stop = inner.stop
         self.answer_so_far = inner.answer_so_far
@@ -126,12 +127,47 @@ class _HandoffDialect(Dialect):
         return self.inner.corrective(step)
 
     def final_from_results(self, results: Sequence[ToolResult]) -> str | None:
-        if self.box.taken is not None:
+        if self.ends(results):
             return ""
         return self.inner.final_from_results(results)
 
     async def resume(self, state: LoopState, run: RunContext) -> None:
         await self.inner.resume(state, run)
+
+
+def with_transfers(
+    agent: ToolUsingAgent,
+    tools: Sequence[BaseTool],
+    ends: Callable[[Sequence[ToolResult]], bool],
+) -> ToolUsingAgent:
+    """A copy of ``agent`` with ``tools`` added, whose loop ends after a turn ``ends``
+    accepts. A copy per run: the agent itself is shared and may run elsewhere at once."""
+    clone = copy.copy(agent)
+    clone.tools = [*agent.tools, *tools]
+    clone._default_executor = None
+    dialect = agent.dialect
+    clone.dialect = lambda: EndingDialect(dialect(), ends)
+    return clone
+
+
+async def run_recorded(
+    agent: ToolUsingAgent, input: str, context: AgentContext | None, run: RunContext
+) -> tuple[AgentResult, list[Message]]:
+    """Run ``agent``'s tool loop in ``run`` and return its result and its whole history
+    (from the loop's checkpoints: every call in it has its result)."""
+    history: list[Message] = []
+
+    def capture(state: Mapping[str, Any]) -> None:
+        history[:] = [Message.from_dict(m) for m in state.get("messages") or ()]
+
+    own = dataclasses.replace(run, checkpoint=capture, resume=None, on_delta=None)
+    setup = await agent._setup(input, context, own)
+    try:
+        outcome = await run_tool_loop(agent, setup, input, own)
+    finally:
+        if setup.close is not None:
+            await setup.close()
+    return outcome, history
 
 
 def awareness(source: str, reason: str) -> str:
@@ -166,34 +202,17 @@ class WithHandoffs(Pattern):
         if clash:
             raise PatternError(f"{self.name}: tool name {sorted(clash)[0]!r} is used twice")
 
-    def _source(self, box: _Box) -> ToolUsingAgent:
-        # A copy per run with the transfer tools added: the agent itself is shared and
-        # may run elsewhere at the same time.
-        clone = copy.copy(self.agent)
-        clone.tools = [*self.agent.tools, *(_HandoffTool(h, box) for h in self.handoffs)]
-        clone._default_executor = None
-        dialect = self.agent.dialect
-        clone.dialect = lambda: _HandoffDialect(dialect(), box)
-        return clone
-
     async def arun(
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
     ) -> Result:
         run = run or RunContext()
         box = _Box()
-        history: list[Message] = []
-
-        def capture(state: Mapping[str, Any]) -> None:
-            history[:] = [Message.from_dict(m) for m in state.get("messages") or ()]
-
-        source = self._source(box)
-        source_run = dataclasses.replace(run, checkpoint=capture, resume=None, on_delta=None)
-        setup = await source._setup(input, context, source_run)
-        try:
-            outcome = await run_tool_loop(source, setup, input, source_run)
-        finally:
-            if setup.close is not None:
-                await setup.close()
+        source = with_transfers(
+            self.agent,
+            [_HandoffTool(h, box) for h in self.handoffs],
+            lambda results: box.taken is not None,
+        )
+        outcome, history = await run_recorded(source, input, context, run)
         if box.taken is None:
             error = str(outcome.metadata.get("error") or "")
             return Result(

@@ -170,3 +170,12 @@ def test_mermaid_labels_cannot_inject_syntax() -> None:
     diagram = to_mermaid(events)
     assert diagram.count("\n") == 4  # header, two participants, one message
     assert "pwned" in diagram and ";" not in diagram and "%%" not in diagram
+
+
+def test_the_readme_team_example_is_a_valid_team() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Composing agents", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    team = parse_team(example, "README")
+    assert team.root == "desk"
+    build_team(team, ScriptedEngine(), Config())
