@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         call_member,
         current_context,
     )
+    from ._composite import Completion, Composite, Delegate, Steps, StepState
     from ._contracts import ContractError, Returns, parse_as, returns
     from ._debate import Debate
     from ._handoff import Handoff, WithHandoffs
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
 # Names load on first use: the CLI checks a team file (._teamfile, standard library
 # only) without loading agents and engines.
 _LAZY = {
+    "Steps": "._composite",
+    "StepState": "._composite",
+    "Delegate": "._composite",
+    "Composite": "._composite",
+    "Completion": "._composite",
     "route_to": "._workflow",
     "Workflow": "._workflow",
     "TerminateTarget": "._workflow",
@@ -98,8 +104,11 @@ __all__ = [
     "AgentMember",
     "AgentTarget",
     "AgentTool",
+    "Completion",
+    "Composite",
     "ContractError",
     "Debate",
+    "Delegate",
     "Department",
     "FromSpeaker",
     "Handoff",
@@ -121,6 +130,8 @@ __all__ = [
     "RouteTo",
     "Router",
     "SelfCorrecting",
+    "StepState",
+    "Steps",
     "Supervisor",
     "TeamAgent",
     "TeamFile",
