@@ -94,29 +94,36 @@ class Blocking(BaseTool):
         raise AssertionError("unreachable")
 
 
+class Gated(ScriptedEngine):
+    """Answers only once ``gate`` is set."""
+
+    def __init__(self, gate: asyncio.Event, text: str) -> None:
+        super().__init__(fallback=reply(text))
+        self.gate = gate
+
+    async def generate(self, messages: Any, **kwargs: Any) -> Any:
+        await self.gate.wait()
+        return await super().generate(messages, **kwargs)
+
+
 def test_run_first_returns_the_winner_and_cancels_the_losers() -> None:
     blocking = Blocking()
     in_tool = AgentMember(tool_agent([reply("", ("wait", {}))], [blocking]), "in_tool")
     slow = simple("slow", "too late", latency=60)
 
     async def scenario() -> Any:
-        async def winner_engine(*a: Any, **k: Any) -> Any:
-            await blocking.started.wait()  # win only once the loser is inside its tool
-            return reply("fast answer")
-
-        engine = ScriptedEngine()
-        engine.generate = winner_engine  # type: ignore[method-assign]
-        fast = AgentMember(SimpleAgent(engine), "fast")
+        # The winner answers only once the other member is inside its tool call.
+        fast = AgentMember(SimpleAgent(Gated(blocking.started, "fast answer")), "fast")
         rec = Recorder()
-        pattern = Parallel([slow, in_tool, fast], mode="first")
-        result = await pattern.arun("q", run=rec.run())
-        return result, rec
+        result = await Parallel([slow, in_tool, fast], mode="first").arun("q", run=rec.run())
+        # Seen as run_first returns, before asyncio.run's shutdown cancels leftovers.
+        ends = {e["member"]: e for e in rec.of(EventType.MEMBER_END)}
+        return result, blocking.cancelled, ends
 
-    result, rec = go(scenario())
+    result, cancelled_in_tool, ends = go(scenario())
     assert result.content == "fast answer"
     assert result.provenance == Provenance("fast", True, ("parallel", "fast"))
-    assert blocking.cancelled  # the cancel reached a member inside a tool call
-    ends = {e["member"]: e for e in rec.of(EventType.MEMBER_END)}
+    assert cancelled_in_tool  # the cancel reached a member inside a tool call
     assert ends["slow"]["error"] == "cancelled" and ends["in_tool"]["error"] == "cancelled"
 
 
