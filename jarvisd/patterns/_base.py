@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,6 +265,20 @@ async def call_member(
         error=result.error,
     )
     return result
+
+
+async def gather_all(coros: Sequence[Coroutine[Any, Any, Result]]) -> list[Result]:
+    """Run member calls at once, results in order. When one raises (a stop signal), the
+    others are cancelled and awaited before it propagates: no member keeps running, or
+    spending, after its pattern has given up (``asyncio.gather`` alone leaves them)."""
+    tasks = [asyncio.ensure_future(c) for c in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def total_usage(results: Sequence[Result]) -> Usage:

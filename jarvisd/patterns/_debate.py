@@ -7,14 +7,22 @@ the answer, which is passed on.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from .._errors import PatternError
 from .._events import EventType
 from .._run import RunContext
 from ..agents import AgentContext
-from ._base import Member, MemberLike, Pattern, Result, as_member, total_usage, unique_members
+from ._base import (
+    Member,
+    MemberLike,
+    Pattern,
+    Result,
+    as_member,
+    gather_all,
+    total_usage,
+    unique_members,
+)
 
 __all__ = ["Debate"]
 
@@ -52,8 +60,8 @@ class Debate(Pattern):
                 + f"You are {d.name}. State your position and your strongest argument."
                 for d in self.debaters
             ]
-            results = await asyncio.gather(
-                *(self.call(d, a, context, run) for d, a in zip(self.debaters, asks, strict=True))
+            results = await gather_all(
+                [self.call(d, a, context, run) for d, a in zip(self.debaters, asks, strict=True)]
             )
             spoken.extend(results)
             failed = [r for r in results if not r.success]

@@ -8,7 +8,6 @@ the answer. :meth:`Network.broadcast` sends one message to every peer at once.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 
 from .._errors import PatternError
@@ -22,6 +21,7 @@ from ._base import (
     Pattern,
     Result,
     as_member,
+    gather_all,
     total_usage,
     unique_members,
 )
@@ -87,9 +87,7 @@ class Network(Pattern):
     ) -> list[Result]:
         """Every peer's reply to ``message``, asked at once, in peer order."""
         run = run or RunContext()
-        return list(
-            await asyncio.gather(*(self.call(p, message, _view(context), run) for p in self.peers))
-        )
+        return await gather_all([self.call(p, message, _view(context), run) for p in self.peers])
 
 
 def _view(context: AgentContext | None) -> AgentContext | None:

@@ -151,9 +151,10 @@ def _copy(context: AgentContext | None) -> AgentContext | None:
 
 
 async def _cancel(tasks: Sequence[asyncio.Task[Result]]) -> None:
-    """Cancel the tasks still running and wait until each has finished its cleanup."""
-    pending = [t for t in tasks if not t.done()]
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.gather(*pending, return_exceptions=True)
+    """Cancel the tasks still running, wait until each has finished its cleanup, and
+    collect every task's outcome: a member that failed after the first failure (a
+    spent budget reaches all of them) is accounted for, never left unretrieved."""
+    for task in tasks:
+        if not task.done():
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

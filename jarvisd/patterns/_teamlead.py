@@ -11,7 +11,6 @@ ends the run with what it said).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Literal
 
@@ -27,6 +26,7 @@ from ._base import (
     Pattern,
     Provenance,
     Result,
+    gather_all,
     sections,
     total_usage,
     unique_members,
@@ -104,10 +104,8 @@ class TeamLead(Pattern):
         return final
 
     async def _parallel(self, input: str, context: AgentContext | None, run: RunContext) -> Result:
-        results = list(
-            await asyncio.gather(
-                *(self.call(m, input, context, run) for m in self.members.values())
-            )
+        results = await gather_all(
+            [self.call(m, input, context, run) for m in self.members.values()]
         )
         text, lead = await self._lead(
             [Message.user(f"Task: {input}\n\nYour team's work:\n{sections(results)}\n\n"

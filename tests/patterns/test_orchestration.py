@@ -213,3 +213,31 @@ def test_hierarchy_executive_departments_workers() -> None:
     assert starts == [("ceo", "engineering", 1), ("engineering", "coder", 2)]
     direct = go(org.send_to_department("engineering", "again"))
     assert direct.provenance.path == ("ceo", "engineering")
+
+
+def test_a_stop_signal_in_one_member_cancels_its_siblings_before_it_propagates() -> None:
+    from jarvisd._run import Cancelled
+    from jarvisd.patterns import Provenance as P
+    from jarvisd.patterns import Result
+    from jarvisd.patterns._base import gather_all
+
+    state = {"cancelled": False}
+
+    async def stops() -> Result:
+        await asyncio.sleep(0)
+        raise Cancelled("stop")
+
+    async def sibling() -> Result:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            raise
+        return Result("", P.own("x"))
+
+    async def scenario() -> bool:
+        with pytest.raises(Cancelled):
+            await gather_all([stops(), sibling()])
+        return state["cancelled"]  # seen as gather_all raises, not at loop shutdown
+
+    assert go(scenario())
