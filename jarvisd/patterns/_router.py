@@ -65,17 +65,19 @@ class Router(Pattern):
         self.instructions = instructions
 
     def prompt(self, input: str) -> list[Message]:
-        lines = [
-            self.instructions or "Choose who should handle the request.",
-            "Options:",
-            *(
-                f"{i}. {r.member.name}" + (f": {r.description}" if r.description else "")
-                for i, r in enumerate(self.routes, 1)
-            ),
-            "0. none of these",
-            f"Reply with the number only (0 to {len(self.routes)}).",
-        ]
-        return [Message.system("\n".join(lines)), Message.user(input)]
+        # The request and the numbered options in one user message, the question last:
+        # small models given the options in the system prompt and the request alone
+        # were seen to answer 0 for a request that plainly fit a route.
+        options = "\n".join(
+            f"{i}. {r.member.name}" + (f": {r.description}" if r.description else "")
+            for i, r in enumerate(self.routes, 1)
+        )
+        ask = (
+            f"Request: {input}\n\nHandlers:\n{options}\n\nWhich handler fits the request "
+            f"best? Reply with its number (1 to {len(self.routes)}), or 0 if none fits."
+        )
+        system = self.instructions or "You route requests. Reply with one number only."
+        return [Message.system(system), Message.user(ask)]
 
     async def arun(
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None

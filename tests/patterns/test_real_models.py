@@ -46,7 +46,7 @@ def run(llm: Any, coro: Coroutine[Any, Any, Any]) -> Any:
 
 
 def test_router_reads_the_number_and_runs_that_member() -> None:
-    llm = engine("qwen2.5-coder-0.5b")
+    llm = engine("qwen2.5-coder-1.5b")
     math = agent(llm, "math", "You solve arithmetic. Answer with the number.", 32)
     poet = agent(llm, "poet", "You write short poems.", 32)
     router = Router(llm, [(poet, "writes poems"), (math, "does arithmetic and calculations")])
