@@ -17,6 +17,7 @@ message. Then one more model turn answers the task from the results.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,9 @@ __all__ = ["PlanStep", "ToolPlan", "ToolPlanner", "execute_plan"]
 
 _REF = re.compile(r"\$ref:([A-Za-z0-9_.-]+)")
 MAX_STEPS = 50
+#: Arguments after ``$ref`` substitution (JSON characters): a plan can repeat a large
+#: result many times in one argument; past this the step fails instead of growing.
+MAX_ARGUMENT_CHARS = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +162,15 @@ async def execute_plan(
                 continue
             outputs = {r: results[r].content for r in step.refs()}
             arguments = _substitute(step.arguments, outputs)
+            size = len(json.dumps(arguments, ensure_ascii=False))
+            if size > MAX_ARGUMENT_CHARS:
+                results[step.id] = ToolResult(
+                    step.tool, f"Error: arguments of {size} characters after $ref "
+                    f"substitution (at most {MAX_ARGUMENT_CHARS}).", False, metadata={"step": step.id},
+                )  # fmt: skip
+                run.bus.publish(EventType.STEP, pattern=pattern, depth=run.depth, step=step.id,
+                                status="failed", detail="arguments too large")  # fmt: skip
+                continue
             calls.append((step, ToolCall.from_arguments(step.tool, arguments, f"plan_{step.id}")))
             run.bus.publish(
                 EventType.STEP, pattern=pattern, depth=run.depth, step=step.id, status="start",

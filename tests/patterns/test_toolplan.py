@@ -98,3 +98,16 @@ def test_planner_plans_runs_and_answers() -> None:
     assert [r.content for r in result.tool_results] == ["42", "43"]
     assert "cannot be used" in engine.calls[1].messages[-1].content
     assert "- y (calculator): 43" in engine.calls[2].messages[-1].content
+
+
+def test_ref_substitution_is_bounded() -> None:
+    from jarvisd.patterns._toolplan import MAX_ARGUMENT_CHARS
+
+    big = "x" * 15_000
+    p = plan(("a", "echo", {"text": big}), ("b", "echo", {"text": " ".join(["$ref:a"] * 10)}),
+             ("c", "echo", {"text": "$ref:b"}))  # fmt: skip
+    echo = Echo()
+    results = go(execute_plan(p, ToolExecutor([echo]), Recorder().run()))
+    assert len(echo.seen) == 1  # b never ran, c was skipped
+    assert f"at most {MAX_ARGUMENT_CHARS}" in results["b"].content
+    assert results["c"].metadata["skipped"]
