@@ -25,6 +25,7 @@ PACKAGES = [
     "jarvisd.memory",
     "jarvisd.traces",
     "jarvisd.patterns",
+    "jarvisd.gateway",
 ]
 
 
