@@ -120,6 +120,8 @@ class AgentConfig:
     max_calls: int = _num(0, 0)
     max_tool_calls: int = _num(0, 0)
     max_wall: float = _num(0.0, 0)  # seconds
+    # The fraction of a budget at which a run publishes a budget_warning (0: never).
+    budget_warning: float = _num(0.8, 0, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,10 @@ class SandboxConfig:
     cpus: float = _num(1.0, 0, above=True)
     pids: int = _num(128, 8)
     tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
+    # A mounted tree with more entries is refused: too large to check for secrets.
+    max_mount_entries: int = _num(20_000, 1)
+    # Containers kept created (not started) for the code agents' sessions; 0: off.
+    warm_pool: int = _num(0, 0, 32)
 
 
 @dataclass(frozen=True, slots=True)

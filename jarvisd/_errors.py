@@ -24,7 +24,8 @@ Split by what the caller can do about it::
     │   ├── ShuttingDown        the daemon is stopping: try again after it restarts
     │   └── StoreError          the task database cannot be written or read (disk full,
     │                           damaged file): the message says where and what to do
-    └── TaskNotFound
+    ├── TaskNotFound
+    └── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
 
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
 ``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
@@ -59,6 +60,7 @@ __all__ = [
     "TaskNotFound",
     "ToolError",
     "UsageError",
+    "WorkspaceError",
 ]
 
 
@@ -157,3 +159,8 @@ class StoreError(DaemonError):
 
 class TaskNotFound(JarvisError):
     exit_code = 2
+
+
+class WorkspaceError(JarvisError):
+    """A ``jarvis code`` workspace cannot be made, found, applied or discarded; the
+    message says why (an apply that would conflict names the files)."""

@@ -33,6 +33,8 @@ class EventType(enum.StrEnum):
     ROUND = "round"
     HANDOFF = "handoff"
     STEP = "step"
+    #: A run's ledger reached ``warn_at`` of one of its caps (once per dimension).
+    BUDGET_WARNING = "budget_warning"
 
 
 @dataclass(slots=True)

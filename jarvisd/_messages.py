@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,6 +235,11 @@ class SamplingOptions:
     top_p: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    #: Given the reply so far (native tool calls written into it as JSON objects where
+    #: they came), the length to keep once it is complete, else None: engines that
+    #: stream stop generating there (see ``engines.Cutoff``). Like ``stop``, but for
+    #: ends no fixed string marks, such as a complete tool call. Not sent on any wire.
+    stop_when: Callable[[str], int | None] | None = field(default=None, compare=False)
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat-completions sampling fields (llama.cpp takes the same)."""

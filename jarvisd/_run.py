@@ -1,24 +1,43 @@
 """One run: its cancellation token and budget ledger, shared by every nested agent.
 
 A run is whatever one request started: ``jarvis ask``, a daemon task, a composite
-pattern with sub-agents. Everything inside it receives the same :class:`RunContext`, so
-cancelling it or exhausting its budget stops the whole tree, not only the top agent.
-Budgets are checked *before* each engine call against what that call could spend, so a
-run never overshoots by a whole call.
+pattern with sub-agents. Everything inside it receives the same :class:`RunContext`
+(nested agents get ``run.child()``: the same token, ledger and bus), so cancelling it or
+spending its budget stops the whole tree, not only the top agent.
+
+The ledger (:class:`Budget`) counts prompt and completion tokens, engine calls, tool
+calls and wall-clock time. Each call *reserves* its worst case before it starts (the
+prompt, counted or bounded, plus every completion token it may produce) and holds that
+reservation while it is in flight, so concurrent calls (``llm_batch``, a turn's
+parallel tool calls, parallel members) each see what the others may still spend, and
+no cap is ever passed. When the call ends its :class:`Hold` settles to what it really
+used; a call that never ran gives its reservation back. Crossing ``warn_at`` of a cap
+publishes one ``BUDGET_WARNING`` per dimension on the run's bus; a call that no longer
+fits is refused with :class:`BudgetExceeded`, and the caller stops the run with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._events import EventBus
+from ._events import EventBus, EventType
 from ._messages import Usage
 
-__all__ = ["Budget", "BudgetExceeded", "CancelToken", "Cancelled", "RunContext", "RunStopped"]
+__all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "CancelToken",
+    "Cancelled",
+    "Hold",
+    "RunContext",
+    "RunStopped",
+    "watch_wall",
+]
 
 
 class RunStopped(Exception):
@@ -34,11 +53,14 @@ class BudgetExceeded(RunStopped):
 
 
 class CancelToken:
-    """Thread-safe, awaitable cancellation flag."""
+    """Thread-safe, awaitable cancellation flag. It also says *why* the run stopped:
+    ``cancel(reason, stop=BudgetExceeded)`` makes every waiter raise that instead of
+    :class:`Cancelled` (a spent budget stops the whole tree through the token)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
         self.reason = ""
+        self.stop: type[RunStopped] = Cancelled
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
@@ -46,15 +68,20 @@ class CancelToken:
     def cancelled(self) -> bool:
         return self._event.is_set()
 
-    def cancel(self, reason: str = "cancelled") -> None:
+    def cancel(self, reason: str = "cancelled", *, stop: type[RunStopped] = Cancelled) -> None:
         with self._lock:
             if self._event.is_set():
                 return
             self.reason = reason
+            self.stop = stop
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             callback()
+
+    def error(self) -> RunStopped:
+        """The exception that stands for this cancellation (Cancelled, BudgetExceeded)."""
+        return self.stop(self.reason)
 
     def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Run ``callback`` once on cancellation (at once if already cancelled).
@@ -73,7 +100,7 @@ class CancelToken:
 
     def raise_if_cancelled(self) -> None:
         if self._event.is_set():
-            raise Cancelled(self.reason)
+            raise self.error()
 
     async def wait(self) -> None:
         loop = asyncio.get_running_loop()
@@ -94,42 +121,162 @@ class CancelToken:
 
 
 @dataclass(slots=True)
+class Hold:
+    """What one call in flight holds in a :class:`Budget`. Ended exactly once, by
+    :meth:`settle` (the call ran: charge what it used) or :meth:`release` (it never
+    ran: give everything back); ending it again does nothing."""
+
+    budget: Budget
+    prompt_tokens: int = 0
+    #: The most completion tokens the call may produce: its ``max_tokens``.
+    completion_tokens: int = 0
+    calls: int = 0
+    tool_calls: int = 0
+    open: bool = True
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def settle(self, usage: Usage) -> None:
+        self.budget._end(self, usage)
+
+    def release(self) -> None:
+        self.budget._end(self, None)
+
+
+@dataclass(slots=True)
 class Budget:
-    """Limits for one run. ``None`` means unlimited."""
+    """The ledger of one run. Caps of ``None`` are unlimited.
+
+    ``used`` is the real usage of the calls that ended; ``held_tokens`` what the calls
+    in flight have reserved on top of it; ``calls`` and ``tool_calls`` count the calls
+    that ran or are running (one that is given back stops counting)."""
 
     max_tokens: int | None = None
     max_calls: int | None = None
     max_tool_calls: int | None = None
+    #: Seconds from ``started``; enforced in flight by :func:`watch_wall`.
+    max_wall: float | None = None
+    #: The fraction of a cap at which one BUDGET_WARNING is published (0: never).
+    warn_at: float = 0.8
     used: Usage = field(default_factory=Usage)
     calls: int = 0
     tool_calls: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    held_tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+    #: Where warnings go; a RunContext sets its own bus here.
+    bus: EventBus | None = field(default=None, repr=False, compare=False)
+    warned: set[str] = field(default_factory=set, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
-    def reserve(self, max_new_tokens: int) -> int:
-        """Account for one engine call about to start; returns the completion tokens it
-        may use so the total can never pass ``max_tokens``."""
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def reserve(self, prompt_tokens: int, max_new_tokens: int) -> Hold:
+        """Hold one engine call about to start: its ``prompt_tokens`` (counted, or an
+        upper bound) and up to ``max_new_tokens`` of completion, clamped so that
+        everything used and held stays within ``max_tokens``. The returned hold's
+        ``completion_tokens`` is the ``max_tokens`` the call may ask for. Raises
+        BudgetExceeded when the call cap is reached, or when the prompt and one
+        completion token no longer fit."""
+        prompt_tokens = max(prompt_tokens, 0)
         with self._lock:
+            self._check_wall()
             if self.max_calls is not None and self.calls >= self.max_calls:
                 raise BudgetExceeded(f"call budget of {self.max_calls} engine calls spent")
-            allowed = max_new_tokens
+            completion = max(max_new_tokens, 0)
             if self.max_tokens is not None:
-                left = self.max_tokens - self.used.total_tokens
+                committed = self.used.total_tokens + self.held_tokens
+                left = self.max_tokens - committed
                 if left <= 0:
                     raise BudgetExceeded(f"token budget of {self.max_tokens} spent")
-                allowed = min(allowed, left)
+                if prompt_tokens >= left:
+                    raise BudgetExceeded(
+                        f"token budget of {self.max_tokens} spent: {committed} used or in "
+                        f"flight, and the next call's prompt alone takes {prompt_tokens}"
+                    )
+                completion = min(completion, left - prompt_tokens)
             self.calls += 1
-            return allowed
+            self.held_tokens += prompt_tokens + completion
+            warning = self._crossed("calls", self.calls, self.max_calls)
+        self._warn(warning)
+        return Hold(self, prompt_tokens, completion, calls=1)
 
-    def reserve_tool_call(self) -> None:
-        """Account for one tool call about to run (raises when the budget is spent)."""
+    def reserve_tool_call(self) -> Hold:
+        """Hold one tool call about to run (raises when the tool-call cap is reached)."""
         with self._lock:
+            self._check_wall()
             if self.max_tool_calls is not None and self.tool_calls >= self.max_tool_calls:
                 raise BudgetExceeded(f"tool-call budget of {self.max_tool_calls} calls spent")
             self.tool_calls += 1
+            warning = self._crossed("tool_calls", self.tool_calls, self.max_tool_calls)
+        self._warn(warning)
+        return Hold(self, tool_calls=1)
 
-    def charge(self, usage: Usage) -> None:
+    def _end(self, hold: Hold, usage: Usage | None) -> None:
         with self._lock:
+            if not hold.open:
+                return
+            hold.open = False
+            self.held_tokens -= hold.tokens
+            if usage is None:  # it never ran: nothing to charge, nothing counted
+                self.calls -= hold.calls
+                self.tool_calls -= hold.tool_calls
+                return
+            # The truth, even past the hold: an engine that ignores max_tokens is
+            # charged what it did, and later calls see less.
             self.used = self.used + usage
+            warning = self._crossed("tokens", self.used.total_tokens, self.max_tokens)
+        self._warn(warning)
+
+    def _check_wall(self) -> None:
+        if self.max_wall is not None and self.elapsed() >= self.max_wall:
+            raise BudgetExceeded(f"wall-clock budget of {self.max_wall:g} s spent")
+
+    def _crossed(self, dimension: str, used: float, limit: float | None) -> dict[str, Any] | None:
+        """The warning to publish when ``used`` has just reached ``warn_at`` of
+        ``limit`` (once per dimension). Called under the lock."""
+        if limit is None or not self.warn_at or dimension in self.warned:
+            return None
+        if used < limit * self.warn_at:
+            return None
+        self.warned.add(dimension)
+        return {"dimension": dimension, "used": used, "limit": limit, "warn_at": self.warn_at}
+
+    def _warn(self, warning: dict[str, Any] | None) -> None:
+        if warning is not None and self.bus is not None:
+            self.bus.publish(EventType.BUDGET_WARNING, **warning)
+
+
+def watch_wall(run: RunContext) -> Callable[[], None]:
+    """Start the run's wall clock on the running loop, when its budget has one: at
+    ``warn_at`` of it a BUDGET_WARNING, at the end the run is stopped through its token
+    (BudgetExceeded), whatever is in flight. Returns a function that disarms both."""
+    budget = run.budget
+    if budget.max_wall is None:
+        return lambda: None
+    budget.started = time.monotonic()
+    wall = budget.max_wall
+    loop = asyncio.get_running_loop()
+
+    def warn() -> None:
+        with budget._lock:
+            warning = budget._crossed("wall", budget.elapsed(), wall)
+        budget._warn(warning)
+
+    def stop() -> None:
+        run.cancel.cancel(f"wall-clock budget of {wall:g} s spent", stop=BudgetExceeded)
+
+    timers = [loop.call_later(wall, stop)]
+    if budget.warn_at and budget.warn_at < 1:
+        timers.append(loop.call_later(wall * budget.warn_at, warn))
+
+    def disarm() -> None:
+        for timer in timers:
+            timer.cancel()
+
+    return disarm
 
 
 @dataclass(slots=True)
@@ -152,6 +299,10 @@ class RunContext:
     #: Engines bound to this run's token, ledger and bus (``RunEngine.bind``), shared
     #: with child contexts, which have the same three.
     bound_engines: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.budget.bus is None:  # the ledger's warnings go on the run's bus
+            self.budget.bus = self.bus
 
     def child(self) -> RunContext:
         """Context for a nested agent: same token, ledger and bus; one level deeper;

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._messages import ToolCall
 
-__all__ = ["extract_json_objects", "recover_tool_calls", "starts_like_a_call"]
+__all__ = ["calls_end", "extract_json_objects", "recover_tool_calls", "starts_like_a_call"]
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL | re.IGNORECASE)
 _FENCED = re.compile(r"```(?:json|tool_call|tool)?\s*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -119,3 +119,66 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
     for start, end in reversed(spans):
         text = text[:start] + text[end:]
     return text.strip()
+
+
+# -- where a reply that calls tools is complete --------------------------------------
+
+#: What may stand between calls of one block: whitespace, tags, fences, an array's
+#: brackets and commas.
+_GLUE = re.compile(r"(?:\s+|</?tool_call>|```(?:json|tool_call|tool)?|[,\[\]])*", re.IGNORECASE)
+#: What closes the block after a call: whitespace, a closing tag or fence, a bracket.
+_CLOSERS = re.compile(r"(?:\s+|</tool_call>|```(?![A-Za-z_])|\])*", re.IGNORECASE)
+_GLUE_WORDS = ("<tool_call>", "</tool_call>", "```json", "```tool_call")
+
+
+def _key(call: ToolCall) -> tuple[str, str]:
+    return call.name, " ".join(call.arguments.split())
+
+
+def calls_end(text: str, names: Collection[str]) -> int | None:
+    """Where a reply that begins with ``text`` can be cut because its tool calls are
+    complete, or None while it must go on.
+
+    The reply is complete once it holds a call (fenced, tagged or bare JSON, as
+    :func:`recover_tool_calls` reads them) and what follows the last call can no longer
+    be another one of the same block: prose, JSON that is not a call, or a repeat of a
+    call already read (small models write one call a dozen times). Until then more
+    calls may follow, so that several calls opened in one block (a JSON array, tagged
+    calls one after another) all run. The cut keeps the closing tag or fence of the
+    last call and drops what follows it.
+    """
+    if not names or "}" not in text:  # a complete call ends with a brace
+        return None
+    seen: set[tuple[str, str]] = set()
+    last: int | None = None  # end of the last call read
+    for start, end, value in extract_json_objects(text):
+        calls = _calls_in(value, names)
+        if last is None:
+            if calls:
+                seen.update(map(_key, calls))
+                last = end
+            continue  # JSON before the first call is prose
+        glue_end = _GLUE.match(text, last).end()  # type: ignore[union-attr]
+        if start > glue_end:
+            # Something other than glue follows the last call. A brace there opens a
+            # value not complete yet (the one found is inside it): it may be a call.
+            return None if text[glue_end] in "{[" else _closed(text, last)
+        keys = set(map(_key, calls))
+        if not calls or keys <= seen:
+            return _closed(text, last)  # JSON that is not a call, or a repeat
+        seen.update(keys)
+        last = end
+    if last is None:
+        return None
+    glue_end = _GLUE.match(text, last).end()  # type: ignore[union-attr]
+    rest = text[glue_end:]
+    if not rest or rest[0] in "{[":
+        return None
+    lowered = rest.lower()
+    if any(len(lowered) < len(word) and word.startswith(lowered) for word in _GLUE_WORDS):
+        return None  # "<tool_" may still become a tag that opens another call
+    return _closed(text, last)
+
+
+def _closed(text: str, end: int) -> int:
+    return _CLOSERS.match(text, end).end()  # type: ignore[union-attr]

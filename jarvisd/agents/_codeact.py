@@ -1,8 +1,10 @@
 """NativeOpenHandsAgent (CodeAct): the model writes Python in ```python blocks; each
-block runs through the code-executor seam (``executor_for(config)``: a sandbox backend,
-or the host-process executor when ``sandbox.backend = "none"``) and its output comes
-back as the observation. Tools are also callable with Action / Action Input lines. A
-reply with neither code nor a call is the answer, as in OpenHands' CodeAct.
+block is a cell of one persistent REPL session for the whole run (``_repl``: one
+sandbox container, bwrap sandbox or host process, started through the code-executor
+seam ``executor_for(config)``), so variables, imports and files in /tmp carry over from
+cell to cell, as in OpenHands' IPython kernel. Its output comes back as the observation.
+Tools are also callable with Action / Action Input lines. A reply with neither code nor a
+call is the answer, as in OpenHands' CodeAct.
 
 URLs in the task are fetched and inlined only when ``tools.allow_network`` is true.
 The history is fitted to the engine's real context length by the shared loop.
@@ -12,13 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from .._messages import Generation, ToolCall, ToolSpec
+from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._run import RunContext
 from .._toolcalls import recover_tool_calls, starts_like_a_call
-from ..executors import CodeExecutor, ExecRequest, run_to_completion
+from ..executors import CodeExecutor
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags
 from ._parsing import (
@@ -28,7 +30,8 @@ from ._parsing import (
     parse_react,
     tool_descriptions,
 )
-from ._toolloop import Dialect, LoopSetup, Step, ToolUsingAgent
+from ._repl import ReplSession
+from ._toolloop import Dialect, LoopSetup, LoopState, Step, ToolUsingAgent
 
 __all__ = ["CodeActDialect", "NativeOpenHandsAgent", "PythonTool", "prefetch_urls"]
 
@@ -50,43 +53,29 @@ def _is_json(text: str) -> bool:
 
 
 class PythonTool(BaseTool):
-    """Runs one Python program through a :class:`CodeExecutor`."""
+    """Runs one cell in the run's persistent REPL session."""
 
     tool_id: ClassVar[str] = "python"
 
-    def __init__(
-        self, executor: CodeExecutor, exec_timeout: float = 30.0, max_output_chars: int = 10_000
-    ) -> None:
-        self.executor = executor
-        self.exec_timeout = exec_timeout
-        self.max_output_chars = max_output_chars
-        # The executor kills the program at exec_timeout; this is only the backstop.
-        self.timeout = exec_timeout + 10
+    def __init__(self, session: ReplSession) -> None:
+        self.session = session
+        # The session stops the cell at exec_timeout; this is only the backstop.
+        self.timeout = session.exec_timeout + 30
 
     @property
     def spec(self) -> ToolSpec:
         return ToolSpec(
             "python",
-            "Run a Python 3 program and return its output.",
+            "Run Python 3 code in a persistent session and return its output.",
             {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
         )
 
-    async def execute(self, **params: Any) -> str:
-        python = "python3" if self.executor.isolated else sys.executable
-        request = ExecRequest(argv=[python, "main.py"], files={"main.py": str(params["code"])},
-                              timeout=self.exec_timeout)  # fmt: skip
-        result = await run_to_completion(self.executor, request)
-        out = result.stdout
-        if result.stderr.strip():
-            out += ("\n" if out else "") + result.stderr
-        out = clip_output(out.strip(), self.max_output_chars) or "(no output)"
-        if result.timed_out:
-            return f"{out}\n[killed: the program ran longer than {self.exec_timeout:g} s]"
-        if result.reason:
-            return f"{out}\n[stopped: {result.reason}]"
-        if result.exit_code != 0:
-            return f"{out}\n[exit code {result.exit_code}]"
-        return out
+    async def execute(self, **params: Any) -> ToolResult:
+        result = await self.session.execute(str(params["code"]))
+        out = result.stdout.strip() or "(no output)"
+        if result.error:
+            out += f"\n{result.error}"
+        return ToolResult("python", out, not result.error)
 
 
 CODEACT_PROMPT = """You solve tasks by writing and running Python code.
@@ -94,7 +83,8 @@ CODEACT_PROMPT = """You solve tasks by writing and running Python code.
 ```python
 print(...)
 ```
-  It runs as a fresh Python 3 program; you see what it prints (print the values you need).
+  It runs in a persistent Python 3 session: variables, imports and files in /tmp stay
+  from one block to the next. You see what it prints (print the values you need).
 - You may also call a tool:
 Action: <tool name>
 Action Input: <JSON arguments>
@@ -150,6 +140,31 @@ class CodeActDialect(Dialect):
         )
 
 
+class SessionDialect(CodeActDialect):
+    """CodeAct with its session: a resumed run rebuilds the session's variables."""
+
+    def __init__(self, session: ReplSession) -> None:
+        self.session = session
+
+    async def resume(self, state: LoopState, run: RunContext) -> None:
+        # The session's memory is not saved with the checkpoint: the cells that ran
+        # before it run again, read back out of the history as ``parse`` read them.
+        for cell in self.cells_of(state.messages):
+            await self.session.execute(cell)
+
+    def cells_of(self, messages: Sequence[Message]) -> list[str]:
+        cells = []
+        for message in messages:
+            if message.role != "assistant":
+                continue
+            content = strip_think_tags(message.content)
+            if final_before_code(content) is None:
+                blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]
+                if blocks:
+                    cells.append("\n\n".join(blocks))
+        return cells
+
+
 async def prefetch_urls(
     text: str, *, limit: int = 3, max_chars: int = 4000, fetch_timeout: float = 10.0
 ) -> str:
@@ -186,6 +201,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         executor: CodeExecutor | None = None,
         allow_network: bool | None = None,
         exec_timeout: float = 30.0,
+        session_timeout: float = 3600.0,
         max_output_chars: int = 10_000,
         **kwargs: Any,
     ) -> None:
@@ -193,6 +209,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         self.code_executor = executor
         self.allow_network = allow_network
         self.exec_timeout = exec_timeout
+        self.session_timeout = session_timeout
         self.max_output_chars = max_output_chars
 
     def dialect(self) -> Dialect:
@@ -216,11 +233,14 @@ class NativeOpenHandsAgent(ToolUsingAgent):
                 metadata["url_prefetch"] = True
             else:
                 metadata["url_prefetch"] = "skipped: tools.allow_network is false"
-        dialect = self.dialect()
-        executor = self._executor(
-            [PythonTool(code_executor, self.exec_timeout, self.max_output_chars)]
-        )
+        session = ReplSession(
+            code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
+            max_output_bytes=self.max_output_chars,
+        )  # fmt: skip
+        await session.prepare()
+        dialect = SessionDialect(session)
+        executor = self._executor([PythonTool(session)])
         messages = self._build_messages(
             task, context, system_prompt=self._system(dialect.system_prompt(executor))
         )
-        return LoopSetup(dialect, executor, messages, metadata=metadata)
+        return LoopSetup(dialect, executor, messages, close=session.close, metadata=metadata)

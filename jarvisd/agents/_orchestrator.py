@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Collection, Sequence
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._errors import UsageError
 from .._messages import Generation, Message, ToolCall, ToolResult
-from .._toolcalls import extract_json_objects, recover_tool_calls
+from .._toolcalls import calls_end, extract_json_objects, recover_tool_calls
 from ..tools import ToolExecutor
 from ._base import strip_think_tags
 from ._parsing import tool_descriptions
 from ._toolloop import Dialect, Step, ToolUsingAgent
+
+if TYPE_CHECKING:
+    from ..catalog import ToolPrompt
 
 __all__ = ["FunctionCallingDialect", "OrchestratorAgent", "StructuredDialect"]
 
@@ -63,8 +66,19 @@ FUNCTION_PROMPT = (
 class FunctionCallingDialect(Dialect):
     offers_tools: ClassVar[bool] = True
 
+    def __init__(self, prompt: ToolPrompt | None = None) -> None:
+        self.prompt = prompt  # the model family's (see catalog), else the generic one
+
     def system_prompt(self, executor: ToolExecutor) -> str | None:
-        return FUNCTION_PROMPT + "\nTools:\n" + tool_descriptions(executor.specs)
+        if self.prompt is None:
+            return FUNCTION_PROMPT + "\nTools:\n" + tool_descriptions(executor.specs)
+        if self.prompt.template_lists_tools:
+            return self.prompt.system
+        return self.prompt.system + "\nTools:\n" + tool_descriptions(executor.specs)
+
+    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None]:
+        names = executor.names
+        return lambda text: calls_end(text, names)
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
@@ -151,4 +165,8 @@ class OrchestratorAgent(ToolUsingAgent):
         self.mode = mode
 
     def dialect(self) -> Dialect:
-        return FunctionCallingDialect() if self.mode == "function_calling" else StructuredDialect()
+        if self.mode != "function_calling":
+            return StructuredDialect()
+        from ..catalog import tool_prompt
+
+        return FunctionCallingDialect(tool_prompt(self.model or self.engine.default_model()))

@@ -6,6 +6,7 @@ Markers are matched case-insensitively and tolerate markdown decoration
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -17,9 +18,11 @@ __all__ = [
     "final_before_code_so_far",
     "parse_react",
     "react_answer_so_far",
+    "react_call_end",
     "tool_descriptions",
 ]
 
+_DECODER = json.JSONDecoder()
 _DECOR = r"[ \t>*#_`]*"
 _MARKERS = ("thought", "action input", "action", "observation", "final answer")
 _MARK = re.compile(
@@ -113,6 +116,41 @@ def react_answer_so_far(text: str) -> str | None:
             cut = line
         line = body.rfind("\n", 0, line)
     return body[:cut].strip()
+
+
+def react_call_end(text: str) -> int | None:
+    """Where a ReAct reply that begins with ``text`` can be cut because it holds its
+    whole action, or None while it must go on. :func:`parse_react` runs the first
+    action only, so the reply is complete once that action's input is: a JSON object
+    closed (nothing after it can change the call), or a line of plain input ended."""
+    if "input" not in text.lower():
+        return None
+    marks = list(_MARK.finditer(text))
+    for i, m in enumerate(marks):
+        kind = m.group(1).lower()
+        if kind in ("observation", "final answer"):
+            return None  # parse_react reads no action before these
+        if kind != "action input" or i == 0 or marks[i - 1].group(1).lower() != "action":
+            continue
+        action = text[marks[i - 1].end() : m.start()].strip().strip("`*\"' ").lower()
+        if action in ("", "none", "n/a"):
+            continue
+        body = m.end()
+        while body < len(text) and text[body] in " \t`":
+            body += 1
+        if text.startswith("json", body):  # an opening ```json fence
+            body += 4
+        while body < len(text) and text[body].isspace():
+            body += 1
+        if body < len(text) and text[body] in "{[":
+            try:
+                _, end = _DECODER.raw_decode(text, body)
+            except ValueError:
+                return None  # not closed yet
+            return end
+        line_end = text.find("\n", body)
+        return None if line_end < 0 or body == len(text) else line_end
+    return None
 
 
 def final_before_code(text: str) -> str | None:

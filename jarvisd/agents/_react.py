@@ -7,13 +7,14 @@ action nor a final answer is re-prompted once, then reported as an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from .._messages import Generation, ToolCall
-from .._toolcalls import recover_tool_calls
+from .._toolcalls import calls_end, recover_tool_calls
 from ..tools import ToolExecutor
 from ._base import strip_think_tags
-from ._parsing import parse_react, react_answer_so_far, tool_descriptions
+from ._parsing import parse_react, react_answer_so_far, react_call_end, tool_descriptions
 from ._toolloop import Dialect, Step, ToolUsingAgent
 
 __all__ = ["NativeReActAgent", "ReActDialect"]
@@ -50,6 +51,18 @@ class ReActDialect(Dialect):
         return REACT_PROMPT.format(
             tools=tool_descriptions(executor.specs), names=", ".join(executor.names)
         )
+
+    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None]:
+        names = executor.names
+
+        def complete(text: str) -> int | None:
+            # Action lines, or a JSON call written instead of them (read as parse does).
+            end = react_call_end(text)
+            if end is None and parse_react(text).final is None:
+                end = calls_end(text, names)
+            return end
+
+        return complete
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)

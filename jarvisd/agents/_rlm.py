@@ -1,6 +1,7 @@
 """RLMAgent (Recursive Language Model): the context lives as the variable ``context``
-in a persistent Python REPL running in its own process (``runners.rlm_repl``, started
-through the code-executor seam: never ``exec`` in the agent's process). The root model
+in a persistent Python REPL running in its own process (``runners.repl`` through the
+shared :class:`~jarvisd.agents._repl.ReplSession`, started through the code-executor
+seam: never ``exec`` in the agent's process). The root model
 writes code to inspect and split it and asks sub-models with ``llm_query`` /
 ``llm_batch``; it ends with ``FINAL(value)`` or ``FINAL_VAR("name")``.
 
@@ -8,39 +9,26 @@ Sub-calls are answered by the host through the run's engine: same budget, same c
 token, ``run.child()``. ``llm_batch`` calls run concurrently. A sub-call that passes a
 ``context`` runs as a nested RLM while ``depth + 1 < max_depth``, else as a plain model
 call. Every execution has a timeout on its own running time (time spent waiting for
-sub-call answers is not counted): past it the host kills the REPL, says so, and starts
-a fresh one (with ``context`` again) for the next step.
+sub-call answers is not counted): past it the cell is killed and the REPL goes on with
+its state from before that cell (``_repl``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+import functools
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from .._errors import JarvisError, ProtocolError
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
-from .._run import RunContext, RunStopped
-from ..executors import Channel, Clock, CodeExecutor, ExecRequest, receive_frame, send_frame
-from ..protocol import ErrorFrame, FrameError, Infer, InferResult, ResultFrame, Start
+from .._run import RunContext
+from ..executors import CodeExecutor
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags
 from ._parsing import code_blocks, final_answer, tool_descriptions
+from ._repl import ReplSession
 from ._toolloop import Dialect, LoopSetup, LoopState, Step, ToolUsingAgent
 
-__all__ = ["RLMAgent", "RLMDialect", "ReplSession"]
-
-log = logging.getLogger(__name__)
-
-_ROOT = Path(__file__).resolve().parent.parent.parent  # holds jarvisd/ and runners/
-#: Sub-calls of one REPL answered at once, and waiting in all: the REPL runs the model's
-#: code, so a flood of ``llm_batch`` prompts is refused past the second bound.
-MAX_CONCURRENT_SUB_CALLS = 8
-MAX_PENDING_SUB_CALLS = 256
+__all__ = ["RLMAgent", "RLMDialect"]
 
 RLM_PROMPT = """You answer a question about a long text that you cannot read directly. It is stored in
 a Python REPL as the variable `context` (a string of {length} characters); the question is
@@ -65,161 +53,6 @@ FINAL(found[0])
 ```{tools}"""
 
 
-class ReplSession:
-    """One REPL process for one agent run."""
-
-    def __init__(
-        self,
-        agent: RLMAgent,
-        run: RunContext,
-        context: str,
-        executor: CodeExecutor,
-        question: str = "",
-    ) -> None:
-        self.agent = agent
-        self.run = run
-        self.context = context
-        self.question = question
-        self.executor = executor
-        self.channel: Channel | None = None
-        self.noise: list[str] = []
-        self._write_lock = asyncio.Lock()
-        self._slots = asyncio.Semaphore(MAX_CONCURRENT_SUB_CALLS)
-        self.restarts = 0
-
-    async def _open(self) -> Channel:
-        if self.channel is not None:
-            return self.channel
-        python = "python3" if self.executor.isolated else sys.executable
-        env = {} if self.executor.isolated else {"PYTHONPATH": str(_ROOT)}
-        request = ExecRequest(
-            argv=[python, "-m", "runners.rlm_repl"], env=env, timeout=self.agent.session_timeout
-        )
-        channel = await self.executor.open(request)
-        self.channel = channel
-        init = Start(
-            task="init",
-            payload={
-                "context": self.context,
-                "question": self.question,
-                "max_output_chars": self.agent.max_output_chars,
-            },
-        )
-        await send_frame(channel, init)
-        reply = await self._next(channel)
-        if not isinstance(reply, ResultFrame):
-            await self.close()
-            raise ProtocolError(f"the RLM REPL did not start: {self._why(reply)}")
-        return channel
-
-    async def _next(self, channel: Channel) -> Any:
-        try:
-            return await receive_frame(channel, self.noise)
-        except FrameError as exc:
-            raise ProtocolError(f"bad frame from the RLM REPL: {exc}") from exc
-
-    def _why(self, frame: Any) -> str:
-        if isinstance(frame, ErrorFrame):
-            return f"{frame.code}: {frame.message}"
-        tail = "\n".join(self.noise[-5:])
-        return f"the process ended ({tail or 'no output'})"
-
-    async def close(self) -> None:
-        channel, self.channel = self.channel, None
-        if channel is not None:
-            await channel.kill("closed")
-            result = await channel.wait()
-            if result.stderr.strip():
-                log.debug("rlm repl stderr: %s", result.stderr[-2000:])
-
-    async def _send(self, channel: Channel, frame: Any) -> None:
-        async with self._write_lock:
-            await send_frame(channel, frame)
-
-    async def _answer(self, channel: Channel, frame: Infer) -> None:
-        try:
-            async with self._slots:
-                content = await self.agent.sub_call(self.run, frame.request)
-            reply = InferResult(id=frame.id, generation={"content": content})
-        except RunStopped:
-            raise
-        except JarvisError as exc:
-            reply = InferResult(id=frame.id, error=str(exc))
-        with contextlib.suppress(JarvisError, OSError):
-            await self._send(channel, reply)
-
-    async def execute(self, code: str) -> dict[str, Any]:
-        """Run one cell; returns the REPL's result dict (stdout, error, final)."""
-        channel = await self._open()
-        start = Start(task="exec", payload={"code": code})
-        await self._send(channel, start)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            return await self._serve_cell(channel, start.id, tasks)
-        except TimeoutError:
-            await self.close()
-            self.restarts += 1
-            return {"stdout": "", "final": None, "error": (
-                f"execution timed out after {self.agent.exec_timeout:g} s of running time and "
-                "the REPL was restarted: variables from earlier steps are gone (`context` is "
-                "still there)."
-            )}  # fmt: skip
-        except BaseException:
-            await self.close()
-            raise
-        finally:
-            for task in tasks:
-                task.cancel()
-            if tasks:
-                results = await asyncio.gather(*tasks, return_exceptions=True)
-                for outcome in results:
-                    if isinstance(outcome, RunStopped):
-                        raise outcome
-
-    async def _serve_cell(
-        self, channel: Channel, start_id: str, tasks: set[asyncio.Task[None]]
-    ) -> dict[str, Any]:
-        """Answer the cell's sub-calls until its result comes. The timeout counts the
-        cell's own running time: the clock stops while the REPL waits for answers to
-        ``llm_query`` / ``llm_batch``, so a slow local model answering them does not
-        kill a cell that is doing its job."""
-        loop = asyncio.get_running_loop()
-        clock, live = Clock(self.agent.exec_timeout), True
-
-        def answered(_: object) -> None:
-            clock.release()
-            left = clock.remaining()
-            if left is not None and live:  # no sub-call out: the cell's clock runs again
-                deadline.reschedule(loop.time() + left)
-
-        try:
-            async with asyncio.timeout(clock.timeout) as deadline:
-                while True:
-                    frame = await self._next(channel)
-                    for task in [t for t in tasks if t.done()]:
-                        tasks.discard(task)
-                        task.result()  # a stop signal (budget, cancel) ends the run
-                    if isinstance(frame, Infer) and len(tasks) >= MAX_PENDING_SUB_CALLS:
-                        refusal = f"more than {MAX_PENDING_SUB_CALLS} sub-calls at once: refused"
-                        await self._send(channel, InferResult(id=frame.id, error=refusal))
-                    elif isinstance(frame, Infer):
-                        clock.hold()  # the cell waits for the host meanwhile
-                        deadline.reschedule(None)
-                        task = asyncio.ensure_future(self._answer(channel, frame))
-                        task.add_done_callback(answered)
-                        tasks.add(task)
-                    elif isinstance(frame, ResultFrame) and frame.id == start_id:
-                        return dict(frame.result)
-                    elif frame is None or isinstance(frame, ErrorFrame):
-                        why = self._why(frame)
-                        await self.close()
-                        self.restarts += 1
-                        return {"stdout": "", "error": f"the REPL process died: {why}. A new one starts "
-                                "on the next step; earlier variables are gone.", "final": None}  # fmt: skip
-        finally:
-            live = False  # the timeout is over: answers that come later leave it alone
-
-
 class ReplTool(BaseTool):
     tool_id: ClassVar[str] = "repl"
 
@@ -227,8 +60,7 @@ class ReplTool(BaseTool):
         self.session = session
         # Only a backstop: the session's own timeouts fire first. A cell may run longer
         # than exec_timeout in wall time while its sub-calls are being answered.
-        agent = session.agent
-        self.timeout = max(agent.exec_timeout, agent.session_timeout) + 30
+        self.timeout = max(session.exec_timeout, session.session_timeout) + 30
 
     @property
     def spec(self) -> ToolSpec:
@@ -237,14 +69,11 @@ class ReplTool(BaseTool):
 
     async def execute(self, **params: Any) -> ToolResult:
         result = await self.session.execute(str(params["code"]))
-        out = str(result.get("stdout") or "")
-        error = result.get("error")
-        final = result.get("final")
-        text = out.rstrip() or "(no output)"
-        if error:
-            text += f"\nError:\n{error}"
-        meta = {"final": final} if final is not None else {}
-        return ToolResult("repl", text, not error, metadata=meta)
+        text = result.stdout.rstrip() or "(no output)"
+        if result.error:
+            text += f"\nError:\n{result.error}"
+        meta = {"final": result.final} if result.final is not None else {}
+        return ToolResult("repl", text, not result.error, metadata=meta)
 
 
 class RLMDialect(Dialect):
@@ -355,7 +184,7 @@ class RLMAgent(ToolUsingAgent):
     def dialect(self) -> Dialect:
         return RLMDialect(0, self.chunk_chars or 4000, self._session)
 
-    async def sub_call(self, run: RunContext, request: Any) -> str:
+    async def sub_call(self, run: RunContext, request: Mapping[str, Any]) -> str:
         """Answer one ``llm_query`` from the REPL."""
         prompt = str(request.get("prompt", ""))
         context = request.get("context")
@@ -402,7 +231,12 @@ class RLMAgent(ToolUsingAgent):
 
             code_executor = executor_for(load_config())
         await code_executor.check()  # no sandbox: say so before spending a model turn
-        session = ReplSession(self, run, text, code_executor, question=input)
+        session = ReplSession(
+            code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
+            max_output_bytes=self.max_output_chars, variables={"context": text, "question": input},
+            answer=functools.partial(self.sub_call, run),
+        )  # fmt: skip
+        await session.prepare()
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])
         messages = self._build_messages(

@@ -21,6 +21,11 @@ run's answer. Turns of dialects that can commit to an answer before the reply en
 then generated as a stream (through the same ``RunEngine``); every other turn is one
 plain ``generate`` call.
 
+Stopping at the call: a dialect's ``stop_when`` says where a reply holds its whole
+tool calls, and the engine stops generating there (a model that writes its call
+fifteen times, or invents the result after it, costs the tokens of one call). Calls
+opened together in one block (a JSON array, tagged calls one after another) all run.
+
 Checkpoint state (``run.checkpoint(state)`` after every completed turn; ``run.resume``
 continues from it). A JSON object::
 
@@ -53,7 +58,7 @@ from typing import Any, ClassVar, Literal
 
 from .._events import EventBus
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
-from .._run import Cancelled, RunContext
+from .._run import RunContext
 from .._toolcalls import starts_like_a_call
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
@@ -95,6 +100,12 @@ class Dialect(abc.ABC):
     stop: tuple[str, ...] = ()
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
+        return None
+
+    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None] | None:
+        """Where a reply is complete because it holds its whole tool calls (see
+        ``SamplingOptions.stop_when``): generation stops there, and the calls run
+        without waiting for what the model would write after them. None: never."""
         return None
 
     @abc.abstractmethod
@@ -369,7 +380,7 @@ async def run_tool_loop(
     known = {r.content for r in state.tool_results if r.success}  # results the model has
     # What agent._generate would do each turn, done once: every turn is alike.
     engine = RunEngine.bind(agent.engine, run)
-    sampling = agent._options(stop=dialect.stop or None)
+    sampling = agent._options(stop=dialect.stop or None, stop_when=dialect.stop_when(executor))
     # Streaming runs pass their answer through the gate; a turn is generated as a
     # stream when some of it may go out while it is generated.
     gate = None if run.on_delta is None else AnswerGate(run.on_delta, dialect.answer_so_far)
@@ -464,7 +475,7 @@ async def run_tool_loop(
         state.messages.extend(dialect.result_messages(step, results))
         save()
         if run.cancel.cancelled:
-            raise Cancelled(run.cancel.reason)
+            raise run.cancel.error()
         final = dialect.final_from_results(results)
         if final is not None:
             return finish(final, final_from_tool=True)

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import JarvisError, ProtocolError, SandboxError
-from .._messages import SamplingOptions
-from .._run import Budget, RunContext, RunStopped
+from .._messages import SamplingOptions, Usage
+from .._run import Budget, Hold, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (
@@ -171,21 +171,25 @@ class FrameSession:
         # The keys are the vetted fields and the host's own: none comes from the program.
         self.run_ctx.bus.publish(event.type, **event.data)
 
-    def _options(self, request: InferRequest) -> SamplingOptions:
+    def _options(self, request: InferRequest) -> tuple[SamplingOptions, Hold | None]:
         """The request's sampling options, its ``max_tokens`` clamped to the session's
-        cap and to what its own budget has left (reserved here, charged later)."""
+        cap and to what its own budget has left, and the hold in that budget (settled
+        when the call ends; the run's own ledger is held by RunEngine)."""
         wanted = request.options.max_tokens
         allowed = max(1, wanted if self.max_tokens is None else min(wanted, self.max_tokens))
+        hold = None
         if self.budget is not None:
-            allowed = self.budget.reserve(allowed)
+            hold = self.budget.reserve(0, allowed)
+            allowed = hold.completion_tokens
         if allowed == wanted:
-            return request.options
-        return dataclasses.replace(request.options, max_tokens=allowed)
+            return request.options, hold
+        return dataclasses.replace(request.options, max_tokens=allowed), hold
 
     async def _serve(self, frame: Infer) -> None:
+        hold: Hold | None = None
         try:
             request = InferRequest.from_dict(frame.request)
-            options = self._options(request)
+            options, hold = self._options(request)
             # The program only waits meanwhile, so its clock is held: a slow local model
             # must not get it killed. The run's budget and time limit still bound it,
             # and so does the clock's own cap on held time.
@@ -193,8 +197,8 @@ class FrameSession:
                 generation = await self.engine.generate(
                     request.messages, model=self.model, tools=request.tools, options=options,
                 )  # fmt: skip
-            if self.budget is not None:
-                self.budget.charge(generation.usage)
+            if hold is not None:
+                hold.settle(generation.usage)
             reply = InferResult(id=frame.id, generation=generation.to_dict())
         except RunStopped as exc:
             self.stopped = exc
@@ -206,5 +210,9 @@ class FrameSession:
             reply = InferResult(id=frame.id, error=str(exc))
         finally:
             self._slots.release()
+            if hold is not None and hold.open:
+                # A failed call still counts against the program's own cap (the run's
+                # ledger, in RunEngine, charged its tokens): failing calls are not free.
+                hold.settle(Usage())
         with contextlib.suppress(SandboxError):
             await send_frame(self.channel, reply)

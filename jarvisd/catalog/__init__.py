@@ -13,8 +13,10 @@ from ._catalog import (
     remove,
     resolve_model_path,
     strongest_model,
+    tool_prompt,
     verify,
 )
+from ._prompts import ToolPrompt
 
 __all__ = [
     "CATALOG",
@@ -22,6 +24,7 @@ __all__ = [
     "CatalogEntry",
     "ModelChoice",
     "ModelStatus",
+    "ToolPrompt",
     "get_entry",
     "model_file",
     "model_status",
@@ -29,5 +32,6 @@ __all__ = [
     "remove",
     "resolve_model_path",
     "strongest_model",
+    "tool_prompt",
     "verify",
 ]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from .._errors import ModelFileError, UsageError
 from .._paths import paths
+from ._prompts import QWEN25_TOOLS, ToolPrompt
 
 __all__ = [
     "CATALOG",
@@ -40,6 +41,7 @@ __all__ = [
     "pull",
     "resolve_model_path",
     "strongest_model",
+    "tool_prompt",
     "verify",
 ]
 
@@ -62,6 +64,8 @@ class CatalogEntry:
     #: Higher is stronger: with no model configured, the embedded engine uses the
     #: highest-ranked entry that is present and verified.
     rank: int = 0
+    #: How the tool loop prompts this model's family (None: the generic prompt).
+    tool_prompt: ToolPrompt | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -110,6 +114,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         tool_template=True,
         description="Picks tools well; writes calls as JSON in content (jarvis recovers them).",
         rank=2,
+        tool_prompt=QWEN25_TOOLS,
     ),
     CatalogEntry(
         name="qwen2.5-coder-1.5b",
@@ -126,6 +131,7 @@ CATALOG: tuple[CatalogEntry, ...] = (
         tool_template=True,
         description="Slower (about 17 tok/s) but completes ReAct tasks.",
         rank=3,
+        tool_prompt=QWEN25_TOOLS,
     ),
 )
 
@@ -133,6 +139,16 @@ CATALOG: tuple[CatalogEntry, ...] = (
 #: engine asks for when no catalog model is present at all (its error then says how to
 #: pull it).
 DEFAULT_MODEL = CATALOG[0].name
+
+
+def tool_prompt(model: str) -> ToolPrompt | None:
+    """The tool prompt of ``model``'s family: a catalog name, or the path of a catalog
+    model's file (the name it has in the catalog)."""
+    base = os.path.basename(model)
+    for entry in CATALOG:
+        if model == entry.name or base == entry.filename:
+            return entry.tool_prompt
+    return None
 
 
 def get_entry(name: str) -> CatalogEntry:

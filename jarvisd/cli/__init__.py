@@ -17,10 +17,15 @@ from .._version import __version__
 # commands never imports them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "agents": ("jarvisd.cli._agents:agents", "List the agents and whether they accept tools."),
+    "code": (
+        "jarvisd.cli._code:code",
+        "Let an agent change a project on a workspace; review, apply or discard the diff.",
+    ),
     "ask": ("jarvisd.cli._ask:ask", "Ask a one-off question and print the answer."),
     "config": ("jarvisd.cli._config:config", "Show the configuration and where it lives."),
     "completion": ("jarvisd.cli._completion:completion", "Print the shell completion script."),
     "daemon": ("jarvisd.cli._daemon:daemon", "Start, stop and inspect the jarvisd daemon."),
+    "eval": ("jarvisd.cli._eval:eval_group", "Measure how well a model calls tools (BFCL)."),
     "memory": ("jarvisd.cli._memory:memory", "Add text to memory and search it."),
     "models": ("jarvisd.cli._models:models", "List, download and locate local models."),
     "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),

@@ -43,7 +43,8 @@ _OPTIONS = (
     click.option("--max-turns", type=click.IntRange(min=1), default=None,
                  help="Most model turns for tool-using agents."),
     click.option("--max-tokens-total", type=click.IntRange(min=1), default=None,
-                 help="Budget: most tokens for the whole run, nested agents included."),
+                 help="Budget: most tokens (prompt and completion) for the whole run, "
+                      "nested agents included."),
     click.option("--max-calls", type=click.IntRange(min=1), default=None,
                  help="Budget: most engine calls for the whole run."),
     click.option("--max-tool-calls", type=click.IntRange(min=1), default=None,

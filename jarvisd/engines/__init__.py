@@ -4,12 +4,14 @@ Implementations import their heavy dependencies lazily: importing this package i
 """
 
 from ._base import Engine, ModelInfo
+from ._cutoff import Cutoff
 from ._scripted import ScriptedCall, ScriptedEngine, reply
 from ._select import ENGINE_NAMES, build_engine, engine_names, ollama_reachable, select_engine
 from ._wrappers import InstrumentedEngine, RunEngine, WrapperEngine
 
 __all__ = [
     "ENGINE_NAMES",
+    "Cutoff",
     "Engine",
     "InstrumentedEngine",
     "LlamaCppEngine",

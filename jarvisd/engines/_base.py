@@ -76,6 +76,13 @@ class Engine(abc.ABC):
         """The model's real context window in tokens, when the engine knows it."""
         return None
 
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        """How many tokens ``text`` takes for ``model`` by the engine's own tokenizer,
+        special-token syntax counted as plain text. Cheap and without I/O: None when no
+        tokenizer is at hand (not loaded yet, a remote model); the run's ledger then
+        bounds the count by the text's UTF-8 bytes (see ``engines._tokens``)."""
+        return None
+
     def default_model(self) -> str:
         return ""
 

@@ -30,6 +30,7 @@ from .._messages import (
 )
 from .._toolcalls import recover_tool_calls
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._cutoff import Cutoff
 
 __all__ = ["LlamaCppEngine", "llama_cpp_available"]
 
@@ -157,6 +158,7 @@ class LlamaCppEngine(Engine):
         pieces: list[str] = []
         reason: str | None = None
         tokens = 0
+        cutoff = None if options.stop_when is None else Cutoff(options.stop_when)
         try:
             chunks = llama.create_chat_completion(**kwargs)
             for chunk in chunks:
@@ -171,11 +173,18 @@ class LlamaCppEngine(Engine):
                     tokens += 1
                     pieces.append(text)
                     emit(text)
+                    if cutoff is not None and cutoff.text(text):
+                        # Closing the generator ends llama.cpp's sampling loop: no
+                        # token is generated past the complete reply.
+                        with contextlib.suppress(Exception):
+                            chunks.close()
+                        reason = "stop"
+                        break
                 reason = choice.get("finish_reason") or reason
         except ValueError as exc:
             # llama.cpp raises ValueError when the prompt exceeds the context window.
             raise EngineResponseError(f"llama.cpp: {exc}", 400) from exc
-        content = "".join(pieces)
+        content = "".join(pieces) if cutoff is None else cutoff.kept()[0]
         calls: tuple[ToolCall, ...] = ()
         if tools:
             found, rest = recover_tool_calls(content, [t.name for t in tools])
@@ -269,6 +278,19 @@ class LlamaCppEngine(Engine):
 
     async def context_length(self, model: str = "") -> int | None:
         return self.n_ctx
+
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        # Only once loaded: loading takes seconds, and the first call of a run can do
+        # with the byte bound. llama_tokenize reads the vocabulary only, so this is
+        # safe while another thread generates.
+        llama = self._llama
+        if llama is None:
+            return None
+        data = text.encode("utf-8", "surrogatepass")
+        try:
+            return len(llama.tokenize(data, add_bos=False, special=False))
+        except (RuntimeError, ValueError, UnicodeError):
+            return None
 
     async def list_models(self) -> list[ModelInfo]:
         from ..catalog import model_status
@@ -374,6 +396,10 @@ class LlamaCppPool(Engine):
 
     async def context_length(self, model: str = "") -> int | None:
         return (await self._engine(model)).n_ctx if model in self.engines or not model else None
+
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        engine = self.engines.get(model or self.names[0])
+        return None if engine is None else engine.count_tokens(text)
 
     async def health(self) -> bool:
         return await self.engines[self.names[0]].health()

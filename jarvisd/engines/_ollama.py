@@ -30,6 +30,7 @@ from .._messages import (
     Usage,
 )
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
+from ._cutoff import Cutoff, streamed_generation
 
 if TYPE_CHECKING:
     import httpx
@@ -188,6 +189,20 @@ async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
         yield pending
 
 
+def _cut(cutoff: Cutoff, model: str, start: float) -> Generation:
+    """The generation of a reply stopped at its cut: its prompt tokens are not known
+    (Ollama counts them in the final part only), its generated ones are the parts read."""
+    text, calls = cutoff.kept()
+    return Generation(
+        content=text,
+        tool_calls=calls,
+        usage=Usage(0, cutoff.tokens),
+        finish_reason=FinishReason.TOOL_CALLS if calls else FinishReason.STOP,
+        model=model,
+        latency_s=time.perf_counter() - start,
+    )
+
+
 class OllamaEngine(Engine):
     name: ClassVar[str] = "ollama"
 
@@ -286,6 +301,10 @@ class OllamaEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
+        if options.stop_when is not None:  # a one-shot reply cannot be stopped part way
+            return await streamed_generation(
+                self.stream(messages, model=model, tools=tools, options=options)
+            )
         model = await self._model(model)
         body = await self._chat_body(messages, model, tools, options, stream=False)
         start = time.perf_counter()
@@ -308,6 +327,7 @@ class OllamaEngine(Engine):
         start = time.perf_counter()
         content: list[str] = []
         calls: list[ToolCall] = []
+        cutoff = None if options.stop_when is None else Cutoff(options.stop_when)
         with _translate(self.host, model):
             async with self.client.stream("POST", "/api/chat", json=body) as response:
                 if response.status_code >= 400:
@@ -318,12 +338,24 @@ class OllamaEngine(Engine):
                     if delta := str(message.get("content") or ""):
                         content.append(delta)
                         yield StreamChunk(delta=delta)
-                    calls.extend(_calls(message))
+                    new_calls = _calls(message)
+                    calls.extend(new_calls)
+                    if cutoff is not None and not part.get("done"):
+                        complete = bool(delta) and cutoff.text(delta)
+                        for call in new_calls:
+                            complete = cutoff.call(call) or complete
+                        if complete:
+                            break
                     if part.get("done"):
                         latency = time.perf_counter() - start
                         generation = _generation(part, "".join(content), calls, model, latency)
                         yield StreamChunk(done=True, generation=generation)
                         return
+            # Leaving the block closes the response: Ollama stops a request whose
+            # client has gone.
+        if cutoff is not None and cutoff.cut is not None:
+            yield StreamChunk(done=True, generation=_cut(cutoff, model, start))
+            return
         raise EngineResponseError(f"ollama at {self.host} ended the stream without done")
 
     async def health(self) -> bool:

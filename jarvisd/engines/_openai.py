@@ -22,6 +22,7 @@ from .._messages import (
     Usage,
 )
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
+from ._cutoff import Cutoff, streamed_generation
 
 if TYPE_CHECKING:
     import httpx
@@ -68,6 +69,25 @@ def _translate(base_url: str) -> Iterator[None]:
         raise EngineError(f"{base_url}: {exc}") from exc
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise EngineResponseError(f"{base_url} sent a malformed reply: {exc!r}") from exc
+
+
+def _complete(
+    cutoff: Cutoff, delta: dict[str, Any], calls: dict[int, dict[str, str]], fed: set[int]
+) -> bool:
+    """Show one delta to ``cutoff``: its text, and each streamed call once its
+    arguments are a whole JSON object. True once the reply is complete."""
+    complete = bool(delta.get("content")) and cutoff.text(delta["content"])
+    for index, slot in sorted(calls.items()):
+        if index in fed or not slot["name"]:
+            continue
+        try:
+            arguments = json.loads(slot["arguments"] or "{}")
+        except ValueError:
+            continue  # not whole yet
+        if isinstance(arguments, dict):
+            fed.add(index)
+            complete = cutoff.call(ToolCall.from_arguments(slot["name"], arguments)) or complete
+    return complete
 
 
 class OpenAIEngine(Engine):
@@ -157,6 +177,10 @@ class OpenAIEngine(Engine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
+        if options.stop_when is not None:  # a one-shot reply cannot be stopped part way
+            return await streamed_generation(
+                self.stream(messages, model=model, tools=tools, options=options)
+            )
         model = await self._model(model)
         start = time.perf_counter()
         with _translate(self.base_url):
@@ -203,6 +227,8 @@ class OpenAIEngine(Engine):
         usage = Usage()
         reason: str | None = None
         served_model = model
+        cutoff = None if options.stop_when is None else Cutoff(options.stop_when)
+        fed: set[int] = set()  # native calls shown to the cutoff
         with _translate(self.base_url):
             body = self._body(messages, model, tools, options, True)
             async with self.client.stream("POST", "/chat/completions", json=body) as response:
@@ -234,6 +260,18 @@ class OpenAIEngine(Engine):
                             fn = c.get("function") or {}
                             slot["name"] += fn.get("name") or ""
                             slot["arguments"] += fn.get("arguments") or ""
+                        if cutoff is not None and _complete(cutoff, delta, calls, fed):
+                            break
+                    if cutoff is not None and cutoff.cut is not None:
+                        # Leaving the block closes the response: the server sees its
+                        # client gone and stops generating (llama.cpp's and jarvis's
+                        # own servers do).
+                        reason = "stop"
+                        kept, native = cutoff.kept()
+                        content = [kept]
+                        calls = {i: calls[i] for i in sorted(fed)[: len(native)]}
+                        usage = Usage(usage.prompt_tokens, cutoff.tokens)
+                        break
         tool_calls = tuple(
             ToolCall(
                 name=s["name"], arguments=s["arguments"] or "{}", id=s["id"] or ToolCall("x").id

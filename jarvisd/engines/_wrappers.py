@@ -9,14 +9,18 @@ from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from .._errors import EngineUnavailable
 from .._events import EventBus, EventType
-from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec
-from .._run import Cancelled, RunContext
+from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec, Usage
+from .._run import BudgetExceeded, Hold, RunContext
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
+from ._tokens import prompt_tokens, text_tokens
 
 __all__ = ["InstrumentedEngine", "RunEngine", "WrapperEngine"]
 
 _T = TypeVar("_T")
+#: What one call asked for: messages, tools, model.
+_Request = tuple[Sequence[Message], Sequence[ToolSpec], str]
 
 
 class WrapperEngine(Engine):
@@ -55,6 +59,9 @@ class WrapperEngine(Engine):
     async def context_length(self, model: str = "") -> int | None:
         return await self.inner.context_length(model)
 
+    def count_tokens(self, text: str, model: str = "") -> int | None:
+        return self.inner.count_tokens(text, model)
+
     def default_model(self) -> str:
         return self.inner.default_model()
 
@@ -81,13 +88,25 @@ def _ended(bus: EventBus, engine: str, model: str, start: float, generation: Gen
     return latency
 
 
-def _failed(bus: EventBus, engine: str, model: str, start: float, exc: BaseException) -> None:
+def _failed(
+    bus: EventBus,
+    engine: str,
+    model: str,
+    start: float,
+    exc: BaseException,
+    charged: Usage | None = None,
+) -> None:
+    # ``charged``: what the run's ledger charged for the failed call, so that traces,
+    # which add up these events, agree with it.
+    usage = {} if charged is None else charged.to_dict()
+    usage.pop("total_tokens", None)
     bus.publish(
         EventType.INFERENCE_END,
         engine=engine,
         model=model,
         latency_s=time.perf_counter() - start,
         error=f"{type(exc).__name__}: {exc}",
+        **usage,
     )
 
 
@@ -150,9 +169,13 @@ class InstrumentedEngine(WrapperEngine):
 
 
 class RunEngine(WrapperEngine):
-    """Binds an engine to one run: every call first reserves budget (so the run cannot
-    overshoot its token cap by a whole call), races the run's cancel token, and charges
-    the tokens it really used. Inference events go to the run's bus.
+    """Binds an engine to one run: the one place where engine calls reserve and settle
+    the run's ledger. Every call first holds its worst case (prompt tokens, counted or
+    bounded, plus the completion it may produce, its ``max_tokens`` clamped to what is
+    left), races the run's cancel token while in flight, and settles to what it really
+    used: the engine's usage, or, for a call that failed or was cancelled, its prompt
+    and the tokens it streamed so far. A call the ledger refuses stops the whole run
+    (BudgetExceeded through the token). Inference events go to the run's bus.
 
     Use :meth:`bind`: one wrapper per run and engine, registered once with the token."""
 
@@ -176,10 +199,61 @@ class RunEngine(WrapperEngine):
         bound = run.bound_engines[id(engine)] = cls(engine, run)
         return bound
 
-    def _limit(self, options: SamplingOptions) -> SamplingOptions:
-        self.run.cancel.raise_if_cancelled()
-        allowed = self.run.budget.reserve(options.max_tokens)
-        return options if allowed == options.max_tokens else replace(options, max_tokens=allowed)
+    def _reserve(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        model: str,
+        options: SamplingOptions,
+    ) -> tuple[Hold, SamplingOptions]:
+        run = self.run
+        run.cancel.raise_if_cancelled()
+        budget = run.budget
+        # Without a token cap nothing needs the prompt's size before the call: a turn
+        # of an unbudgeted run does not pay for counting it.
+        prompt = (
+            0 if budget.max_tokens is None else prompt_tokens(self.inner, messages, tools, model)
+        )
+        try:
+            hold = budget.reserve(prompt, options.max_tokens)
+        except BudgetExceeded as exc:
+            # A hard stop: every other branch of the run (parallel members, calls in
+            # flight, containers) stops too, with the same reason.
+            run.cancel.cancel(str(exc), stop=BudgetExceeded)
+            raise
+        if hold.completion_tokens != options.max_tokens:
+            options = replace(options, max_tokens=hold.completion_tokens)
+        return hold, options
+
+    def _prompt(self, hold: Hold, request: _Request) -> int:
+        # Counted before the call only under a token cap; counted here otherwise.
+        return hold.prompt_tokens or prompt_tokens(self.inner, *request)
+
+    def _settle(self, hold: Hold, generation: Generation, request: _Request) -> None:
+        usage = generation.usage
+        if not usage.total_tokens:
+            # An engine that reports no usage is charged its prompt as counted and the
+            # reply's own count (never more than the call could produce).
+            text = generation.content + "".join(c.name + c.arguments for c in generation.tool_calls)
+            completion = min(text_tokens(self.inner, text, request[2]), hold.completion_tokens)
+            usage = Usage(self._prompt(hold, request), completion)
+        hold.settle(usage)
+
+    def _interrupted(
+        self, hold: Hold, exc: BaseException | None, streamed: str, request: _Request
+    ) -> Usage | None:
+        """End the hold of a call that did not finish: given back when the engine was
+        never reached, else charged its prompt and the text streamed so far (what is
+        charged is returned)."""
+        if not hold.open:
+            return None
+        if isinstance(exc, EngineUnavailable) and not streamed:
+            hold.release()
+            return None
+        completion = min(text_tokens(self.inner, streamed, request[2]), hold.completion_tokens)
+        usage = Usage(self._prompt(hold, request), completion)
+        hold.settle(usage)
+        return usage
 
     def _wake(self) -> None:
         # Called by the token, perhaps from another thread, perhaps long after the
@@ -196,10 +270,11 @@ class RunEngine(WrapperEngine):
             self._fired.add(task)
             task.cancel()
 
-    async def _race(self, work: Awaitable[_T]) -> _T:
+    async def _race(self, work: Awaitable[_T], unstarted: Hold | None = None) -> _T:
         # Awaited in the caller's own task (no helper task per call); while ``work``
         # runs, the task is listed in ``_waiting`` and the token's one callback
-        # cancels it.
+        # cancels it. ``unstarted``: the hold of a call that ``work`` would start, given
+        # back if the run has stopped before it does.
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
             return await work
@@ -213,12 +288,14 @@ class RunEngine(WrapperEngine):
             if self.run.cancel.cancelled:
                 if isinstance(work, Coroutine):
                     work.close()
-                raise Cancelled(self.run.cancel.reason)
+                if unstarted is not None:
+                    unstarted.release()
+                raise self.run.cancel.error()
             return await work
         except asyncio.CancelledError:
             if task in self._fired:
                 task.uncancel()
-                raise Cancelled(self.run.cancel.reason) from None
+                raise self.run.cancel.error() from None
             raise
         finally:
             self._waiting.discard(task)
@@ -232,18 +309,19 @@ class RunEngine(WrapperEngine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
-        options = self._limit(options)
         model = model or self.inner.default_model()
+        hold, options = self._reserve(messages, tools, model, options)
         bus = self.run.bus
         start = _started(bus, self.name, model, len(messages))
         try:
             generation = await self._race(
-                self.inner.generate(messages, model=model, tools=tools, options=options)
+                self.inner.generate(messages, model=model, tools=tools, options=options), hold
             )
         except BaseException as exc:
-            _failed(bus, self.name, model, start, exc)
+            charged = self._interrupted(hold, exc, "", (messages, tools, model))
+            _failed(bus, self.name, model, start, exc, charged)
             raise
-        self.run.budget.charge(generation.usage)
+        self._settle(hold, generation, (messages, tools, model))
         return _timed(generation, _ended(bus, self.name, model, start, generation))
 
     async def stream(
@@ -254,23 +332,35 @@ class RunEngine(WrapperEngine):
         tools: Sequence[ToolSpec] = (),
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
-        options = self._limit(options)
         model = model or self.inner.default_model()
+        hold, options = self._reserve(messages, tools, model, options)
         iterator = aiter(
             InstrumentedEngine(self.inner, self.run.bus).stream(
                 messages, model=model, tools=tools, options=options
             )
         )
+        streamed: list[str] = []
+        error: BaseException | None = None
+        unstarted: Hold | None = hold
         try:
             while True:
                 try:
-                    chunk = await self._race(anext(iterator))
+                    chunk = await self._race(anext(iterator), unstarted)
                 except StopAsyncIteration:
                     return
+                unstarted = None
+                if chunk.delta:
+                    streamed.append(chunk.delta)
                 if chunk.done and chunk.generation is not None:
-                    self.run.budget.charge(chunk.generation.usage)
+                    self._settle(hold, chunk.generation, (messages, tools, model))
                 yield chunk
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
+            # A failed or cancelled stream, or a consumer that stopped reading
+            # (GeneratorExit), is charged what it consumed until then.
+            self._interrupted(hold, error, "".join(streamed), (messages, tools, model))
             closer = getattr(iterator, "aclose", None)
             if closer is not None:
                 await closer()

@@ -182,6 +182,10 @@ class CodeExecutor(abc.ABC):
     async def open(self, request: ExecRequest) -> Channel:
         """Start the program and return its channel."""
 
+    async def prepare(self, request: ExecRequest) -> None:  # noqa: B027 - optional hook
+        """Get ready to open ``request`` soon (a container backend may create its
+        container ahead: the warm pool). Optional: the default does nothing."""
+
     async def check(self) -> None:  # noqa: B027 - optional hook
         """Raise ``SandboxUnavailable`` now when no program could be started (no engine,
         no image, no bubblewrap). Optional: the default assumes it can. Code agents call

@@ -9,14 +9,13 @@ the run for ``jarvis trace``, and turns every way a run can end into a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Mapping
 
 from .._config import Config
 from .._errors import JarvisError, NoAnswer
-from .._run import BudgetExceeded, Cancelled, RunContext
+from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, select_engine
 from ._build import build_agent, load_context
@@ -28,9 +27,9 @@ __all__ = ["apply_budgets", "run_spec"]
 log = logging.getLogger(__name__)
 
 
-def apply_budgets(spec: AgentSpec, config: Config, run: RunContext) -> float | None:
+def apply_budgets(spec: AgentSpec, config: Config, run: RunContext) -> None:
     """Set the run's budgets from the spec, else the config (0 there: unlimited), where
-    the caller has not set them; returns the wall-clock budget in seconds, if any."""
+    the caller has not set them, and the fraction at which the ledger warns."""
     agent = config.agent
     budget = run.budget
     if budget.max_tokens is None:
@@ -39,7 +38,9 @@ def apply_budgets(spec: AgentSpec, config: Config, run: RunContext) -> float | N
         budget.max_calls = spec.max_calls or agent.max_calls or None
     if budget.max_tool_calls is None:
         budget.max_tool_calls = spec.max_tool_calls or agent.max_tool_calls or None
-    return spec.max_wall or agent.max_wall or None
+    if budget.max_wall is None:
+        budget.max_wall = spec.max_wall or agent.max_wall or None
+    budget.warn_at = agent.budget_warning
 
 
 async def run_spec(
@@ -55,7 +56,12 @@ async def run_spec(
     """Run ``spec`` under ``run`` to its outcome. An engine passed in (the daemon keeps
     them warm) is not closed here. ``context`` replaces the one ``spec.context_file``
     gives; ``extra`` goes to the agent's constructor (see ``build_agent``); ``trace``
-    records the run for ``jarvis trace`` (top-level runs only)."""
+    records the run for ``jarvis trace`` (top-level runs only). A spec with a
+    ``workspace`` is a ``jarvis code`` run (``jarvisd.code.run_code``)."""
+    if spec.workspace:
+        from ..code import run_code
+
+        return await run_code(spec, run, config, engine)
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
     engine_name = spec.engine or config.engine.default
@@ -65,16 +71,8 @@ async def run_spec(
         from ..traces import TraceCollector
 
         collector = TraceCollector(run_id=run.run_id).attach(run.bus)
-    wall = apply_budgets(spec, config, run)
-    out_of_time: list[str] = []
-    timer = None
-    if wall is not None:
-
-        def stop() -> None:
-            out_of_time.append(f"wall-clock budget of {wall:g} s spent")
-            run.cancel.cancel(out_of_time[0])
-
-        timer = asyncio.get_running_loop().call_later(wall, stop)
+    apply_budgets(spec, config, run)
+    disarm = watch_wall(run)
     result: AgentResult | None = None
     failure: Failure | None = None
     try:
@@ -85,17 +83,13 @@ async def run_spec(
         result = await agent.arun(
             spec.input, context if context is not None else load_context(spec), run=run
         )
-    except Cancelled as exc:
-        stopped = BudgetExceeded(out_of_time[0]) if out_of_time else exc
-        failure = Failure.of(stopped)
-    except (JarvisError, BudgetExceeded) as exc:
+    except (JarvisError, RunStopped) as exc:
         failure = Failure.of(exc)
     except Exception as exc:
         log.exception("the run failed")
         failure = Failure.of(exc)
     finally:
-        if timer is not None:
-            timer.cancel()
+        disarm()
         if own_engine and engine is not None:
             await engine.aclose()
     model = spec.model

@@ -36,6 +36,7 @@ from .._errors import (
     TaskNotFound,
     ToolError,
     UsageError,
+    WorkspaceError,
 )
 from .._run import BudgetExceeded, Cancelled
 
@@ -81,6 +82,7 @@ CODES: tuple[Code, ...] = (
     Code("shutting_down", ShuttingDown, 1),
     Code("store_failed", StoreError, 1),
     Code("not_found", TaskNotFound, 2),
+    Code("workspace", WorkspaceError, 1),
     Code("daemon", DaemonError, 1),
     Code("failed", JarvisError, 1),
     Code("cancelled", Cancelled, 130),

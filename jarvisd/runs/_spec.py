@@ -52,6 +52,9 @@ class AgentSpec:
     #: A team (TOML text, see jarvisd.patterns): the run is the team, not ``agent``.
     #: The text travels, not the path: whoever runs the spec may not see the file.
     team: str | None = None
+    #: A ``jarvis code`` workspace id: the run is then the agent working on it
+    #: (``jarvisd.code.run_code``: sandboxed, the workspace mounted read-write).
+    workspace: str | None = None
 
     def at_edge(self, environ: Mapping[str, str] | None = None) -> AgentSpec:
         """This spec as the caller means it anywhere: paths absolute (from this
@@ -88,7 +91,7 @@ class AgentSpec:
         _check(values, "input", str, required=True)
         for name in ("agent", "model"):
             _check(values, name, str)
-        for name in ("engine", "context_file", "system_prompt", "team"):
+        for name in ("engine", "context_file", "system_prompt", "team", "workspace"):
             _check(values, name, str, optional=True)
         _check(values, "sandbox", bool)
         for name in ("max_tokens", "max_turns", "max_tokens_total", "max_calls", "max_tool_calls"):

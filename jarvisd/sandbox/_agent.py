@@ -23,7 +23,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
-from .._run import Budget, Cancelled, RunContext
+from .._run import Budget, RunContext
 from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine
@@ -159,7 +159,7 @@ class SandboxedAgent(BaseAgent):
         if outcome.stopped is not None:
             raise outcome.stopped
         if run.cancel.cancelled:
-            raise Cancelled(run.cancel.reason)
+            raise run.cancel.error()
         final, process = outcome.final, outcome.process
         if isinstance(final, ResultFrame):
             try:

@@ -79,7 +79,9 @@ class BwrapExecutor(CodeExecutor):
     def __init__(self, config: Config, *, policy: SandboxPolicy | None = None) -> None:
         self.config = config
         self.policy = policy or SandboxPolicy.from_config(config)
-        self.mounts = MountPolicy(config.sandbox.allowed_roots)
+        self.mounts = MountPolicy(
+            config.sandbox.allowed_roots, max_scan_entries=config.sandbox.max_mount_entries
+        )
 
     async def check(self) -> None:
         _bwrap_or_raise()

@@ -61,6 +61,7 @@ from ._policy import (
     ensure_bytecode,
     prelude_argv,
 )
+from ._pool import WarmPool, warm_pool
 from ._staging import can_stage, pid_alive, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -189,6 +190,7 @@ class DockerExecutor(CodeExecutor):
         self.mounts = MountPolicy(
             config.sandbox.allowed_roots,
             extra_sensitive=[*sensitive, "/var/run/docker.sock", "/run/podman"],
+            max_scan_entries=config.sandbox.max_mount_entries,
         )
         self._client: Any = None
         self._lock = threading.Lock()
@@ -263,16 +265,18 @@ class DockerExecutor(CodeExecutor):
             specs.append(spec)
         return specs
 
-    def _start(
-        self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
-    ) -> DockerChannel:
-        import docker.errors
+    def _configure(
+        self,
+        request: ExecRequest,
+        mounts: Sequence[Mount],
+        sources: Sequence[str],
+        inputs: Path | None,
+    ) -> dict[str, Any]:
+        """The engine's container configuration for ``request`` (no I/O)."""
         from docker.types import LogConfig, Ulimit
 
-        client = self.client()
-        api = client.api
+        api = self.client().api
         policy = self.policy
-        inputs = _write_inputs(request.files, policy) if request.files else None
         argv = prelude_argv(container_argv(request.argv), verify=mounts, inputs=inputs is not None)
         env = {
             "PYTHONPATH": CODE_ROOT,
@@ -291,46 +295,83 @@ class DockerExecutor(CodeExecutor):
             user, cap_add = "0:0", ["SETUID", "SETGID"]
             code_uid = CODE_UID if policy.uid != CODE_UID else CODE_UID + 1
             env[PRIVSEP_ENV] = f"{policy.uid}:{policy.gid}:{code_uid}"
+        host_config = api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
+            cap_drop=["ALL"],
+            cap_add=cap_add,
+            security_opt=["no-new-privileges"],
+            pids_limit=policy.pids,
+            mem_limit=policy.memory_bytes,
+            memswap_limit=policy.memory_bytes,
+            nano_cpus=int(policy.cpus * 1e9),
+            init=True,
+            ipc_mode="private",
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            log_config=LogConfig(type="none"),
+            mounts=self._mount_specs(mounts, sources, inputs),
+        )
+        container_config: dict[str, Any] = api.create_container_config(
+            policy.image,
+            argv,
+            hostname="sandbox",
+            user=user,
+            stdin_open=True,
+            environment=env,
+            network_disabled=True,
+            working_dir="/tmp",
+            host_config=host_config,
+            labels={LABEL: "1", OWNER_LABEL: _owner()},
+        )
+        # Closing our end of the attach stream closes the program's stdin.
+        container_config["StdinOnce"] = True
+        return container_config
+
+    def pool(self) -> WarmPool | None:
+        """This process's warm pool for this engine, when ``sandbox.warm_pool`` is on."""
+        size = self.config.sandbox.warm_pool
+        if not size:
+            return None
+        return warm_pool(self.address, self.flavor, size, lambda: connect(self.config, self.flavor))
+
+    async def prepare(self, request: ExecRequest) -> None:
+        if request.files or request.mounts or self.config.sandbox.warm_pool == 0:
+            return  # only requests that need nothing of their own can use the pool
+        await asyncio.to_thread(self._prime, request)
+
+    def _prime(self, request: ExecRequest) -> None:
+        import docker.errors
+
+        # Only a head start: when it cannot be had, the session creates its own container.
+        try:
+            pool = self.pool()
+            if pool is not None:
+                pool.prime(self._configure(request, (), (), None))
+        except (SandboxError, docker.errors.DockerException) as exc:
+            log.warning("warm pool: not filled (%s)", exc)
+
+    def _start(
+        self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
+    ) -> DockerChannel:
+        import docker.errors
+
+        api = self.client().api
+        policy = self.policy
+        inputs = _write_inputs(request.files, policy) if request.files else None
         try:
             with self._engine_sources(mounts) as sources:
                 try:
-                    host_config = api.create_host_config(
-                        network_mode="none",
-                        read_only=True,
-                        tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
-                        cap_drop=["ALL"],
-                        cap_add=cap_add,
-                        security_opt=["no-new-privileges"],
-                        pids_limit=policy.pids,
-                        mem_limit=policy.memory_bytes,
-                        memswap_limit=policy.memory_bytes,
-                        nano_cpus=int(policy.cpus * 1e9),
-                        init=True,
-                        ipc_mode="private",
-                        ulimits=[Ulimit(name="core", soft=0, hard=0)],
-                        log_config=LogConfig(type="none"),
-                        mounts=self._mount_specs(mounts, sources, inputs),
-                    )
-                    container_config = api.create_container_config(
-                        policy.image,
-                        argv,
-                        hostname="sandbox",
-                        user=user,
-                        stdin_open=True,
-                        environment=env,
-                        network_disabled=True,
-                        working_dir="/tmp",
-                        host_config=host_config,
-                        labels={LABEL: "1", OWNER_LABEL: _owner()},
-                    )
-                    # Closing our end of the attach stream closes the program's stdin.
-                    container_config["StdinOnce"] = True
-                    created = api.create_container_from_config(container_config, None)
+                    config = self._configure(request, mounts, sources, inputs)
+                    # A pooled container fits only a request with nothing of its own.
+                    pool = self.pool() if not mounts and inputs is None else None
+                    container_id = pool.take(config) if pool is not None else None
+                    if container_id is None:
+                        container_id = api.create_container_from_config(config, None)["Id"]
                 except docker.errors.ImageNotFound as exc:
                     raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
                 except docker.errors.DockerException as exc:
                     raise _translate(exc, "create the sandbox container") from exc
-                container_id = created["Id"]
                 try:
                     sock = api.attach_socket(
                         container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

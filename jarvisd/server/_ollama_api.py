@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,6 +46,7 @@ from .._errors import (
     UsageError,
 )
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
+from .._toolcalls import calls_end
 from ..engines import Engine, ModelInfo
 from ..gateway import _openai_chat as openai_chat
 from ..gateway._common import BadRequest
@@ -319,6 +321,17 @@ class OllamaServer:
         return name
 
 
+def _stop_at_calls(options: SamplingOptions, tools: Sequence[ToolSpec]) -> SamplingOptions:
+    """With tools offered, generation stops once the reply holds its complete calls
+    (``calls_end``): a model that writes one call a dozen times, or prose after its
+    call, is stopped here, where the model runs; a client cannot stop it sooner, as
+    text that may be a call is held back until the reply ends."""
+    if not tools:
+        return options
+    names = [t.name for t in tools]
+    return replace(options, stop_when=lambda text: calls_end(text, names))
+
+
 class _Handler(BaseHTTPRequestHandler):
     api: OllamaServer
     protocol_version = "HTTP/1.1"
@@ -476,7 +489,7 @@ class _Handler(BaseHTTPRequestHandler):
         self, body: dict[str, Any], messages: list[Message], tools: list[ToolSpec], shape: str
     ) -> None:
         model = self.api.resolve_model(body.get("model"))
-        options = _parse_options(body.get("options"))
+        options = _stop_at_calls(_parse_options(body.get("options")), tools)
         engine = self.api.engine
         chunks = self.api.iterate(
             lambda: engine.stream(messages, model=model, tools=tools, options=options)
@@ -609,11 +622,10 @@ class _Handler(BaseHTTPRequestHandler):
         chat = openai_chat.parse(self._body(), 1024)
         requested = chat.model or self.api.engine.default_model() or "default"
         model = self.api.resolve_model(requested)
+        options = _stop_at_calls(chat.options, chat.tools)
         engine = self.api.engine
         chunks = self.api.iterate(
-            lambda: engine.stream(
-                chat.messages, model=model, tools=chat.tools, options=chat.options
-            )
+            lambda: engine.stream(chat.messages, model=model, tools=chat.tools, options=options)
         )
         first = next(chunks)  # fail with a status code before any header is sent
         if not chat.stream:

@@ -17,6 +17,10 @@ It is the same server as ``jarvis serve-model``, so it cannot drift from what us
 ``FakeHost`` is a :class:`jarvisd.runs.Host` that returns scripted outcomes (or raises
 scripted errors) without running anything: for code that takes a host.
 
+``MeteredEngine`` spends tokens as a real engine does (its prompt as soon as a call
+starts, at most ``max_tokens`` of reply, one token per streamed chunk) and adds up what
+it spent in ``spent``: what a run's budget ledger is checked against.
+
 ``refuse_network()`` keeps a test on loopback: reaching or resolving any other host
 raises :class:`NetworkRefused` (use it in an autouse fixture).
 """
@@ -25,11 +29,13 @@ from __future__ import annotations
 
 from ..engines import ScriptedEngine, reply
 from ._host import FakeHost
+from ._metered import MeteredEngine
 from ._network import NetworkRefused, refuse_network
 from ._standin import OllamaStandIn
 
 __all__ = [
     "FakeHost",
+    "MeteredEngine",
     "NetworkRefused",
     "OllamaStandIn",
     "ScriptedEngine",

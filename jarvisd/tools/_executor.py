@@ -19,8 +19,8 @@ from typing import Any
 
 from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
-from .._messages import ToolCall, ToolResult, ToolSpec
-from .._run import RunContext, RunStopped
+from .._messages import ToolCall, ToolResult, ToolSpec, Usage
+from .._run import BudgetExceeded, RunContext, RunStopped
 from ._args import ArgumentError, parse_arguments, validate_arguments
 from ._base import _CURRENT_RUN, BaseTool
 
@@ -153,8 +153,15 @@ class ToolExecutor:
                     start,
                     blocked=True,
                 )
+        hold = None
         if run is not None:
-            run.budget.reserve_tool_call()
+            # A call the run has already stopped never starts, so it is never counted.
+            run.cancel.raise_if_cancelled()
+            try:
+                hold = run.budget.reserve_tool_call()
+            except BudgetExceeded as exc:
+                run.cancel.cancel(str(exc), stop=BudgetExceeded)  # stop every branch
+                raise
         bus = run.bus if run is not None else self.bus
         if bus is not None:
             bus.publish(EventType.TOOL_CALL_START, tool=resolved, arguments=params, call_id=call.id)
@@ -166,6 +173,8 @@ class ToolExecutor:
                 result = await self._invoke(tool, params, call, resolved, start)
         finally:
             _CURRENT_RUN.reset(token)
+            if hold is not None:  # it started, so it counts, however it ended
+                hold.settle(Usage())
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:
@@ -269,6 +278,8 @@ class ToolExecutor:
         # Cancelled: stop what still runs; finished calls keep their real results.
         gathered.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if gathered.done() and not gathered.cancelled():  # ended on its own: read its error
+            gathered.exception()
         return [
             t.result()
             if t.done() and not t.cancelled() and t.exception() is None

@@ -58,6 +58,9 @@ setup_python() {
     say "installing jarvis and its dependencies into .venv"
     "$PY" -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
     "$PY" -c 'import jarvisd' || { say "installing jarvis failed"; exit 1; }
+    # `jarvis eval bfcl` and benchmarks/bench_bfcl.py: BFCL's data and checker. Without
+    # its dependencies (every API SDK, sentence-transformers, torch): the checker needs none.
+    "$PY" -m pip install -q --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23" 2>&1 | grep -v '^WARNING: Location' || true
 }
 
 setup_llama() {

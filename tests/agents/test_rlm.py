@@ -356,7 +356,7 @@ def test_a_resumed_rlm_rebuilds_its_repl_from_the_cells_in_its_history() -> None
 def test_a_flood_of_sub_calls_is_bounded() -> None:
     # The REPL runs the model's code: 1,000 prompts at once are answered a few at a
     # time, and those past the pending bound are refused, not queued.
-    from jarvisd.agents._rlm import MAX_CONCURRENT_SUB_CALLS, MAX_PENDING_SUB_CALLS
+    from jarvisd.agents._repl import MAX_CONCURRENT_SUB_CALLS, MAX_PENDING_SUB_CALLS
 
     in_flight, peak = [0], [0]
 

@@ -15,7 +15,7 @@ from jarvisd._errors import ProtocolError
 from jarvisd._messages import Message
 from jarvisd._run import Budget, BudgetExceeded, RunContext
 from jarvisd.bridge import FrameSession, Outcome
-from jarvisd.engines import ScriptedEngine
+from jarvisd.engines import RunEngine, ScriptedEngine
 from jarvisd.executors import ExecRequest, SubprocessExecutor
 from jarvisd.executors._base import MAX_NOISE_LINE_BYTES, MAX_NOISE_LINES
 from jarvisd.protocol import ErrorFrame, InferRequest, ResultFrame, Start
@@ -231,3 +231,26 @@ def test_event_data_nested_too_deeply_to_encode_is_cut() -> None:
     event = vet_event(frame, 0, {})
     assert event is not None and event.type is EventType.TOOL_CALL_START
     assert event.data["arguments"] == {"truncated": True}
+
+
+@pytest.mark.timeout(30)
+def test_a_budget_stop_anywhere_in_the_run_ends_the_program() -> None:
+    # The program waits forever (its own clock allows a minute); a sibling in the same
+    # run has its engine call refused by the ledger: the hard stop reaches the program.
+    program = "import sys; sys.stdin.buffer.read()"
+    run = RunContext(budget=Budget(max_calls=0))
+    sibling = RunEngine.bind(ScriptedEngine.from_replies(["never"], latency_s=0.2), run.child())
+
+    async def go() -> tuple[Outcome, BaseException | None]:
+        request = ExecRequest(
+            argv=[sys.executable, "-c", program], timeout=60.0, env={"PYTHONPATH": str(ROOT)}
+        )
+        channel = await SubprocessExecutor().open(request)
+        session = FrameSession(channel, ScriptedEngine(), run)
+        refused = asyncio.ensure_future(sibling.generate([Message.user("q")]))
+        outcome = await session.run(Start(task="agent", payload={}))
+        return outcome, refused.exception()
+
+    outcome, refused = asyncio.run(go())
+    assert isinstance(refused, BudgetExceeded)
+    assert outcome.final is None and outcome.process.reason == "cancelled"

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from jarvisd import _errors
 from jarvisd._config import AgentConfig, Config
+from jarvisd._events import EventType
 from jarvisd._messages import ToolResult, Usage
 from jarvisd._run import BudgetExceeded, Cancelled, RunContext
 from jarvisd.agents import AgentRegistry
@@ -170,6 +171,19 @@ def test_the_wall_clock_budget_is_a_budget_stop_not_a_cancel() -> None:
     spec = AgentSpec("q", agent="simple", max_wall=0.2)
     outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
     assert outcome.failure == Failure("budget", "wall-clock budget of 0.2 s spent")
+
+
+def test_a_stopped_run_returns_a_budget_failure_with_the_usage_spent_and_warned_first() -> None:
+    calc = [reply("", ("calculator", {"expression": f"{i}+1"})) for i in range(5)]
+    spec = AgentSpec("q", agent="orchestrator", tools=("calculator",), max_calls=4)
+    run = RunContext()
+    warned: list[dict[str, object]] = []
+    run.bus.subscribe(lambda e: warned.append(dict(e.data)), EventType.BUDGET_WARNING)
+    config = Config(agent=AgentConfig(budget_warning=0.5))
+    outcome = asyncio.run(run_spec(spec, run, config, ScriptedEngine(calc)))
+    assert outcome.failure == Failure("budget", "call budget of 4 engine calls spent")
+    assert outcome.answer == "" and outcome.usage == Usage(40, 4)  # what the 4 calls used
+    assert warned == [{"dimension": "calls", "used": 2, "limit": 4, "warn_at": 0.5}]
 
 
 def test_the_callers_ollama_host_decides_not_this_processes(

@@ -295,8 +295,12 @@ def test_model_code_cannot_reach_the_runners_frame_pipe(
 
 
 def test_model_code_runs_under_another_uid_than_the_runner(roots: tuple[Path, Path]) -> None:
+    # The code runs in CodeAct's REPL session (its processes have the code's uid): the
+    # runner is the nearest ancestor under another uid.
     where = (
         "import os\nppid = os.getppid()\n"
+        "while os.stat(f'/proc/{ppid}').st_uid == os.getuid():\n"
+        "    ppid = int(open(f'/proc/{ppid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
         "print('uid', os.getuid(), 'runner', os.stat(f'/proc/{ppid}').st_uid,"
         " 'fd', os.stat(f'/proc/{ppid}/fd').st_uid, 'init', os.stat('/proc/1/fd').st_uid)"
     )

@@ -1,0 +1,353 @@
+"""BFCL (Berkeley Function Calling Leaderboard) AST categories on the catalog models,
+three ways side by side in one run, all scored by bfcl-eval's own checker:
+
+- **jarvis**: the real tool-call path (``jarvisd.evals``: the embedded engine, the
+  orchestrator's dialect with calls recovered from text, argument repair, schema check);
+- **llama-cpp-python**: the same model file through llama-cpp-python's own tool calling
+  (``chat_format="chatml-function-calling"``, ``tool_choice="auto"``), without jarvis;
+- **OpenJarvis 1.0.4**: its orchestrator (function-calling mode, its own venv under
+  ~/.cache/jarvis) on the same model through ``jarvis serve-model``.
+
+Every case: temperature 0, at most 512 new tokens, the model's first turn only (the
+functions are never run). Cases are drawn with a fixed seed, ``--limit`` per category
+(the default fits CI time); ``--full`` runs the whole sets (hours on 2 cores).
+
+    python -m benchmarks.bench_bfcl [--limit N | --full] [--models M ...] [--out DIR]
+
+writes ``DIR/bfcl.md`` and ``DIR/bfcl.json``. The leaderboard publishes no figure for
+Qwen2.5-Coder-0.5B or 1.5B (bfcl-eval 2026.3.23 lists neither): the column says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import OPENJARVIS_VERSION, BenchEnv, Row, ensure_openjarvis
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+#: Cases per category in the CI-sized run: 5 categories x 3 systems x 2 models.
+DEFAULT_LIMIT = 2
+SEED = 17
+MAX_TOKENS = 512
+#: The leaderboard's published overall figure per model, where one exists.
+LEADERBOARD: dict[str, str] = {}
+SYSTEMS = ("jarvis", "llama-cpp-python", "openjarvis")
+
+OPENJARVIS_SCRIPT = r"""
+import json, sys
+from openjarvis.agents.orchestrator import OrchestratorAgent
+from openjarvis.core.events import EventBus
+from openjarvis.core.types import ToolResult
+from openjarvis.engine.ollama import OllamaEngine
+from openjarvis.tools._stubs import BaseTool, ToolSpec
+
+url, model, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
+engine = OllamaEngine(host=url, timeout=600)
+
+
+class Recorder(BaseTool):
+    def __init__(self, fn, sink):
+        self.tool_id = fn["name"]
+        self._spec = ToolSpec(fn["name"], fn.get("description", ""), fn["parameters"])
+        self._sink = sink
+
+    @property
+    def spec(self):
+        return self._spec
+
+    def execute(self, **params):
+        self._sink.append({self._spec.name: params})
+        return ToolResult(tool_name=self._spec.name, content="ok")
+
+
+for line in sys.stdin:
+    case = json.loads(line)
+    made = []
+    tools = [Recorder(fn, made) for fn in case["functions"]]
+    agent = OrchestratorAgent(engine, model, tools=tools, bus=EventBus(), max_turns=1,
+                              temperature=0.0, max_tokens=max_tokens)
+    try:
+        agent.run(case["question"])
+        error = ""
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"[:300]
+    print(json.dumps({"id": case["id"], "calls": made, "error": error}), flush=True)
+"""
+
+
+def _cases(category: str, limit: int | None) -> list[Any]:
+    from jarvisd.evals import load_cases
+
+    return load_cases(category, limit, SEED)
+
+
+def _question(case: Any) -> str:
+    return "\n\n".join(m.content for m in case.messages if m.role.value == "user")
+
+
+# -- the three systems ---------------------------------------------------------------
+
+
+def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
+    from jarvisd._errors import JarvisError
+    from jarvisd.engines._llamacpp import LlamaCppEngine
+    from jarvisd.evals import jarvis_calls
+
+    async def go() -> dict[str, list[Any]]:
+        engine = LlamaCppEngine(str(model_path), n_ctx=4096)
+        made: dict[str, list[Any]] = {}
+        try:
+            for case in cases:
+                try:
+                    made[case.id] = await jarvis_calls(engine, "", case, max_tokens=MAX_TOKENS)
+                except JarvisError as exc:  # e.g. a prompt longer than the window: no call
+                    print(f"   {case.id}: {exc}", file=sys.stderr)
+                    made[case.id] = []
+            return made
+        finally:
+            await engine.aclose()
+
+    return asyncio.run(go())
+
+
+def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
+    import llama_cpp
+
+    from jarvisd.evals import tool_specs
+
+    llama = llama_cpp.Llama(
+        model_path=str(model_path), n_ctx=4096, n_threads=os.cpu_count() or 1,
+        chat_format="chatml-function-calling", verbose=False,
+    )  # fmt: skip
+    made: dict[str, list[Any]] = {}
+    try:
+        for case in cases:
+            try:
+                reply = llama.create_chat_completion(
+                    messages=[{"role": m.role.value, "content": m.content} for m in case.messages],
+                    tools=[s.to_openai() for s in tool_specs(case.functions)],  # type: ignore[misc]
+                    tool_choice="auto",
+                    temperature=0,
+                    max_tokens=MAX_TOKENS,
+                )
+            except ValueError as exc:  # a prompt longer than the window: no call
+                print(f"   {case.id}: {exc}", file=sys.stderr)
+                made[case.id] = []
+                continue
+            calls = []
+            for call in reply["choices"][0]["message"].get("tool_calls") or ():  # type: ignore[index]
+                try:
+                    arguments = json.loads(call["function"]["arguments"] or "{}")
+                except ValueError:
+                    arguments = None
+                if isinstance(arguments, dict):
+                    calls.append({call["function"]["name"]: arguments})
+            made[case.id] = calls
+    finally:
+        llama.close()
+    return made
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_openjarvis(
+    env: BenchEnv, model: str, cases: Sequence[Any]
+) -> tuple[dict[str, list[Any]], list[str]]:
+    """OpenJarvis's orchestrator against ``jarvis serve-model`` serving ``model``."""
+    if env.openjarvis_python is None:
+        return {}, [f"OpenJarvis unavailable: {env.openjarvis_error}"]
+    port = _free_port()
+    server = subprocess.Popen(
+        [env.jarvis_bin(), "serve-model", "--port", str(port), "--model", model],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(url + "/api/version", timeout=2).read()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    detail = server.stderr.read()[-500:] if server.stderr else ""
+                    raise RuntimeError(f"serve-model did not start: {detail}") from None
+                time.sleep(0.2)
+        lines = "".join(
+            json.dumps({"id": c.id, "question": _question(c), "functions": list(c.functions)})
+            + "\n"
+            for c in cases
+        )
+        proc = subprocess.run(
+            [env.openjarvis_python, "-c", OPENJARVIS_SCRIPT, url, model, str(MAX_TOKENS)],
+            input=lines, capture_output=True, text=True, timeout=3600, check=False,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    made: dict[str, list[Any]] = {}
+    errors = []
+    for line in proc.stdout.splitlines():
+        row = json.loads(line)
+        made[row["id"]] = row["calls"]
+        if row["error"]:
+            errors.append(f"{row['id']}: {row['error']}")
+    if proc.returncode != 0:
+        errors.append(f"OpenJarvis exited {proc.returncode}: {proc.stderr[-300:]}")
+    return made, errors
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+def measure(
+    env: BenchEnv,
+    models: Sequence[str],
+    limit: int | None,
+    categories: Sequence[str],
+    done: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Accuracy per model, system and category; ``done`` is given the report so far
+    after each model (a long run keeps what it measured if it is stopped)."""
+    from jarvisd.evals import score_case
+    from tests.conftest import real_model_path
+
+    report: dict[str, Any] = {"models": {}, "limit": limit, "seed": SEED}
+    cases = [c for category in categories for c in _cases(category, limit)]
+    for model in models:
+        path = real_model_path(model)
+        made: dict[str, dict[str, list[Any]]] = {}
+        seconds: dict[str, float] = {}
+        errors: list[str] = []
+        for system in SYSTEMS:
+            print(f"   {model}: {system} on {len(cases)} cases", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            if system == "jarvis":
+                made[system] = run_jarvis(path, cases)
+            elif system == "llama-cpp-python":
+                made[system] = run_llama_cpp(path, cases)
+            else:
+                try:
+                    made[system], errors = run_openjarvis(env, model, cases)
+                except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+                    made[system], errors = {}, [f"OpenJarvis run failed: {exc}"]
+            seconds[system] = round(time.perf_counter() - start, 1)
+        table: dict[str, dict[str, Any]] = {}
+        for category in categories:
+            of = [c for c in cases if c.category == category]
+            table[category] = {
+                system: sum(score_case(c, made[system].get(c.id, []), model) for c in of) / len(of)
+                if made[system]
+                else None
+                for system in SYSTEMS
+            }
+            table[category]["n"] = len(of)
+        report["models"][model] = {
+            "accuracy": table,
+            "seconds": seconds,
+            "leaderboard": LEADERBOARD.get(model, "none published"),
+            "errors": errors[:20],
+            "calls": {s: made[s] for s in SYSTEMS},
+        }
+        if done is not None:
+            done(report)
+    return report
+
+
+def render(report: dict[str, Any], meta: dict[str, str]) -> str:
+    limit = report["limit"]
+    lines = [
+        "# BFCL (AST categories), side by side",
+        "",
+        f"{meta['when']}; {meta['machine']}. bfcl-eval 2026.3.23's checker; "
+        + (f"{limit} cases per category drawn with seed {report['seed']}" if limit else "full sets")
+        + f"; temperature 0, first turn, at most {MAX_TOKENS} new tokens. "
+        f"OpenJarvis {OPENJARVIS_VERSION} through `jarvis serve-model`.",
+        "",
+        "| model | category | n | jarvis | llama-cpp-python (chatml-function-calling) "
+        "| OpenJarvis | leaderboard |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model, data in report["models"].items():
+        for category, row in data["accuracy"].items():
+            cells = ["-" if row[s] is None else f"{100 * row[s]:.0f}%" for s in SYSTEMS]
+            lines.append(
+                f"| {model} | {category} | {row['n']} | {' | '.join(cells)} | "
+                f"{data['leaderboard']} |"
+            )
+    lines.append("")
+    for model, data in report["models"].items():
+        secs = ", ".join(f"{s} {v} s" for s, v in data["seconds"].items())
+        lines.append(f"- {model}: wall time {secs}.")
+        for error in data["errors"]:
+            lines.append(f"  - OpenJarvis error: {error}")
+    return "\n".join(lines) + "\n"
+
+
+def run(env: BenchEnv) -> list[Row]:
+    """For the harness: the CI-sized run, one row per model and category."""
+    from jarvisd.evals import CATEGORIES
+
+    report = measure(env, MODELS, 2 if env.quick else DEFAULT_LIMIT, CATEGORIES)
+    rows = []
+    for model, data in report["models"].items():
+        for category, row in data["accuracy"].items():
+            oj = row["openjarvis"]
+            rows.append(Row(
+                f"BFCL {category} accuracy ({model}, n={row['n']})", 100 * row["jarvis"], "%",
+                100 * row["llama-cpp-python"], "llama-cpp-python tool calling",
+                notes=f"OpenJarvis {'-' if oj is None else f'{100 * oj:.0f}%'}; "
+                f"leaderboard: {data['leaderboard']}",
+            ))  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jarvisd.evals import CATEGORIES
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="cases per category")
+    parser.add_argument("--full", action="store_true", help="the whole sets (hours)")
+    parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--categories", nargs="*", default=list(CATEGORIES))
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = parser.parse_args(argv)
+    cache = Path(os.environ.get("JARVIS_BENCH_CACHE", Path.home() / ".cache" / "jarvis"))
+    oj_python, oj_error = ensure_openjarvis(cache)
+    out = Path(args.out)
+    env = BenchEnv(sys.executable, out, False, oj_python, oj_error)
+    import platform
+
+    meta = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write(report: dict[str, Any]) -> None:
+        (out / "bfcl.json").write_text(json.dumps({"meta": meta, **report}, indent=1, default=str))
+        (out / "bfcl.md").write_text(render(report, meta))
+
+    write(measure(env, args.models, None if args.full else args.limit, args.categories, write))
+    print((out / "bfcl.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""``jarvis code``: an agent changes a project on an isolated workspace; the change
+comes back as a diff to review, then to apply or discard."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._errors import DaemonUnavailable, UsageError
+
+if TYPE_CHECKING:
+    from ..code import CodeStore, Workspace
+
+__all__ = ["code"]
+
+_RUN_HELP = """Let an agent work on PATH for TASK, on an isolated workspace.
+
+A git repository gets a worktree on a new branch at HEAD with its uncommitted changes
+(tracked and untracked, not ignored); any other directory is copied. Blocked names
+(.env*, keys, credentials...) and virtual environments are left out and listed. The
+agent runs in the sandbox with the network off; the project is not touched until
+`jarvis code apply ID`. Through jarvisd when it runs (a task: `jarvis task logs -f`,
+`jarvis task cancel`), else in this process. Exit 0 when the agent finished (with or
+without a change), else the run's failure code."""
+
+
+class _CodeGroup(click.Group):
+    """``jarvis code PATH TASK`` is ``jarvis code run PATH TASK``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=_CodeGroup)
+def code() -> None:
+    """Code agents on local projects: work on an isolated workspace, review the diff,
+    then apply or discard it.
+
+    \b
+    jarvis code PATH "TASK" [--agent A] [--test CMD]   (same as `jarvis code run`)
+    jarvis code list | show ID | apply ID | discard ID
+    """
+
+
+def _store() -> CodeStore:
+    from .._paths import paths
+    from ..code import CodeStore
+
+    return CodeStore(paths().state / "code.db")
+
+
+def _state_dir() -> Any:
+    from .._paths import paths
+
+    return paths().state
+
+
+@code.command("run", help=_RUN_HELP)
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("task_text", metavar="TASK")
+@click.option(
+    "-a",
+    "--agent",
+    default="native_openhands",
+    show_default=True,
+    help="The agent (see `jarvis agents list`).",
+)
+@click.option(
+    "--test",
+    "test_command",
+    default="",
+    metavar="CMD",
+    help="A test command, run in the sandbox (workspace read-only) before and after.",
+)
+@click.option(
+    "--respect-gitignore",
+    is_flag=True,
+    help="For a directory that is not a git repository: leave out what its "
+    ".gitignore files exclude (a worktree never holds ignored files).",
+)
+@click.option("-e", "--engine", default=None, help="Engine; default from config.")
+@click.option("-m", "--model", default="", help="Model; default from config.")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature.")
+@click.option("--max-turns", type=click.IntRange(min=1), default=None, help="Most model turns.")
+@click.option(
+    "--max-wall",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Budget: most seconds of wall-clock time for the agent's run.",
+)
+@click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
+def run(path: str, task_text: str, agent: str, test_command: str, respect_gitignore: bool,
+        engine: str | None, model: str, temperature: float | None, max_turns: int | None,
+        max_wall: float | None, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
+    from ..code import prepare
+    from ..runs import AgentSpec
+
+    if not task_text.strip():
+        raise UsageError("the task is empty")
+    store = _store()
+    ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
+                 test=test_command, respect_gitignore=respect_gitignore)  # fmt: skip
+    click.echo(f"workspace {ws.id}: {ws.kind} at {ws.path} ({ws.files} files, "
+               f"{len(ws.left_out) + ws.more_left_out} left out, {ws.setup_s:.2f} s)",
+               err=True)  # fmt: skip
+    spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
+                     temperature=temperature, max_turns=max_turns, max_wall=max_wall,
+                     workspace=ws.id).at_edge()  # fmt: skip
+    failure = None
+    task_id = None if no_daemon else _submit(spec)
+    if task_id is not None:
+        failure = _follow(task_id)
+    else:
+        from .._run import RunContext
+        from ..runs import LocalHost
+
+        outcome = LocalHost().run(spec, RunContext())
+        failure = outcome.failure
+    ws = store.get(ws.id)
+    if as_json:
+        click.echo(json.dumps(ws.to_dict(), indent=2))
+    else:
+        _print_workspace(ws, diff=True)
+    if failure is not None:
+        click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
+        raise click.exceptions.Exit(failure.exit_code)
+
+
+def _submit(spec: Any) -> str | None:
+    """Hand the run to jarvisd as a task; None when no daemon answers."""
+    from ..daemon import Client
+
+    try:
+        info = Client(timeout=30.0).submit(spec)
+    except DaemonUnavailable:
+        return None
+    click.echo(f"running as jarvisd task {info.id} (jarvis task logs -f {info.id})", err=True)
+    return str(info.id)
+
+
+def _follow(task_id: str) -> Any:
+    """Show the task's events until it ends; Ctrl-C cancels it. Its failure, or None."""
+    from ..daemon import Client
+    from ..runs import Failure
+    from ._task import format_event
+
+    client = Client(timeout=30.0)
+    try:
+        for ev in client.logs(task_id, follow=True):
+            line = format_event(ev.seq, ev.event, dict(ev.data))
+            if line is not None and ev.event.startswith(("tool_call", "task_")):
+                click.echo(line, err=True)
+    except KeyboardInterrupt:
+        client.cancel(task_id)
+        client.wait(task_id, 30.0)
+        return Failure("cancelled", "interrupted by the user")
+    info = client.show(task_id)
+    if info.state == "succeeded":
+        return None
+    code = "cancelled" if info.state == "cancelled" else "failed"
+    result = info.result or {}
+    failure = result.get("failure") if isinstance(result, dict) else None
+    if isinstance(failure, dict):
+        return Failure(str(failure.get("code")), str(failure.get("message")))
+    return Failure(code, info.reason or info.state)
+
+
+def _when(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+@code.command("list")
+@click.option("-n", "--limit", default=50, show_default=True, help="Most workspaces to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+def list_(limit: int, as_json: bool) -> None:
+    """List workspaces, newest first."""
+    found = _store().list(limit)
+    if as_json:
+        click.echo(json.dumps([_brief(ws) for ws in found], indent=2))
+        return
+    if not found:
+        click.echo("no workspaces")
+        return
+    click.echo(f"{'ID':<12}  {'STATE':<11}  {'CREATED':<16}  {'FILES':>5}  SOURCE  TASK")
+    for ws in found:
+        files = len(ws.outcome.get("files") or ())
+        task = ws.task.replace("\n", " ")[:50]
+        click.echo(f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
+                   f"{ws.source}  {task}")  # fmt: skip
+
+
+def _brief(ws: Workspace) -> dict[str, Any]:
+    data = ws.to_dict()
+    data["outcome"] = {k: v for k, v in ws.outcome.items() if k != "diff"}
+    return data
+
+
+@code.command()
+@click.argument("ws_id", metavar="ID")
+@click.option("--json", "as_json", is_flag=True, help="Print the workspace and its diff as JSON.")
+@click.option("--no-pager", is_flag=True, help="Never page, even on a terminal.")
+def show(ws_id: str, as_json: bool, no_pager: bool) -> None:
+    """Show a workspace: what was left out, the tests, the agent's summary, the diff
+    (coloured and paged on a terminal)."""
+    ws = _store().get(ws_id)
+    if as_json:
+        click.echo(json.dumps(ws.to_dict(), indent=2))
+        return
+    lines = _render(ws, diff=True, color=sys.stdout.isatty())
+    if sys.stdout.isatty() and not no_pager:
+        click.echo_via_pager("\n".join(lines) + "\n")
+    else:
+        click.echo("\n".join(lines))
+
+
+def _print_workspace(ws: Workspace, *, diff: bool) -> None:
+    click.echo("\n".join(_render(ws, diff=diff, color=sys.stdout.isatty())))
+
+
+def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
+    """The workspace for a person. What the agent wrote (summary, diff, test output) is
+    cleaned of escape sequences on a terminal."""
+    from ._terminal import for_terminal
+
+    def clean(text: str) -> str:
+        return for_terminal(text) if color else text
+
+    def style(text: str, **kw: Any) -> str:
+        return click.style(text, **kw) if color else text
+
+    out = ws.outcome
+    lines = [
+        style(f"workspace {ws.id}", bold=True) + f"  {ws.shown_state}",
+        f"project:   {ws.source}",
+        f"workspace: {ws.path} ({ws.kind}, branch {ws.branch})",
+        f"agent:     {ws.agent or '(default)'}   task: {clean(ws.task)[:200]}",
+    ]
+    if ws.left_out:
+        shown = ", ".join(f"{x['path']} ({x['reason']})" for x in ws.left_out[:20])
+        more = len(ws.left_out) - 20 + ws.more_left_out
+        lines.append(f"left out:  {clean(shown)}" + (f" and {more} more" if more > 0 else ""))
+    for key, label in (("test_before", "test before"), ("test_after", "test after")):
+        test = out.get(key)
+        if isinstance(test, dict):
+            verdict = "passed" if test.get("passed") else f"failed (exit {test.get('exit_code')})"
+            lines.append(f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
+                         f"  ({test.get('command')})")  # fmt: skip
+    failure = out.get("failure")
+    if isinstance(failure, dict):
+        lines.append(style(f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}",
+                           fg="red"))  # fmt: skip
+    if out.get("summary"):
+        lines += ["summary:", *("  " + line for line in clean(str(out["summary"])).splitlines())]
+    files = out.get("files") or []
+    if ws.state in ("done", "failed", "applied"):
+        if files:
+            lines.append(f"files:     {len(files)} touched")
+            lines += [f"  {f['status']} {clean(f['path'])}" for f in files]
+        else:
+            lines.append("files:     no change")
+    if diff and out.get("diff"):
+        lines.append("")
+        for line in clean(str(out["diff"])).splitlines():
+            if line.startswith(("+++", "---")):
+                lines.append(style(line, bold=True))
+            elif line.startswith("+"):
+                lines.append(style(line, fg="green"))
+            elif line.startswith("-"):
+                lines.append(style(line, fg="red"))
+            elif line.startswith("@@"):
+                lines.append(style(line, fg="cyan"))
+            else:
+                lines.append(line)
+        if out.get("diff_truncated"):
+            lines.append(f"[diff cut at its first {len(out['diff'])} characters]")
+    if ws.state in ("done", "failed") and files:
+        lines.append(f"\napply: jarvis code apply {ws.id}   discard: jarvis code discard {ws.id}")
+    return lines
+
+
+@code.command("apply")
+@click.argument("ws_id", metavar="ID")
+def apply_(ws_id: str) -> None:
+    """Merge the workspace's change onto its project (three-way; refused, with nothing
+    written, when the project changed in a conflicting way), then remove the workspace."""
+    from ..code import apply
+
+    ws = apply(ws_id, _store(), _state_dir())
+    files = ws.outcome.get("files") or []
+    click.echo(f"applied {len(files)} file(s) to {ws.source}")
+
+
+@code.command()
+@click.argument("ws_id", metavar="ID")
+def discard(ws_id: str) -> None:
+    """Remove the workspace: its files, its worktree and branch, its record."""
+    from ..code import discard as discard_workspace
+
+    store = _store()
+    ws = store.get(ws_id)
+    if ws.shown_state == "running":
+        raise UsageError(f"workspace {ws.id} is running: stop its run first (jarvis task cancel)")
+    discard_workspace(ws, store, _state_dir())
+    click.echo(f"discarded {ws.id}")

@@ -1,0 +1,164 @@
+"""Warm start: a pool of pre-created (never started) sandbox containers, so that a
+session's first cell skips the engine's create step.
+
+Config ``sandbox.warm_pool = N`` (0, the default, turns it off). Containers are created
+for one exact container configuration (image, command, environment, limits, the
+read-only mounts of jarvis's own code): a request that needs nothing else (no files, no
+mounts: the code agents' REPL session) takes one, and a background thread creates the
+next. A taken container is the run's like any other: removed at the end of the run,
+never handed out again. Pooled containers carry the sandbox label and the owner label,
+so the orphan sweep removes them once their process is gone; a process removes its own
+at exit.
+
+Pools outlive the executors (one per run), so each process keeps one pool per engine
+here, created on first use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["POOL_LABEL", "WarmPool", "close_pools", "warm_pool"]
+
+log = logging.getLogger(__name__)
+
+#: Pooled containers also carry this label (value "1"), to tell them apart in listings.
+POOL_LABEL = "jarvis.sandbox.pool"
+#: Configurations a pool keeps containers for at once: the oldest one's go first.
+MAX_CONFIGS = 2
+
+_pools: dict[tuple[str, str], WarmPool] = {}
+_pools_lock = threading.Lock()
+
+
+def _key(config: Mapping[str, Any]) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+class WarmPool:
+    """Up to ``size`` created, not started, containers per configuration."""
+
+    def __init__(self, api: Any, size: int) -> None:
+        self.api = api
+        self.size = size
+        self._lock = threading.Lock()
+        self._configs: dict[str, Mapping[str, Any]] = {}  # oldest first
+        self._ready: dict[str, list[str]] = {}
+        self._filling = False
+        self._closed = False
+
+    def ready(self) -> list[str]:
+        """The ids of the containers waiting to be taken."""
+        with self._lock:
+            return [cid for ids in self._ready.values() for cid in ids]
+
+    def prime(self, config: Mapping[str, Any]) -> None:
+        """Keep containers of ``config`` ready (created in the background)."""
+        self._want(_key(config), config)
+        self._refill()
+
+    def take(self, config: Mapping[str, Any]) -> str | None:
+        """A ready container of ``config``, now the caller's (None: create one yourself);
+        the pool creates the next in the background."""
+        key = _key(config)
+        self._want(key, config)
+        with self._lock:
+            ready = self._ready.get(key)
+            found = ready.pop(0) if ready else None
+        self._refill()
+        return found
+
+    def _want(self, key: str, config: Mapping[str, Any]) -> None:
+        dropped: list[str] = []
+        with self._lock:
+            self._configs.pop(key, None)
+            self._configs[key] = config
+            while len(self._configs) > MAX_CONFIGS:
+                oldest = next(iter(self._configs))
+                del self._configs[oldest]
+                dropped += self._ready.pop(oldest, [])
+        self._remove(dropped)
+
+    def _refill(self) -> None:
+        with self._lock:
+            if self._filling or self._closed:
+                return
+            self._filling = True
+        threading.Thread(target=self._fill, name="sandbox-pool", daemon=True).start()
+
+    def _fill(self) -> None:
+        import docker.errors
+        import requests.exceptions
+
+        try:
+            while True:
+                with self._lock:
+                    short = [k for k in self._configs if len(self._ready.get(k, ())) < self.size]
+                    if not short or self._closed:
+                        # Under the lock: a take from now on starts a new fill.
+                        self._filling = False
+                        return
+                    key, config = short[0], self._configs[short[0]]
+                labelled = {**config, "Labels": {**config.get("Labels", {}), POOL_LABEL: "1"}}
+                try:
+                    created = self.api.create_container_from_config(labelled, None)["Id"]
+                except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                    log.warning("warm pool: cannot pre-create a sandbox container: %s", exc)
+                    break
+                with self._lock:
+                    keep = not self._closed and key in self._configs
+                    if keep:
+                        self._ready.setdefault(key, []).append(created)
+                if not keep:
+                    self._remove([created])
+        finally:
+            with self._lock:
+                self._filling = False
+
+    def _remove(self, ids: list[str]) -> None:
+        import docker.errors
+        import requests.exceptions
+
+        for cid in ids:
+            with contextlib.suppress(
+                docker.errors.DockerException, requests.exceptions.RequestException
+            ):
+                self.api.remove_container(cid, force=True)
+
+    def close(self) -> None:
+        """Remove the containers still waiting; the pool creates no more."""
+        with self._lock:
+            self._closed = True
+            ids = [cid for ready in self._ready.values() for cid in ready]
+            self._ready.clear()
+        self._remove(ids)
+
+
+def warm_pool(address: str, flavor: str, size: int, connect: Any) -> WarmPool:
+    """This process's pool for the engine at ``address`` (``connect()`` gives it its own
+    client the first time)."""
+    with _pools_lock:
+        pool = _pools.get((address, flavor))
+        if pool is None:
+            if not _pools:
+                atexit.register(close_pools)
+            pool = _pools[(address, flavor)] = WarmPool(connect().api, size)
+        pool.size = size
+        return pool
+
+
+def close_pools() -> None:
+    """Remove every pooled container of this process (at exit, and for tests)."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
+        with contextlib.suppress(Exception):
+            pool.api.close()

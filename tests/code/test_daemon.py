@@ -1,0 +1,100 @@
+"""jarvis code through a real jarvisd: the run is a task (its events in `task logs`),
+and a daemon killed with -9 leaves the task interrupted and the workspace kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from jarvisd._messages import Generation, Message, Role, ToolSpec
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.testing import OllamaStandIn
+from tests.conftest import require
+from tests.daemon.conftest import DaemonProcess, SlowOnCue
+from tests.sandbox.conftest import engine_problem
+
+from .conftest import FIXED, git, tree_hashes
+from .test_run import TEST_COMMAND
+
+pytestmark = pytest.mark.docker
+
+
+def fixer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+    """CodeAct: first a block that fixes calc.py in the workspace the prompt names,
+    then the summary."""
+    if any(m.role is Role.ASSISTANT for m in messages):
+        return reply("add adds now")
+    prompt = next(m.content for m in messages if m.role is Role.USER)
+    where = prompt.split("in the directory ", 1)[1].split(" ", 1)[0]
+    return reply(f"```python\nopen({where + '/calc.py'!r}, 'w').write({FIXED!r})\n```")
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return SlowOnCue(fallback=fixer)
+
+
+@pytest.fixture
+def jarvisd(isolated_dirs: Path, engine: ScriptedEngine) -> Iterator[DaemonProcess]:
+    problem = engine_problem()
+    require(not problem, problem)
+    with OllamaStandIn(engine) as standin:
+        daemon = DaemonProcess(isolated_dirs, standin.url)
+        daemon.write_config("max_concurrent = 2")
+        daemon.start()
+        yield daemon
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(10)
+
+
+def jarvis(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jarvisd", *args], capture_output=True,
+                          text=True, timeout=300, env=os.environ.copy())  # fmt: skip
+
+
+def test_code_runs_as_a_daemon_task(jarvisd: DaemonProcess, project: Path) -> None:
+    before = tree_hashes(project)
+    done = jarvis("code", str(project), "fix the failing test", "--test", TEST_COMMAND)
+    assert done.returncode == 0, done.stderr
+    assert "running as jarvisd task" in done.stderr
+    assert "+    return a + b" in done.stdout and "test after:  passed" in done.stdout
+    (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
+    assert ws["state"] == "done" and ws["run_id"]
+    task = jarvisd.client.show(ws["run_id"])
+    assert task.state == "succeeded"
+    assert task.result is not None and task.result["metadata"]["code"]["workspace"] == ws["id"]
+    events = [e.event for e in jarvisd.client.logs(ws["run_id"])]
+    assert "tool_call_start" in events and events[-1] == "task_end"
+    assert tree_hashes(project) == before
+    assert jarvis("code", "apply", ws["id"]).returncode == 0
+    assert (project / "calc.py").read_text() == FIXED
+
+
+def test_a_daemon_killed_mid_run_leaves_the_task_interrupted_and_the_workspace(
+    jarvisd: DaemonProcess, engine: ScriptedEngine, project: Path
+) -> None:
+    cli = subprocess.Popen([sys.executable, "-m", "jarvisd", "code", str(project), "slow task"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        # The agent is waiting for its model: the run has said it cannot be resumed.
+        jarvisd.wait_for(lambda: bool(engine.calls), 60, "the agent's first inference")
+        (task,) = jarvisd.client.list_tasks(("running",))
+        jarvisd.kill9()
+        jarvisd.start()
+        info = jarvisd.client.wait(task.id, 30)
+        assert info.state == "interrupted" and "resumed" in info.reason, info.reason
+    finally:
+        cli.kill()
+        cli.communicate(timeout=10)
+    (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
+    assert Path(ws["path"]).is_dir()  # kept until discard
+    assert ws["shown_state"] == "interrupted"
+    assert jarvis("code", "discard", ws["id"]).returncode == 0
+    assert git(project, "branch", "--list", "jarvis/*") == ""
