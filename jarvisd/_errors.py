@@ -12,6 +12,8 @@ Split by what the caller can do about it::
     ├── ModelFileError          a model file is missing, partial or fails its hash
     ├── ToolError               a tool could not run (reported to the model, not raised out)
     ├── NoAnswer                a run ended without an answer (unusable replies, max turns)
+    ├── PatternError            a composition could not give a result: a member failed
+    │                           where none may, a plan was refused, a contract not met
     ├── SandboxError
     │   ├── MountRefused        a mount the allowlist refuses
     │   └── SandboxUnavailable  no container engine / image (exit 3)
@@ -52,6 +54,7 @@ __all__ = [
     "ModelNotFound",
     "MountRefused",
     "NoAnswer",
+    "PatternError",
     "ProtocolError",
     "QueueFull",
     "SandboxError",
@@ -116,6 +119,10 @@ class ToolError(JarvisError):
 
 class NoAnswer(JarvisError):
     """The agent ran to its end without an answer to give."""
+
+
+class PatternError(JarvisError):
+    """A composition pattern (jarvisd.patterns) could not produce its result."""
 
 
 class SandboxError(JarvisError):

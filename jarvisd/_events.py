@@ -25,6 +25,14 @@ class EventType(enum.StrEnum):
     INFERENCE_DELTA = "inference_delta"
     RUN_START = "run_start"
     RUN_END = "run_end"
+    # Composition patterns (jarvisd.patterns); every one carries ``pattern`` (the
+    # pattern's name) and ``depth``, and its own fields (see jarvisd.patterns._base).
+    ROUTE_CHOSEN = "route_chosen"
+    MEMBER_START = "member_start"
+    MEMBER_END = "member_end"
+    ROUND = "round"
+    HANDOFF = "handoff"
+    STEP = "step"
     #: A run's ledger reached ``warn_at`` of one of its caps (once per dimension).
     BUDGET_WARNING = "budget_warning"
     #: An external agent's plan (its entries, each [status, text]).

@@ -26,6 +26,7 @@ PACKAGES = [
     "jarvisd.memory",
     "jarvisd.traces",
     "jarvisd.external",
+    "jarvisd.patterns",
     "jarvisd.gateway",
 ]
 

@@ -35,6 +35,9 @@ _OPTIONS = (
                       "mode=structured for orchestrator, max_depth=3 for rlm. Repeatable."),
     click.option("--context", "context_file", type=click.Path(dir_okay=False), default=None,
                  help="A file given to the agent as its context (rlm keeps it in its REPL)."),
+    click.option("--team", "team_file", type=click.Path(dir_okay=False), default=None,
+                 help="Run a team described in a TOML file (agents and a pattern tree) "
+                      "instead of one agent; see README, Composing agents."),
     click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container."),
     click.option("--no-sandbox", is_flag=True,
                  help="Run an external agent (opencode, codex, claude, gemini...) on the host "
@@ -97,5 +100,23 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
         max_calls=values["max_calls"],
         max_tool_calls=values["max_tool_calls"],
         max_wall=values["max_wall"],
+        team=_read_team(values["team_file"]),
     )
     return spec.at_edge()
+
+
+def _read_team(path: str | None) -> str | None:
+    """The team file's text, checked here so its errors (with their line) show before
+    anything starts."""
+    if path is None:
+        return None
+    from ..patterns._teamfile import MAX_TEAM_BYTES, parse_team
+
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_TEAM_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read team file {path}: {exc.strerror}") from exc
+    text = data.decode("utf-8", "replace")
+    parse_team(text, path)
+    return text

@@ -36,11 +36,19 @@ def list_traces(limit: int, as_json: bool) -> None:
 @trace.command("show")
 @click.argument("trace_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with every event.")
-def show(trace_id: str, as_json: bool) -> None:
+@click.option("--mermaid", is_flag=True,
+              help="Print the run as a mermaid sequence diagram (delegations, tool calls, "
+                   "handoffs, routes), drawn from its recorded events.")  # fmt: skip
+def show(trace_id: str, as_json: bool, mermaid: bool) -> None:
     """One trace (an id or a unique prefix) with its events."""
     from ..traces import TraceStore
 
     t = TraceStore().get(trace_id)
+    if mermaid:
+        from ..traces import to_mermaid
+
+        click.echo(to_mermaid(t.events, t.agent), nl=False)
+        return
     if as_json:
         click.echo(json.dumps(t.to_dict(), indent=2, default=str))
         return

@@ -18,8 +18,22 @@ __all__ = ["build_agent", "load_context", "validate_spec"]
 
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
     """Refuse what can be refused before a run starts (unknown agent, options it does
-    not declare, tools for an agent without tools); returns the agent class."""
+    not declare, tools for an agent without tools, a team file that does not check);
+    returns the agent class."""
+    if spec.team is not None:
+        return _team_checked(spec, config)
     return _checked(spec, config)[0]
+
+
+def _team_checked(spec: AgentSpec, config: Config) -> type[BaseAgent]:
+    from ..patterns import TeamAgent, parse_team
+
+    if spec.sandbox:
+        raise UsageError("--sandbox runs one agent in a container; it cannot run a team")
+    team = parse_team(spec.team or "")
+    for table in team.agents.values():
+        AgentRegistry.get(str(table["agent"]))
+    return TeamAgent
 
 
 def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str, object]]:
@@ -48,6 +62,8 @@ def build_agent(
     """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge
     (the in-container runner's plain-process ``executor``)."""
+    if spec.team is not None:
+        return _team(spec, config, engine)
     agent_cls, options = _checked(spec, config)
     key = spec.agent or config.agent.default
     kwargs: dict[str, Any] = {**options, **(extra or {})}
@@ -80,6 +96,20 @@ def build_agent(
     if agent_cls.fetches_urls:
         kwargs.setdefault("allow_network", config.tools.allow_network)
     return agent_cls(engine, spec.model, **kwargs)
+
+
+def _team(spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
+    from ..patterns import AgentDefaults, TeamAgent, build_team, parse_team
+
+    _team_checked(spec, config)
+    defaults = AgentDefaults(
+        model=spec.model,
+        temperature=config.agent.temperature if spec.temperature is None else spec.temperature,
+        max_tokens=spec.max_tokens or config.agent.max_tokens,
+        max_turns=spec.max_turns or config.agent.max_turns,
+    )
+    root = build_team(parse_team(spec.team or ""), engine, config, defaults)
+    return TeamAgent(engine, root)
 
 
 def load_context(spec: AgentSpec) -> AgentContext | None:

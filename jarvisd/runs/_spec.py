@@ -51,6 +51,9 @@ class AgentSpec:
     max_calls: int | None = None
     max_tool_calls: int | None = None
     max_wall: float | None = None
+    #: A team (TOML text, see jarvisd.patterns): the run is the team, not ``agent``.
+    #: The text travels, not the path: whoever runs the spec may not see the file.
+    team: str | None = None
     #: A ``jarvis code`` workspace id: the run is then the agent working on it
     #: (``jarvisd.code.run_code``: sandboxed, the workspace mounted read-write).
     workspace: str | None = None
@@ -90,7 +93,7 @@ class AgentSpec:
         _check(values, "input", str, required=True)
         for name in ("agent", "model"):
             _check(values, name, str)
-        for name in ("engine", "context_file", "system_prompt", "workspace"):
+        for name in ("engine", "context_file", "system_prompt", "team", "workspace"):
             _check(values, name, str, optional=True)
         _check(values, "sandbox", bool)
         _check(values, "no_sandbox", bool)

@@ -8,6 +8,7 @@ from ._collector import (
     TraceStore,
     default_trace_path,
 )
+from ._mermaid import to_mermaid
 
 __all__ = [
     "MAX_EVENT_BYTES",
@@ -16,4 +17,5 @@ __all__ = [
     "TraceCollector",
     "TraceStore",
     "default_trace_path",
+    "to_mermaid",
 ]
