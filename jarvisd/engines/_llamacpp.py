@@ -91,6 +91,7 @@ class LlamaCppEngine(Engine):
         self._chosen = model
         self._load_lock = threading.Lock()
         self._run_lock = asyncio.Lock()
+        self._generating = threading.Lock()
 
     def default_model(self) -> str:
         """The configured model; with none, the strongest catalog model present and
@@ -218,7 +219,12 @@ class LlamaCppEngine(Engine):
 
         def work() -> Generation:
             try:
-                return self._run(messages, tools, options, emit, stop)
+                # The asyncio lock orders requests; this one is what keeps two threads
+                # out of llama.cpp at once (that crashes it): a request cancelled
+                # twice stops waiting for its thread, and the next one must not start
+                # until that thread has seen ``stop`` and left.
+                with self._generating:
+                    return self._run(messages, tools, options, emit, stop)
             finally:
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
