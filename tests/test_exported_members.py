@@ -19,6 +19,7 @@ PACKAGES = [
     "jarvisd.server",
     "jarvisd.testing",
     "jarvisd.runs",
+    "jarvisd.mcp",
     "jarvisd.daemon",
     "jarvisd.sandbox",
     "jarvisd.tools",

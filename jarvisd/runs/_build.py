@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import Config
 from .._errors import UsageError
@@ -13,7 +13,18 @@ from ..engines import Engine
 from ._options import check_options
 from ._spec import AgentSpec
 
-__all__ = ["build_agent", "load_context", "validate_spec"]
+if TYPE_CHECKING:
+    from ..tools import BaseTool
+
+__all__ = ["build_agent", "load_context", "mcp_tool_names", "validate_spec"]
+
+
+def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
+    """The tool names of ``spec`` that belong to a configured MCP server (SERVER.tool)."""
+    if not config.mcp.servers:
+        return []
+    servers = config.mcp.servers
+    return [n for n in spec.tools if (p := n.strip().partition(".")) and p[1] and p[0] in servers]
 
 
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
@@ -29,6 +40,11 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
     options = check_options(key, agent_cls, spec.options)
     if spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    if spec.sandbox and mcp_tool_names(spec, config):
+        # Their servers would run on the host, out of the container's reach.
+        raise UsageError(
+            "MCP tools are not available to sandboxed runs yet (run without --sandbox)"
+        )
     return agent_cls, options
 
 
@@ -38,10 +54,12 @@ def build_agent(
     engine: Engine,
     *,
     extra: Mapping[str, object] | None = None,
+    mcp_tools: Sequence[BaseTool] = (),
 ) -> BaseAgent:
     """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge
-    (the in-container runner's plain-process ``executor``)."""
+    (the in-container runner's plain-process ``executor``). ``mcp_tools`` are the run's
+    started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP tool names."""
     agent_cls, options = _checked(spec, config)
     key = spec.agent or config.agent.default
     kwargs: dict[str, Any] = {**options, **(extra or {})}
@@ -54,7 +72,9 @@ def build_agent(
     if agent_cls.accepts_tools:
         from ..tools import build_tools
 
-        kwargs["tools"] = build_tools(spec.tools, config, engine)
+        mcp_names = set(mcp_tool_names(spec, config))
+        names = [n for n in spec.tools if n not in mcp_names]
+        kwargs["tools"] = [*build_tools(names, config, engine), *mcp_tools]
         kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
     if spec.sandbox:
         from ..sandbox import sandboxed_agent
