@@ -25,6 +25,7 @@ PACKAGES = [
     "jarvisd.tools",
     "jarvisd.memory",
     "jarvisd.traces",
+    "jarvisd.gateway",
 ]
 
 

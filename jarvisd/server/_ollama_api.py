@@ -46,6 +46,8 @@ from .._errors import (
 )
 from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
 from ..engines import Engine, ModelInfo
+from ..gateway import _openai_chat as openai_chat
+from ..gateway._common import BadRequest
 from ._allow import Allowlist
 
 __all__ = ["OllamaServer"]
@@ -55,10 +57,6 @@ log = logging.getLogger(__name__)
 VERSION = "0.6.3-jarvis"
 MAX_BODY = 32 * 1024 * 1024
 _END = object()
-
-
-class BadRequest(Exception):
-    pass
 
 
 class _Refused(Exception):
@@ -319,55 +317,6 @@ class OllamaServer:
         if use:
             self._loaded[name] = time.time()
         return name
-
-
-def _parse_openai_messages(raw: Any) -> list[Message]:
-    if not isinstance(raw, list) or not raw:
-        raise BadRequest("messages must be a non-empty list")
-    messages = []
-    for item in raw:
-        if not isinstance(item, dict):
-            raise BadRequest("each message must be an object")
-        try:
-            role = Role(str(item.get("role")))
-        except ValueError:
-            raise BadRequest(f"unknown role {item.get('role')!r}") from None
-        calls = []
-        for call in item.get("tool_calls") or ():
-            fn = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
-                raise BadRequest("tool_calls[].function.name is required")
-            args = fn.get("arguments") or "{}"
-            calls.append(ToolCall.from_arguments(fn["name"], args, call.get("id")))
-        content = item.get("content") or ""
-        if isinstance(content, list):  # content parts: keep the text ones
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        messages.append(
-            Message(role, str(content), tuple(calls), item.get("tool_call_id"), item.get("name"))
-        )
-    return messages
-
-
-def _openai_options(body: dict[str, Any]) -> SamplingOptions:
-    try:
-        stop = body.get("stop") or ()
-        return SamplingOptions(
-            temperature=float(body.get("temperature", 0.8)),
-            max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or 1024),
-            top_p=None if body.get("top_p") is None else float(body["top_p"]),
-            seed=None if body.get("seed") is None else int(body["seed"]),
-            stop=tuple(stop) if isinstance(stop, list) else (str(stop),),
-        )
-    except (TypeError, ValueError) as exc:
-        raise BadRequest(f"invalid sampling options: {exc}") from None
-
-
-def _openai_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
-    return [
-        {"index": i, "id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": c.arguments}}
-        for i, c in enumerate(calls)
-    ]  # fmt: skip
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -653,72 +602,46 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _openai_models(self) -> None:
         models = self.api.call(self.api.engine.list_models())
-        self._send_json(
-            200,
-            {"object": "list",
-             "data": [{"id": m.name, "object": "model", "owned_by": "jarvis"} for m in models]},
-        )  # fmt: skip
+        self._send_json(200, openai_chat.models_body([m.name for m in models]))
 
     def _openai_chat(self) -> None:
-        body = self._body()
-        messages = _parse_openai_messages(body.get("messages"))
-        tools = _parse_tools(body.get("tools"))
-        requested = body.get("model") or self.api.engine.default_model() or "default"
+        # The translation is the gateway's OpenAI dialect: one copy for both servers.
+        chat = openai_chat.parse(self._body(), 1024)
+        requested = chat.model or self.api.engine.default_model() or "default"
         model = self.api.resolve_model(requested)
-        options = _openai_options(body)
         engine = self.api.engine
         chunks = self.api.iterate(
-            lambda: engine.stream(messages, model=model, tools=tools, options=options)
+            lambda: engine.stream(
+                chat.messages, model=model, tools=chat.tools, options=chat.options
+            )
         )
         first = next(chunks)  # fail with a status code before any header is sent
-        created = int(time.time())
-        completion_id = "chatcmpl-" + ToolCall("x").id[5:]
-        if not body.get("stream"):
+        if not chat.stream:
             final = first
             for final in chunks:  # noqa: B007 - only the done chunk matters
                 pass
-            g = final.generation
-            if g is None:
+            if final.generation is None:
                 raise EngineResponseError("engine ended its stream without a result")
-            message: dict[str, Any] = {"role": "assistant", "content": g.content}
-            if g.tool_calls:
-                message["tool_calls"] = _openai_calls(g.tool_calls)
-            self._send_json(200, {
-                "id": completion_id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": g.finish_reason.value}],
-                "usage": g.usage.to_dict(),
-            })  # fmt: skip
+            self._send_json(200, openai_chat.response(final.generation, chat, model))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-
-        def event(delta: dict[str, Any], finish: str | None = None, usage: Any = None) -> None:
-            data: dict[str, Any] = {
-                "id": completion_id, "object": "chat.completion.chunk", "created": created,
-                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }  # fmt: skip
-            if usage is not None:
-                data["usage"] = usage
-            self._write_chunk(b"data: " + json.dumps(data).encode() + b"\n\n")
-
+        encoder = openai_chat.Stream(chat, model)
         try:
+            self._write_chunk(encoder.start())
             for chunk in self._chain(first, chunks):
                 if not chunk.done:
-                    event({"role": "assistant", "content": chunk.delta})
+                    if chunk.delta:
+                        self._write_chunk(encoder.delta(chunk.delta))
                     continue
-                g = chunk.generation
-                if g is not None and g.tool_calls:
-                    event({"tool_calls": _openai_calls(g.tool_calls)})
-                reason = g.finish_reason.value if g is not None else "stop"
-                event({}, reason, g.usage.to_dict() if g is not None else None)
-            self._write_chunk(b"data: [DONE]\n\n")
+                if chunk.generation is None:
+                    raise EngineResponseError("engine ended its stream without a result")
+                self._write_chunk(encoder.finish(chunk.generation))
         except (BrokenPipeError, ConnectionResetError):
             chunks.close()
             return
         except (EngineError, JarvisError) as exc:
-            self._write_chunk(
-                b"data: " + json.dumps({"error": {"message": str(exc)}}).encode() + b"\n\n"
-            )
+            self._write_chunk(encoder.fail(_error_status(exc), str(exc)))
         self._write_chunk(b"")

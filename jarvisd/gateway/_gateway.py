@@ -1,0 +1,266 @@
+"""The inference gateway: one run's engine served over the HTTP APIs external agents
+speak, on a private Unix socket or on loopback TCP.
+
+Every request must carry the run's token (``Authorization: Bearer``, ``x-api-key``,
+``x-goog-api-key`` or ``?key=``), compared in constant time; without it the reply is 401
+in the dialect's error shape and the body is never read. Every inference goes through
+:meth:`RunEngine.bind` (budget reserved, cancel honoured, events on the run's bus); the
+run's model serves whatever model the agent names, and ``max_tokens`` (by whatever name
+the dialect gives it) is clamped to the gateway's.
+
+A streamed reply's headers go out only once the engine produced its first chunk, so an
+engine that fails at once gets a real HTTP error status; a failure later (engine error,
+cancel, budget) ends the stream with the dialect's own error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .._errors import EngineError, JarvisError, UsageError
+from .._messages import StreamChunk
+from .._run import RunContext, RunStopped
+from . import _anthropic, _gemini, _openai_chat, _openai_responses
+from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
+from ._http import HTTPServer, Request, Response
+
+if TYPE_CHECKING:
+    from ..engines import Engine
+
+__all__ = ["Gateway"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_TOKENS = 1024
+
+
+def _json(status: int, body: object) -> Response:
+    return Response(status, json.dumps(body, ensure_ascii=False).encode())
+
+
+def _dialect_for(path: str, headers: Any) -> Dialect:
+    """The dialect whose error shape a request to ``path`` expects."""
+    if path.startswith("/v1beta/"):
+        return _gemini.DIALECT
+    if path.startswith("/v1/messages") or "anthropic-version" in headers:
+        return _anthropic.DIALECT
+    if path.startswith("/v1/responses"):
+        return _openai_responses.DIALECT
+    return _openai_chat.DIALECT
+
+
+class Gateway:
+    """Serve ``engine`` for ``run`` until the ``async with`` block ends.
+
+    ``socket_path``: listen on a Unix socket there (mode 0600; its directory must exist
+    and nothing may be at the path yet); else on 127.0.0.1, any free port. Cheap to
+    construct; the server starts in ``__aenter__`` and stops, with every connection and
+    the socket file, in ``__aexit__``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        run: RunContext,
+        model: str = "",
+        socket_path: Path | str | None = None,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self.engine = engine
+        self.run = run
+        self.model = model
+        self.socket_path = Path(socket_path) if socket_path is not None else None
+        self.max_tokens = max_tokens
+        self.token = secrets.token_urlsafe(32)
+        self.url: str | None = None
+        self._token = self.token.encode()
+        self._server: asyncio.AbstractServer | None = None
+        self._http: HTTPServer | None = None
+        self._socket_ino: int | None = None
+
+    @property
+    def model_name(self) -> str:
+        """The model name to hand agents (any name they send is served the same)."""
+        return self.model or self.engine.default_model() or "jarvis"
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def __aenter__(self) -> Gateway:
+        self._http = HTTPServer(self)
+        if self.socket_path is None:
+            self._server = await asyncio.start_server(self._http.connection, "127.0.0.1", 0)
+            port = self._server.sockets[0].getsockname()[1]
+            self.url = f"http://127.0.0.1:{port}"
+        else:
+            self._server = await self._listen_unix(self.socket_path)
+        return self
+
+    async def _listen_unix(self, path: Path) -> asyncio.AbstractServer:
+        assert self._http is not None
+        sock = _bind_private(path)
+        self._socket_ino = os.lstat(path).st_ino
+        return await asyncio.start_unix_server(self._http.connection, sock=sock)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        if self._http is not None:
+            await self._http.aclose()
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self.socket_path is not None and self._socket_ino is not None:
+            # Only the socket this gateway made: something put there since stays.
+            with contextlib.suppress(OSError):
+                if os.lstat(self.socket_path).st_ino == self._socket_ino:
+                    self.socket_path.unlink()
+            self._socket_ino = None
+
+    # -- the HTTP app -----------------------------------------------------------------
+
+    def _authorized(self, request: Request) -> bool:
+        headers = request.headers
+        auth = headers.get("authorization", "")
+        offered = [
+            auth[7:].strip() if auth[:7].lower() == "bearer " else "",
+            headers.get("x-api-key", ""),
+            headers.get("x-goog-api-key", ""),
+            request.query.get("key", ""),
+        ]
+        ok = False
+        for value in offered:  # every one compared: the time says nothing about which
+            ok |= hmac.compare_digest(value.encode("utf-8", "replace"), self._token)
+        return ok
+
+    def admit(self, request: Request) -> Response | None:
+        if self._authorized(request):
+            return None
+        return self.refuse(request, 401, "missing or wrong API key for this jarvis run")
+
+    def refuse(self, request: Request | None, status: int, message: str) -> Response:
+        dialect = _dialect_for(request.path, request.headers) if request else _openai_chat.DIALECT
+        return _json(status, dialect.error(status, message))
+
+    async def handle(self, request: Request) -> Response:
+        dialect = _dialect_for(request.path, request.headers)
+        try:
+            return await self._route(request, dialect)
+        except (BadRequest, EngineError, RunStopped) as exc:
+            status = error_status(exc)
+            return _json(status, dialect.error(status, str(exc)))
+        except JarvisError as exc:
+            return _json(500, dialect.error(500, str(exc)))
+        except Exception as exc:  # the agent gets an answer, whatever the engine did
+            log.exception("gateway: internal error on %s", request.path)
+            return _json(500, dialect.error(500, f"internal error: {type(exc).__name__}"))
+
+    async def _route(self, request: Request, dialect: Dialect) -> Response:
+        method, path = request.method, request.path
+        if method == "GET":
+            if path == "/v1/models":
+                if dialect is _anthropic.DIALECT:
+                    return _json(200, _anthropic.models_body([self.model_name]))
+                return _json(200, _openai_chat.models_body([self.model_name]))
+            if path == "/v1beta/models":
+                return _json(200, _gemini.models_body([self.model_name]))
+            raise BadRequest(f"no such endpoint: GET {path}", 404)
+        if method != "POST":
+            raise BadRequest(f"method {method} is not allowed here", 405)
+        if path == "/v1/messages/count_tokens":
+            return _json(200, _anthropic.count_tokens(loads(request.body)))
+        if path.startswith("/v1beta/models/") and ":" in path:
+            action = path.rsplit(":", 1)[1]
+            if action == "countTokens":
+                return _json(200, _gemini.count_tokens(loads(request.body)))
+            if action not in ("generateContent", "streamGenerateContent"):
+                raise BadRequest(f"no such endpoint: POST {path}", 404)
+            chat = dialect.parse(loads(request.body), self.max_tokens)
+            return await self._infer(dialect, replace(chat, stream=action != "generateContent"))
+        if path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
+            return await self._infer(dialect, dialect.parse(loads(request.body), self.max_tokens))
+        raise BadRequest(f"no such endpoint: POST {path}", 404)
+
+    # -- inference ----------------------------------------------------------------------
+
+    async def _infer(self, dialect: Dialect, chat: ChatRequest) -> Response:
+        from ..engines import RunEngine
+
+        engine = RunEngine.bind(self.engine, self.run)
+        options = chat.options
+        if options.max_tokens > self.max_tokens:
+            options = replace(options, max_tokens=self.max_tokens)
+        model = self.model or self.engine.default_model()
+        if not chat.stream:
+            generation = await engine.generate(
+                chat.messages, model=model, tools=chat.tools, options=options
+            )
+            return _json(200, dialect.response(generation, chat, self.model_name))
+        chunks = aiter(engine.stream(chat.messages, model=model, tools=chat.tools, options=options))
+        try:
+            first = await anext(chunks)
+        except BaseException:
+            await chunks.aclose()  # type: ignore[attr-defined]
+            raise
+        encoder = dialect.stream(chat, self.model_name)
+        return Response(
+            200, content_type="text/event-stream", stream=_events(encoder, first, chunks)
+        )
+
+
+def _bind_private(path: Path) -> socket.socket:
+    """A Unix socket bound at ``path`` with mode 0600 from its first moment."""
+    if os.path.lexists(path):
+        raise UsageError(f"cannot serve the gateway on {path}: something is already there")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # umask, not a chmod after bind: no moment in which another user could connect.
+    old = os.umask(0o177)
+    try:
+        sock.bind(str(path))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot serve the gateway on {path}: {exc.strerror or exc}") from exc
+    finally:
+        os.umask(old)
+    return sock
+
+
+async def _events(
+    encoder: Any, first: StreamChunk, chunks: AsyncIterator[StreamChunk]
+) -> AsyncIterator[bytes]:
+    try:
+        yield encoder.start()
+        chunk: StreamChunk | None = first
+        while chunk is not None:
+            if chunk.done:
+                if chunk.generation is None:
+                    raise EngineError("the engine ended its stream without a result")
+                yield encoder.finish(chunk.generation)
+                return
+            yield encoder.delta(chunk.delta)
+            chunk = await anext(chunks, None)
+        raise EngineError("the engine ended its stream without a result")
+    except (EngineError, RunStopped) as exc:
+        yield encoder.fail(error_status(exc), str(exc))
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]

@@ -1,0 +1,259 @@
+"""A small HTTP/1.1 server on asyncio streams, parsed by h11: enough for the gateway.
+
+Every client is hostile until its request passes ``App.admit`` (the gateway checks the
+run's token there): a request line and headers are bounded (``MAX_HEAD`` bytes,
+``MAX_HEADERS`` lines), a body is read only after admission and only up to
+``MAX_BODY`` bytes (a Content-Length over it is refused before a byte is read; a chunked
+body is cut off when it passes it), and a client that is slow to send a request, or to
+read a reply, is dropped. A refused request's connection is closed, its body unread.
+
+Replies are whole bodies or streams of byte chunks (server-sent events); a client that
+goes away mid-stream closes the stream, which stops the generation behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+__all__ = ["App", "HTTPServer", "Request", "Response"]
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 16 * 1024
+MAX_HEADERS = 100
+MAX_BODY = 16 * 1024 * 1024
+#: From a connection's first byte (or its previous reply) to a whole request head.
+HEAD_TIMEOUT = 60.0
+#: For the whole body, once the head is in.
+BODY_TIMEOUT = 60.0
+#: For each write to drain: a client that stops reading is dropped.
+WRITE_TIMEOUT = 60.0
+MAX_CONNECTIONS = 64
+_READ = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str  # percent-decoded, without the query
+    query: Mapping[str, str]
+    headers: Mapping[str, str]  # lower-case names; a repeated header keeps its last value
+    body: bytes = b""
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    #: When set, the body is streamed from it (chunked) and ``body`` is ignored.
+    stream: AsyncIterator[bytes] | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+class App(Protocol):
+    def admit(self, request: Request) -> Response | None:
+        """Check a request's head (its body not read yet): None to go on, or the
+        refusal to send before closing the connection."""
+
+    def refuse(self, request: Request | None, status: int, message: str) -> Response:
+        """The reply for a request the HTTP layer refuses (``request``: its head, when
+        it got that far)."""
+
+    async def handle(self, request: Request) -> Response: ...
+
+
+class _Close(Exception):
+    """The connection is done: the peer left, timed out or broke the protocol."""
+
+
+class HTTPServer:
+    """Serves ``app`` on a listening asyncio server the caller starts with
+    :meth:`connection` as its client callback; :meth:`aclose` ends every connection."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.close()
+            return
+        self._tasks.add(task)
+        try:
+            await _Connection(self.app, reader, writer).serve()
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def aclose(self) -> None:
+        tasks = [t for t in self._tasks if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class _Connection:
+    def __init__(
+        self, app: App, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        import h11
+
+        self.h11 = h11
+        self.app = app
+        self.reader = reader
+        self.writer = writer
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+
+    async def serve(self) -> None:
+        h11 = self.h11
+        try:
+            while True:
+                head = await self._head()
+                if head is None:
+                    return
+                refusal = self.app.admit(head)
+                if refusal is not None:
+                    await self._send(refusal, close=True)
+                    return
+                request = await self._body(head)
+                if request is None:
+                    return
+                await self._send(await self.app.handle(request))
+                if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+                    return
+                self.conn.start_next_cycle()
+        except _Close:
+            return
+
+    async def _event(self) -> Any:
+        h11 = self.h11
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            try:
+                data = await self.reader.read(_READ)
+            except ConnectionError:
+                raise _Close from None
+            self.conn.receive_data(data)
+
+    async def _head(self) -> Request | None:
+        h11 = self.h11
+        try:
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                event = await self._event()
+        except TimeoutError:
+            if self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]:
+                return None  # an idle keep-alive connection: close it quietly
+            await self._refuse(None, 408, "request head not received in time")
+            return None
+        except h11.RemoteProtocolError as exc:
+            status = exc.error_status_hint
+            await self._refuse(None, 431 if status == 431 else 400, f"bad request: {exc}")
+            return None
+        if isinstance(event, h11.ConnectionClosed):
+            return None
+        if not isinstance(event, h11.Request):
+            await self._refuse(None, 400, "bad request")
+            return None
+        if len(event.headers) > MAX_HEADERS:
+            await self._refuse(None, 431, f"more than {MAX_HEADERS} header lines")
+            return None
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
+        target = urlsplit(event.target.decode("latin-1"))
+        head = Request(
+            method=event.method.decode("ascii", "replace"),
+            path=unquote(target.path),
+            query=dict(parse_qsl(target.query)),
+            headers=headers,
+        )
+        length = headers.get("content-length")
+        # h11 has checked it is digits, and one value; the size is ours to check.
+        if length is not None and int(length) > MAX_BODY:
+            await self._refuse(head, 413, f"request body over {MAX_BODY} bytes")
+            return None
+        return head
+
+    async def _body(self, head: Request) -> Request | None:
+        h11 = self.h11
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                while True:
+                    event = await self._event()
+                    if isinstance(event, h11.Data):
+                        size += len(event.data)
+                        if size > MAX_BODY:
+                            await self._refuse(head, 413, f"request body over {MAX_BODY} bytes")
+                            return None
+                        chunks.append(event.data)
+                    elif isinstance(event, h11.EndOfMessage):
+                        break
+                    else:  # ConnectionClosed mid-body
+                        return None
+        except TimeoutError:
+            await self._refuse(head, 408, "request body not received in time")
+            return None
+        except h11.RemoteProtocolError as exc:
+            await self._refuse(head, 400, f"bad request body: {exc}")
+            return None
+        return Request(head.method, head.path, head.query, head.headers, b"".join(chunks))
+
+    async def _refuse(self, head: Request | None, status: int, message: str) -> None:
+        if self.conn.our_state not in (self.h11.IDLE, self.h11.SEND_RESPONSE):
+            return
+        with contextlib.suppress(_Close):
+            await self._send(self.app.refuse(head, status, message), close=True)
+
+    async def _write(self, event: Any) -> None:
+        data = self.conn.send(event)
+        if not data:
+            return
+        try:
+            self.writer.write(data)
+            async with asyncio.timeout(WRITE_TIMEOUT):
+                await self.writer.drain()
+        except (ConnectionError, TimeoutError):
+            raise _Close from None
+
+    async def _send(self, response: Response, *, close: bool = False) -> None:
+        h11 = self.h11
+        headers = [("content-type", response.content_type), *response.headers]
+        if response.stream is None:
+            headers.append(("content-length", str(len(response.body))))
+        else:
+            headers.append(("cache-control", "no-cache"))
+        if close:
+            headers.append(("connection", "close"))
+        try:
+            await self._write(h11.Response(status_code=response.status, headers=headers))
+            if response.stream is None:
+                await self._write(h11.Data(data=response.body))
+            else:
+                await self._pump(response.stream)
+            await self._write(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:  # pragma: no cover - a bug here, not the peer's
+            log.error("gateway reply broke HTTP: %s", exc)
+            raise _Close from None
+
+    async def _pump(self, stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for data in stream:
+                if data:
+                    await self._write(self.h11.Data(data=data))
+        finally:
+            # The client is gone or the stream ended: either way the producer stops.
+            closer: Callable[[], Awaitable[None]] | None = getattr(stream, "aclose", None)
+            if closer is not None:
+                await closer()
