@@ -164,11 +164,11 @@ class DaemonConfig:
 @dataclass(frozen=True, slots=True)
 class McpServerConfig:
     """One ``[mcp.servers.NAME]`` table: a stdio MCP server whose tools become
-    ``NAME.tool``. The program gets a minimal environment plus ``env``."""
+    ``NAME.tool``. The program gets a minimal environment plus ``env``, and a fresh
+    temporary directory to work in."""
 
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
-    cwd: str = ""  # empty: a fresh temporary directory
     timeout: float = _num(30.0, 0, above=True)  # seconds for one tool call
     startup_timeout: float = _num(30.0, 0, above=True)  # start, initialize, list tools
 
