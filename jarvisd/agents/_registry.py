@@ -21,6 +21,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "native_react": "jarvisd.agents._react:NativeReActAgent",
     "native_openhands": "jarvisd.agents._codeact:NativeOpenHandsAgent",
     "rlm": "jarvisd.agents._rlm:RLMAgent",
+    "openhands": "jarvisd.agents._openhands:OpenHandsAgent",
 }
 ALIASES: dict[str, str] = {"react": "native_react"}
 

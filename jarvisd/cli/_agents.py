@@ -58,3 +58,19 @@ def list_agents(as_json: bool) -> None:
                 for name, option in row["options"].items()
             )
             click.echo(f"{'':<25} options: {options}")
+
+
+#: Agents that live in an environment of their own, and the function that installs it.
+INSTALLERS = {"openhands": "jarvisd.agents._openhands_venv:ensure_venv"}
+
+
+@agents.command("install")
+@click.argument("name", type=click.Choice(sorted(INSTALLERS)))
+def install_agent(name: str) -> None:
+    """Install agent NAME's own environment now (otherwise its first run does), with
+    progress. openhands: a Python >= 3.12 venv with openhands-sdk (about 3 minutes)."""
+    from .._plugins import import_from_string
+
+    install = import_from_string(INSTALLERS[name])
+    path = install(lambda line: click.echo(line, err=True))
+    click.echo(f"{name}: ready ({path})")

@@ -1,0 +1,131 @@
+"""openhands: the OpenHands SDK in its own Python 3.12 venv, over frames, on the run's
+engine through the inference gateway, editing a workspace.
+
+The venv is the one ``packaging/dev/setup.sh --test`` installs (``jarvis agents install
+openhands``) under the real cache dir; these tests see it through a symlink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+from jarvisd._config import Config
+from jarvisd._events import EventType
+from jarvisd._paths import paths
+from jarvisd._run import RunContext
+from jarvisd.agents._openhands_venv import NoPython312, find_python312, venv_dir
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.runs import AgentSpec, run_spec
+from tests.conftest import require
+
+# Captured before the autouse fixture points the cache at a temporary directory.
+REAL_VENVS = paths().cache / "venvs"
+
+
+def use_real_venv() -> None:
+    require(
+        (REAL_VENVS / "openhands" / ".jarvis-pins").is_file(),
+        f"the openhands venv is not installed in {REAL_VENVS} (jarvis agents install openhands)",
+    )
+    target = paths().cache / "venvs"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(REAL_VENVS, target_is_directory=True)
+
+
+def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path) -> None:
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    target = workspace / "hello.py"
+    engine = ScriptedEngine(
+        [
+            reply(
+                "",
+                ("file_editor", {"command": "create", "path": str(target),
+                                 "file_text": "print('hello')\n"}),
+            ),
+            reply("", ("finish", {"message": "Created hello.py."})),
+        ]
+    )  # fmt: skip
+    events: list[tuple[EventType, dict[str, object]]] = []
+    run = RunContext()
+    run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
+    spec = AgentSpec(
+        "Create hello.py printing hello.",
+        agent="openhands",
+        options={"workspace": str(workspace)},
+    )
+    outcome = asyncio.run(run_spec(spec, run, Config(), engine))
+    assert outcome.failure is None, outcome.failure
+    assert target.read_text() == "print('hello')\n"
+    assert outcome.answer == "Created hello.py."
+    tools = [r.tool_name for r in outcome.tool_results]
+    assert tools[0] == "file_editor" and outcome.tool_results[0].success
+    # The SDK's calls went through the run's engine: two generations, on its ledger.
+    assert len(engine.calls) == 2 and run.budget.calls == 2
+    starts = [d for t, d in events if t is EventType.TOOL_CALL_START]
+    assert starts and starts[0]["tool"] == "file_editor"
+
+
+def test_no_python_312_is_said_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "JARVIS_PYTHON312", sys.executable if sys.version_info < (3, 12) else "/bin/false"
+    )
+    with pytest.raises(NoPython312, match=r"is not a Python >= 3\.12 interpreter"):
+        find_python312()
+    monkeypatch.delenv("JARVIS_PYTHON312")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    if sys.version_info < (3, 12):
+        with pytest.raises(NoPython312, match=r"pyenv install 3\.12.*JARVIS_PYTHON312"):
+            find_python312()
+    assert NoPython312.exit_code == 3
+    assert venv_dir() == paths().cache / "venvs" / "openhands"
+
+
+def test_openhands_without_a_workspace_is_a_usage_error() -> None:
+    spec = AgentSpec("q", agent="openhands")
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "--option workspace=DIR" in outcome.failure.message
+
+
+@pytest.mark.model
+@pytest.mark.timeout(2400)  # OpenHands's system prompt is long: minutes to read on 2 cores
+def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: Path) -> None:
+    """Qwen2.5-Coder-1.5B: its exact actions are not asserted, the structure is: the
+    SDK's requests reached the run's engine through the gateway, what the model asked
+    for came back as OpenHands tool calls or an answer, and the run ended in a result."""
+    from jarvisd.engines import LlamaCppEngine
+    from tests.conftest import real_model_path
+
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    engine = LlamaCppEngine(str(real_model_path("qwen2.5-coder-1.5b")), n_ctx=16384)
+    run = RunContext()
+    spec = AgentSpec(
+        "Create a file named greeting.txt containing the word hello.",
+        agent="openhands",
+        options={"workspace": str(workspace)},
+        temperature=0,
+        max_tokens=256,
+        max_turns=3,
+    )
+
+    async def go() -> object:
+        try:
+            return await run_spec(spec, run, Config(), engine)
+        finally:
+            await engine.aclose()
+
+    outcome = asyncio.run(go())
+    assert run.budget.calls >= 1 and run.budget.used.prompt_tokens > 1000  # the SDK's prompt
+    failure = outcome.failure  # type: ignore[attr-defined]
+    assert failure is None or failure.code == "no_answer", failure
+    for result in outcome.tool_results:  # type: ignore[attr-defined]
+        assert result.tool_name in {"file_editor", "terminal", "finish", "think", "task_tracker"}
+    assert outcome.tool_results or outcome.answer  # type: ignore[attr-defined]
