@@ -50,9 +50,18 @@ def _json(status: int, body: object) -> Response:
     return Response(status, json.dumps(body, ensure_ascii=False).encode())
 
 
+def _gemini_action(path: str) -> str:
+    """``generateContent`` for ``/v1beta/models/M:generateContent`` (google-genai may
+    use ``/v1/`` instead), else ""."""
+    for prefix in ("/v1beta/models/", "/v1/models/"):
+        if path.startswith(prefix) and ":" in path:
+            return path.rsplit(":", 1)[1]
+    return ""
+
+
 def _dialect_for(path: str, headers: Any) -> Dialect:
     """The dialect whose error shape a request to ``path`` expects."""
-    if path.startswith("/v1beta/"):
+    if path.startswith("/v1beta/") or _gemini_action(path):
         return _gemini.DIALECT
     if path.startswith("/v1/messages") or "anthropic-version" in headers:
         return _anthropic.DIALECT
@@ -189,8 +198,8 @@ class Gateway:
             raise BadRequest(f"method {method} is not allowed here", 405)
         if path == "/v1/messages/count_tokens":
             return _json(200, _anthropic.count_tokens(loads(request.body)))
-        if path.startswith("/v1beta/models/") and ":" in path:
-            action = path.rsplit(":", 1)[1]
+        action = _gemini_action(path)
+        if action:
             if action == "countTokens":
                 return _json(200, _gemini.count_tokens(loads(request.body)))
             if action not in ("generateContent", "streamGenerateContent"):
