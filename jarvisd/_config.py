@@ -26,6 +26,7 @@ from ._paths import paths
 __all__ = [
     "AgentConfig",
     "Bounds",
+    "ClaudeCodeConfig",
     "Config",
     "DaemonConfig",
     "EngineConfig",
@@ -178,6 +179,14 @@ class McpConfig:
     servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class ClaudeCodeConfig:
+    # The environment variable holding a real Anthropic key. Empty (the default): the
+    # run's local model through the gateway; a key is never taken from the environment
+    # unless named here.
+    api_key_env: str = ""
+
+
 #: A server's name is the first half of its tools' names (``NAME.tool``).
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
@@ -190,6 +199,7 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
+    claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     #: The file this was read from (None: defaults only).
     source: str | None = None
 

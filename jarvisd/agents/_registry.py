@@ -22,6 +22,7 @@ BUILTIN_AGENTS: dict[str, str] = {
     "native_openhands": "jarvisd.agents._codeact:NativeOpenHandsAgent",
     "rlm": "jarvisd.agents._rlm:RLMAgent",
     "openhands": "jarvisd.agents._openhands:OpenHandsAgent",
+    "claude_code": "jarvisd.agents._claude_code:ClaudeCodeAgent",
 }
 ALIASES: dict[str, str] = {"react": "native_react"}
 

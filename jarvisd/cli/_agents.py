@@ -9,10 +9,13 @@ import click
 
 
 def agent_rows() -> list[dict[str, Any]]:
+    from .._config import load_config
     from ..agents import AgentRegistry
+    from ..agents._claude_code import key_mode
     from ..agents._registry import ALIASES
     from ..runs import declared_options
 
+    mode = key_mode(load_config())
     rows = []
     for key in AgentRegistry.keys():  # noqa: SIM118 - a classmethod, not a dict
         cls = AgentRegistry.get(key)
@@ -30,6 +33,7 @@ def agent_rows() -> list[dict[str, Any]]:
                        "default": option.default}
                 for name, option in declared_options(cls).items()
             },
+            **({"mode": mode} if key == "claude_code" else {}),
         })  # fmt: skip
     return rows
 
@@ -52,6 +56,8 @@ def list_agents(as_json: bool) -> None:
         tools = "tools" if row["accepts_tools"] else "-"
         alias = f" (alias of {row['alias_of']})" if row["alias_of"] else ""
         click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}")
+        if row["key"] == "claude_code":
+            click.echo(f"{'':<25} model: {row['mode']}")
         if row["options"]:
             options = ", ".join(
                 f"{name}={option['default']!r} ({option['type']})"
@@ -61,14 +67,18 @@ def list_agents(as_json: bool) -> None:
 
 
 #: Agents that live in an environment of their own, and the function that installs it.
-INSTALLERS = {"openhands": "jarvisd.agents._openhands_venv:ensure_venv"}
+INSTALLERS = {
+    "openhands": "jarvisd.agents._openhands_venv:ensure_venv",
+    "claude_code": "jarvisd.agents._claude_code_install:ensure_sdk",
+}
 
 
 @agents.command("install")
 @click.argument("name", type=click.Choice(sorted(INSTALLERS)))
 def install_agent(name: str) -> None:
     """Install agent NAME's own environment now (otherwise its first run does), with
-    progress. openhands: a Python >= 3.12 venv with openhands-sdk (about 3 minutes)."""
+    progress. openhands: a Python >= 3.12 venv with openhands-sdk (about 3 minutes);
+    claude_code: the Claude Agent SDK from npm (pinned)."""
     from .._plugins import import_from_string
 
     install = import_from_string(INSTALLERS[name])

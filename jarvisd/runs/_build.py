@@ -88,6 +88,8 @@ def build_agent(
         kwargs["executor"] = executor_for(config)
     if agent_cls.fetches_urls:
         kwargs.setdefault("allow_network", config.tools.allow_network)
+    if getattr(agent_cls, "wants_config", False):  # claude_code: its key mode
+        kwargs["config"] = config
     return agent_cls(engine, spec.model, **kwargs)
 
 

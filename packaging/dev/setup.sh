@@ -104,6 +104,8 @@ case "$MODE" in
         # The openhands agent's own Python 3.12 venv (cached; about 3 minutes the first time).
         say "installing the openhands agent's venv (cached under ~/.cache/jarvis/venvs)"
         "$VENV/bin/jarvis" agents install openhands
+        # The Claude Agent SDK for claude_code (pinned lockfile; cached under ~/.cache/jarvis/agents).
+        "$VENV/bin/jarvis" agents install claude_code
         say "starting a private Docker engine for the sandbox tests"
         eval "$(bash packaging/dev/docker-up.sh)"
         export DOCKER_HOST
