@@ -77,9 +77,7 @@ def run(start: Start, out: _Out) -> Frame:
     }
     agent_kwargs: dict[str, Any] = {}
     if mcp:
-        agent_kwargs["mcp_config"] = {"mcpServers": mcp}
-    if payload.get("system_prompt"):
-        agent_kwargs["system_prompt_kwargs"] = {}
+        agent_kwargs["mcp_config"] = mcp  # {NAME: {command, args, env}}
     agent = Agent(
         llm=llm,
         tools=[Tool(name=TerminalTool.name), Tool(name=FileEditorTool.name)],

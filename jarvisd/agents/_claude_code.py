@@ -61,6 +61,8 @@ class ClaudeCodeAgent(BaseAgent):
 
     agent_id: ClassVar[str] = "claude_code"
     accepts_tools: ClassVar[bool] = False
+    #: Runs as a host process of its own (its own runtime), never inside the sandbox.
+    host_process: ClassVar[bool] = True
     wants_config: ClassVar[bool] = True
 
     def __init__(

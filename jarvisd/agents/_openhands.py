@@ -35,6 +35,8 @@ class OpenHandsAgent(BaseAgent):
 
     agent_id: ClassVar[str] = "openhands"
     accepts_tools: ClassVar[bool] = True
+    #: Runs as a host process of its own (its own runtime), never inside the sandbox.
+    host_process: ClassVar[bool] = True
 
     def __init__(
         self,

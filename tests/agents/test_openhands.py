@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,40 @@ def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path
     assert len(engine.calls) == 2 and run.budget.calls == 2
     starts = [d for t, d in events if t is EventType.TOOL_CALL_START]
     assert starts and starts[0]["tool"] == "file_editor"
+
+
+def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
+    from jarvisd._messages import Generation, Message, Role, ToolSpec
+    from tests.mcp.test_mcp import demo_config
+
+    use_real_venv()
+    offered: list[list[str]] = []
+
+    def model(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        offered.append([t.name for t in tools])
+        results = [str(m.content) for m in messages if m.role is Role.TOOL]
+        if results:
+            return reply("", ("finish", {"message": "The sum is " + results[-1]}))
+        return reply("", ("add", {"a": 2, "b": 40}))
+
+    spec = AgentSpec(
+        "Add 2 and 40.", agent="openhands", tools=("demo.add",),
+        options={"workspace": str(tmp_path)},
+    )  # fmt: skip
+    engine = ScriptedEngine(fallback=model)
+    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), engine))
+    assert outcome.failure is None, outcome.failure
+    assert "add" in offered[0] and "file_editor" in offered[0]
+    add = outcome.tool_results[0]
+    assert add.tool_name == "add" and add.success and add.content.endswith("42")
+    assert outcome.answer.endswith("42")
+
+
+def test_openhands_refuses_the_sandbox_clearly(tmp_path: Path) -> None:
+    spec = AgentSpec("q", agent="openhands", sandbox=True, options={"workspace": str(tmp_path)})
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "runs as a host process" in outcome.failure.message
 
 
 def test_no_python_312_is_said_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
