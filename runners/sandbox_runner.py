@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import os
 import sys
 import threading
@@ -66,6 +65,7 @@ from jarvisd.protocol import (
     ResultFrame,
     Start,
     encode,
+    jsonable,
 )
 from jarvisd.runs._failures import to_wire
 
@@ -77,16 +77,10 @@ __all__ = [
     "FrameLink",
     "ProxyEngine",
     "entry",
-    "jsonable",
     "main",
 ]
 
 _HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.INFERENCE_DELTA}
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` made JSON-safe (unknown objects become their text)."""
-    return json.loads(json.dumps(value, default=str))
 
 
 class FrameLink:

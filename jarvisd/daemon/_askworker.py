@@ -18,14 +18,13 @@ back; the daemon starts a fresh one when it needs one. When the daemon goes away
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import sys
 import threading
 from collections.abc import Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from jarvisd.protocol import (
     Cancel,
@@ -38,9 +37,10 @@ from jarvisd.protocol import (
     ResultFrame,
     Start,
     encode,
+    jsonable,
 )
 
-from ._worker import _jsonable  # the task worker's: one way to make run data JSON
+from .._procs import exit_host_gone
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("jarvisd.askworker")
 
 EXIT_IDLE = 0
-EXIT_HOST_GONE = 75
 #: Events a question's caller sees besides its text (the rest stay in the trace).
 _FORWARDED = ("tool_call_start", "tool_call_end")
 
@@ -75,7 +74,7 @@ class AskWorker:
                 self._out.write(data)
                 self._out.flush()
             except OSError:
-                os._exit(EXIT_HOST_GONE)
+                exit_host_gone()
 
     def _read(self) -> None:
         """Reader thread: starts go to the loop, a cancel to the current question."""
@@ -93,16 +92,9 @@ class AskWorker:
             log.error("bad frame from the daemon: %s", exc)
         self.gone()
 
-    def gone(self) -> None:
-        """The daemon went away (stdin closed): nobody can receive an answer, so stop
-        at once, with whatever the question started (tools' subprocesses)."""
-        with contextlib.suppress(Exception):
-            import psutil
-
-            for child in psutil.Process().children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-        os._exit(EXIT_HOST_GONE)
+    def gone(self) -> NoReturn:
+        """The daemon went away (stdin closed): nobody can receive an answer."""
+        exit_host_gone()
 
     def _cancel(self, reason: str) -> None:
         if self.current is not None:  # a cancel that arrives between questions is stale
@@ -142,7 +134,7 @@ class AskWorker:
 
         def forward(event: Event) -> None:
             if event.type.value in _FORWARDED:
-                self.send(EventFrame(type=event.type.value, data=_jsonable(event.data)))
+                self.send(EventFrame(type=event.type.value, data=jsonable(event.data)))
 
         run = RunContext(on_delta=on_delta)
         run.bus.subscribe(forward)
@@ -158,7 +150,7 @@ class AskWorker:
             outcome = RunOutcome(failure=Failure.of(exc))
         finally:
             self.current = None
-        self.send(ResultFrame(result=_jsonable(outcome.to_dict())))
+        self.send(ResultFrame(result=jsonable(outcome.to_dict())))
 
 
 def main() -> int:

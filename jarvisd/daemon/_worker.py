@@ -23,14 +23,12 @@ worker exits at once, so a restarted daemon can never find a task running twice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from jarvisd.protocol import (
     Cancel,
@@ -44,8 +42,10 @@ from jarvisd.protocol import (
     ResultFrame,
     Start,
     encode,
+    jsonable,
 )
 
+from .._procs import exit_host_gone
 from ._protocol import CHECKPOINT_EVENT
 
 log = logging.getLogger("jarvisd.worker")
@@ -53,7 +53,6 @@ log = logging.getLogger("jarvisd.worker")
 #: The worker's exit codes (the daemon reads them when no result arrived).
 EXIT_OK = 0
 EXIT_BAD_START = 64
-EXIT_HOST_GONE = 75
 BARRIER_TIMEOUT_S = 30.0
 
 
@@ -109,17 +108,8 @@ class _Host:
                 return
         callback(reason)
 
-    def gone(self) -> None:
-        # Nothing can be recorded any more: stop before anything else has an effect,
-        # and take the subprocesses tools started along (the daemon that would have
-        # ended them may be gone).
-        with contextlib.suppress(Exception):
-            import psutil
-
-            for child in psutil.Process().children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    child.kill()
-        os._exit(EXIT_HOST_GONE)
+    def gone(self) -> NoReturn:
+        exit_host_gone()
 
     def read_forever(self) -> None:
         try:
@@ -134,11 +124,6 @@ class _Host:
         except (FrameError, OSError) as exc:
             log.error("bad frame from the daemon: %s", exc)
         self.gone()
-
-
-def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(json.dumps(dict(data), default=repr))
-    return result
 
 
 async def _run(host: _Host, start: Start) -> None:
@@ -163,7 +148,7 @@ async def _run(host: _Host, start: Start) -> None:
         host.send(EventFrame(type=EventType.INFERENCE_DELTA.value, data={"text": text}))
 
     def checkpoint(state: Mapping[str, Any]) -> None:
-        host.send(EventFrame(type=CHECKPOINT_EVENT, data=_jsonable(state)))
+        host.send(EventFrame(type=CHECKPOINT_EVENT, data=jsonable(state)))
         host.barrier()
 
     run = RunContext(
@@ -176,14 +161,14 @@ async def _run(host: _Host, start: Start) -> None:
     def forward(event: Event) -> None:
         if event.type is EventType.INFERENCE_DELTA:
             return  # deltas arrive through on_delta
-        host.send(EventFrame(type=event.type.value, data=_jsonable(event.data)))
+        host.send(EventFrame(type=event.type.value, data=jsonable(event.data)))
         if event.type is EventType.TOOL_CALL_START:
             host.barrier()
 
     run.bus.subscribe(forward)
     host.on_cancel(lambda reason: loop.call_soon_threadsafe(run.cancel.cancel, reason))
     outcome = await run_spec(spec, run, config)
-    host.send(ResultFrame(result=_jsonable(outcome.to_dict())))
+    host.send(ResultFrame(result=jsonable(outcome.to_dict())))
     host.barrier()
 
 

@@ -1,11 +1,20 @@
-"""Ollama, through the official ``ollama`` client."""
+"""Ollama, spoken directly over its HTTP API (``/api/chat``, ``/api/show``, ``/api/tags``).
+
+The API is small and stable, so the engine talks it with httpx like the OpenAI engine
+does, rather than through the ``ollama`` package: that package builds a client with a
+CA bundle and imports pydantic when it is imported, which costs a one-shot
+`jarvis ask` more than everything jarvis itself does.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
+import json
 import os
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import EngineError, EngineResponseError, EngineUnavailable, ModelNotFound
@@ -23,31 +32,63 @@ from .._messages import (
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo, tls_verify
 
 if TYPE_CHECKING:
-    import ollama
+    import httpx
 
 __all__ = ["OllamaEngine"]
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
+#: One NDJSON line of a streamed reply (a token or two, or the final summary) is a few
+#: hundred bytes; a server that sends more without a newline is not an Ollama server.
+MAX_LINE = 4 * 1024 * 1024
+
+
+def base_url(host: str) -> str:
+    """The URL the ``ollama`` client would use for ``host`` (OLLAMA_HOST's forms:
+    ``h``, ``h:p``, ``http://h``, ``https://h:p/path``, IPv6), so a value that works
+    with Ollama's own tools works here."""
+    port = 11434
+    scheme, _, hostport = host.partition("://")
+    if not hostport:
+        scheme, hostport = "http", host
+    elif scheme == "http":
+        port = 80
+    elif scheme == "https":
+        port = 443
+    split = urllib.parse.urlsplit(f"{scheme}://{hostport}")
+    name = split.hostname or "127.0.0.1"
+    port = split.port or port
+    with contextlib.suppress(ValueError):
+        if isinstance(ipaddress.ip_address(name), ipaddress.IPv6Address):
+            name = f"[{name}]"
+    path = split.path.strip("/")
+    return f"{scheme}://{name}:{port}" + (f"/{path}" if path else "")
+
+
+class _Refused(Exception):
+    """Ollama answered with an error: its status (-1 once a stream began) and text."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
 
 
 @contextlib.contextmanager
 def _translate(host: str, model: str) -> Iterator[None]:
-    """Map ollama/httpx failures onto the jarvis tree, once."""
+    """Map HTTP and protocol failures onto the jarvis tree, once."""
     import httpx
-    import ollama
 
     try:
         yield
-    except ollama.ResponseError as exc:
-        if exc.status_code == 404 and "not found" in str(exc.error).lower():
+    except _Refused as exc:
+        if exc.status == 404 and "not found" in exc.error.lower():
             raise ModelNotFound(
                 f"ollama at {host} has no model {model!r}: run `ollama pull {model}`"
             ) from exc
-        detail = str(exc.error or "").strip() or "no error message (is it an Ollama server?)"
-        raise EngineResponseError(
-            f"ollama at {host}: {detail} (HTTP {exc.status_code})", exc.status_code
-        ) from exc
-    except (ConnectionError, httpx.ConnectError) as exc:
+        detail = exc.error.strip() or "no error message (is it an Ollama server?)"
+        where = f" (HTTP {exc.status})" if exc.status > 0 else ""
+        raise EngineResponseError(f"ollama at {host}: {detail}{where}", exc.status) from exc
+    except httpx.ConnectError as exc:
         raise EngineUnavailable(
             f"cannot reach Ollama at {host}: start it with `ollama serve`, set OLLAMA_HOST,"
             " or pick another engine with --engine"
@@ -56,8 +97,27 @@ def _translate(host: str, model: str) -> Iterator[None]:
         raise EngineUnavailable(f"ollama at {host} did not answer in time ({exc})") from exc
     except httpx.HTTPError as exc:
         raise EngineError(f"ollama at {host}: {exc}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EngineResponseError(f"ollama at {host} sent a malformed reply: {exc}") from exc
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise EngineResponseError(f"ollama at {host} sent a malformed reply: {exc!r}") from exc
+
+
+def _error_text(body: bytes) -> str:
+    """The ``error`` of an Ollama error body, else the body itself (a proxy's page)."""
+    text = body.decode("utf-8", "replace")
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict) and "error" in data:
+            return str(data["error"])
+    return text[:500]
+
+
+def _object(line: bytes | str) -> dict[str, Any]:
+    data = json.loads(line)
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+    if "error" in data:
+        raise _Refused(-1, str(data["error"]))
+    return data
 
 
 def to_ollama_message(message: Message) -> dict[str, Any]:
@@ -85,23 +145,47 @@ def _options(options: SamplingOptions, num_ctx: int | None) -> dict[str, Any]:
     return opts
 
 
-def _generation(response: Any, model: str, latency: float) -> Generation:
-    message = response.message
-    calls = tuple(
-        ToolCall.from_arguments(c.function.name, dict(c.function.arguments or {}))
-        for c in (message.tool_calls or ())
-    )
-    reason = FinishReason.parse(response.done_reason)
+def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
+    calls = []
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        calls.append(ToolCall.from_arguments(str(function["name"]), function.get("arguments")))
+    return calls
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _generation(
+    final: Mapping[str, Any], content: str, calls: Sequence[ToolCall], model: str, latency: float
+) -> Generation:
+    reason = FinishReason.parse(final.get("done_reason"))
     if calls:
         reason = FinishReason.TOOL_CALLS
     return Generation(
-        content=message.content or "",
-        tool_calls=calls,
-        usage=Usage(response.prompt_eval_count or 0, response.eval_count or 0),
+        content=content,
+        tool_calls=tuple(calls),
+        usage=Usage(_count(final.get("prompt_eval_count")), _count(final.get("eval_count"))),
         finish_reason=reason,
-        model=response.model or model,
+        model=str(final.get("model") or model),
         latency_s=latency,
     )
+
+
+async def _lines(response: httpx.Response) -> AsyncIterator[bytes]:
+    """The NDJSON lines of a streamed reply, each bounded by ``MAX_LINE`` bytes."""
+    pending = b""
+    async for data in response.aiter_bytes():
+        pending += data
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.strip():
+                yield line
+        if len(pending) > MAX_LINE:
+            raise ValueError(f"a streamed line longer than {MAX_LINE} bytes")
+    if pending.strip():
+        yield pending
 
 
 class OllamaEngine(Engine):
@@ -123,21 +207,32 @@ class OllamaEngine(Engine):
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.max_context = max_context
-        self._client: ollama.AsyncClient | None = None
+        self._client: httpx.AsyncClient | None = None
         self._num_ctx: dict[str, int | None] = {}
 
     @property
-    def client(self) -> ollama.AsyncClient:
+    def client(self) -> httpx.AsyncClient:
         if self._client is None:
             import httpx
-            import ollama
 
-            self._client = ollama.AsyncClient(
-                host=self.host,
+            url = base_url(self.host)
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            if key := os.environ.get("OLLAMA_API_KEY"):  # Ollama's hosted models
+                headers["Authorization"] = f"Bearer {key}"
+            self._client = httpx.AsyncClient(
+                base_url=url,
+                headers=headers,
                 timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
-                verify=tls_verify(self.host),
+                follow_redirects=True,
+                verify=tls_verify(url),
             )
         return self._client
+
+    async def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        response = await self.client.post(path, json=body)
+        if response.status_code >= 400:
+            raise _Refused(response.status_code, _error_text(response.content))
+        return _object(response.content)
 
     def default_model(self) -> str:
         return self.model
@@ -155,13 +250,33 @@ class OllamaEngine(Engine):
         model = await self._model(model)
         if model not in self._num_ctx:
             with _translate(self.host, model):
-                shown = await self.client.show(model)
-            info = shown.modelinfo or {}
-            length = next((int(v) for k, v in info.items() if k.endswith(".context_length")), None)
+                shown = await self._post("/api/show", {"model": model})
+                info = shown.get("model_info") or shown.get("modelinfo") or {}
+                length = next(
+                    (int(v) for k, v in info.items() if k.endswith(".context_length")), None
+                )
             if length and self.max_context:
                 length = min(length, self.max_context)  # the window we ask Ollama for
             self._num_ctx[model] = length
         return self._num_ctx[model]
+
+    async def _chat_body(
+        self,
+        messages: Sequence[Message],
+        model: str,
+        tools: Sequence[ToolSpec],
+        options: SamplingOptions,
+        stream: bool,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [to_ollama_message(m) for m in messages],
+            "stream": stream,
+            "options": _options(options, await self.context_length(model)),
+        }
+        if tools:
+            body["tools"] = [t.to_openai() for t in tools]
+        return body
 
     async def generate(
         self,
@@ -172,17 +287,13 @@ class OllamaEngine(Engine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
         model = await self._model(model)
-        num_ctx = await self.context_length(model)
+        body = await self._chat_body(messages, model, tools, options, stream=False)
         start = time.perf_counter()
         with _translate(self.host, model):
-            response = await self.client.chat(
-                model=model,
-                messages=[to_ollama_message(m) for m in messages],
-                tools=[t.to_openai() for t in tools] or None,
-                stream=False,
-                options=_options(options, num_ctx),
-            )
-        return _generation(response, model, time.perf_counter() - start)
+            reply = await self._post("/api/chat", body)
+            message = reply["message"]
+            content, calls = str(message.get("content") or ""), _calls(message)
+        return _generation(reply, content, calls, model, time.perf_counter() - start)
 
     async def stream(
         self,
@@ -193,29 +304,26 @@ class OllamaEngine(Engine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
         model = await self._model(model)
-        num_ctx = await self.context_length(model)
+        body = await self._chat_body(messages, model, tools, options, stream=True)
         start = time.perf_counter()
         content: list[str] = []
-        calls: list[Any] = []
+        calls: list[ToolCall] = []
         with _translate(self.host, model):
-            parts = await self.client.chat(
-                model=model,
-                messages=[to_ollama_message(m) for m in messages],
-                tools=[t.to_openai() for t in tools] or None,
-                stream=True,
-                options=_options(options, num_ctx),
-            )
-            async for part in parts:
-                if part.message.content:
-                    content.append(part.message.content)
-                    yield StreamChunk(delta=part.message.content)
-                calls.extend(part.message.tool_calls or ())
-                if part.done:
-                    part.message.content = "".join(content)
-                    part.message.tool_calls = calls or None
-                    generation = _generation(part, model, time.perf_counter() - start)
-                    yield StreamChunk(done=True, generation=generation)
-                    return
+            async with self.client.stream("POST", "/api/chat", json=body) as response:
+                if response.status_code >= 400:
+                    raise _Refused(response.status_code, _error_text(await response.aread()))
+                async for line in _lines(response):
+                    part = _object(line)
+                    message = part.get("message") or {}
+                    if delta := str(message.get("content") or ""):
+                        content.append(delta)
+                        yield StreamChunk(delta=delta)
+                    calls.extend(_calls(message))
+                    if part.get("done"):
+                        latency = time.perf_counter() - start
+                        generation = _generation(part, "".join(content), calls, model, latency)
+                        yield StreamChunk(done=True, generation=generation)
+                        return
         raise EngineResponseError(f"ollama at {self.host} ended the stream without done")
 
     async def health(self) -> bool:
@@ -227,17 +335,19 @@ class OllamaEngine(Engine):
 
     async def list_models(self) -> list[ModelInfo]:
         with _translate(self.host, self.model):
-            listed = await self.client.list()
-        return [
-            ModelInfo(
-                name=m.model or "",
-                size=m.size or 0,
-                family=(m.details.family if m.details else "") or "",
-            )
-            for m in listed.models
-        ]
+            response = await self.client.get("/api/tags")
+            if response.status_code >= 400:
+                raise _Refused(response.status_code, _error_text(response.content))
+            return [
+                ModelInfo(
+                    name=str(m.get("model") or m.get("name") or ""),
+                    size=_count(m.get("size")),
+                    family=str((m.get("details") or {}).get("family") or ""),
+                )
+                for m in _object(response.content).get("models") or ()
+            ]
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client._client.aclose()
+            await self._client.aclose()
             self._client = None

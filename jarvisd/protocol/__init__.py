@@ -21,6 +21,7 @@ from ._frames import (
     Start,
     decode_line,
     encode,
+    jsonable,
 )
 from ._infer import InferRequest
 
@@ -44,4 +45,5 @@ __all__ = [
     "Start",
     "decode_line",
     "encode",
+    "jsonable",
 ]

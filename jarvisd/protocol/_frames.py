@@ -53,6 +53,7 @@ __all__ = [
     "Start",
     "decode_line",
     "encode",
+    "jsonable",
 ]
 
 PROTOCOL_VERSION = 1
@@ -248,6 +249,12 @@ def _map(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise FrameError(f"frame field {key!r} must be an object")
     return value
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` made safe for a frame's JSON: objects JSON cannot hold become their text
+    (a tool's metadata, an event's payload), so sending never fails on them."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def encode(frame: Frame) -> bytes:

@@ -28,7 +28,7 @@ from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine
 from ..executors import CodeExecutor, ExecRequest
-from ..protocol import ErrorFrame, ResultFrame, Start
+from ..protocol import ErrorFrame, ResultFrame, Start, jsonable
 from ..runs._outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class SandboxedAgent(BaseAgent):
         if context is not None:
             payload["context"] = {
                 "conversation": [m.to_dict() for m in context.conversation],
-                "metadata": _jsonable(context.metadata),
+                "metadata": jsonable(context.metadata),
             }
         return payload
 
@@ -224,12 +224,6 @@ def _clip(text: str, limit: int) -> str:
     return (
         text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} more characters]"
     )
-
-
-def _jsonable(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value, default=str))
 
 
 def sandboxed_agent(key: str, spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 
-from jarvisd._messages import Generation, Message, ToolSpec
+from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd.engines import Engine, ScriptedEngine, reply
+from jarvisd.engines._base import DEFAULT_OPTIONS
+from jarvisd.engines._wrappers import WrapperEngine
 from jarvisd.testing import OllamaStandIn
 
 
@@ -44,3 +46,28 @@ def router(root: Sequence[Generation], sub: str = "sub-answer") -> ScriptedEngin
         return reply(sub)
 
     return ScriptedEngine(fallback=answer)
+
+
+class PeakInFlight(WrapperEngine):
+    """Counts the calls inside the engine at once: concurrency shown by a count, not by
+    a wall-clock bound that a loaded machine can break."""
+
+    def __init__(self, inner: Engine) -> None:
+        super().__init__(inner)
+        self.active = 0
+        self.peak = 0
+
+    async def generate(
+        self,
+        messages: Sequence[Message],
+        *,
+        model: str = "",
+        tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = DEFAULT_OPTIONS,
+    ) -> Generation:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            return await self.inner.generate(messages, model=model, tools=tools, options=options)
+        finally:
+            self.active -= 1

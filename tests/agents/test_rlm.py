@@ -18,7 +18,7 @@ from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.executors import SubprocessExecutor
 
-from ._helpers import KINDS, engine_for, router, via_ollama
+from ._helpers import KINDS, PeakInFlight, engine_for, router, via_ollama
 
 CONTEXT = "".join(f"Line {i}: filler text about nothing in particular.\n" for i in range(400))
 CONTEXT = CONTEXT.replace("Line 321:", "Line 321: the secret code is 7781.")
@@ -94,14 +94,11 @@ def test_llm_batch_is_concurrent() -> None:
         [code("t = llm_batch(['a', 'b', 'c', 'd', 'e'])\nprint(t)"), code("FINAL('ok')")]
     )
     scripted.latency_s = 0.2
-    agent = rlm(scripted)
-    started = time.perf_counter()
-    result = arun(agent, "batch")
-    elapsed = time.perf_counter() - started
+    engine = PeakInFlight(scripted)
+    result = arun(rlm(engine), "batch")
     assert result.content == "ok"
     assert result.tool_results[0].content.count("sub-answer") == 5
-    # 2 root turns (0.4 s) + one concurrent batch (0.2 s) + process start; sequential would add 0.8 s.
-    assert elapsed < 0.4 + 0.2 + 0.75
+    assert engine.peak == 5  # the five sub-calls were in the engine at once
 
 
 def test_repl_is_a_separate_persistent_process_and_output_is_truncated() -> None:

@@ -1,8 +1,15 @@
-"""The Ollama engine (official client) against the protocol-faithful stand-in."""
+"""The Ollama engine against the protocol-faithful stand-in (and the official client
+against the stand-in, so both sides keep to Ollama's protocol)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
 
 import ollama
 import pytest
@@ -119,3 +126,106 @@ def test_official_client_against_standin_error_bodies() -> None:
             client.chat(model="scripted", messages=[{"role": "user", "content": "x"}], stream=False)
         assert info.value.status_code == 500 and "script exhausted" in info.value.error
         client._client.close()
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "",
+        "example.com",
+        "example.com:56789",
+        "http://example.com",
+        "https://example.com",
+        "https://example.com:56789",
+        "http://example.com/path/",
+        "0.0.0.0",
+        "[::1]:1234",
+        "http://[0001:002:003:0004::1]:56789/path",
+        "10.1.2.3:4567",
+    ],
+)
+def test_hosts_resolve_as_the_official_client_resolves_them(host: str) -> None:
+    from ollama._client import _parse_host
+
+    from jarvisd.engines._ollama import base_url
+
+    assert base_url(host) == _parse_host(host or None)
+
+
+def _raw_server(body: bytes, status: int = 200) -> Any:
+    """A one-shot HTTP server that answers every request with ``body``."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(status)
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b'{"message": {"content": "a"}}\n{"error": "GPU fell over"}\n', "GPU fell over"),
+        (b'{"message": {"content": "a"}}\n[1, 2]\n', "malformed reply"),
+        (b'{"message": {"content": "a"}}\n{not json\n', "malformed reply"),
+        (b'{"message": {"content": "a"}}\n', "without done"),
+        (b"x" * (5 * 1024 * 1024), "longer than"),
+    ],
+)
+def test_a_bad_stream_is_a_clear_engine_error(body: bytes, match: str) -> None:
+    server = _raw_server(body)
+
+    async def go() -> None:
+        engine = OllamaEngine(f"http://127.0.0.1:{server.server_address[1]}", model="m")
+        engine._num_ctx["m"] = None  # no /api/show on this server
+        with pytest.raises(EngineResponseError, match=match):
+            async for _ in engine.stream([Message.user("x")]):
+                pass
+        await engine.aclose()
+
+    try:
+        asyncio.run(go())
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_in_process_ask_imports_no_ollama_client_or_pydantic(tmp_path: Path) -> None:
+    """The ``ollama`` package builds a TLS client and loads pydantic on import: more than
+    a one-shot `jarvis ask` costs otherwise. The engine speaks the API itself."""
+    code = (
+        "import sys\n"
+        "from jarvisd.cli import main\n"
+        "try:\n"
+        "    main(['ask', '--no-stream', 'hi'])\n"
+        "except SystemExit as exit:\n"
+        "    assert not exit.code, exit.code\n"
+        "print(','.join(sorted(m for m in ('ollama', 'pydantic') if m in sys.modules)))\n"
+    )
+    with OllamaStandIn(ScriptedEngine(fallback=reply("Hello."))) as standin:
+        (tmp_path / "config.toml").write_text(
+            f'[engine]\ndefault = "ollama"\nmodel = "scripted"\n'
+            f'[engine.ollama]\nhost = "{standin.url}"\n'
+        )
+        env = dict(
+            os.environ,
+            JARVIS_CONFIG_DIR=str(tmp_path),
+            JARVIS_DATA_DIR=str(tmp_path / "data"),
+            JARVIS_RUNTIME_DIR=str(tmp_path / "run"),
+            JARVIS_STATE_DIR=str(tmp_path / "state"),
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["Hello.", ""]

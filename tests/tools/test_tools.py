@@ -272,21 +272,24 @@ def test_independent_calls_of_one_turn_run_concurrently() -> None:
             "nap", "sleeps", {"type": "object", "properties": {"n": {"type": "integer"}}}
         )  # type: ignore[assignment]
 
+        active = 0
+        peak = 0
+
         async def execute(self, **params: object) -> str:
-            await asyncio.sleep(0.3)
+            Nap.active += 1
+            Nap.peak = max(Nap.peak, Nap.active)
+            await asyncio.sleep(0.05)
+            Nap.active -= 1
             return str(params.get("n"))
 
-    async def go() -> tuple[list[str], float]:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
+    async def go() -> list[str]:
         results = await ToolExecutor([Nap()]).execute_all(
             [ToolCall("nap", f'{{"n": {i}}}') for i in range(4)]
         )
-        return [r.content for r in results], loop.time() - start
+        return [r.content for r in results]
 
-    contents, elapsed = run(go())
-    assert contents == ["0", "1", "2", "3"]
-    assert elapsed < 1.0  # sequential would take 1.2 s
+    assert run(go()) == ["0", "1", "2", "3"]
+    assert Nap.peak == 4  # all four were running at once
 
 
 # -- file_read -------------------------------------------------------------------------
