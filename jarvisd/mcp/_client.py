@@ -171,12 +171,14 @@ class McpServer:
                 await stack.aclose()
 
     async def _stop_channel(self) -> None:
+        from ..executors._base import keep_noise
+
         channel = self.channel
         if channel is not None:
             await channel.kill("closed")
             result = await channel.wait()
-            if result.stderr:
-                self._noise.extend(result.stderr.strip().splitlines()[-5:])
+            for line in result.stderr.strip().splitlines()[-5:]:
+                keep_noise(self._noise, line.encode())
 
     def _on_reader_end(self) -> None:
         self._reader_done = True
@@ -195,6 +197,8 @@ async def _transport(channel: Channel, server: McpServer) -> Any:
     import anyio
     import mcp_types as types
     from mcp.shared.message import SessionMessage
+
+    from ..executors._base import keep_noise
 
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
@@ -216,7 +220,7 @@ async def _transport(channel: Channel, server: McpServer) -> Any:
                 try:
                     message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
                 except ValueError:
-                    server._noise.append(text[:300])  # a log line on stdout: kept as noise
+                    keep_noise(server._noise, line)  # a log line on stdout: its bounded tail
                     continue
                 await read_writer.send(SessionMessage(message))
         server._on_reader_end()

@@ -213,3 +213,22 @@ def test_jarvis_tools_lists_and_runs_server_tools() -> None:
     assert wrong.stderr.strip().splitlines() == [
         "jarvis: error: MCP server 'demo' has no tool 'nope' (it has: add, pause)"
     ]
+
+
+def test_a_server_flooding_its_stdout_costs_bounded_memory() -> None:
+    from jarvisd.executors._base import MAX_NOISE_LINES
+
+    flood = "import sys\nfor i in range(20000): print('log line', i)\nsys.exit(1)\n"
+    config = parse_config(
+        {"mcp": {"servers": {"demo": {"command": [sys.executable, "-c", flood]}}}}
+    )
+
+    async def go() -> tuple[str, int]:
+        async with McpToolset(config) as toolset:
+            with pytest.raises(McpError) as info:
+                await toolset.tools(["demo.*"])
+            return str(info.value), len(toolset.servers["demo"]._noise)
+
+    message, kept = asyncio.run(go())
+    assert "MCP server 'demo' failed to start" in message and "log line 19999" in message
+    assert kept <= MAX_NOISE_LINES
