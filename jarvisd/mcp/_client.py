@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,10 @@ MAX_LINE_BYTES = 4 * 1024 * 1024
 _LIFETIME_S = 24 * 3600.0
 #: Most tools taken from one server (a server listing thousands is refused past this).
 MAX_TOOLS = 256
+#: A tool name a model can write back (``SERVER.`` goes in front of it).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: Characters of a tool's description shown to the model.
+MAX_DESCRIPTION = 2000
 #: Pages of ``tools/list`` followed before giving up on a server that never ends them.
 _MAX_PAGES = 32
 
@@ -119,14 +124,21 @@ class McpServer:
 
     async def _list_tools(self, session: ClientSession) -> tuple[McpToolInfo, ...]:
         tools: list[McpToolInfo] = []
+        seen: set[str] = set()
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             page = await session.list_tools(params=_page(cursor))
             for tool in page.tools:
+                if not TOOL_NAME.fullmatch(tool.name) or tool.name in seen:
+                    log.warning("MCP server %s: tool %r skipped (bad or repeated name)",
+                                self.name, tool.name[:80])  # fmt: skip
+                    continue
+                seen.add(tool.name)
                 schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
                 if schema.get("type") != "object":
                     schema = {"type": "object", "properties": {}}
-                tools.append(McpToolInfo(tool.name, (tool.description or "").strip(), schema))
+                description = (tool.description or "").strip()[:MAX_DESCRIPTION]
+                tools.append(McpToolInfo(tool.name, description, schema))
             cursor = page.next_cursor
             if not cursor or len(tools) >= MAX_TOOLS:
                 break

@@ -232,3 +232,17 @@ def test_a_server_flooding_its_stdout_costs_bounded_memory() -> None:
     message, kept = asyncio.run(go())
     assert "MCP server 'demo' failed to start" in message and "log line 19999" in message
     assert kept <= MAX_NOISE_LINES
+
+
+def test_tools_a_model_could_not_call_back_are_skipped() -> None:
+    odd = str(Path(__file__).with_name("odd_server.py"))
+    config = parse_config({"mcp": {"servers": {"odd": {"command": [sys.executable, odd]}}}})
+
+    async def go() -> list[ToolSpec]:
+        async with McpToolset(config) as toolset:
+            tools = await toolset.tools(["odd.*"])
+            ToolExecutor(tools)  # two tools of one name would be refused here
+            return [tool.spec for tool in tools]
+
+    (spec,) = asyncio.run(go())
+    assert spec.name == "odd.ok" and len(spec.description) == 2000
