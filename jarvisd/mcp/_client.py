@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ToolError
+from .._errors import JarvisError, ToolError
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -284,5 +284,8 @@ def _text(result: Any) -> str:
 
 
 def _say(exc: BaseException) -> str:
+    """One line about ``exc``: our own errors say it all, others are named by type."""
     text = str(exc).strip().splitlines()
+    if text and isinstance(exc, JarvisError):
+        return text[0][:300]
     return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__

@@ -246,3 +246,20 @@ def test_tools_a_model_could_not_call_back_are_skipped() -> None:
 
     (spec,) = asyncio.run(go())
     assert spec.name == "odd.ok" and len(spec.description) == 2000
+
+
+def test_jarvis_tools_list_names_a_broken_server_and_lists_the_rest() -> None:
+    config = Path(os.environ["JARVIS_CONFIG_DIR"]) / "config.toml"
+    config.write_text('[mcp.servers.broken]\ncommand = ["/nonexistent/mcp-server"]\n')
+    out = subprocess.run(
+        [sys.executable, "-m", "jarvisd", "tools", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "calculator" in out.stdout
+    assert out.stderr.strip().splitlines() == [
+        "warning: MCP server 'broken' failed to start: cannot start "
+        "/nonexistent/mcp-server: No such file or directory"
+    ]
