@@ -8,6 +8,7 @@ openhands``) under the real cache dir; these tests see it through a symlink.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -164,3 +165,49 @@ def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: P
     for result in outcome.tool_results:  # type: ignore[attr-defined]
         assert result.tool_name in {"file_editor", "terminal", "finish", "think", "task_tracker"}
     assert outcome.tool_results or outcome.answer  # type: ignore[attr-defined]
+
+
+_OFFLINE = r"""
+import asyncio, json, sys
+from pathlib import Path
+from jarvisd._config import Config
+from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.runs import AgentSpec, run_spec
+
+target = Path(sys.argv[1]) / "out.txt"
+engine = ScriptedEngine([
+    reply("", ("file_editor", {"command": "create", "path": str(target), "file_text": "offline\n"})),
+    reply("", ("finish", {"message": "Done offline."})),
+])
+spec = AgentSpec("Write out.txt.", agent="openhands", options={"workspace": sys.argv[1]})
+outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+print(json.dumps({"outcome": outcome.to_dict(), "file": target.read_text()}))
+"""
+
+
+def test_openhands_needs_no_network_but_the_gateway(tmp_path: Path) -> None:
+    """In a network namespace with only loopback, the SDK (litellm included) still runs
+    its loop: nothing it needs lies beyond the run's gateway."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+
+    use_real_venv()
+    require(shutil.which("unshare") is not None and os.geteuid() == 0, "needs root and unshare")
+    program = tmp_path / "offline.py"
+    program.write_text(_OFFLINE)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = "ip link set lo up && exec " + shlex.join(
+        [sys.executable, str(program), str(workspace)]
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        ["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=280
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["outcome"]["failure"] is None, data["outcome"]["failure"]
+    assert data["outcome"]["answer"] == "Done offline." and data["file"] == "offline\n"
