@@ -201,3 +201,39 @@ def test_an_old_node_is_refused_with_the_fix(
     with pytest.raises(NodeUnavailable, match="none is on PATH"):
         find_node()
     assert NodeUnavailable.exit_code == 3
+
+
+def test_the_options_reach_the_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the bridge is told (the Start frame), without Node: the workspace, allowed
+    tools, permission mode, turns, system prompt and session to resume."""
+    from jarvisd.agents import _claude_code_install
+    from jarvisd.bridge import FrameSession, Outcome
+    from jarvisd.executors import ExecResult
+    from jarvisd.protocol import ResultFrame, Start
+
+    seen: list[Start] = []
+
+    async def serve(self: FrameSession, start: Start) -> Outcome:
+        seen.append(start)
+        await self.channel.kill("closed")
+        await self.channel.wait()
+        result = {"answer": "ok", "session_id": "s-2", "subtype": "success", "turns": 1}
+        return Outcome(ResultFrame(result=result), ExecResult(0))
+
+    monkeypatch.setattr(FrameSession, "run", serve)
+    monkeypatch.setattr(_claude_code_install, "find_node", lambda: "/bin/true")
+    monkeypatch.setattr(_claude_code_install, "ensure_sdk", lambda: tmp_path)
+    spec = AgentSpec(
+        "q", agent="claude_code", system_prompt="Be brief.",
+        options={"workspace": str(tmp_path), "allowed_tools": "Read, Grep",
+                 "permission_mode": "plan", "turns": "3", "resume": "s-1"},
+    )  # fmt: skip
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is None and outcome.answer == "ok"
+    assert outcome.metadata["session_id"] == "s-2"
+    payload = seen[0].payload
+    assert seen[0].task == "claude_code"
+    assert payload["cwd"] == str(tmp_path) and payload["prompt"] == "q"
+    assert payload["allowed_tools"] == ["Read", "Grep"] and payload["permission_mode"] == "plan"
+    assert payload["max_turns"] == 3 and payload["system_prompt"] == "Be brief."
+    assert payload["resume"] == "s-1"
