@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -80,6 +80,7 @@ class HTTPServer:
     def __init__(self, app: App) -> None:
         self.app = app
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -90,6 +91,11 @@ class HTTPServer:
         self._tasks.add(task)
         try:
             await _Connection(self.app, reader, writer).serve()
+        except asyncio.CancelledError:
+            # asyncio's server logs a handler task that ends cancelled as an error;
+            # ours are cancelled only by ``aclose``, which is the normal way to end.
+            if not self._closing:
+                raise
         finally:
             self._tasks.discard(task)
             writer.close()
@@ -97,6 +103,7 @@ class HTTPServer:
                 await writer.wait_closed()
 
     async def aclose(self) -> None:
+        self._closing = True
         tasks = [t for t in self._tasks if t is not asyncio.current_task()]
         for task in tasks:
             task.cancel()
@@ -129,12 +136,58 @@ class _Connection:
                 request = await self._body(head)
                 if request is None:
                     return
-                await self._send(await self.app.handle(request))
+                await self._watched(self._respond(request))
                 if self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
                     return
                 self.conn.start_next_cycle()
         except _Close:
             return
+
+    async def _respond(self, request: Request) -> None:
+        await self._send(await self.app.handle(request))
+
+    async def _watched(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` (a reply being made and sent) in this task while a watcher reads
+        the client: when it closes its side, this task is cancelled, and with it the
+        generation for nobody (one helper task per request, not two)."""
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def client_left(watch: asyncio.Task[None]) -> None:
+            nonlocal left
+            if not watch.cancelled():
+                left = True
+                task.cancel()
+
+        watch = asyncio.ensure_future(self._until_eof())
+        watch.add_done_callback(client_left)
+        try:
+            await work
+        except asyncio.CancelledError:
+            if left and task.uncancel() == 0:
+                raise _Close from None
+            raise
+        finally:
+            watch.remove_done_callback(client_left)
+            watch.cancel()
+        if left:  # the reply went out, but the client has closed: so does the connection
+            raise _Close
+
+    async def _until_eof(self) -> None:
+        # What a client sends meanwhile (a pipelined request) is kept for h11; past a
+        # head's worth, reading stops and the client waits its turn.
+        buffered = 0
+        while buffered <= MAX_HEAD:
+            try:
+                data = await self.reader.read(_READ)
+            except ConnectionError:
+                return
+            if not data:
+                return
+            buffered += len(data)
+            self.conn.receive_data(data)
+        await asyncio.Event().wait()
 
     async def _event(self) -> Any:
         h11 = self.h11
@@ -169,6 +222,10 @@ class _Connection:
             return None
         if len(event.headers) > MAX_HEADERS:
             await self._refuse(None, 431, f"more than {MAX_HEADERS} header lines")
+            return None
+        # h11 bounds a head still arriving; one that arrived whole in a read is ours.
+        if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEAD:
+            await self._refuse(None, 431, f"request head over {MAX_HEAD} bytes")
             return None
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in event.headers}
         target = urlsplit(event.target.decode("latin-1"))
@@ -216,8 +273,8 @@ class _Connection:
         with contextlib.suppress(_Close):
             await self._send(self.app.refuse(head, status, message), close=True)
 
-    async def _write(self, event: Any) -> None:
-        data = self.conn.send(event)
+    async def _write(self, *events: Any) -> None:
+        data = b"".join(self.conn.send(event) or b"" for event in events)
         if not data:
             return
         try:
@@ -237,11 +294,12 @@ class _Connection:
         if close:
             headers.append(("connection", "close"))
         try:
-            await self._write(h11.Response(status_code=response.status, headers=headers))
-            if response.stream is None:
-                await self._write(h11.Data(data=response.body))
-            else:
-                await self._pump(response.stream)
+            head = h11.Response(status_code=response.status, headers=headers)
+            if response.stream is None:  # one write: head, body and end together
+                await self._write(head, h11.Data(data=response.body), h11.EndOfMessage())
+                return
+            await self._write(head)
+            await self._pump(response.stream)
             await self._write(h11.EndOfMessage())
         except h11.LocalProtocolError as exc:  # pragma: no cover - a bug here, not the peer's
             log.error("gateway reply broke HTTP: %s", exc)

@@ -67,7 +67,7 @@ def parse_messages(raw: object) -> tuple[Message, ...]:
     messages = []
     for i, item in enumerate(items):
         item = c.obj(item, f"messages[{i}]")
-        role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+        role = _ROLES.get(role_name) if isinstance(role_name := item.get("role"), str) else None
         if role is None:
             raise BadRequest(f"messages[{i}].role must be one of {', '.join(_ROLES)}")
         content = _text(item.get("content"), f"messages[{i}].content")

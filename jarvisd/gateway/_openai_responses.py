@@ -58,7 +58,7 @@ def parse_input(raw: object, instructions: str) -> tuple[Message, ...]:
         kind = item.get("type", "message")
         what = f"input[{i}]"
         if kind == "message":
-            role = _ROLES.get(item.get("role"))  # type: ignore[arg-type]
+            role = _ROLES.get(role_name) if isinstance(role_name := item.get("role"), str) else None
             if role is None:
                 raise BadRequest(f"{what}.role must be one of {', '.join(_ROLES)}")
             messages.append(Message(role, _text(item.get("content"), f"{what}.content")))

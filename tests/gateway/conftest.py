@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -71,3 +72,23 @@ class StallingEngine(Engine):
             await asyncio.Event().wait()
         finally:
             self.closed = True
+
+
+class BackgroundGateway:
+    """A gateway on its own loop thread, for synchronous clients (hypothesis tests)."""
+
+    def __init__(self, engine: Engine, **kw: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.gateway = Gateway(engine, RunContext(), **kw)
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> Gateway:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.gateway.__aenter__(), self.loop).result(30)
+        return self.gateway
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.gateway.aclose(), self.loop).result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(30)
+        self.loop.close()

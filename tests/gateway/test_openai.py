@@ -296,3 +296,25 @@ def test_nothing_is_served_over_a_path_already_taken(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="already there"):
         asyncio.run(go())
     assert path.read_text() == "not ours"
+
+
+def test_inference_events_are_published_on_the_runs_bus() -> None:
+    from jarvisd._events import Event, EventType
+
+    engine = ScriptedEngine([reply("hi there"), reply("streamed")])
+    run = RunContext()
+    seen: list[Event] = []
+    run.bus.subscribe(seen.append)
+
+    async def body(gw: Gateway) -> None:
+        async with client(gw) as c:
+            await c.chat.completions.create(model="x", messages=[{"role": "user", "content": "a"}])
+            stream = await c.responses.create(model="x", input="b", stream=True)
+            async for _ in stream:
+                pass
+
+    serve(engine, body, run=run)
+    kinds = [e.type for e in seen]
+    assert kinds == [EventType.INFERENCE_START, EventType.INFERENCE_END] * 2
+    assert seen[1].data["completion_tokens"] == 2 and run.budget.used.completion_tokens == 3
+    assert run.budget.calls == 2
