@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -26,11 +27,14 @@ __all__ = [
     "AgentConfig",
     "AgentsConfig",
     "Bounds",
+    "ClaudeCodeConfig",
     "Config",
     "DaemonConfig",
     "EngineConfig",
     "ExternalAgentConfig",
     "LlamaCppConfig",
+    "McpConfig",
+    "McpServerConfig",
     "OllamaConfig",
     "OpenAIConfig",
     "SandboxConfig",
@@ -186,6 +190,35 @@ class AgentsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServerConfig:
+    """One ``[mcp.servers.NAME]`` table: a stdio MCP server whose tools become
+    ``NAME.tool``. The program gets a minimal environment plus ``env``, and a fresh
+    temporary directory to work in."""
+
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = _num(30.0, 0, above=True)  # seconds for one tool call
+    startup_timeout: float = _num(30.0, 0, above=True)  # start, initialize, list tools
+
+
+@dataclass(frozen=True, slots=True)
+class McpConfig:
+    servers: Mapping[str, McpServerConfig] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaudeCodeConfig:
+    # The environment variable holding a real Anthropic key. Empty (the default): the
+    # run's local model through the gateway; a key is never taken from the environment
+    # unless named here.
+    api_key_env: str = ""
+
+
+#: A server's name is the first half of its tools' names (``NAME.tool``).
+MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     engine: EngineConfig = field(default_factory=EngineConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -193,6 +226,8 @@ class Config:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     agents: AgentsConfig = field(default_factory=AgentsConfig)
+    mcp: McpConfig = field(default_factory=McpConfig)
+    claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     #: The file this was read from (None: defaults only).
     source: str | None = None
 
@@ -239,14 +274,34 @@ def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
         if key not in fields:
             raise ConfigError(file, dotted, f"one of {', '.join(sorted(fields))} (unknown key)")
         values[key] = _coerce(hints[key], value, file, dotted)
+        _check_value(cls, key, values[key], file, dotted)
         bounds = fields[key].metadata.get("bounds")
         if bounds is not None and not bounds.admits(values[key]):
             raise ConfigError(file, dotted, bounds.describe(hints[key] is int), value)
     return cls(**values)
 
 
+def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> None:
+    """Checks beyond a value's type, for the few keys that need them."""
+    if cls is McpConfig and key == "servers":
+        for name, server in value.items():
+            if not MCP_SERVER_NAME.fullmatch(name):
+                raise ConfigError(
+                    file, f"{dotted}.{name}", "a name of 1 to 32 letters, digits, _ or -"
+                )
+            if not (server.command and server.command[0]):
+                raise ConfigError(
+                    file, f"{dotted}.{name}.command", "a list: the program and its arguments"
+                )
+
+
 def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
     origin = typing.get_origin(hint)
+    if origin is Mapping:
+        if not isinstance(value, Mapping):
+            raise ConfigError(file, key, "a table", value)
+        item = typing.get_args(hint)[1]
+        return {str(k): _coerce(item, v, file, f"{key}.{k}") for k, v in value.items()}
     if dataclasses.is_dataclass(hint):
         return _build(hint, value, file, key + ".")  # type: ignore[arg-type]
     if origin is Literal:

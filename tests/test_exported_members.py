@@ -20,6 +20,7 @@ PACKAGES = [
     "jarvisd.testing",
     "jarvisd.runs",
     "jarvisd.code",
+    "jarvisd.mcp",
     "jarvisd.daemon",
     "jarvisd.sandbox",
     "jarvisd.tools",

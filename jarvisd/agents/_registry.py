@@ -26,6 +26,8 @@ BUILTIN_AGENTS: dict[str, str] = {
     "codex": "jarvisd.external._kinds:CodexAgent",
     "claude": "jarvisd.external._kinds:ClaudeAgent",
     "gemini": "jarvisd.external._kinds:GeminiAgent",
+    "openhands": "jarvisd.agents._openhands:OpenHandsAgent",
+    "claude_code": "jarvisd.agents._claude_code:ClaudeCodeAgent",
 }
 ALIASES: dict[str, str] = {"react": "native_react"}
 

@@ -11,11 +11,13 @@ import click
 def agent_rows() -> list[dict[str, Any]]:
     from .._config import load_config
     from ..agents import AgentRegistry
+    from ..agents._claude_code import key_mode
     from ..agents._registry import ALIASES
     from ..external import ExternalAgent, external_agent_class, installed
     from ..runs import declared_options
 
     config = load_config()
+    mode = key_mode(config)
     rows = []
     classes = {key: AgentRegistry.get(key) for key in AgentRegistry.keys()}  # noqa: SIM118
     for name in config.agents.external:
@@ -39,6 +41,7 @@ def agent_rows() -> list[dict[str, Any]]:
             },
             # External agents: None for the others.
             "installed": installed(cls.definition) if issubclass(cls, ExternalAgent) else None,
+            **({"mode": mode} if key == "claude_code" else {}),
         })  # fmt: skip
     return rows
 
@@ -63,6 +66,8 @@ def list_agents(as_json: bool) -> None:
         alias = f" (alias of {row['alias_of']})" if row["alias_of"] else ""
         state = {True: " [installed]", False: " [not installed]", None: ""}[row["installed"]]
         click.echo(f"{row['key']:<18} {tools:<6} {row['description']}{alias}{state}")
+        if row["key"] == "claude_code":
+            click.echo(f"{'':<25} model: {row['mode']}")
         if row["options"]:
             options = ", ".join(
                 f"{name}={option['default']!r} ({option['type']})"
@@ -71,20 +76,34 @@ def list_agents(as_json: bool) -> None:
             click.echo(f"{'':<25} options: {options}")
 
 
+#: Agents that live in an environment of their own, and the function that installs it.
+INSTALLERS = {
+    "openhands": "jarvisd.agents._openhands_venv:ensure_venv",
+    "claude_code": "jarvisd.agents._claude_code_install:ensure_sdk",
+}
+
+
 @agents.command("install")
 @click.argument("names", nargs=-1, required=True)
 def install_agents(names: tuple[str, ...]) -> None:
-    """Install external agents NAMES (opencode, codex, claude, gemini): their pinned
-    npm packages, with `npm ci`, into the cache (JARVIS_AGENTS_DIR to move it). A
-    first run installs the agent too. Needs npm and the npm registry."""
+    """Install agents NAMES now (otherwise a first run does), with progress.
+    opencode, codex, claude, gemini: their pinned npm packages, with `npm ci`, into the
+    cache (JARVIS_AGENTS_DIR to move it); claude_code: the Claude Agent SDK from npm
+    (pinned); openhands: a Python >= 3.12 venv with openhands-sdk (about 3 minutes).
+    Needs npm and the npm registry (openhands: PyPI)."""
+    from .._errors import UsageError
+    from .._plugins import import_from_string
     from ..external import BUILTIN, install, installed
 
     for name in names:
-        if name not in BUILTIN:
-            from .._errors import UsageError
-
-            raise UsageError(f"{name!r} is not a built-in external agent ({', '.join(BUILTIN)})")
+        if name not in BUILTIN and name not in INSTALLERS:
+            known = ", ".join([*BUILTIN, *sorted(INSTALLERS)])
+            raise UsageError(f"{name!r} is not an installable agent ({known})")
     for name in names:
+        if name in INSTALLERS:
+            path = import_from_string(INSTALLERS[name])(lambda line: click.echo(line, err=True))
+            click.echo(f"{name}: ready ({path})")
+            continue
         agent = BUILTIN[name]
         if installed(agent):
             click.echo(f"{name}: already installed")

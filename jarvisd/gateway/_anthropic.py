@@ -85,12 +85,24 @@ def parse_messages(system: object, raw: object) -> tuple[Message, ...]:
     if not items:
         raise BadRequest("messages must not be empty")
     names: dict[str, str] = {}
+    extra_system: list[str] = []
     for i, item in enumerate(items):
         item = c.obj(item, f"messages[{i}]")
         role = item.get("role")
+        if role == "system":
+            # Claude Code 0.3 sends its environment notes as a system message among the
+            # turns; local chat templates want one system prompt, first: joined there.
+            extra_system.append(_text(item.get("content"), f"messages[{i}].content"))
+            continue
         if role not in ("user", "assistant"):
-            raise BadRequest(f"messages[{i}].role must be user or assistant")
+            raise BadRequest(f"messages[{i}].role must be user, assistant or system")
         messages.extend(_turn(role, item.get("content"), f"messages[{i}].content", names))
+    extra = "\n\n".join(t for t in extra_system if t)
+    if extra:
+        if prompt:
+            messages[0] = Message.system(prompt + "\n\n" + extra)
+        else:
+            messages.insert(0, Message.system(extra))
     return tuple(messages)
 
 

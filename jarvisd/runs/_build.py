@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._config import Config
 from .._errors import UsageError
@@ -13,7 +13,18 @@ from ..engines import Engine
 from ._options import check_options
 from ._spec import AgentSpec
 
-__all__ = ["build_agent", "load_context", "validate_spec"]
+if TYPE_CHECKING:
+    from ..tools import BaseTool
+
+__all__ = ["build_agent", "load_context", "mcp_tool_names", "validate_spec"]
+
+
+def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
+    """The tool names of ``spec`` that belong to a configured MCP server (SERVER.tool)."""
+    if not config.mcp.servers:
+        return []
+    servers = config.mcp.servers
+    return [n for n in spec.tools if (p := n.strip().partition(".")) and p[1] and p[0] in servers]
 
 
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
@@ -49,6 +60,16 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
     options = check_options(key, agent_cls, spec.options)
     if spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    if spec.sandbox and getattr(agent_cls, "host_process", False):
+        raise UsageError(
+            f"agent {key!r} runs as a host process of its own and cannot run in the sandbox "
+            "yet (run without --sandbox)"
+        )
+    if spec.sandbox and mcp_tool_names(spec, config):
+        # Their servers would run on the host, out of the container's reach.
+        raise UsageError(
+            "MCP tools are not available to sandboxed runs yet (run without --sandbox)"
+        )
     return agent_cls, options
 
 
@@ -58,10 +79,12 @@ def build_agent(
     engine: Engine,
     *,
     extra: Mapping[str, object] | None = None,
+    mcp_tools: Sequence[BaseTool] = (),
 ) -> BaseAgent:
     """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge
-    (the in-container runner's plain-process ``executor``)."""
+    (the in-container runner's plain-process ``executor``). ``mcp_tools`` are the run's
+    started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP tool names."""
     if spec.team is not None:
         return _team(spec, config, engine)
     agent_cls, options = _checked(spec, config)
@@ -76,7 +99,9 @@ def build_agent(
     if agent_cls.accepts_tools:
         from ..tools import build_tools
 
-        kwargs["tools"] = build_tools(spec.tools, config, engine)
+        mcp_names = set(mcp_tool_names(spec, config))
+        names = [n for n in spec.tools if n not in mcp_names]
+        kwargs["tools"] = [*build_tools(names, config, engine), *mcp_tools]
         kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
     from ..external import ExternalAgent
 
@@ -95,6 +120,8 @@ def build_agent(
         kwargs["executor"] = executor_for(config)
     if agent_cls.fetches_urls:
         kwargs.setdefault("allow_network", config.tools.allow_network)
+    if getattr(agent_cls, "wants_config", False):  # claude_code: its key mode
+        kwargs["config"] = config
     return agent_cls(engine, spec.model, **kwargs)
 
 

@@ -9,6 +9,7 @@ the run for ``jarvis trace``, and turns every way a run can end into a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, select_engine
-from ._build import build_agent, load_context
+from ._build import build_agent, load_context, mcp_tool_names
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 
@@ -79,10 +80,18 @@ async def run_spec(
         if engine is None:
             engine = select_engine(config, spec.engine, spec.model, spec.env)
         engine_name = engine.name
-        agent = build_agent(spec, config, engine, extra=extra)
-        result = await agent.arun(
-            spec.input, context if context is not None else load_context(spec), run=run
-        )
+        async with contextlib.AsyncExitStack() as stack:
+            mcp_tools = []
+            if mcp_tool_names(spec, config) and not spec.sandbox:
+                # Started for this run only, and stopped when it ends, however it ends.
+                from ..mcp import McpToolset
+
+                toolset = await stack.enter_async_context(McpToolset(config))
+                mcp_tools = await toolset.tools(spec.tools)
+            agent = build_agent(spec, config, engine, extra=extra, mcp_tools=mcp_tools)
+            result = await agent.arun(
+                spec.input, context if context is not None else load_context(spec), run=run
+            )
     except (JarvisError, RunStopped) as exc:
         failure = Failure.of(exc)
     except Exception as exc:

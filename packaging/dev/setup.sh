@@ -104,6 +104,11 @@ case "$MODE" in
         pull_model qwen2.5-coder-1.5b
         # The Node.js side of the frame protocol (node_bridge/) is tested with real node.
         command -v node >/dev/null || apt_install nodejs
+        # The openhands agent's own Python 3.12 venv (cached; about 3 minutes the first time).
+        say "installing the openhands agent's venv (cached under ~/.cache/jarvis/venvs)"
+        "$VENV/bin/jarvis" agents install openhands
+        # The Claude Agent SDK for claude_code (pinned lockfile; cached under ~/.cache/jarvis/agents).
+        "$VENV/bin/jarvis" agents install claude_code
         say "starting a private Docker engine for the sandbox tests"
         eval "$(bash packaging/dev/docker-up.sh)"
         export DOCKER_HOST

@@ -98,3 +98,47 @@ def test_random_payloads_cross_unchanged(node: str, payloads: list[dict[str, obj
     # ("0") first, whatever order they arrived in.
     back = list(FrameReader(io.BytesIO(echo(node, b"".join(encode(f) for f in frames)).stdout)))
     assert back == frames
+
+
+# Bytes that look like frames often enough to reach every branch of the parser: the
+# sentinel, JSON fragments, deep nesting, bad UTF-8 and newlines, mixed at random.
+_PIECES = st.sampled_from(
+    [SENTINEL.encode(), b"@@jarvis:2@@ ", b"@@jarvis:", b'{"kind": "start", "id": "x"}',
+     b'{"kind":', b'"id":', b"[" * 3000, b"{" * 50, b"}", b"\n", b"\r\n", b"\xff\xfe", b"\xc3",
+     b"null", b'"\\u0000"', b"1e999", b'{"kind": "result", "id": "r", "result": []}'],
+)  # fmt: skip
+FUZZ_INPUTS = st.lists(
+    st.lists(st.one_of(_PIECES, st.binary(max_size=64)), max_size=12).map(b"".join),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inputs=FUZZ_INPUTS)
+def test_fuzz_the_node_parser_never_crashes_or_hangs(node: str, inputs: list[bytes]) -> None:
+    import base64
+
+    data = json.dumps([base64.b64encode(i).decode() for i in inputs]).encode()
+    out = subprocess.run(
+        [node, str(BRIDGE / "fuzz_peer.mjs")], input=data, capture_output=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr.decode(errors="replace")[-2000:]
+    counts = json.loads(out.stdout)
+    assert set(counts) == {"frames", "noise", "refused"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(inputs=FUZZ_INPUTS)
+def test_fuzz_the_python_reader_only_raises_frame_error(inputs: list[bytes]) -> None:
+    from jarvisd.protocol import FrameError
+
+    for data in inputs:
+        reader = FrameReader(io.BytesIO(data), max_bytes=4096, noise_limit=1024)
+        try:
+            for _ in reader:
+                pass
+        except FrameError:
+            pass
+        assert sum(len(n) for n in reader.noise) <= 1024 + 4096

@@ -1,0 +1,213 @@
+"""openhands: the OpenHands SDK in its own Python 3.12 venv, over frames, on the run's
+engine through the inference gateway, editing a workspace.
+
+The venv is the one ``packaging/dev/setup.sh --test`` installs (``jarvis agents install
+openhands``) under the real cache dir; these tests see it through a symlink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from jarvisd._config import Config
+from jarvisd._events import EventType
+from jarvisd._paths import paths
+from jarvisd._run import RunContext
+from jarvisd.agents._openhands_venv import NoPython312, find_python312, venv_dir
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.runs import AgentSpec, run_spec
+from tests.conftest import require
+
+# Captured before the autouse fixture points the cache at a temporary directory.
+REAL_VENVS = paths().cache / "venvs"
+
+
+def use_real_venv() -> None:
+    require(
+        (REAL_VENVS / "openhands" / ".jarvis-pins").is_file(),
+        f"the openhands venv is not installed in {REAL_VENVS} (jarvis agents install openhands)",
+    )
+    target = paths().cache / "venvs"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(REAL_VENVS, target_is_directory=True)
+
+
+def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path) -> None:
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    target = workspace / "hello.py"
+    engine = ScriptedEngine(
+        [
+            reply(
+                "",
+                ("file_editor", {"command": "create", "path": str(target),
+                                 "file_text": "print('hello')\n"}),
+            ),
+            reply("", ("finish", {"message": "Created hello.py."})),
+        ]
+    )  # fmt: skip
+    events: list[tuple[EventType, dict[str, object]]] = []
+    run = RunContext()
+    run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
+    spec = AgentSpec(
+        "Create hello.py printing hello.",
+        agent="openhands",
+        options={"workspace": str(workspace)},
+    )
+    outcome = asyncio.run(run_spec(spec, run, Config(), engine))
+    assert outcome.failure is None, outcome.failure
+    assert target.read_text() == "print('hello')\n"
+    assert outcome.answer == "Created hello.py."
+    tools = [r.tool_name for r in outcome.tool_results]
+    assert tools[0] == "file_editor" and outcome.tool_results[0].success
+    # The SDK's calls went through the run's engine: two generations, on its ledger.
+    assert len(engine.calls) == 2 and run.budget.calls == 2
+    starts = [d for t, d in events if t is EventType.TOOL_CALL_START]
+    assert starts and starts[0]["tool"] == "file_editor"
+
+
+def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
+    from jarvisd._messages import Generation, Message, Role, ToolSpec
+    from tests.mcp.test_mcp import demo_config
+
+    use_real_venv()
+    offered: list[list[str]] = []
+
+    def model(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        offered.append([t.name for t in tools])
+        results = [str(m.content) for m in messages if m.role is Role.TOOL]
+        if results:
+            return reply("", ("finish", {"message": "The sum is " + results[-1]}))
+        return reply("", ("add", {"a": 2, "b": 40}))
+
+    spec = AgentSpec(
+        "Add 2 and 40.", agent="openhands", tools=("demo.add",),
+        options={"workspace": str(tmp_path)},
+    )  # fmt: skip
+    engine = ScriptedEngine(fallback=model)
+    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), engine))
+    assert outcome.failure is None, outcome.failure
+    assert "add" in offered[0] and "file_editor" in offered[0]
+    add = outcome.tool_results[0]
+    assert add.tool_name == "add" and add.success and add.content.endswith("42")
+    assert outcome.answer.endswith("42")
+
+
+def test_openhands_refuses_the_sandbox_clearly(tmp_path: Path) -> None:
+    spec = AgentSpec("q", agent="openhands", sandbox=True, options={"workspace": str(tmp_path)})
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "runs as a host process" in outcome.failure.message
+
+
+def test_no_python_312_is_said_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "JARVIS_PYTHON312", sys.executable if sys.version_info < (3, 12) else "/bin/false"
+    )
+    with pytest.raises(NoPython312, match=r"is not a Python >= 3\.12 interpreter"):
+        find_python312()
+    monkeypatch.delenv("JARVIS_PYTHON312")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    if sys.version_info < (3, 12):
+        with pytest.raises(NoPython312, match=r"pyenv install 3\.12.*JARVIS_PYTHON312"):
+            find_python312()
+    assert NoPython312.exit_code == 3
+    assert venv_dir() == paths().cache / "venvs" / "openhands"
+
+
+def test_openhands_without_a_workspace_is_a_usage_error() -> None:
+    spec = AgentSpec("q", agent="openhands")
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "--option workspace=DIR" in outcome.failure.message
+
+
+@pytest.mark.model
+@pytest.mark.timeout(2400)  # OpenHands's system prompt is long: minutes to read on 2 cores
+def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: Path) -> None:
+    """Qwen2.5-Coder-1.5B: its exact actions are not asserted, the structure is: the
+    SDK's requests reached the run's engine through the gateway, what the model asked
+    for came back as OpenHands tool calls or an answer, and the run ended in a result."""
+    from jarvisd.engines import LlamaCppEngine
+    from tests.conftest import real_model_path
+
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    engine = LlamaCppEngine(str(real_model_path("qwen2.5-coder-1.5b")), n_ctx=16384)
+    run = RunContext()
+    spec = AgentSpec(
+        "Create a file named greeting.txt containing the word hello.",
+        agent="openhands",
+        options={"workspace": str(workspace)},
+        temperature=0,
+        max_tokens=256,
+        max_turns=3,
+    )
+
+    async def go() -> object:
+        try:
+            return await run_spec(spec, run, Config(), engine)
+        finally:
+            await engine.aclose()
+
+    outcome = asyncio.run(go())
+    assert run.budget.calls >= 1 and run.budget.used.prompt_tokens > 1000  # the SDK's prompt
+    failure = outcome.failure  # type: ignore[attr-defined]
+    assert failure is None or failure.code == "no_answer", failure
+    for result in outcome.tool_results:  # type: ignore[attr-defined]
+        assert result.tool_name in {"file_editor", "terminal", "finish", "think", "task_tracker"}
+    assert outcome.tool_results or outcome.answer  # type: ignore[attr-defined]
+
+
+_OFFLINE = r"""
+import asyncio, json, sys
+from pathlib import Path
+from jarvisd._config import Config
+from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.runs import AgentSpec, run_spec
+
+target = Path(sys.argv[1]) / "out.txt"
+engine = ScriptedEngine([
+    reply("", ("file_editor", {"command": "create", "path": str(target), "file_text": "offline\n"})),
+    reply("", ("finish", {"message": "Done offline."})),
+])
+spec = AgentSpec("Write out.txt.", agent="openhands", options={"workspace": sys.argv[1]})
+outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+print(json.dumps({"outcome": outcome.to_dict(), "file": target.read_text()}))
+"""
+
+
+def test_openhands_needs_no_network_but_the_gateway(tmp_path: Path) -> None:
+    """In a network namespace with only loopback, the SDK (litellm included) still runs
+    its loop: nothing it needs lies beyond the run's gateway."""
+    import os
+    import shlex
+    import shutil
+    import subprocess
+
+    use_real_venv()
+    require(shutil.which("unshare") is not None and os.geteuid() == 0, "needs root and unshare")
+    program = tmp_path / "offline.py"
+    program.write_text(_OFFLINE)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = "ip link set lo up && exec " + shlex.join(
+        [sys.executable, str(program), str(workspace)]
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        ["unshare", "-n", "sh", "-c", script], capture_output=True, text=True, env=env, timeout=280
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["outcome"]["failure"] is None, data["outcome"]["failure"]
+    assert data["outcome"]["answer"] == "Done offline." and data["file"] == "offline\n"
