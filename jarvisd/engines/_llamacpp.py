@@ -92,6 +92,7 @@ class LlamaCppEngine(Engine):
         self._load_lock = threading.Lock()
         self._run_lock = asyncio.Lock()
         self._generating = threading.Lock()
+        self._stops: set[threading.Event] = set()  # one per generation not yet ended
 
     def default_model(self) -> str:
         """The configured model; with none, the strongest catalog model present and
@@ -213,6 +214,7 @@ class LlamaCppEngine(Engine):
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
         stop = threading.Event()
+        self._stops.add(stop)
 
         def emit(text: str) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, text)
@@ -226,6 +228,7 @@ class LlamaCppEngine(Engine):
                 with self._generating:
                     return self._run(messages, tools, options, emit, stop)
             finally:
+                self._stops.discard(stop)
                 loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
         # With tools offered, text that may begin a call written into content (JSON,
@@ -318,11 +321,20 @@ class LlamaCppEngine(Engine):
         return infos
 
     async def aclose(self) -> None:
-        with self._load_lock:
-            llama, self._llama = self._llama, None
-        if llama is not None:
-            with contextlib.suppress(Exception):
-                llama.close()
+        # A generation still running in its thread (a request cancelled on the way out)
+        # is told to stop, and the model is freed only once it has: freeing it under a
+        # running decode crashes the process.
+        for stop in tuple(self._stops):
+            stop.set()
+        await asyncio.to_thread(self._generating.acquire)
+        try:
+            with self._load_lock:
+                llama, self._llama = self._llama, None
+            if llama is not None:
+                with contextlib.suppress(Exception):
+                    llama.close()
+        finally:
+            self._generating.release()
 
 
 class LlamaCppPool(Engine):

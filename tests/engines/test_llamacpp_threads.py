@@ -64,3 +64,29 @@ def test_a_cancelled_generation_ends_before_the_next_one_starts(cancels: int) ->
 
     asyncio.run(go())
     assert fake.peak == 1
+
+
+def test_aclose_waits_for_a_generation_still_running_in_its_thread() -> None:
+    """Closing the engine while a cancelled request's thread still decodes must stop
+    that thread first: freeing the model under it crashes the process."""
+    engine = LlamaCppEngine("/nonexistent/model.gguf")
+    fake = engine._llama = _OneAtATimeLlama()
+    freed_while_active: list[int] = []
+    fake.close = lambda: freed_while_active.append(fake.active)  # type: ignore[attr-defined]
+
+    async def go() -> None:
+        async def consume() -> None:
+            async for _ in engine.stream([Message.user("x")]):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.to_thread(fake.started.wait)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # no longer waits for its thread
+        await engine.aclose()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    assert freed_while_active == [0]
