@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ._network import Network
     from ._parallel import Parallel
     from ._plan_execute import Plan, PlanAndExecute, PlanItem
+    from ._planning import Planned, PlanningConfig, complexity
     from ._reflective import Reflective
     from ._router import Route, Router, parse_choice
     from ._selfcorrect import SelfCorrecting
@@ -73,6 +74,9 @@ _LAZY = {
     "Plan": "._plan_execute",
     "PlanAndExecute": "._plan_execute",
     "PlanItem": "._plan_execute",
+    "Planned": "._planning",
+    "PlanningConfig": "._planning",
+    "complexity": "._planning",
     "PlanStep": "._toolplan",
     "Provenance": "._base",
     "Reflective": "._reflective",
@@ -122,6 +126,8 @@ __all__ = [
     "PlanAndExecute",
     "PlanItem",
     "PlanStep",
+    "Planned",
+    "PlanningConfig",
     "Provenance",
     "Reflective",
     "Result",
@@ -144,6 +150,7 @@ __all__ = [
     "as_member",
     "build_team",
     "call_member",
+    "complexity",
     "current_context",
     "execute_plan",
     "parse_as",

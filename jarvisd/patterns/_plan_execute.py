@@ -111,6 +111,13 @@ class PlanAndExecute(Pattern):
     ) -> Result:
         run = run or RunContext()
         plan, record = await self.plan(input, run)
+        return await self.execute(input, plan, record, context, run)
+
+    async def execute(
+        self, input: str, plan: Plan, record: Result, context: AgentContext | None, run: RunContext
+    ) -> Result:
+        """Carry out ``plan`` (``record``: the planner's result that produced it)."""
+        self._check(plan)
         results: list[Result] = [record]
         done: list[tuple[PlanItem, Result]] = []
         replans = 0
@@ -142,7 +149,8 @@ class PlanAndExecute(Pattern):
             results.append(record)
             queue = list(plan.steps)
         last = done[-1][1]
-        final = last.passed_on(self.name, replans=replans, steps=len(done))
+        outputs = [{"agent": i.agent, "task": i.task, "output": r.content} for i, r in done]
+        final = last.passed_on(self.name, replans=replans, steps=len(done), outputs=outputs)
         final.members = tuple(results)
         final.usage = total_usage(results)
         return final
