@@ -76,6 +76,9 @@ class AcpClient:
         self.answer: list[str] = []
         self.answer_chars = 0
         self.tool_results: list[ToolResult] = []
+        #: Tool calls started and not yet ended (call id -> title), for their synthetic
+        #: ends when the conversation stops under them.
+        self.open_calls: dict[str, str] = {}
         #: Set when the run must stop (a budget spent by the agent's tool calls).
         self.stopped: BudgetExceeded | None = None
         self.stop = asyncio.Event()
@@ -111,6 +114,8 @@ class AcpClient:
                 EventType.TOOL_CALL_START, tool=item.title, arguments=item.arguments,
                 call_id=item.call_id, kind=item.kind, agent=self.agent, depth=depth,
             )  # fmt: skip
+            if len(self.open_calls) < MAX_TOOL_RESULTS:
+                self.open_calls[item.call_id] = item.title
             try:
                 run.budget.reserve_tool_call()
             except BudgetExceeded as exc:
@@ -118,6 +123,7 @@ class AcpClient:
                     self.stopped = exc
                 self.stop.set()
         elif isinstance(item, ToolEnded):
+            self.open_calls.pop(item.call_id, None)
             run.bus.publish(
                 EventType.TOOL_CALL_END, tool=item.title, success=item.success,
                 content=item.content, call_id=item.call_id, agent=self.agent, depth=depth,
@@ -131,6 +137,20 @@ class AcpClient:
                 EventType.AGENT_PLAN, entries=[list(e) for e in item.entries],
                 agent=self.agent, depth=depth,
             )  # fmt: skip
+
+    def close_open_calls(self, reason: str) -> None:
+        """End every call the agent started and never ended, with a synthetic failed
+        result: no tool call is left open when the conversation stops (a cancel, a
+        spent budget, an agent killed or ending its turn mid-call)."""
+        for call_id, title in self.open_calls.items():
+            content = f"cancelled: {reason}"
+            self.run.bus.publish(
+                EventType.TOOL_CALL_END, tool=title, success=False, content=content,
+                call_id=call_id, agent=self.agent, depth=self.run.depth, synthetic=True,
+            )  # fmt: skip
+            if len(self.tool_results) < MAX_TOOL_RESULTS:
+                self.tool_results.append(ToolResult(title, content, False, call_id))
+        self.open_calls.clear()
 
     # -- session/request_permission ----------------------------------------------------
 

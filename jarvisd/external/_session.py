@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,7 @@ async def converse(
         ) from exc
     finally:
         await channel.kill("closed")  # first: nothing below may leave the agent running
+        client.close_open_calls(_why_stopped(run, client, sys.exc_info()[1]))
         stop_task.cancel()
         if prompt_task is not None:
             prompt_task.cancel()
@@ -173,6 +175,19 @@ async def _until_stopped(
         task.cancel()
         _raise_stop(run, client)
     return task.result()
+
+
+def _why_stopped(run: RunContext, client: AcpClient, exc: BaseException | None) -> str:
+    """The reason given to the tool calls the conversation left open."""
+    if client.stopped is not None:
+        return str(client.stopped)
+    if run.cancel.cancelled:
+        return run.cancel.reason or "cancelled"
+    if isinstance(exc, asyncio.CancelledError):
+        return "cancelled"  # a pattern gave up on this member (a race lost)
+    if exc is not None:
+        return str(exc) or type(exc).__name__
+    return "the agent ended its turn without ending the call"
 
 
 def _raise_stop(run: RunContext, client: AcpClient) -> None:

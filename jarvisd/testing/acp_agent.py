@@ -8,6 +8,7 @@ tests of jarvis's ACP client without Node.js or a model.
   edit (kind ``edit``) and writes ``out.txt`` when allowed, ends the tool call with what
   it read, and answers ``read: <first line of README.md>; edit: allowed|denied``;
 * ``hang``: never ends its prompt, but ends it as cancelled on ``session/cancel``;
+* ``open``: as ``hang``, after starting a tool call (``t-open``) it never ends;
 * ``deaf``: never ends its prompt, not even when cancelled (it must be killed); it
   leaves a grandchild sleeping in its process group;
 * ``garbage``: answers initialize, then prints a line that is not JSON;
@@ -158,7 +159,11 @@ def main() -> None:
             cwd = params.get("cwd", "/")
             send({"id": ident, "result": {"sessionId": session}})
         elif method == "session/prompt":
-            if scenario in ("hang", "deaf"):
+            if scenario in ("hang", "deaf", "open"):
+                if scenario == "open":
+                    update(session, {"sessionUpdate": "tool_call", "toolCallId": "t-open",
+                                     "title": "long build", "kind": "execute",
+                                     "status": "in_progress"})  # fmt: skip
                 if scenario == "deaf":
                     subprocess.Popen(["sleep", "300"])  # a grandchild in our group
                 prompt_id = ident
@@ -168,7 +173,7 @@ def main() -> None:
                         if scenario == "deaf":
                             time.sleep(300)  # ignores the end of stdin too
                         return
-                    if nxt.get("method") == "session/cancel" and scenario == "hang":
+                    if nxt.get("method") == "session/cancel" and scenario != "deaf":
                         send({"id": prompt_id, "result": {"stopReason": "cancelled"}})
                         break
                 continue
