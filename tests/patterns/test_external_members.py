@@ -3,7 +3,8 @@ is gone afterwards and the tool call it left open gets a synthetic result.
 
 The agent is jarvisd.testing.acp_agent (scenario ``open``: it starts a tool call, then
 never ends its prompt, ending it as cancelled on ``session/cancel``), a real program
-speaking ACP over stdio, started on the host by jarvis's own ExternalAgent."""
+speaking ACP over stdio, started by jarvis's own ExternalAgent on the host or in its sandbox
+container."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from jarvisd.executors._subprocess import SubprocessChannel
 from jarvisd.external._kinds import external_agent_class
 from jarvisd.patterns import Member, Parallel, Provenance, Result
 from jarvisd.runs import AgentSpec
+from tests.conftest import require
+from tests.external.test_sandboxed import IMAGE, _containers, _docker_ok
 
 from ._helpers import Recorder, go
 
@@ -54,17 +57,21 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return started
 
 
-def _external(tmp_path: Path) -> Member:
+def _external(tmp_path: Path, *, sandboxed: bool = False) -> Member:
     from jarvisd.engines import ScriptedEngine
     from jarvisd.patterns import AgentMember
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    command = [sys.executable, "-m", "jarvisd.testing.acp_agent", "open"]
-    config = parse_config({"agents": {"external": {"builder": {"command": command}}}})
+    python = "python3" if sandboxed else sys.executable
+    command = [python, "-m", "jarvisd.testing.acp_agent", "open"]
+    sandbox = {"image": IMAGE, "allowed_roots": [f"{tmp_path}:rw"]} if sandboxed else {}
+    config = parse_config(
+        {"agents": {"external": {"builder": {"command": command}}}, "sandbox": sandbox}
+    )
     cls = external_agent_class("builder", config)
     assert cls is not None
-    spec = AgentSpec(input="", agent="builder", no_sandbox=True)
+    spec = AgentSpec(input="", agent="builder", no_sandbox=not sandboxed)
     agent = cls(ScriptedEngine.from_replies([]), config=config, spec=spec, workspace=str(workspace))
     return AgentMember(agent, "builder")
 
@@ -132,3 +139,21 @@ def test_a_cancelled_run_reaches_an_external_member_mid_prompt(
     assert len(groups) == 1 and _gone(groups) == []
     [end] = _synthetic_ends(rec)
     assert end["call_id"] == "t-open" and end["content"] == "cancelled: stopped by the user"
+
+
+def test_run_first_removes_the_container_of_an_external_agent_it_cancels(
+    tmp_path: Path,
+) -> None:
+    require(_docker_ok(), "needs a container engine (DOCKER_HOST)")
+    before = set(_containers())
+    rec = Recorder()
+    during: list[set[str]] = []
+    rec.bus.subscribe(lambda _: during.append(set(_containers())), EventType.TOOL_CALL_START)
+    race = Parallel([_external(tmp_path, sandboxed=True), _AfterToolStart(rec.bus)], mode="first")
+    os.chmod(tmp_path / "ws", 0o777)  # the sandbox user (not root) works in it
+    result = go(race.arun("build it", run=rec.run()))
+    assert result.content == "quick answer"
+    assert during and during[0] - before  # it ran in a container of this test
+    assert set(_containers()) <= before
+    [end] = _synthetic_ends(rec)
+    assert (end["call_id"], end["success"]) == ("t-open", False)
