@@ -141,6 +141,15 @@ def _pattern(
         return PlanAndExecute(engine, members("executors"), model=model,
                               max_replans=table.get("max_replans", 1),
                               descriptions=dict(descriptions), name=name)  # fmt: skip
+    if kind == "planned":
+        from ._planning import Planned, PlanningConfig
+
+        planning = PlanningConfig(
+            enabled=True, model=model, always=table.get("always", False),
+            min_complexity=table.get("min_complexity", 2),
+            max_replans=table.get("max_replans", 0),
+        )  # fmt: skip
+        return Planned(member(table["member"]), planning, engine=engine, name=name)
     if kind == "team_lead":
         return TeamLead(engine, members("members"), strategy=table.get("strategy", "sequential"),
                         model=model, max_assignments=table.get("max_assignments", 6),

@@ -174,3 +174,37 @@ def test_the_planned_flow_spends_one_ledger() -> None:
     with pytest.raises(BudgetExceeded):
         go(gated.arun("x", run=rec.run(budget=Budget(max_calls=3))))
     assert len(planner.calls) + len(engine_of(worker).calls) == 3
+
+
+PLANNED_TEAM = """\
+root = "careful"
+
+[agents.worker]
+agent = "simple"
+
+[patterns.careful]
+pattern = "planned"
+member = "worker"
+always = true
+"""
+
+
+def test_a_team_file_turns_planning_on_for_a_member() -> None:
+    from jarvisd._config import Config
+    from jarvisd._errors import UsageError
+    from jarvisd._run import RunContext
+    from jarvisd.patterns import build_team, parse_team
+    from jarvisd.runs import AgentSpec, run_spec
+
+    team = parse_team(PLANNED_TEAM)
+    assert parse_team(team.to_toml()) == team
+    root = build_team(team, ScriptedEngine(), Config())
+    assert isinstance(root, Planned) and root.planning.always and root.planning.enabled
+    with pytest.raises(UsageError, match="min_complexity"):
+        parse_team(PLANNED_TEAM + "min_complexity = -1\n")
+    # one engine serves the planner, the step and the synthesis
+    engine = ScriptedEngine.from_replies([plan("look it up"), "Phobos, Deimos", "Two moons."])
+    spec = AgentSpec(input="moons of Mars?", team=PLANNED_TEAM)
+    outcome = go(run_spec(spec, RunContext(), Config(), engine, trace=False))
+    assert outcome.failure is None, outcome.failure
+    assert outcome.answer == "Two moons."
