@@ -7,6 +7,7 @@ opencode calls its tool on a scripted engine, and the tool's result reaches the 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -62,6 +63,30 @@ def test_the_run_leaves_starting_the_servers_to_the_acp_agent() -> None:
     assert not starts_mcp_servers(acp, config)  # opencode starts them itself
     assert starts_mcp_servers(AgentSpec(input="go", agent="orchestrator", tools=("demo.add",)),
                               config)  # fmt: skip
+
+
+def test_the_named_servers_reach_session_new(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scripted ACP agent answers the servers it was handed. The server's command
+    exits at once: had the run started it itself (as it does for built-in agents), the
+    run would fail."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    command = [sys.executable, "-c", "raise SystemExit(1)"]
+    config = parse_config({
+        "mcp": {"servers": {"demo": {"command": command, "env": {"LOG": "warn"}},
+                            "other": {"command": command}}},
+        "agents": {"external": {"fake": {
+            "command": [sys.executable, "-m", "jarvisd.testing.acp_agent", "mcp"]}}},
+    })  # fmt: skip
+    spec = AgentSpec(input="go", agent="fake", tools=("demo.add", "demo.*"), no_sandbox=True,
+                     options={"workspace": str(workspace)})  # fmt: skip
+    outcome, _ = _run(spec, config, ScriptedEngine.from_replies(["unused"]))
+    assert outcome.ok, outcome.failure
+    assert json.loads(outcome.answer) == [{
+        "name": "demo", "command": sys.executable, "args": ["-c", "raise SystemExit(1)"],
+        "env": [{"name": "LOG", "value": "warn"}],
+    }]  # fmt: skip
 
 
 def _mcp_add_script() -> ScriptedEngine:
