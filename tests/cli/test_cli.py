@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import subprocess
@@ -165,3 +167,31 @@ def test_ask_json_reports_the_model_an_openai_server_used(agent: str) -> None:
     data = json.loads(out.stdout)
     assert data["answer"] == "42" and data["engine"] == "openai"
     assert data["model"] == "scripted"
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("typed", "allowed"), [("y\n", True), ("\n", False), ("", False)])
+def test_terminal_approver_asks_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, typed: str, allowed: bool
+) -> None:
+    from jarvisd.cli._ask import terminal_approver
+    from jarvisd.external import PermissionRequest
+
+    err = _Tty()
+    monkeypatch.setattr(sys, "stdin", _Tty(typed))
+    monkeypatch.setattr(sys, "stderr", err)
+    approve = terminal_approver()
+    assert approve is not None
+    assert asyncio.run(approve(PermissionRequest("write out.txt", "edit"))) is allowed
+    assert "allow write out.txt (kind edit)? [y/N]" in err.getvalue()
+
+
+def test_no_terminal_no_approver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jarvisd.cli._ask import terminal_approver
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert terminal_approver() is None
