@@ -289,17 +289,20 @@ class LlamaCppEngine(Engine):
         return self.n_ctx
 
     def count_tokens(self, text: str, model: str = "") -> int | None:
-        # Only once loaded: loading takes seconds, and the first call of a run can do
-        # with the byte bound. llama_tokenize reads the vocabulary only, so this is
-        # safe while another thread generates.
+        # Only once loaded (loading takes seconds; the first call of a run can do with
+        # the byte bound), and only while no generation runs: llama.cpp does not promise
+        # that tokenizing is safe beside a decode in another thread, and None (the
+        # caller's byte bound) costs a looser reservation, never a crash.
         llama = self._llama
-        if llama is None:
+        if llama is None or not self._generating.acquire(blocking=False):
             return None
-        data = text.encode("utf-8", "surrogatepass")
         try:
+            data = text.encode("utf-8", "surrogatepass")
             return len(llama.tokenize(data, add_bos=False, special=False))
         except (RuntimeError, ValueError, UnicodeError):
             return None
+        finally:
+            self._generating.release()
 
     async def list_models(self) -> list[ModelInfo]:
         from ..catalog import model_status

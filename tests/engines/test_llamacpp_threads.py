@@ -90,3 +90,25 @@ def test_aclose_waits_for_a_generation_still_running_in_its_thread() -> None:
 
     asyncio.run(go())
     assert freed_while_active == [0]
+
+
+def test_tokens_are_not_counted_beside_a_running_generation() -> None:
+    """Counting calls into llama.cpp too: beside a decode in another thread it gives
+    way (None: the ledger's byte bound) instead of racing it."""
+    engine = LlamaCppEngine("/nonexistent/model.gguf")
+    fake = engine._llama = _OneAtATimeLlama()
+    fake.tokenize = lambda data, **kw: list(data)  # type: ignore[attr-defined]
+    assert engine.count_tokens("four") == 4
+
+    async def go() -> int | None:
+        async def consume() -> None:
+            async for _ in engine.stream([Message.user("x")]):
+                pass
+
+        task = asyncio.create_task(consume())
+        await asyncio.to_thread(fake.started.wait)
+        counted = engine.count_tokens("four")
+        await task
+        return counted
+
+    assert asyncio.run(go()) is None
