@@ -186,6 +186,8 @@ class AgentsConfig:
     switch_mode, other, and ``default``): "allow", "deny" or "ask"."""
 
     permissions: Mapping[str, Literal["allow", "deny", "ask"]] = field(default_factory=dict)
+    # Seconds a daemon task waits for `jarvis task approve|deny` before it is denied.
+    approval_timeout: float = _num(600.0, 0, above=True)
     external: Mapping[str, ExternalAgentConfig] = field(default_factory=dict)
 
 

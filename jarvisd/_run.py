@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,6 +299,12 @@ class RunContext:
     #: Engines bound to this run's token, ledger and bus (``RunEngine.bind``), shared
     #: with child contexts, which have the same three.
     bound_engines: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: Answers an external agent's permission request under "ask" (an
+    #: ``jarvisd.external.Approver``: True allows); None when nobody can answer, which
+    #: denies. The daemon's worker sets it for a task; children share it.
+    approver: Callable[[Any], Awaitable[bool]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         if self.budget.bus is None:  # the ledger's warnings go on the run's bus
@@ -315,4 +321,5 @@ class RunContext:
             None,
             self.depth + 1,
             bound_engines=self.bound_engines,
+            approver=self.approver,
         )

@@ -27,6 +27,40 @@ __all__ = ["ask", "pick_host", "render", "run_on_host", "status_line"]
 _HEADLINES = {"cancelled": "cancelled", "budget": "stopped"}
 
 
+def terminal_approver() -> Any:
+    """A y/N question on stderr for an external agent's permission requests under
+    "ask" (a ``jarvisd.external.Approver``), when a person sits at the terminal; else
+    None, and those requests are denied."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+
+    async def approve(request: Any) -> bool:
+        import asyncio
+        import threading
+
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[bool] = loop.create_future()
+        prompt = _for_terminal(f"jarvis: allow {request.tool} (kind {request.kind})?")
+
+        def settle(allowed: bool) -> None:
+            if not answer.done():
+                answer.set_result(allowed)
+
+        def read() -> None:
+            try:
+                allowed = click.confirm(prompt, default=False, err=True)
+            except (click.Abort, EOFError, OSError):
+                allowed = False
+            loop.call_soon_threadsafe(settle, allowed)
+
+        # A daemon thread: a run cancelled while it waits for a line must not keep the
+        # process alive at exit (an executor thread would).
+        threading.Thread(target=read, name="jarvis-approve", daemon=True).start()
+        return await answer
+
+    return approve
+
+
 def _read_question(question: str) -> str:
     if question == "-":
         if sys.stdin.isatty():
@@ -129,6 +163,7 @@ def ask(question: str, as_json: bool, no_stream: bool, no_daemon: bool, **run_va
         sys.stdout.flush()
 
     run = RunContext(on_delta=on_delta if stream else None)
+    run.approver = terminal_approver()  # in this process only; jarvisd's asks deny
     if not as_json:
 
         def show(event: Event) -> None:

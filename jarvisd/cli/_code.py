@@ -23,8 +23,9 @@ A git repository gets a worktree on a new branch at HEAD with its uncommitted ch
 (tracked and untracked, not ignored); any other directory is copied. Blocked names
 (.env*, keys, credentials...) and virtual environments are left out and listed. The
 agent runs in the sandbox with the network off; the project is not touched until
-`jarvis code apply ID`. Through jarvisd when it runs (a task: `jarvis task logs -f`,
-`jarvis task cancel`), else in this process. Exit 0 when the agent finished (with or
+`jarvis code apply ID`. An external agent (--agent opencode) has the workspace as its
+cwd, and its edits there are allowed. Through jarvisd when it runs (a task: `jarvis
+task logs -f`, `jarvis task cancel`), else in this process. Exit 0 when the agent finished (with or
 without a change), else the run's failure code."""
 
 

@@ -29,7 +29,9 @@ _OPTIONS = (
                  help="llamacpp (embedded), ollama, openai, or a plugin; default from config."),
     click.option("-m", "--model", default="",
                  help="Model name (catalog name or .gguf path for llamacpp)."),
-    click.option("-t", "--tools", default="", help="Comma-separated tools for tool-using agents."),
+    click.option("-t", "--tools", default="",
+                 help="Comma-separated tools for tool-using agents (ACP agents: MCP tools "
+                      "only, with --no-sandbox)."),
     click.option("--option", "agent_options", multiple=True, metavar="KEY=VALUE",
                  help="An option the agent declares (see `jarvis agents list`), e.g. "
                       "mode=structured for orchestrator, max_depth=3 for rlm. Repeatable."),

@@ -39,6 +39,12 @@ def format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
         status = data.get("status") or ("ok" if data.get("success") else "error")
         content = str(data.get("content", "")).replace("\n", " ")[:200]
         return f"[{seq}] tool {data.get('tool')} -> {status}: {content}"
+    if event == "approval_requested":
+        return (f"[{seq}] waiting for approval: {data.get('tool')} (kind {data.get('kind')}) "
+                f"{data.get('arguments')}; answer with `jarvis task approve|deny`")  # fmt: skip
+    if event == "approval":
+        verdict = "allowed" if data.get("allowed") else "denied"
+        return f"[{seq}] {data.get('tool')} {verdict} ({data.get('by')})"
     if event == "task_end":
         reason = f" ({data.get('reason')})" if data.get("reason") else ""
         return f"[{seq}] task {data.get('state')}{reason}"
@@ -46,9 +52,17 @@ def format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
     return f"[{seq}] {event} {details}".rstrip()
 
 
+def _state(info: Any) -> str:
+    return "waiting" if info.waiting is not None else info.state
+
+
 def _print_info(info: Any) -> None:
     click.echo(f"id:        {info.id}")
-    click.echo(f"state:     {info.state}" + (f" ({info.reason})" if info.reason else ""))
+    click.echo(f"state:     {_state(info)}" + (f" ({info.reason})" if info.reason else ""))
+    if info.waiting is not None:
+        left = max(0.0, info.waiting.until - time.time())
+        click.echo(f"waiting:   for approval of {info.waiting.tool} (kind {info.waiting.kind}), "
+                   f"denied in {left:.0f} s: jarvis task approve|deny {info.id}")  # fmt: skip
     click.echo(f"agent:     {info.spec.agent or '(default)'}"
                + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
                + ("  sandbox" if info.spec.sandbox else ""))  # fmt: skip
@@ -74,7 +88,7 @@ def _print_info(info: Any) -> None:
 
 @click.group()
 def task() -> None:
-    """Hand long tasks to jarvisd: submit, list, show, logs, wait, cancel."""
+    """Hand long tasks to jarvisd: submit, list, show, logs, wait, cancel, approve, deny."""
 
 
 @task.command()
@@ -120,7 +134,9 @@ def list_(states: tuple[str, ...], limit: int, as_json: bool) -> None:
     click.echo(f"{'ID':<12}  {'STATE':<11}  {'CREATED':<19}  INPUT")
     for t in tasks:
         text = t.spec.input.replace("\n", " ")
-        click.echo(f"{t.id:<12}  {t.state:<11}  {_when(t.created_at):<19}  {text[:60]}")
+        click.echo(f"{t.id:<12}  {_state(t):<11}  {_when(t.created_at):<19}  {text[:60]}")
+        if t.waiting is not None:
+            click.echo(f"{'':<12}  waits for approval: {t.waiting.tool} (kind {t.waiting.kind})")
 
 
 @task.command()
@@ -186,3 +202,26 @@ def cancel(task_id: str, as_json: bool) -> None:
     """Cancel a task: its engine request, tools, containers and subprocesses stop."""
     info = _client().cancel(task_id)
     click.echo(json.dumps(info.to_dict()) if as_json else f"{info.id}: {info.state}")
+
+
+def _answer(task_id: str, allow: bool, as_json: bool) -> None:
+    info = _client().answer(task_id, allow)
+    click.echo(json.dumps(info.to_dict()) if as_json else f"{info.id}: {_state(info)}")
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+def approve(task_id: str, as_json: bool) -> None:
+    """Allow the tool a task waits for (an external agent's permission request under
+    "ask" in [agents.permissions]; unanswered, it is denied after
+    agents.approval_timeout seconds)."""
+    _answer(task_id, True, as_json)
+
+
+@task.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
+def deny(task_id: str, as_json: bool) -> None:
+    """Refuse the tool a task waits for; the agent goes on without it."""
+    _answer(task_id, False, as_json)

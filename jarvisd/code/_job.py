@@ -45,6 +45,8 @@ NOT_RESUMABLE = (
 )
 #: Room above the workspace's own file count for what the agent adds, in the mount scan.
 _SCAN_MARGIN = 20_000
+#: The ACP tool kinds that change files, allowed in a jarvis code run.
+_EDIT_KINDS = ("edit", "delete", "move")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +82,35 @@ def task_prompt(ws: Workspace, task: str) -> str:
 
 
 def _code_config(config: Config, ws: Workspace) -> Config:
-    """``config`` with the workspace as the one extra allowed root (read-write), and a
-    mount scan large enough for it."""
+    """``config`` with the workspace as the one extra allowed root (read-write), a
+    mount scan large enough for it, and an external agent's edits allowed whatever
+    ``[agents.permissions]`` says: it can only change files in the container, and of
+    the host's only the workspace, whose change is reviewed before it is applied."""
     sandbox = config.sandbox
     entries = max(sandbox.max_mount_entries, ws.files + _SCAN_MARGIN)
     roots = (*sandbox.allowed_roots, f"{ws.path}:rw")
     changed = dataclasses.replace(sandbox, allowed_roots=roots, max_mount_entries=entries)
-    return dataclasses.replace(config, sandbox=changed)
+    permissions = dict(config.agents.permissions)
+    for kind in _EDIT_KINDS:
+        permissions[kind] = "allow"
+    agents = dataclasses.replace(config.agents, permissions=permissions)
+    return dataclasses.replace(config, sandbox=changed, agents=agents)
+
+
+def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, object]:
+    """``spec``'s options, with the workspace as the agent's own when it takes one (an
+    external agent: its cwd and the root of its file requests)."""
+    from ..runs import validate_spec
+    from ..runs._options import declared_options
+
+    options = dict(spec.options)
+    if "workspace" not in declared_options(validate_spec(spec, config)):
+        return options
+    given = options.get("workspace")
+    if given is not None and given != ws.path:
+        raise UsageError("jarvis code sets the agent's workspace itself: give no workspace option")
+    options["workspace"] = ws.path
+    return options
 
 
 async def _run_test(executor: CodeExecutor, ws: Workspace, limit_s: float) -> TestRun:
@@ -173,18 +197,20 @@ async def _run_code(
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
     if run.checkpoint is not None:
         run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
-    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
     code_config = _code_config(config, ws)
+    inner = dataclasses.replace(
+        spec, workspace=None, input=task_prompt(ws, spec.input),
+        agent=spec.agent or DEFAULT_AGENT, sandbox=True, mounts=(f"{ws.path}:rw",),
+    )  # fmt: skip
+    # Checked before the workspace is taken: a refused spec leaves it ready.
+    inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
+    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
     executor = executor_for_backend(config.sandbox.backend, code_config)
     timeout = config.sandbox.timeout
     outcome: RunOutcome | None = None
     before = after = None
     try:
         before = await _test(executor, ws, run, timeout)
-        inner = dataclasses.replace(
-            spec, workspace=None, input=task_prompt(ws, spec.input),
-            agent=spec.agent or DEFAULT_AGENT, sandbox=True, mounts=(f"{ws.path}:rw",),
-        )  # fmt: skip
         outcome = await run_spec(inner, run, code_config, engine)
         if outcome.ok:
             after = await _test(executor, ws, run, timeout)

@@ -38,6 +38,7 @@ from ._protocol import (
     Shutdown,
     Status,
     StatusReply,
+    TaskAnswer,
     TaskCancel,
     TaskInfo,
     TaskList,
@@ -203,6 +204,10 @@ class Client:
 
     def cancel(self, task: str) -> TaskInfo:
         return _task(self.call(TaskCancel(task=task), TaskReply))
+
+    def answer(self, task: str, allow: bool) -> TaskInfo:
+        """Approve (``allow``) or deny the permission request ``task`` waits on."""
+        return _task(self.call(TaskAnswer(task=task, allow=allow), TaskReply))
 
     def wait(self, task: str, timeout: float | None = None) -> TaskInfo:
         return _task(self.call(TaskWait(task=task, timeout=timeout), TaskReply, timeout=None))

@@ -27,6 +27,7 @@ task.show  task                                 task
 task.logs  task, since? (seq), follow?          event* then ok (or ended when the task did)
 task.wait  task, timeout?                       task (when finished, or at the timeout)
 task.cancel task                                task
+task.answer task, allow                         task (answers the approval it waits for)
 shutdown                                        ok
 ========== ==================================== =========================================
 
@@ -72,6 +73,7 @@ __all__ = [
     "Shutdown",
     "Status",
     "StatusReply",
+    "TaskAnswer",
     "TaskCancel",
     "TaskInfo",
     "TaskList",
@@ -81,6 +83,7 @@ __all__ = [
     "TaskShow",
     "TaskSubmit",
     "TaskWait",
+    "Waiting",
     "encode",
     "parse_reply",
     "parse_request",
@@ -294,6 +297,24 @@ class TaskCancel(_TaskRef):
 
 
 @dataclass(frozen=True, slots=True)
+class TaskAnswer(Request):
+    """``jarvis task approve|deny``: answer the permission request a task waits on."""
+
+    op: ClassVar[str] = "task.answer"
+    task: str = ""
+    allow: bool = False
+
+    def body(self) -> dict[str, Any]:
+        return {"task": self.task, "allow": self.allow}
+
+    @classmethod
+    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskAnswer:
+        if not isinstance(data.get("allow"), bool):
+            raise ProtocolError("field 'allow' must be true or false")
+        return cls(id=id, task=_str(data, "task"), allow=_bool(data, "allow"))
+
+
+@dataclass(frozen=True, slots=True)
 class TaskLogs(Request):
     op: ClassVar[str] = "task.logs"
     task: str = ""
@@ -329,11 +350,30 @@ class TaskWait(Request):
 REQUESTS: dict[str, type[Request]] = {
     cls.op: cls
     for cls in (Ping, Status, Shutdown, Ask, AskCancel, TaskSubmit, TaskList, TaskShow,
-                TaskCancel, TaskLogs, TaskWait)
+                TaskCancel, TaskAnswer, TaskLogs, TaskWait)
 }  # fmt: skip
 
 
 # -- typed payloads -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The permission request a running task waits on (`jarvis task approve|deny`)."""
+
+    tool: str
+    kind: str
+    since: float
+    #: When it is denied unanswered (``agents.approval_timeout``).
+    until: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tool": self.tool, "kind": self.kind, "since": self.since, "until": self.until}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Waiting:
+        return cls(tool=_str(data, "tool"), kind=_str(data, "kind"),
+                   since=_float(data, "since"), until=_float(data, "until"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +397,8 @@ class TaskInfo:
     cpu_seconds: float = 0.0
     memory_bytes: int = 0
     worker_pid: int | None = None
+    #: Set while the task waits for its permission request to be answered.
+    waiting: Waiting | None = None
 
     @property
     def finished(self) -> bool:
@@ -381,6 +423,7 @@ class TaskInfo:
             "cpu_seconds": self.cpu_seconds,
             "memory_bytes": self.memory_bytes,
             "worker_pid": self.worker_pid,
+            "waiting": None if self.waiting is None else self.waiting.to_dict(),
         }
 
     @classmethod
@@ -389,6 +432,7 @@ class TaskInfo:
         if state not in TASK_STATES:
             raise ProtocolError(f"unknown task state {state!r}")
         pid = data.get("worker_pid")
+        waiting = _obj(data, "waiting", required=False)
         return cls(
             id=_str(data, "id"),
             state=state,
@@ -407,6 +451,7 @@ class TaskInfo:
             cpu_seconds=_float(data, "cpu_seconds"),
             memory_bytes=_int(data, "memory_bytes", 0),
             worker_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            waiting=None if waiting is None else Waiting.from_dict(waiting),
         )
 
 

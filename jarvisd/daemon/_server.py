@@ -61,6 +61,7 @@ from ._protocol import (
     Shutdown,
     Status,
     StatusReply,
+    TaskAnswer,
     TaskCancel,
     TaskList,
     TaskListReply,
@@ -494,9 +495,8 @@ class Daemon:
         elif isinstance(request, TaskSubmit):
             yield TaskReply(id=rid, task=await self._submit(request))
         elif isinstance(request, TaskList):
-            yield TaskListReply(
-                id=rid, tasks=tuple(self.store.list_tasks(request.states, request.limit))
-            )
+            tasks = self.store.list_tasks(request.states, request.limit)
+            yield TaskListReply(id=rid, tasks=tuple(self.tasks.live(t) for t in tasks))
         elif isinstance(request, TaskShow):
             yield TaskReply(id=rid, task=self.tasks.show(request.task))
         elif isinstance(request, TaskCancel):
@@ -505,6 +505,8 @@ class Daemon:
             if not info.finished:  # answer once it has really stopped
                 info = await self._wait(TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3))
             yield TaskReply(id=rid, task=info)
+        elif isinstance(request, TaskAnswer):
+            yield TaskReply(id=rid, task=self.tasks.answer(request.task, request.allow))
         elif isinstance(request, TaskLogs):
             async with contextlib.aclosing(self._logs(request)) as replies:
                 async for reply in replies:

@@ -34,8 +34,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jarvisd._config import Config
-from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown, StoreError
+from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown, StoreError, UsageError
 from jarvisd.protocol import (
+    Approval,
+    Approve,
     Cancel,
     ErrorFrame,
     EventFrame,
@@ -49,7 +51,7 @@ from jarvisd.protocol import (
 )
 from jarvisd.runs import AgentSpec, Failure, RunOutcome
 
-from ._protocol import CHECKPOINT_EVENT, TaskInfo
+from ._protocol import CHECKPOINT_EVENT, TaskInfo, Waiting
 from ._store import TaskStore
 
 __all__ = ["SHUTDOWN_REASON", "TaskManager"]
@@ -67,6 +69,19 @@ _SEEN_PRUNE_AT = 64
 _STORE_RETRY_S = 1.0
 #: How often the WAL is checkpointed into the database (PASSIVE: it never waits).
 _CHECKPOINT_EVERY_S = 10.0
+#: How much of a permission request's text is stored and shown (an agent writes it).
+_APPROVAL_TOOL_CHARS = 200
+_APPROVAL_ARGS_CHARS = 2000
+
+
+@dataclass(slots=True)
+class _Approval:
+    """The permission request a task waits on: the worker's approve frame id, what
+    `task show` says, and the timer that denies it unanswered."""
+
+    frame_id: str
+    waiting: Waiting
+    timer: asyncio.TimerHandle
 
 
 @dataclass(slots=True)
@@ -85,6 +100,7 @@ class _Running:
     seen: dict[int, Any] = field(default_factory=dict)
     #: Set once the worker has ended and its outcome is being stored.
     returncode: int | None = None
+    approval: _Approval | None = None
 
 
 def _tree(pid: int) -> list[Any]:
@@ -326,8 +342,26 @@ class TaskManager:
         rt = self._running.get(info.id)
         if rt is not None:
             self._observe(rt, *snapshot_tree(rt.proc.pid))
-            return _with_usage(info, rt.cpu_seconds, rt.memory_bytes)
+            return self.live(_with_usage(info, rt.cpu_seconds, rt.memory_bytes))
         return info
+
+    def live(self, info: TaskInfo) -> TaskInfo:
+        """``info`` with what only the running daemon knows: the approval it waits on."""
+        from dataclasses import replace
+
+        rt = self._running.get(info.id)
+        if rt is None or rt.approval is None:
+            return info
+        return replace(info, waiting=rt.approval.waiting)
+
+    def answer(self, ref: str, allow: bool) -> TaskInfo:
+        """``jarvis task approve|deny``: answer the permission request ``ref`` waits on."""
+        info = self.store.get(ref)
+        rt = self._running.get(info.id)
+        if rt is None or rt.approval is None or rt.cancel_reason:
+            raise UsageError(f"task {info.id} is not waiting for approval (it is {info.state})")
+        self._answer(rt, allow, "approved by the user" if allow else "denied by the user")
+        return self.show(info.id)
 
     async def cancel(self, ref: str, reason: str = "cancelled by the user") -> TaskInfo:
         info = self.store.get(ref)
@@ -497,10 +531,60 @@ class TaskManager:
             elif isinstance(frame, Ping):
                 # Everything before this ping is committed: answer the barrier.
                 self._write(rt, encode(Pong(id=frame.id)))
+            elif isinstance(frame, Approve):
+                self._asked(rt, frame)
             elif isinstance(frame, ResultFrame | ErrorFrame):
                 # The worker waits for our barrier answer: measure it while it is alive.
                 self._observe(rt, *snapshot_tree(rt.proc.pid))
                 self._outcome(rt, frame)
+
+    def _asked(self, rt: _Running, frame: Approve) -> None:
+        """The worker's agent asks to run a tool under "ask": the task waits, visibly,
+        until `task approve|deny` or the timeout (which denies)."""
+        if rt.approval is not None or rt.cancel_reason:
+            # One question at a time; and a task being stopped runs nothing more.
+            why = "another request is waiting" if rt.approval is not None else "cancelled"
+            self._write(rt, encode(Approval(id=frame.id, allowed=False, reason=why)))
+            return
+        import json
+
+        from jarvisd.external._mapping import clip
+
+        timeout = self._config().agents.approval_timeout
+        now = time.time()
+        waiting = Waiting(clip(frame.tool, _APPROVAL_TOOL_CHARS),
+                          clip(frame.tool_kind, _APPROVAL_TOOL_CHARS), now, now + timeout)  # fmt: skip
+        arguments = clip(json.dumps(frame.arguments, default=str), _APPROVAL_ARGS_CHARS)
+        self.store.append_event(
+            rt.task_id, "approval_requested",
+            {"tool": waiting.tool, "kind": waiting.kind, "arguments": arguments,
+             "timeout": timeout},
+        )  # fmt: skip
+        timer = asyncio.get_running_loop().call_later(
+            timeout, self._answer_timeout, rt, f"no answer within {timeout:g} s"
+        )
+        rt.timers.append(timer)
+        rt.approval = _Approval(frame.id, waiting, timer)
+        self._notify(rt.task_id)
+
+    def _answer_timeout(self, rt: _Running, why: str) -> None:
+        with contextlib.suppress(StoreError):  # denied whether or not it can be recorded
+            self._answer(rt, False, why)
+
+    def _answer(self, rt: _Running, allowed: bool, by: str) -> None:
+        pending, rt.approval = rt.approval, None
+        if pending is None:
+            return
+        pending.timer.cancel()
+        try:
+            self.store.append_event(
+                rt.task_id, "approval",
+                {"tool": pending.waiting.tool, "kind": pending.waiting.kind,
+                 "allowed": allowed, "by": by},
+            )  # fmt: skip
+        finally:
+            self._write(rt, encode(Approval(id=pending.frame_id, allowed=allowed, reason=by)))
+            self._notify(rt.task_id)
 
     def _observe(self, rt: _Running, procs: list[Any], cpu: float, mem: int) -> None:
         """Record a snapshot of the worker's tree: its usage, and its descendants."""
@@ -542,6 +626,9 @@ class TaskManager:
         if rt.cancel_reason:
             return
         rt.cancel_reason = reason
+        if rt.approval is not None:  # the worker denies it itself on the cancel
+            rt.approval.timer.cancel()
+            rt.approval = None
         log.info("task %s: cancelling (%s)", rt.task_id, reason)
         self._observe(rt, *snapshot_tree(rt.proc.pid))  # what runs now must end with it
         self._write(rt, encode(Cancel(reason=reason)))

@@ -7,9 +7,13 @@ down. The daemon writes to stdin, reads frames from stdout::
     daemon -> worker   start {task: "agent", payload: {spec, config, resume}}
                        cancel {reason}
                        pong (answers a barrier ping, same id)
+                       approval {allowed, reason} (answers an approve, same id)
     worker -> daemon   event {type, data}     every run event, in order
                        event {type: "checkpoint", data: state}  after each model turn
                        ping                   barrier: "have you stored everything so far?"
+                       approve {tool, tool_kind, arguments}  an external agent's
+                                              permission request under "ask": the task
+                                              waits for `jarvis task approve|deny`
                        result {result: RunOutcome}  how the run ended, failures included
                        error {code, message}  only when the start frame was unusable
 
@@ -28,9 +32,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import IO, Any, NoReturn
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from jarvisd.protocol import (
+    Approval,
+    Approve,
     Cancel,
     ErrorFrame,
     EventFrame,
@@ -47,6 +53,9 @@ from jarvisd.protocol import (
 
 from .._procs import exit_host_gone
 from ._protocol import CHECKPOINT_EVENT
+
+if TYPE_CHECKING:
+    from jarvisd._run import CancelToken
 
 log = logging.getLogger("jarvisd.worker")
 
@@ -69,6 +78,8 @@ class _Host:
         #: A cancel that came before the run existed (the daemon cancels as soon as it
         #: likes, often while this process is still importing): delivered at its start.
         self._pending_cancel: str | None = None
+        #: Approve frames sent, by id: the callback that takes the daemon's answer.
+        self._approvals: dict[str, Callable[[Approval], object]] = {}
 
     def send(self, frame: Frame) -> None:
         data = encode(frame)
@@ -89,6 +100,34 @@ class _Host:
         if not event.wait(BARRIER_TIMEOUT_S):
             log.error("the daemon did not confirm within %.0f s: stopping", BARRIER_TIMEOUT_S)
             self.gone()
+
+    async def approve(self, request: Any, cancel: CancelToken) -> bool:
+        """Ask the daemon (and through it a person) whether the tool of ``request``
+        (a ``jarvisd.external.PermissionRequest``) may run; True allows. The daemon
+        answers every approve, with a denial at its timeout; a cancel of the run
+        denies at once (the agent is being stopped)."""
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Approval] = loop.create_future()
+
+        def settle(frame: Approval) -> None:
+            if not answer.done():  # the first answer counts (a cancel, or the daemon's)
+                answer.set_result(frame)
+
+        def deliver(frame: Approval) -> None:
+            loop.call_soon_threadsafe(settle, frame)
+
+        frame = Approve(tool=request.tool, tool_kind=request.kind,
+                        arguments=jsonable(request.arguments))  # fmt: skip
+        with self._lock:
+            self._approvals[frame.id] = deliver
+        unregister = cancel.on_cancel(lambda: deliver(Approval(id=frame.id, reason="cancelled")))
+        try:
+            self.send(frame)
+            return (await answer).allowed
+        finally:
+            unregister()
+            with self._lock:
+                self._approvals.pop(frame.id, None)
 
     def on_cancel(self, callback: Callable[[str], object]) -> None:
         """Send cancel reasons to ``callback`` from now on, starting with one that
@@ -121,6 +160,11 @@ class _Host:
                         waiter.set()
                 elif isinstance(frame, Cancel):
                     self._cancel(frame.reason or "cancelled")
+                elif isinstance(frame, Approval):
+                    with self._lock:
+                        deliver = self._approvals.pop(frame.id, None)
+                    if deliver is not None:  # else an answer to nothing asked: ignored
+                        deliver(frame)
         except (FrameError, OSError) as exc:
             log.error("bad frame from the daemon: %s", exc)
         self.gone()
@@ -157,6 +201,7 @@ async def _run(host: _Host, start: Start) -> None:
         checkpoint=checkpoint,
         resume=resume if isinstance(resume, Mapping) else None,
     )
+    run.approver = lambda request: host.approve(request, run.cancel)
 
     def forward(event: Event) -> None:
         if event.type is EventType.INFERENCE_DELTA:

@@ -136,7 +136,8 @@ class ExternalAgent(BaseAgent):
         if agent.protocol == "frames":
             return await self._frames(agent, where, input, workspace, run)
         client = AcpClient(
-            run, workspace, agent=agent.name, policy=self.policy(), approver=self.approver,
+            run, workspace, agent=agent.name, policy=self.policy(),
+            approver=self.approver or run.approver,
         )  # fmt: skip
         async with _temporary_home() as home:
             if not self.sandboxed:

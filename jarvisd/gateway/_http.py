@@ -171,6 +171,9 @@ class _Connection:
         finally:
             watch.remove_done_callback(client_left)
             watch.cancel()
+            # Wait until it has stopped reading: the next request's head is read from
+            # the same stream, and asyncio allows one reader at a time.
+            await asyncio.wait([watch])
         if left:  # the reply went out, but the client has closed: so does the connection
             raise _Close
 

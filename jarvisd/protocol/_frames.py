@@ -21,9 +21,10 @@ One frame per line::
 
 Kinds
 -----
-host -> program: ``start`` (the payload: what to run), ``infer_result``, ``cancel``
+host -> program: ``start`` (the payload: what to run), ``infer_result``, ``cancel``,
+``approval`` (the answer to ``approve``, same id)
 program -> host: ``infer`` (ask the host's engine), ``event``, ``result``, ``error``,
-``log``; either way: ``ping``/``pong``.
+``log``, ``approve`` (ask a person to allow a tool); either way: ``ping``/``pong``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "SENTINEL",
+    "Approval",
+    "Approve",
     "Cancel",
     "ErrorFrame",
     "EventFrame",
@@ -211,6 +214,46 @@ class Log(Frame):
 
 
 @dataclass(frozen=True, slots=True)
+class Approve(Frame):
+    """Ask whoever answers for the run whether a tool may run: its title, its ACP kind
+    and arguments (shown to the person, never acted on by the host)."""
+
+    kind: ClassVar[str] = "approve"
+    tool: str = ""
+    tool_kind: str = ""
+    arguments: Any = None
+
+    def body(self) -> dict[str, Any]:
+        return {"tool": self.tool, "tool_kind": self.tool_kind, "arguments": self.arguments}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Approve:
+        return cls(
+            id=id, tool=_str(body, "tool"), tool_kind=_str(body, "tool_kind"),
+            arguments=body.get("arguments"),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Approval(Frame):
+    """The answer to ``approve`` (same id): allowed or not, and who or what decided."""
+
+    kind: ClassVar[str] = "approval"
+    allowed: bool = False
+    reason: str = ""
+
+    def body(self) -> dict[str, Any]:
+        return {"allowed": self.allowed, "reason": self.reason}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> Approval:
+        allowed = body.get("allowed")
+        if not isinstance(allowed, bool):
+            raise FrameError("approval.allowed must be true or false")
+        return cls(id=id, allowed=allowed, reason=_str(body, "reason"))
+
+
+@dataclass(frozen=True, slots=True)
 class Ping(Frame):
     kind: ClassVar[str] = "ping"
 
@@ -231,6 +274,8 @@ KINDS: dict[str, type[Frame]] = {
         ResultFrame,
         ErrorFrame,
         Log,
+        Approve,
+        Approval,
         Ping,
         Pong,
     )

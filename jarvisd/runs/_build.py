@@ -14,9 +14,16 @@ from ._options import check_options
 from ._spec import AgentSpec
 
 if TYPE_CHECKING:
+    from ..external import McpServer
     from ..tools import BaseTool
 
-__all__ = ["build_agent", "load_context", "mcp_tool_names", "validate_spec"]
+__all__ = [
+    "build_agent",
+    "load_context",
+    "mcp_tool_names",
+    "starts_mcp_servers",
+    "validate_spec",
+]
 
 
 def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
@@ -25,6 +32,18 @@ def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
         return []
     servers = config.mcp.servers
     return [n for n in spec.tools if (p := n.strip().partition(".")) and p[1] and p[0] in servers]
+
+
+def starts_mcp_servers(spec: AgentSpec, config: Config) -> bool:
+    """Whether the run itself starts the MCP servers of the spec's tool names: not for
+    an ACP agent, which is handed them and starts them itself."""
+    if not mcp_tool_names(spec, config) or spec.sandbox:
+        return False
+    if spec.team is None:
+        definition = getattr(_checked(spec, config)[0], "definition", None)
+        if definition is not None and definition.protocol == "acp":
+            return False
+    return True
 
 
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
@@ -58,7 +77,10 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
     if agent_cls is None:
         agent_cls = AgentRegistry.get(key)
     options = check_options(key, agent_cls, spec.options)
-    if spec.tools and not agent_cls.accepts_tools:
+    definition = getattr(agent_cls, "definition", None)  # an external agent's
+    if definition is not None and definition.protocol == "acp":
+        _check_acp_tools(key, spec, config)
+    elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
     if spec.sandbox and getattr(agent_cls, "host_process", False):
         raise UsageError(
@@ -71,6 +93,24 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
             "MCP tools are not available to sandboxed runs yet (run without --sandbox)"
         )
     return agent_cls, options
+
+
+def _check_acp_tools(key: str, spec: AgentSpec, config: Config) -> None:
+    """An ACP agent takes MCP servers only, and only on the host: it starts each server
+    itself, as its own child, and in the sandbox that child would be in its container,
+    where the server's host program does not exist."""
+    mcp_names = set(mcp_tool_names(spec, config))
+    other = [n for n in spec.tools if n not in mcp_names]
+    if other:
+        raise UsageError(
+            f"agent {key!r} brings its own tools; it takes only MCP servers' tools "
+            f"(SERVER.tool, SERVER.*), not {', '.join(other)}"
+        )
+    if mcp_names and not spec.no_sandbox:
+        raise UsageError(
+            f"agent {key!r} starts MCP servers itself, inside its container, where their "
+            "commands are not installed: run it with --no-sandbox to hand it MCP servers"
+        )
 
 
 def build_agent(
@@ -106,8 +146,12 @@ def build_agent(
     from ..external import ExternalAgent
 
     if issubclass(agent_cls, ExternalAgent):
-        # It has its own sandbox (the default) and its own model calls: no tools.
-        return agent_cls(engine, spec.model, config=config, spec=spec, **kwargs)
+        # It has its own sandbox (the default) and its own model calls: no tools of
+        # ours, only the MCP servers its tool names mention, which it starts itself.
+        return agent_cls(
+            engine, spec.model, config=config, spec=spec,
+            mcp_servers=_acp_servers(spec, config), **kwargs,
+        )  # fmt: skip
     if spec.sandbox:
         from ..sandbox import sandboxed_agent
 
@@ -123,6 +167,21 @@ def build_agent(
     if getattr(agent_cls, "wants_config", False):  # claude_code: its key mode
         kwargs["config"] = config
     return agent_cls(engine, spec.model, **kwargs)
+
+
+def _acp_servers(spec: AgentSpec, config: Config) -> tuple[McpServer, ...]:
+    """The servers of the spec's MCP tool names, for an ACP agent's ``session/new``: the
+    whole server, whichever of its tools are named (ACP hands over servers, not tools)."""
+    names = [n.strip().partition(".")[0] for n in mcp_tool_names(spec, config)]
+    if not names:
+        return ()
+    from ..external import McpServer
+    from ..mcp import acp_mcp_servers
+
+    return tuple(
+        McpServer(s.name, s.command, s.args, tuple(s.env.items()))
+        for s in acp_mcp_servers(config, names)
+    )
 
 
 def _team(spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:

@@ -19,7 +19,7 @@ from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, select_engine
-from ._build import build_agent, load_context, mcp_tool_names
+from ._build import build_agent, load_context, starts_mcp_servers
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 
@@ -82,7 +82,7 @@ async def run_spec(
         engine_name = engine.name
         async with contextlib.AsyncExitStack() as stack:
             mcp_tools = []
-            if mcp_tool_names(spec, config) and not spec.sandbox:
+            if starts_mcp_servers(spec, config):
                 # Started for this run only, and stopped when it ends, however it ends.
                 from ..mcp import McpToolset
 

@@ -17,7 +17,8 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``refuse``: answers ``session/new`` with a JSON-RPC error;
 * ``escape``: asks to read ``/etc/passwd`` and ``../outside``, answers what it got;
 * ``gateway``: sends ``GET /v1/models`` to ``JARVIS_GATEWAY_URL`` with the token of
-  ``JARVIS_GATEWAY_TOKEN`` and answers the reply's status line and body.
+  ``JARVIS_GATEWAY_TOKEN`` and answers the reply's status line and body;
+* ``mcp``: answers the ``mcpServers`` its ``session/new`` was given, as JSON.
 
 Standard library only: it is started as a separate process.
 """
@@ -136,6 +137,7 @@ def gateway(session: str) -> str:
 def main() -> None:
     scenario = sys.argv[1] if len(sys.argv) > 1 else "work"
     session, cwd = "s-1", "/"
+    mcp_servers: list[Any] = []
     while True:
         message = receive()
         if message is None:
@@ -157,6 +159,7 @@ def main() -> None:
                 send({"id": ident, "error": {"code": -32000, "message": "authentication required"}})
                 continue
             cwd = params.get("cwd", "/")
+            mcp_servers = params.get("mcpServers") or []
             send({"id": ident, "result": {"sessionId": session}})
         elif method == "session/prompt":
             if scenario in ("hang", "deaf", "open"):
@@ -179,6 +182,9 @@ def main() -> None:
                 continue
             if scenario == "gateway":
                 stop = gateway(session)
+            elif scenario == "mcp":
+                text(session, json.dumps(mcp_servers, sort_keys=True))
+                stop = "end_turn"
             else:
                 stop = escape(session, cwd) if scenario == "escape" else work(session, cwd)
             send({"id": ident, "result": {"stopReason": stop}})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import os
 import subprocess
@@ -165,3 +167,77 @@ def test_ask_json_reports_the_model_an_openai_server_used(agent: str) -> None:
     data = json.loads(out.stdout)
     assert data["answer"] == "42" and data["engine"] == "openai"
     assert data["model"] == "scripted"
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("typed", "allowed"), [("y\n", True), ("\n", False), ("", False)])
+def test_terminal_approver_asks_on_stderr(
+    monkeypatch: pytest.MonkeyPatch, typed: str, allowed: bool
+) -> None:
+    from jarvisd.cli._ask import terminal_approver
+    from jarvisd.external import PermissionRequest
+
+    err = _Tty()
+    monkeypatch.setattr(sys, "stdin", _Tty(typed))
+    monkeypatch.setattr(sys, "stderr", err)
+    approve = terminal_approver()
+    assert approve is not None
+    assert asyncio.run(approve(PermissionRequest("write out.txt", "edit"))) is allowed
+    assert "allow write out.txt (kind edit)? [y/N]" in err.getvalue()
+
+
+def test_no_terminal_no_approver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from jarvisd.cli._ask import terminal_approver
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    assert terminal_approver() is None
+
+
+@pytest.mark.parametrize(("typed", "allowed"), [(b"y\n", True), (b"n\n", False)])
+def test_ask_on_a_terminal_answers_the_agents_permission_request(
+    tmp_path: Path, typed: bytes, allowed: bool
+) -> None:
+    """`jarvis ask --no-daemon` under a pseudo-terminal: the scripted ACP agent asks to
+    edit (kind "ask" in config), the y/N answer decides whether it writes."""
+    import pty
+
+    workspace, config_dir = tmp_path / "ws", tmp_path / "cfg"
+    workspace.mkdir()
+    config_dir.mkdir()
+    (workspace / "README.md").write_text("MARKER-1\n")
+    agent = json.dumps([sys.executable, "-m", "jarvisd.testing.acp_agent", "work"])
+    (config_dir / "config.toml").write_text(
+        f'[agents.permissions]\nedit = "ask"\n[agents.external.work]\ncommand = {agent}\n'
+    )
+    jarvis = str(Path(sys.executable).parent / "jarvis")
+    argv = [jarvis, "ask", "--no-daemon", "--agent", "work", "--no-sandbox",
+            "--option", f"workspace={workspace}", "go"]  # fmt: skip
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.environ["JARVIS_CONFIG_DIR"] = str(config_dir)
+        os.execv(jarvis, argv)
+    out, answered = b"", False
+    try:
+        while True:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+            if not answered and b"[y/N]" in out:
+                os.write(fd, typed)
+                answered = True
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = out.decode(errors="replace")
+    assert "allow write out.txt (kind edit)? [y/N]" in text, text
+    assert os.waitstatus_to_exitcode(status) == 0, text
+    assert ("edit: allowed" if allowed else "edit: denied") in text, text
+    assert (workspace / "out.txt").exists() is allowed

@@ -9,7 +9,12 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
+from click.testing import CliRunner
 
+from jarvisd._errors import UsageError
+from jarvisd.cli import cli
+from jarvisd.daemon._protocol import TaskInfo
 from jarvisd.runs import AgentSpec
 
 from .conftest import DaemonProcess
@@ -74,3 +79,92 @@ def test_cancel_and_kill9_recovery(jarvisd: DaemonProcess, tmp_path: Path) -> No
     while _fake_agents() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _fake_agents() == []
+
+
+def _ask_for_edits(jarvisd: DaemonProcess, timeout: float = 600) -> None:
+    jarvisd.write_config(
+        "max_concurrent = 2",
+        _agents("work") + f'[agents]\napproval_timeout = {timeout}\n'
+        '[agents.permissions]\nedit = "ask"\n',
+    )  # fmt: skip
+    jarvisd.start()
+
+
+def _waiting(jarvisd: DaemonProcess, task_id: str) -> TaskInfo:
+    jarvisd.wait_for(lambda: jarvisd.client.show(task_id).waiting is not None, timeout=60,
+                     what="the task waiting for approval")  # fmt: skip
+    return jarvisd.client.show(task_id)
+
+
+def test_approve_lets_the_waiting_tool_run(jarvisd: DaemonProcess, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("MARKER-1\n")
+    _ask_for_edits(jarvisd)
+    c = jarvisd.client
+    info = c.submit(_spec("work", tmp_path))
+    waiting = _waiting(jarvisd, info.id)
+    assert waiting.state == "running" and waiting.waiting is not None
+    assert (waiting.waiting.tool, waiting.waiting.kind) == ("write out.txt", "edit")
+    assert not (tmp_path / "out.txt").exists()  # nothing runs before the answer
+    listed = {t.id: t for t in c.list_tasks()}
+    assert listed[info.id].waiting == waiting.waiting
+    shown = CliRunner().invoke(cli, ["task", "show", info.id])
+    assert "state:     waiting" in shown.output, shown.output
+    assert "for approval of write out.txt (kind edit)" in shown.output, shown.output
+    logs = CliRunner().invoke(cli, ["task", "logs", info.id])
+    assert "waiting for approval: write out.txt (kind edit)" in logs.output, logs.output
+
+    approved = CliRunner().invoke(cli, ["task", "approve", info.id])
+    assert approved.exit_code == 0, approved.output
+    done = c.wait(info.id, timeout=60)
+    assert done.state == "succeeded", (done, jarvisd.log_text())
+    assert done.waiting is None
+    assert done.result is not None and done.result["answer"].endswith("edit: allowed")
+    assert (tmp_path / "out.txt").read_text() == "written by the agent\n"
+    answers = [d for k, d in events_of(c, info.id) if k == "approval"]
+    assert answers == [{"tool": "write out.txt", "kind": "edit", "allowed": True,
+                        "by": "approved by the user"}]  # fmt: skip
+    with pytest.raises(UsageError, match="not waiting for approval"):
+        c.answer(info.id, True)
+
+
+def test_deny_keeps_the_tool_from_running(jarvisd: DaemonProcess, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("MARKER-1\n")
+    _ask_for_edits(jarvisd)
+    c = jarvisd.client
+    info = c.submit(_spec("work", tmp_path))
+    _waiting(jarvisd, info.id)
+    denied = CliRunner().invoke(cli, ["task", "deny", info.id])
+    assert denied.exit_code == 0, denied.output
+    done = c.wait(info.id, timeout=60)
+    assert done.state == "succeeded", (done, jarvisd.log_text())
+    assert done.result is not None and done.result["answer"].endswith("edit: denied")
+    assert not (tmp_path / "out.txt").exists()
+    permission = [d for k, d in events_of(c, info.id) if k == "permission"]
+    assert [p["allowed"] for p in permission] == [False]
+
+
+def test_unanswered_request_is_denied_at_the_timeout(
+    jarvisd: DaemonProcess, tmp_path: Path
+) -> None:
+    (tmp_path / "README.md").write_text("MARKER-1\n")
+    _ask_for_edits(jarvisd, timeout=0.5)
+    c = jarvisd.client
+    info = c.submit(_spec("work", tmp_path))
+    done = c.wait(info.id, timeout=60)
+    assert done.state == "succeeded", (done, jarvisd.log_text())
+    assert done.result is not None and done.result["answer"].endswith("edit: denied")
+    assert not (tmp_path / "out.txt").exists()
+    answers = [d for k, d in events_of(c, info.id) if k == "approval"]
+    assert [(a["allowed"], a["by"]) for a in answers] == [(False, "no answer within 0.5 s")]
+
+
+def test_cancel_while_waiting_ends_the_task(jarvisd: DaemonProcess, tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text("MARKER-1\n")
+    _ask_for_edits(jarvisd)
+    c = jarvisd.client
+    info = c.submit(_spec("work", tmp_path))
+    _waiting(jarvisd, info.id)
+    assert c.cancel(info.id).state == "cancelled"
+    assert not (tmp_path / "out.txt").exists()
+    with pytest.raises(UsageError, match="not waiting for approval"):
+        c.answer(info.id, False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,11 @@ from jarvisd._errors import ProtocolError, TaskNotFound
 from jarvisd.daemon import TaskStore, WatchFilter
 from jarvisd.daemon._protocol import (
     ErrorReply,
+    TaskAnswer,
     TaskInfo,
     TaskReply,
     TaskSubmit,
+    Waiting,
     encode,
     parse_reply,
     parse_request,
@@ -55,6 +58,17 @@ def test_reply_round_trip(tmp_path: Path) -> None:
     err = ErrorReply(id="y", code="not_found", message="no task")
     assert parse_reply(encode(err)) == err
     assert TaskInfo.from_dict(info.to_dict()) == info
+    waiting = replace(info, state="running", waiting=Waiting("write a", "edit", 1.0, 601.0))
+    assert parse_reply(encode(TaskReply(id="z", task=waiting))) == TaskReply(id="z", task=waiting)
+
+
+def test_task_answer_is_typed() -> None:
+    req = TaskAnswer(id="a1", task="abc", allow=True)
+    assert parse_request(encode(req)) == req
+    with pytest.raises(ProtocolError, match="'allow' must be true or false"):
+        parse_request(b'{"v":1,"op":"task.answer","task":"abc","allow":"yes"}')
+    with pytest.raises(ProtocolError, match="'allow' must be true or false"):
+        parse_request(b'{"v":1,"op":"task.answer","task":"abc"}')
 
 
 def test_store_events_checkpoints_and_open_calls(tmp_path: Path) -> None:

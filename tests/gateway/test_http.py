@@ -5,6 +5,7 @@ generation, and nothing is left behind."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -150,3 +151,40 @@ def test_closing_the_gateway_ends_inflight_streams() -> None:
         await client.aclose()
 
     asyncio.run(go())
+
+
+def test_a_kept_alive_connection_serves_the_next_request_after_a_slow_reply() -> None:
+    """While a reply is made, a watcher reads the client (to notice it leave); the next
+    request on the connection is read only once that watcher has stopped reading (two
+    readers at once: the connection died with "read() called while another coroutine
+    is already waiting"). A raw client: httpx would quietly reconnect."""
+    engine = ScriptedEngine([reply("one"), reply("two"), reply("three")], latency_s=0.05)
+    body = b'{"messages": [{"role": "user", "content": "hi"}]}'
+
+    async def talk(gw: Gateway) -> list[str]:
+        assert gw.url is not None
+        host, port = gw.url.removeprefix("http://").rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Bearer {gw.token}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        answers = []
+        try:
+            for _ in range(3):
+                writer.write(request)
+                await writer.drain()
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":", 1)[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                reply_ = json.loads(await reader.readexactly(length))
+                answers.append(reply_["choices"][0]["message"]["content"])
+        finally:
+            writer.close()
+        return answers
+
+    assert serve(engine, talk) == ["one", "two", "three"]

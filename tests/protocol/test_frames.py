@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from jarvisd.protocol import (
     SENTINEL,
+    Approval,
+    Approve,
     Cancel,
     ErrorFrame,
     EventFrame,
@@ -35,6 +37,8 @@ FRAMES = [
     ResultFrame(result={"content": "42", "turns": 2}),
     ErrorFrame(code="timeout", message="took too long"),
     Log(level="warning", message="careful"),
+    Approve(tool="write out.txt", tool_kind="edit", arguments={"path": "out.txt"}),
+    Approval(allowed=True, reason="approved by the user"),
     Ping(),
     Pong(),
 ]
@@ -66,6 +70,14 @@ def test_reader_separates_noise_from_frames() -> None:
         (SENTINEL + json.dumps({"kind": "ping"}), "non-empty string id"),
         (SENTINEL + json.dumps({"kind": "start", "id": "x", "payload": [1]}), "must be an object"),
         ("@@jarvis:2@@ {}", "version '2' is not supported"),
+        (
+            SENTINEL + json.dumps({"kind": "approval", "id": "x", "allowed": "yes"}),
+            "approval.allowed must be true or false",
+        ),
+        (
+            SENTINEL + json.dumps({"kind": "approve", "id": "x", "tool": ["a"]}),
+            "'tool' must be a string",
+        ),
         (SENTINEL + '{"kind": "event", "id": "x", "data": ' + "[" * 100_000, "nested too deeply"),
     ],
 )
