@@ -193,6 +193,8 @@ def _why_stopped(run: RunContext, client: AcpClient, exc: BaseException | None) 
 def _raise_stop(run: RunContext, client: AcpClient) -> None:
     if client.stopped is not None:
         raise client.stopped
+    # The token says why it stopped: a spent wall clock is BudgetExceeded, not a cancel.
+    run.cancel.raise_if_cancelled()
     raise Cancelled(run.cancel.reason or "cancelled")
 
 
