@@ -58,6 +58,10 @@ const optionalObject = (name) => (value) => {
   }
   return Object.keys(value).length ? value : null;
 };
+const flag = (name) => (value) => {
+  if (typeof value !== "boolean") throw new FrameError(`${name} must be true or false`);
+  return value;
+};
 const optionalText = (value) => (value === undefined || value === null ? null : String(value));
 
 // kind -> [field, reader] in wire order. Keep in step with KINDS in _frames.py.
@@ -73,6 +77,12 @@ export const KINDS = Object.freeze({
   result: [["result", object("result")]],
   error: [["code", loose("error")], ["message", loose("")]],
   log: [["level", loose("info")], ["message", loose("")]],
+  approve: [
+    ["tool", text("tool")],
+    ["tool_kind", text("tool_kind")],
+    ["arguments", (value) => (value === undefined ? null : value)],
+  ],
+  approval: [["allowed", flag("approval.allowed")], ["reason", text("reason")]],
   ping: [],
   pong: [],
 });

@@ -23,6 +23,8 @@ const FRAMES = [
   frame("result", { result: { content: "42", turns: 2 } }),
   frame("error", { code: "timeout", message: "took too long" }),
   frame("log", { level: "warning", message: "careful" }),
+  frame("approve", { tool: "write out.txt", tool_kind: "edit", arguments: { path: "out.txt" } }),
+  frame("approval", { allowed: true, reason: "approved by the user" }),
   frame("ping"),
   frame("pong"),
 ];

@@ -257,8 +257,8 @@ def test_frame_limits_and_garbage(jarvisd: DaemonProcess) -> None:
     assert exchange(b'{"v": 2, "op": "ping"}\n')["code"] == "version"
     assert exchange(b'{"v": 1, "id": "q", "op": "nope"}\n') == {
         "v": 1, "id": "q", "type": "error", "final": True, "code": "bad_request",
-        "message": "unknown op 'nope' (known: ask, ask.cancel, ping, shutdown, status, task.cancel, "
-        "task.list, task.logs, task.show, task.submit, task.wait)",
+        "message": "unknown op 'nope' (known: ask, ask.cancel, ping, shutdown, status, task.answer, "
+        "task.cancel, task.list, task.logs, task.show, task.submit, task.wait)",
     }  # fmt: skip
     bad_spec = b'{"v":1,"id":"s","op":"task.submit","spec":{"input":3}}\n'
     assert exchange(bad_spec)["code"] == "bad_request"
