@@ -212,10 +212,16 @@ class Delegate(BaseTool):
         self.tally.tools_started += 1
         run = current_run()
         assert run is not None
+        # return_exceptions: a member's stop is re-raised here, and never left in a
+        # gather nobody reads when this call is cancelled at the same moment.
         results = await asyncio.gather(
-            *(agent.arun(task, run=run.child()) for agent, task in self.team)
+            *(agent.arun(task, run=run.child()) for agent, task in self.team),
+            return_exceptions=True,
         )
-        return "; ".join(r.content for r in results)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return "; ".join(r.content for r in results)  # type: ignore[union-attr]
 
 
 def test_a_cancel_reaches_a_member_inside_a_tool_call_and_its_call_gets_a_result() -> None:
