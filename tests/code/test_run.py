@@ -180,7 +180,6 @@ def test_a_repository_of_50000_files(tmp_path: Path) -> None:
     project = make_repository(tmp_path / "big", 50_000)
     ws = make(project)
     assert ws.files >= 50_000
-    edit = code_block(f"open({ws.path + '/calc.py'!r}, 'w').write({FIXED!r})")
-    outcome = run(ws, ScriptedEngine.from_replies([edit, "done"]))
+    outcome = run(ws, fixing_engine(ws))
     assert outcome.ok, outcome.failure
     assert outcome.metadata["code"]["files"] == [{"status": "M", "path": "calc.py"}]
