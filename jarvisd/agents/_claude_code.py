@@ -18,9 +18,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from .._errors import JarvisError, UsageError
-from .._messages import ToolResult
-from .._run import Cancelled, RunContext
+from .._errors import UsageError
+from .._run import RunContext
 from ..engines import Engine
 from ._base import AgentContext, AgentResult, BaseAgent
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["ClaudeCodeAgent", "key_mode"]
 
 _RUNNER_TIMEOUT_S = 3600.0
-_MAX_ERROR = 2000
 #: What the SDK's CLI must not do on its own: phone home, update itself, report errors.
 _QUIET = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -116,11 +114,11 @@ class ClaudeCodeAgent(BaseAgent):
         import asyncio
         import contextlib
 
-        from ..bridge import FrameSession
+        from ..bridge import FrameSession, runner_result
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
         from ..gateway import Gateway
-        from ..protocol import ErrorFrame, ResultFrame, Start
+        from ..protocol import Start
         from ._claude_code_install import bridge_dir, ensure_sdk, find_node
 
         run = self._run_context(run)
@@ -168,34 +166,16 @@ class ClaudeCodeAgent(BaseAgent):
             session = FrameSession(channel, self.engine, run, model=self.model,
                                    max_tokens=self.max_tokens, name="claude_code bridge")  # fmt: skip
             outcome = await session.run(Start(task="claude_code", payload=payload))
-        if outcome.stopped is not None:
-            raise outcome.stopped
-        if run.cancel.cancelled:
-            raise Cancelled(run.cancel.reason)
-        final = outcome.final
-        if isinstance(final, ErrorFrame):
-            raise JarvisError(f"claude_code failed: {final.message[:_MAX_ERROR]}")
-        if not isinstance(final, ResultFrame):
-            tail = " | ".join(outcome.process.stderr.strip().splitlines()[-3:])
-            raise JarvisError(
-                f"the claude_code bridge ended without a result (exit {outcome.process.exit_code})"
-                + (f": {tail[:_MAX_ERROR]}" if tail else "")
-            )
-        return self._result(final.result, run, workspace)
+        return self._result(
+            runner_result(outcome, run, "claude_code", "the claude_code bridge"), run, workspace
+        )
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:
         answer = data.get("answer")
         answer = answer if isinstance(answer, str) else ""
-        results = [
-            ToolResult(
-                str(item.get("tool_name", ""))[:200],
-                str(item.get("content", ""))[:4000],
-                bool(item.get("success", True)),
-                str(item.get("call_id", ""))[:200] or None,
-            )
-            for item in data.get("tool_results") or ()
-            if isinstance(item, dict)
-        ]
+        from ..bridge import wire_tool_results
+
+        results = wire_tool_results(data)
         turns = data.get("turns")
         turns = turns if isinstance(turns, int) and not isinstance(turns, bool) else len(results)
         session_id = str(data.get("session_id", ""))[:200]

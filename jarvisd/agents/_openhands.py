@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .._errors import JarvisError, UsageError
-from .._messages import ToolResult
-from .._run import Cancelled, RunContext
+from .._errors import UsageError
+from .._run import RunContext
 from ..engines import Engine
 from ._base import AgentContext, AgentResult, BaseAgent
 
@@ -25,7 +24,6 @@ __all__ = ["OpenHandsAgent"]
 
 #: The runner's own time limit, a backstop: the run's budgets and cancel stop it first.
 _RUNNER_TIMEOUT_S = 3600.0
-_MAX_ERROR = 2000
 #: The directory holding jarvisd/ and runners/: the runner imports the frame codec from it.
 _SOURCE = str(Path(__file__).resolve().parents[2])
 
@@ -84,11 +82,11 @@ class OpenHandsAgent(BaseAgent):
     ) -> AgentResult:
         import asyncio
 
-        from ..bridge import FrameSession
+        from ..bridge import FrameSession, runner_result
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
         from ..gateway import Gateway
-        from ..protocol import ErrorFrame, ResultFrame, Start
+        from ..protocol import Start
         from ._openhands_venv import ensure_venv
 
         run = self._run_context(run)
@@ -122,35 +120,16 @@ class OpenHandsAgent(BaseAgent):
             session = FrameSession(channel, self.engine, run, model=self.model,
                                    max_tokens=self.max_tokens, name="openhands runner")  # fmt: skip
             outcome = await session.run(Start(task="openhands", payload=payload))
-        if outcome.stopped is not None:
-            raise outcome.stopped
-        if run.cancel.cancelled:
-            raise Cancelled(run.cancel.reason)
-        final = outcome.final
-        if isinstance(final, ErrorFrame):
-            raise JarvisError(f"openhands failed: {final.message[:_MAX_ERROR]}")
-        if not isinstance(final, ResultFrame):
-            tail = " | ".join(outcome.process.stderr.strip().splitlines()[-3:])
-            raise JarvisError(
-                f"the openhands runner ended without a result (exit {outcome.process.exit_code})"
-                + (f": {tail[:_MAX_ERROR]}" if tail else "")
-            )
-        return self._result(final.result, run, workspace)
+        return self._result(
+            runner_result(outcome, run, "openhands", "the openhands runner"), run, workspace
+        )
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:
         answer = data.get("answer")
         answer = answer if isinstance(answer, str) else ""
-        results = []
-        for item in data.get("tool_results") or ():
-            if isinstance(item, dict):
-                results.append(
-                    ToolResult(
-                        str(item.get("tool_name", ""))[:200],
-                        str(item.get("content", ""))[:4000],
-                        bool(item.get("success", True)),
-                        str(item.get("call_id", ""))[:200] or None,
-                    )
-                )
+        from ..bridge import wire_tool_results
+
+        results = wire_tool_results(data)
         turns = len(results)
         status = str(data.get("status", ""))[:64]
         metadata: dict[str, Any] = {"workspace": workspace, "status": status, "model": self.model}

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import JarvisError, ProtocolError, SandboxError
-from .._messages import SamplingOptions, Usage
-from .._run import Budget, Hold, RunContext, RunStopped
+from .._messages import SamplingOptions, ToolResult, Usage
+from .._run import Budget, Cancelled, Hold, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (
@@ -46,7 +46,7 @@ from ..protocol import (
 )
 from ._events import vet_event
 
-__all__ = ["FrameSession", "Outcome"]
+__all__ = ["FrameSession", "Outcome", "runner_result", "wire_tool_results"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,45 @@ class Outcome:
     process: ExecResult
     stopped: RunStopped | None = None
     noise: list[str] = field(default_factory=list)
+
+
+#: How much of a runner's error (its message, its stderr's last lines) an error keeps.
+_RUNNER_ERROR_CHARS = 2000
+
+
+def runner_result(outcome: Outcome, run: RunContext, agent: str, program: str) -> Mapping[str, Any]:
+    """The ``result`` frame's payload of the program that runs ``agent`` (``program``
+    names it in errors: "the openhands runner"), or the error that stands for how it
+    ended instead: the run stop that ended it, the run's cancel, its error frame, or no
+    result at all (with the last lines of its stderr)."""
+    if outcome.stopped is not None:
+        raise outcome.stopped
+    if run.cancel.cancelled:
+        raise Cancelled(run.cancel.reason)
+    final = outcome.final
+    if isinstance(final, ErrorFrame):
+        raise JarvisError(f"{agent} failed: {final.message[:_RUNNER_ERROR_CHARS]}")
+    if not isinstance(final, ResultFrame):
+        tail = " | ".join(outcome.process.stderr.strip().splitlines()[-3:])
+        raise JarvisError(
+            f"{program} ended without a result (exit {outcome.process.exit_code})"
+            + (f": {tail[:_RUNNER_ERROR_CHARS]}" if tail else "")
+        )
+    return final.result
+
+
+def wire_tool_results(data: Mapping[str, Any]) -> list[ToolResult]:
+    """The ``tool_results`` a runner reported, each field bounded (it is hostile)."""
+    return [
+        ToolResult(
+            str(item.get("tool_name", ""))[:200],
+            str(item.get("content", ""))[:4000],
+            bool(item.get("success", True)),
+            str(item.get("call_id", ""))[:200] or None,
+        )
+        for item in data.get("tool_results") or ()
+        if isinstance(item, dict)
+    ]
 
 
 #: What a program's ``log`` frame may put in the host's log, in characters.
