@@ -56,7 +56,7 @@ async def _by_hand(binary: Path, workspace: Path) -> float:
     from jarvisd._messages import Generation
     from jarvisd._run import RunContext
     from jarvisd.engines import ScriptedEngine, reply
-    from jarvisd.external._registry import BUILTIN, GatewayAccess
+    from jarvisd.external._registry import BUILTIN, GatewayAccess, Setup
     from jarvisd.gateway import Gateway
 
     first = asyncio.Event()
@@ -71,7 +71,9 @@ async def _by_hand(binary: Path, workspace: Path) -> float:
         async with Gateway(engine, RunContext(), "scripted") as gw:
             assert gw.url is not None and BUILTIN["codex"].prepare is not None
             access = GatewayAccess(gw.url.rstrip("/"), gw.token, "scripted")
-            launch = BUILTIN["codex"].prepare(binary.parents[3].parent, home, access, False, False)
+            launch = BUILTIN["codex"].prepare(
+                Setup(binary.parents[3].parent, home, access, sandboxed=False)
+            )
             for name, text in launch.files.items():
                 (home / name).parent.mkdir(parents=True, exist_ok=True)
                 (home / name).write_text(text)

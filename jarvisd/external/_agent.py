@@ -31,7 +31,7 @@ from ..engines import Engine
 from ._client import AcpClient
 from ._install import install, install_dir, installed, node_missing
 from ._permissions import Approver, PermissionPolicy
-from ._registry import AgentDefinition, GatewayAccess, Launch
+from ._registry import AgentDefinition, GatewayAccess, Launch, Setup
 from ._session import McpServer, converse
 from ._workspace import Workspace
 
@@ -69,6 +69,7 @@ class ExternalAgent(BaseAgent):
         workspace: str = "",
         approver: Approver | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
+        own_tools: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
@@ -80,6 +81,8 @@ class ExternalAgent(BaseAgent):
         self.sandboxed = spec is None or not spec.no_sandbox
         self.approver = approver
         self.mcp_servers = mcp_servers
+        #: The agent's own tools it is held to (``--tools``); empty: all of them.
+        self.own_tools = own_tools
 
     def policy(self) -> PermissionPolicy:
         try:
@@ -253,7 +256,10 @@ class ExternalAgent(BaseAgent):
         self, agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess
     ) -> Launch:
         if agent.prepare is not None:
-            return agent.prepare(where, home, access, os.geteuid() == 0, self.sandboxed)
+            return agent.prepare(Setup(
+                where, home, access, root=os.geteuid() == 0, sandboxed=self.sandboxed,
+                tools=self.own_tools,
+            ))  # fmt: skip
         from ._registry import _base_env
 
         env = _base_env(home) | {

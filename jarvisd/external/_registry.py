@@ -26,6 +26,7 @@ __all__ = [
     "AgentDefinition",
     "GatewayAccess",
     "Launch",
+    "Setup",
     "definition",
     "external_names",
 ]
@@ -51,9 +52,23 @@ class Launch:
     files: Mapping[str, str] = field(default_factory=dict)
 
 
-#: (install dir, home, gateway, running as root, in jarvis's sandbox) -> how to start
-#: the agent there.
-Prepare = Callable[[Path, Path, GatewayAccess, bool, bool], Launch]
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What one run of an agent is prepared from."""
+
+    install: Path
+    home: Path
+    gateway: GatewayAccess
+    #: Whether it runs as root (some agents refuse to outside a sandbox they know).
+    root: bool = False
+    #: Whether it runs in jarvis's sandbox (rather than on the host, ``--no-sandbox``).
+    sandboxed: bool = True
+    #: The agent's own tools it may use (``--tools``); empty: all of them.
+    tools: tuple[str, ...] = ()
+
+
+#: How to start the agent for one run.
+Prepare = Callable[[Setup], Launch]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +85,8 @@ class AgentDefinition:
     #: The HTTP dialect it speaks to the gateway (documentation and tests).
     dialect: str = ""
     prepare: Prepare | None = None
+    #: Whether jarvis can hold it to some of its own tools (``--tools read,grep``).
+    limits_tools: bool = False
     #: A config agent's command (argv) and extra environment.
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -96,10 +113,16 @@ def _base_env(home: Path) -> dict[str, str]:
     }
 
 
-def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+def _opencode(setup: Setup) -> Launch:
     # A custom OpenAI-compatible provider: without a model set, opencode silently
     # falls back to a cloud model and hangs offline. Its own permission prompts are
     # all "ask", so jarvis's policy is what decides (session/request_permission).
+    gw = setup.gateway
+    permission = {"edit": "ask", "bash": "ask", "webfetch": "ask"}
+    if setup.tools:
+        # A denied tool is taken out of what the model is shown, so a small model
+        # also gets a shorter prompt (the ten tools' schemas are ~5,500 tokens).
+        permission = {"*": "deny"} | dict.fromkeys(setup.tools, "ask")
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
@@ -114,21 +137,22 @@ def _opencode(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxe
         "small_model": f"jarvis/{gw.model}",
         "autoupdate": False,
         "share": "disabled",
-        "permission": {"edit": "ask", "bash": "ask", "webfetch": "ask"},
+        "permission": permission,
     }
-    env = _base_env(home) | {
+    env = _base_env(setup.home) | {
         "OPENCODE_CONFIG_CONTENT": json.dumps(config),
         "OPENCODE_DISABLE_MODELS_FETCH": "1",
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     }
-    return Launch((str(install / "node_modules/.bin/opencode"), "acp"), env)
+    return Launch((str(setup.install / "node_modules/.bin/opencode"), "acp"), env)
 
 
-def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
+def _codex(setup: Setup) -> Launch:
     # codex speaks only the Responses API. The ACP binary is started directly: its
     # Node wrapper leaves it running when killed.
-    codex_home = home / ".codex"
+    gw = setup.gateway
+    codex_home = setup.home / ".codex"
     config = (
         f'model = "{gw.model}"\n'
         'model_provider = "jarvis"\n'
@@ -138,31 +162,35 @@ def _codex(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: 
         'wire_api = "responses"\n'
         'env_key = "JARVIS_GATEWAY_TOKEN"\n'
     )
-    if sandboxed:
+    if setup.sandboxed:
         # jarvis's container is the sandbox; codex's own (bubblewrap) cannot start in it.
         config = 'sandbox_mode = "danger-full-access"\n' + config
-    env = _base_env(home) | {"CODEX_HOME": str(codex_home), "JARVIS_GATEWAY_TOKEN": gw.token}
-    binary = install / "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
+    env = _base_env(setup.home) | {
+        "CODEX_HOME": str(codex_home), "JARVIS_GATEWAY_TOKEN": gw.token,
+    }  # fmt: skip
+    binary = setup.install / "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
     return Launch(
         (str(binary), "-c", "analytics.enabled=false"), env, {".codex/config.toml": config}
     )
 
 
-def _claude(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
-    env = _base_env(home) | {
+def _claude(setup: Setup) -> Launch:
+    gw = setup.gateway
+    env = _base_env(setup.home) | {
         "ANTHROPIC_BASE_URL": gw.url,
         "ANTHROPIC_API_KEY": gw.token,
         "ANTHROPIC_MODEL": gw.model,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    if root:  # Claude Code refuses to run as root outside a sandbox it knows of
+    if setup.root:  # Claude Code refuses to run as root outside a sandbox it knows of
         env["IS_SANDBOX"] = "1"
-    return Launch((str(install / "node_modules/.bin/claude-agent-acp"),), env)
+    return Launch((str(setup.install / "node_modules/.bin/claude-agent-acp"),), env)
 
 
-def _gemini(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed: bool) -> Launch:
-    env = _base_env(home) | {
+def _gemini(setup: Setup) -> Launch:
+    gw = setup.gateway
+    env = _base_env(setup.home) | {
         "GOOGLE_GEMINI_BASE_URL": gw.url,
         "GEMINI_API_KEY": gw.token,
         "GEMINI_MODEL": gw.model,
@@ -172,7 +200,7 @@ def _gemini(install: Path, home: Path, gw: GatewayAccess, root: bool, sandboxed:
         {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
     )
     return Launch(
-        (str(install / "node_modules/.bin/gemini"), "--acp"),
+        (str(setup.install / "node_modules/.bin/gemini"), "--acp"),
         env,
         {".gemini/settings.json": settings},
     )
@@ -182,7 +210,7 @@ BUILTIN: Mapping[str, AgentDefinition] = {
     "opencode": AgentDefinition(
         "opencode", "opencode (sst) over ACP, on the run's model (OpenAI chat completions)",
         packages=(("opencode-ai", "1.18.33"),), binary="node_modules/.bin/opencode",
-        needs_node=False, dialect="openai-chat", prepare=_opencode,
+        needs_node=False, dialect="openai-chat", prepare=_opencode, limits_tools=True,
     ),
     "codex": AgentDefinition(
         "codex", "OpenAI Codex through codex-acp, on the run's model (OpenAI Responses)",

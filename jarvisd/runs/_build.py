@@ -79,7 +79,7 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
     options = check_options(key, agent_cls, spec.options)
     definition = getattr(agent_cls, "definition", None)  # an external agent's
     if definition is not None and definition.protocol == "acp":
-        _check_acp_tools(key, spec, config)
+        _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
     if spec.sandbox and getattr(agent_cls, "host_process", False):
@@ -95,16 +95,17 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
     return agent_cls, options
 
 
-def _check_acp_tools(key: str, spec: AgentSpec, config: Config) -> None:
-    """An ACP agent takes MCP servers only, and only on the host: it starts each server
-    itself, as its own child, and in the sandbox that child would be in its container,
-    where the server's host program does not exist."""
+def _check_acp_tools(key: str, spec: AgentSpec, config: Config, limits_tools: bool) -> None:
+    """An ACP agent brings its own tools: other names are some of those to hold it to,
+    where jarvis can (``limits_tools``). MCP servers it takes only on the host: it
+    starts each server itself, as its own child, and in the sandbox that child would be
+    in its container, where the server's host program does not exist."""
     mcp_names = set(mcp_tool_names(spec, config))
     other = [n for n in spec.tools if n not in mcp_names]
-    if other:
+    if other and not limits_tools:
         raise UsageError(
-            f"agent {key!r} brings its own tools; it takes only MCP servers' tools "
-            f"(SERVER.tool, SERVER.*), not {', '.join(other)}"
+            f"agent {key!r} brings its own tools and jarvis cannot limit them; it takes "
+            f"only MCP servers' tools (SERVER.tool, SERVER.*), not {', '.join(other)}"
         )
     if mcp_names and not spec.no_sandbox:
         raise UsageError(
@@ -147,10 +148,13 @@ def build_agent(
 
     if issubclass(agent_cls, ExternalAgent):
         # It has its own sandbox (the default) and its own model calls: no tools of
-        # ours, only the MCP servers its tool names mention, which it starts itself.
+        # ours, only the MCP servers its tool names mention, which it starts itself;
+        # other names are its own tools to hold it to.
+        mcp_names = set(mcp_tool_names(spec, config))
         return agent_cls(
             engine, spec.model, config=config, spec=spec,
-            mcp_servers=_acp_servers(spec, config), **kwargs,
+            mcp_servers=_acp_servers(spec, config),
+            own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names), **kwargs,
         )  # fmt: skip
     if spec.sandbox:
         from ..sandbox import sandboxed_agent

@@ -47,11 +47,23 @@ def test_a_sandboxed_acp_agent_refuses_mcp_servers_with_the_fix() -> None:
         validate_spec(spec, _config())
 
 
-def test_an_acp_agent_takes_only_mcp_tools() -> None:
-    spec = AgentSpec(input="go", agent="opencode", tools=("demo.add", "calculator"),
+def test_an_acp_agent_jarvis_cannot_limit_takes_only_mcp_tools() -> None:
+    spec = AgentSpec(input="go", agent="codex", tools=("demo.add", "calculator"),
                      no_sandbox=True)  # fmt: skip
-    with pytest.raises(UsageError, match=r"takes only MCP servers' tools .* not calculator"):
+    with pytest.raises(UsageError, match=r"cannot limit them; it takes only MCP servers' "
+                       r"tools .* not calculator"):  # fmt: skip
         validate_spec(spec, _config())
+
+
+def test_opencode_takes_names_of_its_own_tools_beside_mcp_tools() -> None:
+    from jarvisd.engines import ScriptedEngine
+    from jarvisd.runs._build import build_agent
+
+    spec = AgentSpec(input="go", agent="opencode", tools=("demo.add", "read", " grep"),
+                     no_sandbox=True)  # fmt: skip
+    agent = build_agent(spec, _config(), ScriptedEngine())
+    assert agent.own_tools == ("read", "grep")  # type: ignore[attr-defined]
+    assert [s.name for s in agent.mcp_servers] == ["demo"]  # type: ignore[attr-defined]
 
 
 def test_the_run_leaves_starting_the_servers_to_the_acp_agent() -> None:

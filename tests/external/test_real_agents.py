@@ -131,6 +131,19 @@ def test_opencode_asks_and_the_policy_denies(workspace: Path) -> None:
     assert not (workspace / "out.txt").exists()
 
 
+def test_opencode_held_to_its_read_tool_shows_the_model_no_other(workspace: Path) -> None:
+    _ready("opencode")
+    engine = _agent_script("read", str(workspace / "README.md"))
+    spec = AgentSpec(input="What is the marker in README.md?", agent="opencode",
+                     tools=("read",), options={"workspace": str(workspace)},
+                     max_wall=240)  # fmt: skip
+    outcome, _ = _run(spec, _config(workspace), engine)
+    assert outcome.ok, outcome.failure
+    assert MARKER in outcome.answer
+    offered = {t.name for c in engine.calls for t in c.tools}
+    assert offered == {"read"}
+
+
 class _Stuck(Engine):
     """Never answers: the agent waits mid-prompt until the run is cancelled."""
 

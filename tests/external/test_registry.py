@@ -11,7 +11,7 @@ import pytest
 
 from jarvisd._errors import AgentNotInstalled
 from jarvisd.external._install import install, installed, missing
-from jarvisd.external._registry import BUILTIN, GatewayAccess
+from jarvisd.external._registry import BUILTIN, GatewayAccess, Setup
 from jarvisd.runs import exit_code, to_wire
 
 ACCESS = GatewayAccess("http://127.0.0.1:9", "tok-run", "local")
@@ -35,7 +35,7 @@ def test_no_real_api_key_reaches_an_agent(
         monkeypatch.setenv(var, "sk-REAL-SECRET")
     agent = BUILTIN[name]
     assert agent.prepare is not None
-    launch = agent.prepare(tmp_path / "install", tmp_path / "home", ACCESS, True, True)
+    launch = agent.prepare(Setup(tmp_path / "install", tmp_path / "home", ACCESS, root=True))
     text = json.dumps([launch.env, launch.files])
     assert "sk-REAL-SECRET" not in text
     assert "tok-run" in text  # the gateway's per-run token is its only key
@@ -47,7 +47,7 @@ def test_each_agent_has_its_offline_switches(tmp_path: Path) -> None:
     def env(name: str) -> dict[str, str]:
         prepare = BUILTIN[name].prepare
         assert prepare is not None
-        return dict(prepare(tmp_path, tmp_path / "h", ACCESS, True, True).env)
+        return dict(prepare(Setup(tmp_path, tmp_path / "h", ACCESS, root=True)).env)
 
     opencode = env("opencode")
     config = json.loads(opencode["OPENCODE_CONFIG_CONTENT"])
@@ -55,7 +55,7 @@ def test_each_agent_has_its_offline_switches(tmp_path: Path) -> None:
     assert config["provider"]["jarvis"]["npm"] == "@ai-sdk/openai-compatible"
     assert config["provider"]["jarvis"]["options"]["baseURL"] == "http://127.0.0.1:9/v1"
     assert opencode["OPENCODE_DISABLE_MODELS_FETCH"] == "1"
-    codex = BUILTIN["codex"].prepare(tmp_path, tmp_path / "h", ACCESS, True, True)  # type: ignore[misc]
+    codex = BUILTIN["codex"].prepare(Setup(tmp_path, tmp_path / "h", ACCESS, root=True))  # type: ignore[misc]
     assert 'wire_api = "responses"' in codex.files[".codex/config.toml"]
     assert codex.argv[-2:] == ("-c", "analytics.enabled=false")
     assert codex.argv[0].endswith("codex-acp-linux-x64/bin/codex-acp")  # not the Node wrapper
@@ -65,6 +65,21 @@ def test_each_agent_has_its_offline_switches(tmp_path: Path) -> None:
     gemini = env("gemini")
     assert gemini["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:9"
     assert gemini["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+
+
+def test_opencode_is_held_to_the_tools_named_and_shown_no_other(tmp_path: Path) -> None:
+    prepare = BUILTIN["opencode"].prepare
+    assert prepare is not None
+
+    def permission(*tools: str) -> dict[str, str]:
+        env = prepare(Setup(tmp_path, tmp_path / "h", ACCESS, tools=tools)).env
+        return dict(json.loads(env["OPENCODE_CONFIG_CONTENT"])["permission"])
+
+    # Every tool still asks, so jarvis's policy decides what runs.
+    assert permission() == {"edit": "ask", "bash": "ask", "webfetch": "ask"}
+    assert permission("read", "grep") == {"*": "deny", "read": "ask", "grep": "ask"}
+    assert BUILTIN["opencode"].limits_tools
+    assert not any(BUILTIN[n].limits_tools for n in ("codex", "claude", "gemini"))
 
 
 def test_missing_node_or_package_is_one_line_with_the_fix_and_exit_3(
