@@ -8,6 +8,7 @@ run ended through FINAL). Exact answers are asserted with scripted engines elsew
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -113,3 +114,65 @@ def test_rlm_reads_a_context_larger_than_the_window_through_sub_calls() -> None:
     assert steps, result
     assert counting.sub >= 1, f"no llm_query sub-calls; steps: {[s.content[:200] for s in steps]}"
     assert result.metadata.get("final_from_tool") is True, json.dumps(result.to_dict())[:2000]
+
+
+class Uncut(WrapperEngine):
+    """Records the tokens each turn generated; ``cut=False`` is the engine as it was
+    before generation stopped at the first complete tool call (``stop_when`` unset)."""
+
+    def __init__(self, inner: Any, *, cut: bool) -> None:
+        super().__init__(inner)
+        self.cut = cut
+        self.turns: list[int] = []
+
+    def _options(self, options: SamplingOptions) -> SamplingOptions:
+        return options if self.cut else dataclasses.replace(options, stop_when=None)
+
+    async def generate(
+        self, messages: Sequence[Message], *, model: str = "", tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = _DEFAULT_OPTIONS,
+    ) -> Generation:  # fmt: skip
+        reply = await super().generate(
+            messages, model=model, tools=tools, options=self._options(options)
+        )
+        self.turns.append(reply.usage.completion_tokens)
+        return reply
+
+    async def stream(  # type: ignore[override]
+        self, messages: Sequence[Message], *, model: str = "", tools: Sequence[ToolSpec] = (),
+        options: SamplingOptions = _DEFAULT_OPTIONS,
+    ) -> Any:  # fmt: skip
+        async for chunk in super().stream(
+            messages, model=model, tools=tools, options=self._options(options)
+        ):
+            if chunk.done and chunk.generation is not None:
+                self.turns.append(chunk.generation.usage.completion_tokens)
+            yield chunk
+
+
+@pytest.mark.slow
+def test_stopping_at_the_call_halves_a_turn_the_model_filled_with_repeats() -> None:
+    # On this question 0.5B's second reply, uncut, is the call written again and again
+    # to the 512-token limit; cut at the first complete call, it is one call.
+    inner = engine()
+
+    async def turns(cut: bool) -> tuple[list[int], Any]:
+        counted = Uncut(inner, cut=cut)
+        agent = AgentRegistry.create(
+            "orchestrator", counted, tools=[CalculatorTool()], temperature=0, max_tokens=512,
+            max_turns=4,
+        )  # fmt: skip
+        return counted.turns, await agent.arun("What is 17.5% of 86420?")
+
+    async def go() -> tuple[tuple[list[int], Any], tuple[list[int], Any]]:
+        try:
+            return await turns(cut=False), await turns(cut=True)
+        finally:
+            await inner.aclose()
+
+    (before, _), (after, result) = asyncio.run(go())
+    repeated = max(range(len(before)), key=before.__getitem__)
+    assert before[repeated] >= 256, before  # the uncut turn did run on with repeats
+    assert len(after) > repeated and 2 * after[repeated] <= before[repeated], (before, after)
+    assert 2 * sum(after) <= sum(before), (before, after)
+    assert "15123.5" in result.content.replace(",", ""), result.content
