@@ -100,6 +100,10 @@ def _question(case: Any) -> str:
 # -- the three systems ---------------------------------------------------------------
 
 
+def _progress(i: int, n: int) -> None:
+    print(f"     case {i}/{n} at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
+
+
 def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
     from jarvisd._errors import JarvisError
     from jarvisd.engines._llamacpp import LlamaCppEngine
@@ -109,7 +113,8 @@ def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
         engine = LlamaCppEngine(str(model_path), n_ctx=4096)
         made: dict[str, list[Any]] = {}
         try:
-            for case in cases:
+            for i, case in enumerate(cases, 1):
+                _progress(i, len(cases))
                 try:
                     made[case.id] = await jarvis_calls(engine, "", case, max_tokens=MAX_TOKENS)
                 except JarvisError as exc:  # e.g. a prompt longer than the window: no call
@@ -133,7 +138,8 @@ def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]
     )  # fmt: skip
     made: dict[str, list[Any]] = {}
     try:
-        for case in cases:
+        for i, case in enumerate(cases, 1):
+            _progress(i, len(cases))
             try:
                 reply = llama.create_chat_completion(
                     messages=[{"role": m.role.value, "content": m.content} for m in case.messages],
@@ -224,8 +230,7 @@ def measure(
     done: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Accuracy per model, system and category; ``done`` is given the report so far
-    after each model (a long run keeps what it measured if it is stopped)."""
-    from jarvisd.evals import score_case
+    after each system of each model (a long run keeps what it measured if stopped)."""
     from tests.conftest import real_model_path
 
     report: dict[str, Any] = {"models": {}, "limit": limit, "seed": SEED}
@@ -248,26 +253,40 @@ def measure(
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
                     made[system], errors = {}, [f"OpenJarvis run failed: {exc}"]
             seconds[system] = round(time.perf_counter() - start, 1)
-        table: dict[str, dict[str, Any]] = {}
-        for category in categories:
-            of = [c for c in cases if c.category == category]
-            table[category] = {
-                system: sum(score_case(c, made[system].get(c.id, []), model) for c in of) / len(of)
-                if made[system]
-                else None
-                for system in SYSTEMS
-            }
-            table[category]["n"] = len(of)
-        report["models"][model] = {
-            "accuracy": table,
-            "seconds": seconds,
-            "leaderboard": LEADERBOARD.get(model, "none published"),
-            "errors": errors[:20],
-            "calls": {s: made[s] for s in SYSTEMS},
-        }
-        if done is not None:
-            done(report)
+            report["models"][model] = _summary(model, cases, categories, made, seconds, errors)
+            if done is not None:  # after each system: a stopped run keeps what it measured
+                done(report)
     return report
+
+
+def _summary(
+    model: str,
+    cases: Sequence[Any],
+    categories: Sequence[str],
+    made: dict[str, dict[str, list[Any]]],
+    seconds: dict[str, float],
+    errors: list[str],
+) -> dict[str, Any]:
+    """One model's accuracy per category and system (None: the system was not run)."""
+    from jarvisd.evals import score_case
+
+    table: dict[str, dict[str, Any]] = {}
+    for category in categories:
+        of = [c for c in cases if c.category == category]
+        table[category] = {
+            system: sum(score_case(c, made[system].get(c.id, []), model) for c in of) / len(of)
+            if made.get(system)
+            else None
+            for system in SYSTEMS
+        }
+        table[category]["n"] = len(of)
+    return {
+        "accuracy": table,
+        "seconds": seconds,
+        "leaderboard": LEADERBOARD.get(model, "none published"),
+        "errors": errors[:20],
+        "calls": made,
+    }
 
 
 def render(report: dict[str, Any], meta: dict[str, str]) -> str:

@@ -6,9 +6,10 @@ versions of jarvis in fresh interpreters, alternating so drift hits both.
 is this tree. Each run is one process: load the model, run the task, report the wall
 time of the task (load excluded), the tokens generated per turn, and the answer.
 
-    python -m benchmarks.bench_calc_turns --before COMMIT [--runs 3] [--out DIR]
+    python -m benchmarks.bench_calc_turns --before COMMIT [--task chain|percent]
+        [--runs 3] [--out DIR]
 
-writes ``DIR/calc_turns.md`` and ``DIR/calc_turns.json``.
+writes ``DIR/calc_turns.md`` and ``.json`` (``calc_turns_percent.*`` for ``percent``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,17 @@ from benchmarks.harness import BenchEnv, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
-TASK = (
-    "Use the calculator. First compute 1234 * 5678. Then add 4321 to that result. "
-    "Then tell me the final number."
-)
-EXPECTED = "7010973"
+#: name -> (the task, its answer). ``chain``: two dependent calls, then the answer.
+#: ``percent``: one call, which 0.5B writes again and again in its second reply until
+#: the 512-token limit unless generation stops at the first complete call.
+TASKS = {
+    "chain": (
+        "Use the calculator. First compute 1234 * 5678. Then add 4321 to that result. "
+        "Then tell me the final number.",
+        "7010973",
+    ),
+    "percent": ("What is 17.5% of 86420?", "15123.5"),
+}
 
 SCRIPT = r"""
 import asyncio, json, sys, time
@@ -81,9 +88,9 @@ def _tree(commit: str, into: Path) -> Path:
     return into
 
 
-def _once(tree: Path, model_path: Path) -> dict[str, object]:
+def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(model_path), TASK],
+        [sys.executable, "-c", SCRIPT, str(model_path), task],
         capture_output=True, text=True, check=False, timeout=900,
         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
     )  # fmt: skip
@@ -92,10 +99,11 @@ def _once(tree: Path, model_path: Path) -> dict[str, object]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(before: str, models: Sequence[str], runs: int) -> dict[str, Any]:
+def measure(before: str, models: Sequence[str], runs: int, task: str = "chain") -> dict[str, Any]:
     from tests.conftest import real_model_path
 
-    report: dict[str, Any] = {"before": before, "task": TASK, "models": {}}
+    text, expected = TASKS[task]
+    report: dict[str, Any] = {"before": before, "task": text, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": _tree(before, Path(tmp)), "after": ROOT}
         for model in models:
@@ -103,12 +111,12 @@ def measure(before: str, models: Sequence[str], runs: int) -> dict[str, Any]:
             done: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
             for _ in range(runs):
                 for version, tree in trees.items():
-                    done[version].append(_once(tree, path))
+                    done[version].append(_once(tree, path, text))
                     print(f"   {model} {version}: {done[version][-1]}", file=sys.stderr)
             report["models"][model] = {
                 version: {
                     "median_wall_s": round(statistics.median(float(r["wall_s"]) for r in rs), 2),
-                    "right": sum(EXPECTED in str(r["answer"]).replace(",", "") for r in rs),
+                    "right": sum(expected in str(r["answer"]).replace(",", "") for r in rs),
                     "runs": rs,
                 }
                 for version, rs in done.items()
@@ -136,17 +144,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", required=True, help="the commit measured as before")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--task", choices=sorted(TASKS), default="chain")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = parser.parse_args(argv)
-    report = measure(args.before, args.models, args.runs)
+    report = measure(args.before, args.models, args.runs, args.task)
+    text, expected = TASKS[args.task]
+    stem = "calc_turns" if args.task == "chain" else f"calc_turns_{args.task}"
     report["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calc_turns.json").write_text(json.dumps(report, indent=1))
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
     lines = [
-        "# 3-turn calculator task: median wall time, before and after",
+        f"# Calculator task ({args.task}): median wall time, before and after",
         "",
-        f"{report['when']}; before = {args.before}; task: {TASK!r} (answer {EXPECTED}); "
+        f"{report['when']}; before = {args.before}; task: {text!r} (answer {expected}); "
         f"orchestrator, temperature 0, max 512 tokens a turn; model load excluded; "
         f"{args.runs} runs each, alternating.",
         "",
@@ -161,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{a['median_wall_s'] / b['median_wall_s']:.2f} | {b['right']}/{args.runs} | "
             f"{a['right']}/{args.runs} | {b['runs'][0]['tokens']} | {a['runs'][0]['tokens']} |"
         )
-    (out / "calc_turns.md").write_text("\n".join(lines) + "\n")
-    print((out / "calc_turns.md").read_text())
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print((out / f"{stem}.md").read_text())
     return 0
 
 

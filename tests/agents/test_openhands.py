@@ -129,6 +129,45 @@ def test_openhands_without_a_workspace_is_a_usage_error() -> None:
     assert "--option workspace=DIR" in outcome.failure.message
 
 
+@pytest.mark.model
+@pytest.mark.slow
+@pytest.mark.timeout(1500)  # OpenHands's prompt (~6,400 tokens): minutes to read on 2 cores
+def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: Path) -> None:
+    """Qwen2.5-Coder-1.5B: its exact actions are not asserted, the structure is: the
+    SDK's requests reached the run's engine through the gateway, what the model asked
+    for came back as OpenHands tool calls or an answer, and the run ended in a result."""
+    from jarvisd.engines import LlamaCppEngine
+    from tests.conftest import real_model_path
+
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    engine = LlamaCppEngine(str(real_model_path("qwen2.5-coder-1.5b")), n_ctx=16384)
+    run = RunContext()
+    spec = AgentSpec(
+        "Create a file named greeting.txt containing the word hello.",
+        agent="openhands",
+        options={"workspace": str(workspace)},
+        temperature=0,
+        max_tokens=256,
+        max_turns=3,
+    )
+
+    async def go() -> object:
+        try:
+            return await run_spec(spec, run, Config(), engine)
+        finally:
+            await engine.aclose()
+
+    outcome = asyncio.run(go())
+    assert run.budget.calls >= 1 and run.budget.used.prompt_tokens > 1000  # the SDK's prompt
+    failure = outcome.failure  # type: ignore[attr-defined]
+    assert failure is None or failure.code == "no_answer", failure
+    for result in outcome.tool_results:  # type: ignore[attr-defined]
+        assert result.tool_name in {"file_editor", "terminal", "finish", "think", "task_tracker"}
+    assert outcome.tool_results or outcome.answer  # type: ignore[attr-defined]
+
+
 _OFFLINE = r"""
 import asyncio, json, sys
 from pathlib import Path
