@@ -6,15 +6,26 @@ dialect, loopback, a per-run token: every request is the run's, budget and cance
 included) and points the SDK at it with ``ANTHROPIC_BASE_URL`` and the token as the
 key. A real Anthropic key is used only when the config names the environment variable
 holding it (``[claude_code] api_key_env``): never taken from the environment silently,
-and ``jarvis agents list`` says which mode applies. The bridge is a host process in a
-session of its own with a minimal environment; it speaks frames (``FrameSession``), its
-tool uses arrive as tool-call events, and the SDK's session id comes back in the
-result's metadata, for ``--option resume=ID``.
+and ``jarvis agents list`` says which mode applies.
+
+The bridge runs in the sandbox by default, like every external agent
+(:func:`jarvisd.external.start_in_sandbox`: no network, the SDK's npm tree, the bridge
+scripts and Node.js mounted read-only, the gateway's Unix socket reached through the
+container's own loopback, the workspace through the mount allowlist); ``--no-sandbox``
+runs it as a host process in a session of its own, with a warning every run. Either way
+it starts with a minimal environment and speaks frames (``FrameSession``); its tool
+uses arrive as tool-call events, and the SDK's session id comes back in the result's
+metadata, for ``--option resume=ID`` (sessions live in jarvis's data dir, one home for
+sandboxed runs and one for host runs).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -25,8 +36,11 @@ from ._base import AgentContext, AgentResult, BaseAgent
 
 if TYPE_CHECKING:
     from .._config import Config
+    from ..executors import Channel
 
 __all__ = ["ClaudeCodeAgent", "key_mode"]
+
+log = logging.getLogger(__name__)
 
 _RUNNER_TIMEOUT_S = 3600.0
 #: What the SDK's CLI must not do on its own: phone home, update itself, report errors.
@@ -38,11 +52,17 @@ _QUIET = {
 }
 
 
-def _home() -> Path:
+def _home(sandboxed: bool = False) -> Path:
+    """The SDK's HOME (its sessions, for resume). The sandbox's is its own, owned by the
+    sandbox user when jarvis runs as root: a contained run never writes the host run's."""
     from .._paths import paths
 
-    home = paths().data / "agents" / "claude_code"
+    home = paths().data / "agents" / ("claude_code-sandbox" if sandboxed else "claude_code")
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if sandboxed and os.geteuid() == 0:
+        from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
+
+        os.lchown(home, SANDBOX_UID, SANDBOX_GID)
     return home
 
 
@@ -59,9 +79,9 @@ class ClaudeCodeAgent(BaseAgent):
 
     agent_id: ClassVar[str] = "claude_code"
     accepts_tools: ClassVar[bool] = False
-    #: Runs as a host process of its own (its own runtime), never inside the sandbox.
-    host_process: ClassVar[bool] = True
-    wants_config: ClassVar[bool] = True
+    #: Runs in a container of its own (its own runtime), not in the runner's sandbox:
+    #: ``sandboxed`` is set from the spec (``--no-sandbox`` clears it).
+    own_sandbox: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -76,9 +96,11 @@ class ClaudeCodeAgent(BaseAgent):
         ),
         turns: int = 10,
         resume: str = "",
+        sandboxed: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
+        self.sandboxed = sandboxed
         self.config = config
         self.workspace = workspace
         self.allowed_tools = [t.strip() for t in allowed_tools.split(",") if t.strip()]
@@ -112,14 +134,10 @@ class ClaudeCodeAgent(BaseAgent):
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
     ) -> AgentResult:
         import asyncio
-        import contextlib
 
         from ..bridge import FrameSession, runner_result
-        from ..executors import ExecRequest
-        from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import Gateway
         from ..protocol import Start
-        from ._claude_code_install import bridge_dir, ensure_sdk, find_node
+        from ._claude_code_install import ensure_sdk, find_node
 
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
@@ -127,48 +145,114 @@ class ClaudeCodeAgent(BaseAgent):
         node = await asyncio.to_thread(find_node)
         sdk_dir = await asyncio.to_thread(ensure_sdk)
         api_key = self._api_key()
+        if api_key is not None and self.sandboxed:
+            raise UsageError(
+                "claude_code with a real Anthropic key needs the network, which the sandbox "
+                "does not have: run it with --no-sandbox"
+            )
+        if not self.sandboxed:
+            log.warning(
+                "agent claude_code runs on the host with --no-sandbox: NOT isolated (it has "
+                "your files and network)"
+            )
         self._emit_turn_start(run, input)
+        payload = {
+            "prompt": input,
+            "cwd": workspace,
+            "allowed_tools": self.allowed_tools,
+            "permission_mode": self.permission_mode,
+            "max_turns": self.turns,
+            "system_prompt": self.system_prompt or "",
+            "resume": self.resume,
+        }
+        opened = self._in_sandbox if self.sandboxed else self._on_host
+        async with opened(run, workspace, node, sdk_dir, api_key, payload) as channel:
+            session = FrameSession(channel, self.engine, run, model=self.model,
+                                   max_tokens=self.max_tokens, name="claude_code bridge")  # fmt: skip
+            outcome = await session.run(Start(task="claude_code", payload=payload))
+        result = self._result(
+            runner_result(outcome, run, "claude_code", "the claude_code bridge"), run, workspace
+        )
+        result.metadata["sandboxed"] = self.sandboxed
+        return result
+
+    @contextlib.asynccontextmanager
+    async def _on_host(
+        self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
+        payload: dict[str, Any],
+    ) -> AsyncIterator[Channel]:  # fmt: skip
+        from ..executors import ExecRequest
+        from ..executors._subprocess import Limits, SubprocessExecutor
+        from ..gateway import Gateway
+        from ._claude_code_install import bridge_dir
+
         async with contextlib.AsyncExitStack() as stack:
             # The SDK's environment, from nothing: no variable of ours reaches it. Its
             # HOME is jarvis's own (sessions live there, for resume), never the user's.
-            home = _home()
-            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(home), **_QUIET}
+            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(_home()), **_QUIET}
             if os.geteuid() == 0:
                 env["IS_SANDBOX"] = "1"  # Claude Code refuses to run as root otherwise
-            model = self.model
+            payload["model"] = self.model
             if api_key is None:
                 gateway = await stack.enter_async_context(
                     Gateway(self.engine, run, self.model, max_tokens=self.max_tokens)
                 )
                 assert gateway.url is not None
                 env.update(ANTHROPIC_BASE_URL=gateway.url, ANTHROPIC_API_KEY=gateway.token)
-                model = gateway.model_name
+                payload["model"] = gateway.model_name
             else:
                 env["ANTHROPIC_API_KEY"] = api_key
-            payload = {
-                "prompt": input,
-                "cwd": workspace,
-                "allowed_tools": self.allowed_tools,
-                "permission_mode": self.permission_mode,
-                "max_turns": self.turns,
-                "system_prompt": self.system_prompt or "",
-                "resume": self.resume,
-                "model": model,
-                "env": env,  # the key travels in the start frame only
-            }
+            payload["env"] = env  # the key travels in the start frame only
             argv = (node, str(bridge_dir() / "claude_code.mjs"))
             request = ExecRequest(
                 argv=argv, timeout=_RUNNER_TIMEOUT_S, env={"JARVIS_CLAUDE_SDK_DIR": str(sdk_dir)}
             )
             # The SDK's CLI reserves far more address space than it uses: no RLIMIT_AS.
             executor = SubprocessExecutor(Limits(memory_bytes=1 << 40, processes=512))
-            channel = await executor.open(request)
-            session = FrameSession(channel, self.engine, run, model=self.model,
-                                   max_tokens=self.max_tokens, name="claude_code bridge")  # fmt: skip
-            outcome = await session.run(Start(task="claude_code", payload=payload))
-        return self._result(
-            runner_result(outcome, run, "claude_code", "the claude_code bridge"), run, workspace
-        )
+            yield await executor.open(request)
+
+    @contextlib.asynccontextmanager
+    async def _in_sandbox(
+        self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
+        payload: dict[str, Any],
+    ) -> AsyncIterator[Channel]:  # fmt: skip
+        from .._config import Config
+        from ..external import AgentDefinition, Workspace
+        from ..external import _sandbox as box
+        from ..external._registry import GatewayAccess, Launch
+        from ..gateway import Gateway
+        from ._claude_code_install import bridge_dir
+
+        home = _home(sandboxed=True)
+        # One socket per run in the sandbox's home (mounted at HOME_DIR), gone with it.
+        socket_path = home / f"gateway-{secrets.token_hex(8)}.sock"
+        async with Gateway(
+            self.engine, run, self.model, socket_path, max_tokens=self.max_tokens
+        ) as gateway:
+            if os.geteuid() == 0:
+                from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
+
+                os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
+            payload["model"] = gateway.model_name
+            payload["env"] = {
+                "PATH": box.SANDBOX_PATH, "HOME": box.HOME_DIR, **_QUIET,
+                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{box.FORWARD_PORT}",
+                "ANTHROPIC_API_KEY": gateway.token,
+            }  # fmt: skip
+            bridge = "/opt/bridge"
+            launch = Launch(
+                (box.NODE_PATH, f"{bridge}/claude_code.mjs"),
+                {"HOME": box.HOME_DIR, "JARVIS_CLAUDE_SDK_DIR": box.AGENT_DIR, "LANG": "C.UTF-8"},
+            )
+            # The SDK's npm tree from the cache (node_bridge/package.json pins it).
+            sdk = AgentDefinition("claude_code", "Claude Code over node_bridge",
+                                  packages=(("@anthropic-ai/claude-agent-sdk", "pinned"),))  # fmt: skip
+            yield await box.start_in_sandbox(
+                sdk, sdk_dir, home,
+                GatewayAccess(f"unix:{socket_path}", gateway.token, gateway.model_name),
+                Workspace(Path(workspace)), self.config or Config(), lambda *_: launch,
+                extra_binds=((str(bridge_dir()), bridge),),
+            )  # fmt: skip
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:
         answer = data.get("answer")

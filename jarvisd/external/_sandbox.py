@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .._config import Config
@@ -29,7 +29,15 @@ from ..executors import Channel, ExecRequest
 from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
 
-__all__ = ["AGENT_DIR", "FORWARD_PORT", "HOME_DIR", "start_in_sandbox", "write_home"]
+__all__ = [
+    "AGENT_DIR",
+    "FORWARD_PORT",
+    "HOME_DIR",
+    "NODE_PATH",
+    "SANDBOX_PATH",
+    "start_in_sandbox",
+    "write_home",
+]
 
 AGENT_DIR = "/opt/agent"
 HOME_DIR = "/home/agent"
@@ -38,7 +46,7 @@ NODE_PATH = "/usr/local/bin/node"
 FORWARD_PORT = 8787
 #: The container's own timeout: the run's budgets (wall clock, cancel) end a run.
 SANDBOX_TIMEOUT_S = 24 * 3600.0
-_PATH = "/usr/local/bin:/usr/bin:/bin"
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 Prepare = Callable[[AgentDefinition, Path, Path, GatewayAccess], Launch]
 
@@ -51,9 +59,12 @@ async def start_in_sandbox(
     workspace: Workspace,
     config: Config,
     prepare: Prepare,
+    extra_binds: Sequence[tuple[str, str]] = (),
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
-    home, holding the gateway's socket ``access.url`` names (``unix:PATH``)."""
+    home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
+    ``extra_binds`` are more read-only (host path, container path) binds the agent's
+    program needs (chosen by jarvis, never from the edge)."""
     from ..sandbox import DockerExecutor
 
     backend = config.sandbox.backend
@@ -71,12 +82,13 @@ async def start_in_sandbox(
         binds.append((str(where), AGENT_DIR, True))
     if agent.needs_node:
         binds.append((_node_binary(agent), NODE_PATH, True))
+    binds.extend((source, target, True) for source, target in extra_binds)
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
     argv = (
         "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
         socket_inside, str(FORWARD_PORT), str(workspace.root), "--", *launch.argv,
     )  # fmt: skip
-    env = dict(launch.env) | {"PATH": _PATH}
+    env = dict(launch.env) | {"PATH": SANDBOX_PATH}
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,

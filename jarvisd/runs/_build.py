@@ -156,6 +156,9 @@ def build_agent(
             mcp_servers=_acp_servers(spec, config),
             own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names), **kwargs,
         )  # fmt: skip
+    if getattr(agent_cls, "own_sandbox", False):  # claude_code: a container of its own
+        kwargs.update(config=config, sandboxed=not spec.no_sandbox)
+        return agent_cls(engine, spec.model, **kwargs)
     if spec.sandbox:
         from ..sandbox import sandboxed_agent
 
@@ -168,8 +171,6 @@ def build_agent(
         kwargs["executor"] = executor_for(config)
     if agent_cls.fetches_urls:
         kwargs.setdefault("allow_network", config.tools.allow_network)
-    if getattr(agent_cls, "wants_config", False):  # claude_code: its key mode
-        kwargs["config"] = config
     return agent_cls(engine, spec.model, **kwargs)
 
 

@@ -64,22 +64,47 @@ _NOTE: list[str] = []
 
 
 def ask(
-    workspace: Path, text: str, engine: ScriptedEngine, **options: str
-) -> tuple[RunOutcome, list[tuple[EventType, dict[str, object]]]]:
+    workspace: Path, text: str, engine: ScriptedEngine, config: Config | None = None,
+    **options: str,
+) -> tuple[RunOutcome, list[tuple[EventType, dict[str, object]]]]:  # fmt: skip
+    """A run on the host (``--no-sandbox``) unless ``config`` (the sandbox's) is given."""
     run = RunContext()
     events: list[tuple[EventType, dict[str, object]]] = []
     run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
-    spec = AgentSpec(text, agent="claude_code", options={"workspace": str(workspace), **options})
-    return asyncio.run(run_spec(spec, run, Config(), engine)), events
+    spec = AgentSpec(text, agent="claude_code", options={"workspace": str(workspace), **options},
+                     no_sandbox=config is None)  # fmt: skip
+    return asyncio.run(run_spec(spec, run, config or Config(), engine)), events
 
 
-def test_claude_code_calls_a_tool_answers_and_resumes_its_session(tmp_path: Path) -> None:
+def sandbox_config(workspace: Path) -> Config:
+    from tests.external.test_sandboxed import IMAGE, _docker_ok
+
+    require(_docker_ok(), "needs a container engine (DOCKER_HOST)")
+    os.chmod(workspace, 0o777)  # the sandbox user works in it
+    return parse_config({"sandbox": {"image": IMAGE, "allowed_roots": [f"{workspace}:rw"]}})
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+def test_claude_code_calls_a_tool_answers_and_resumes_its_session(
+    tmp_path: Path, where: str
+) -> None:
+    from tests.external.test_sandboxed import _containers
+
     use_real_sdk()
+    config = sandbox_config(tmp_path) if where == "sandbox" else None
+    before = set(_containers()) if config else set()
     note = tmp_path / "note.txt"
     note.write_text("hello world\n")
+    os.chmod(note, 0o644)
     _NOTE[:] = [str(note)]
-    engine = ScriptedEngine(fallback=model)
-    first, events = ask(tmp_path, "What does note.txt say?", engine)
+    running: list[set[str]] = []  # the containers while the model is asked
+
+    def watched(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        running.append(set(_containers()) - before if config else set())
+        return model(messages, tools)
+
+    engine = ScriptedEngine(fallback=watched)
+    first, events = ask(tmp_path, "What does note.txt say?", engine, config)
     assert first.failure is None, first.failure
     assert first.answer == "The note says: hello world."
     (read,) = first.tool_results
@@ -89,12 +114,30 @@ def test_claude_code_calls_a_tool_answers_and_resumes_its_session(tmp_path: Path
     assert starts[0]["arguments"] == {"file_path": str(note)}
     session = first.metadata["session_id"]
     assert isinstance(session, str) and session
-    second, _ = ask(tmp_path, "Do you remember what it said?", engine, resume=session)
+    second, _ = ask(tmp_path, "Do you remember what it said?", engine, config, resume=session)
     assert second.failure is None, second.failure
     assert second.answer == "resumed=True"
     assert second.metadata["session_id"] == session
-    # Sessions live in jarvis's own data dir, never in the user's ~/.claude.
-    assert (paths().data / "agents" / "claude_code" / ".claude").is_dir()
+    assert first.metadata["sandboxed"] is second.metadata["sandboxed"] is (config is not None)
+    # Sessions live in jarvis's own data dir (one home per mode), never in ~/.claude.
+    home = "claude_code-sandbox" if config else "claude_code"
+    assert (paths().data / "agents" / home / ".claude").is_dir()
+    if config is not None:
+        assert all(len(now) == 1 for now in running), running  # the bridge's container
+        assert set(_containers()) <= before  # each run's container is gone
+        assert not list((paths().data / "agents" / home).glob("gateway-*.sock"))
+
+
+def test_a_real_key_is_refused_in_the_sandbox_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_real_sdk()
+    monkeypatch.setenv("MY_CLAUDE_KEY", "sk-ant-named")
+    config = parse_config({"claude_code": {"api_key_env": "MY_CLAUDE_KEY"}})
+    spec = AgentSpec("hi", agent="claude_code", options={"workspace": str(tmp_path)})
+    outcome = asyncio.run(run_spec(spec, RunContext(), config, ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "run it with --no-sandbox" in outcome.failure.message
 
 
 _OFFLINE = r"""
@@ -118,7 +161,8 @@ async def spy(self, start):  # what the bridge is told to give the SDK
 
 FrameSession.run = spy
 engine = ScriptedEngine([reply("Offline and local.")], fallback=lambda m, t: reply("Offline and local."))
-spec = AgentSpec("Say where you run.", agent="claude_code", options={"workspace": sys.argv[1]})
+spec = AgentSpec("Say where you run.", agent="claude_code", options={"workspace": sys.argv[1]},
+                 no_sandbox=True)
 outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
 print(json.dumps({"outcome": outcome.to_dict(), "calls": len(engine.calls), "env": sdk_env}))
 """
@@ -227,6 +271,7 @@ def test_the_options_reach_the_bridge(tmp_path: Path, monkeypatch: pytest.Monkey
         "q", agent="claude_code", system_prompt="Be brief.",
         options={"workspace": str(tmp_path), "allowed_tools": "Read, Grep",
                  "permission_mode": "plan", "turns": "3", "resume": "s-1"},
+        no_sandbox=True,
     )  # fmt: skip
     outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
     assert outcome.failure is None and outcome.answer == "ok"
