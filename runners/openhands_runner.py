@@ -65,6 +65,10 @@ def run(start: Start, out: _Out) -> Frame:
         api_key=SecretStr(str(payload["api_key"])),
         usage_id="jarvis",
         num_retries=0,  # the gateway is local: a failure is not a blip worth a retry
+        # No per-request limit (litellm's is 5 minutes): the host bounds the run (its
+        # budgets, wall clock and cancel), and a small model on a few cores can take
+        # longer than that to read OpenHands's ~6,400-token first prompt.
+        timeout=None,
         drop_params=True,
     )
     mcp = {

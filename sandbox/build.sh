@@ -3,7 +3,7 @@
 #
 # Usage: sandbox/build.sh [IMAGE]     (default: config sandbox.image, jarvis-sandbox:latest)
 # Same as `jarvis sandbox build`; the recipe lives in jarvisd/sandbox/_image.py:
-#   mmdebstrap --variant=extract --include=python3,dash,coreutils,libstdc++6,libgcc-s1,zlib1g \
+#   mmdebstrap --variant=extract --include=python3,dash,bash,coreutils,libstdc++6,libgcc-s1,zlib1g \
 #     bookworm rootfs.tar
 #     with an --extract-hook writing /etc/passwd, /etc/group, /tmp (1777) and
 #     precompiling the standard library, then the engine imports the tarball.

@@ -219,25 +219,20 @@ class ClaudeCodeAgent(BaseAgent):
         from .._config import Config
         from ..external import AgentDefinition, Workspace
         from ..external import _sandbox as box
-        from ..external._registry import GatewayAccess, Launch
-        from ..gateway import Gateway
+        from ..external._registry import Launch
         from ._claude_code_install import bridge_dir
 
         home = _home(sandboxed=True)
         # One socket per run in the sandbox's home (mounted at HOME_DIR), gone with it.
-        socket_path = home / f"gateway-{secrets.token_hex(8)}.sock"
-        async with Gateway(
-            self.engine, run, self.model, socket_path, max_tokens=self.max_tokens
-        ) as gateway:
-            if os.geteuid() == 0:
-                from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
-
-                os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
-            payload["model"] = gateway.model_name
+        async with box.sandbox_gateway(
+            self.engine, run, self.model, home, max_tokens=self.max_tokens,
+            name=f"gateway-{secrets.token_hex(8)}.sock",
+        ) as access:  # fmt: skip
+            payload["model"] = access.model
             payload["env"] = {
                 "PATH": box.SANDBOX_PATH, "HOME": box.HOME_DIR, **_QUIET,
                 "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{box.FORWARD_PORT}",
-                "ANTHROPIC_API_KEY": gateway.token,
+                "ANTHROPIC_API_KEY": access.token,
             }  # fmt: skip
             bridge = "/opt/bridge"
             launch = Launch(
@@ -248,8 +243,7 @@ class ClaudeCodeAgent(BaseAgent):
             sdk = AgentDefinition("claude_code", "Claude Code over node_bridge",
                                   packages=(("@anthropic-ai/claude-agent-sdk", "pinned"),))  # fmt: skip
             yield await box.start_in_sandbox(
-                sdk, sdk_dir, home,
-                GatewayAccess(f"unix:{socket_path}", gateway.token, gateway.model_name),
+                sdk, sdk_dir, home, access,
                 Workspace(Path(workspace)), self.config or Config(), lambda *_: launch,
                 extra_binds=((str(bridge_dir()), bridge),),
             )  # fmt: skip

@@ -1,31 +1,54 @@
 """openhands: the OpenHands agent (openhands-sdk, its file editor and terminal) on the
 run's model, in its own Python 3.12 venv, in the run's workspace.
 
-The host serves the run's engine through an inference gateway (OpenAI dialect, on
-loopback with a per-run token: every request is the run's, budget and cancel
-included) and starts ``runners.openhands_runner`` in the venv as a host process in a
-session of its own, speaking frames (``FrameSession``): its actions and observations
-arrive as tool-call events, its answer as the result frame. The run's MCP servers
-(``SERVER.tool`` names) are offered to it as MCP servers it starts itself.
+The host serves the run's engine through an inference gateway (OpenAI dialect, a
+per-run token: every request is the run's, budget and cancel included) and starts
+``runners.openhands_runner`` with the venv's packages, speaking frames
+(``FrameSession``): its actions and observations arrive as tool-call events, its answer
+as the result frame.
+
+It runs in the sandbox by default, like every external agent
+(:func:`jarvisd.external.start_in_sandbox`): the venv and the Python it was made from
+mounted read-only (jarvis's frame codec is in every sandbox), the gateway's Unix socket reached through the
+container's own loopback, the workspace through the mount allowlist. ``--no-sandbox``
+runs it as a host process in a session of its own (gateway on loopback), with a warning
+every run; only there are the run's MCP servers (``SERVER.tool`` names) offered to it,
+as servers it starts itself (in the sandbox their host commands do not exist).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import UsageError
 from .._run import RunContext
 from ..engines import Engine
 from ._base import AgentContext, AgentResult, BaseAgent
 
+if TYPE_CHECKING:
+    from .._config import Config
+    from ..executors import Channel
+
 __all__ = ["OpenHandsAgent"]
+
+log = logging.getLogger(__name__)
 
 #: The runner's own time limit, a backstop: the run's budgets and cancel stop it first.
 _RUNNER_TIMEOUT_S = 3600.0
 #: The directory holding jarvisd/ and runners/: the runner imports the frame codec from it.
 _SOURCE = str(Path(__file__).resolve().parents[2])
+_RUNNER = "from runners.openhands_runner import entry; entry()"
+#: What the runner needs whichever side it runs on.
+_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else litellm fetches a price list
+    "OPENHANDS_SUPPRESS_BANNER": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 class OpenHandsAgent(BaseAgent):
@@ -33,8 +56,9 @@ class OpenHandsAgent(BaseAgent):
 
     agent_id: ClassVar[str] = "openhands"
     accepts_tools: ClassVar[bool] = True
-    #: Runs as a host process of its own (its own runtime), never inside the sandbox.
-    host_process: ClassVar[bool] = True
+    #: Runs in a container of its own (its own runtime), not in the runner's sandbox:
+    #: ``sandboxed`` is set from the spec (``--no-sandbox`` clears it).
+    own_sandbox: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -44,9 +68,13 @@ class OpenHandsAgent(BaseAgent):
         tools: Sequence[Any] = (),
         max_turns: int = 10,
         workspace: str = "",
+        config: Config | None = None,
+        sandboxed: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
+        self.config = config
+        self.sandboxed = sandboxed
         self.tools = list(tools)
         self.max_turns = max_turns
         self.workspace = workspace
@@ -83,46 +111,96 @@ class OpenHandsAgent(BaseAgent):
         import asyncio
 
         from ..bridge import FrameSession, runner_result
-        from ..executors import ExecRequest
-        from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import Gateway
         from ..protocol import Start
         from ._openhands_venv import ensure_venv
 
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
         workspace = self._workspace()
+        servers = self._mcp_servers()
+        if servers and self.sandboxed:
+            raise UsageError(
+                "openhands would start the MCP servers itself, inside its container, where "
+                "their commands are not installed: run it with --no-sandbox to hand it MCP "
+                "servers"
+            )
         python = await asyncio.to_thread(ensure_venv)
+        if not self.sandboxed:
+            log.warning(
+                "agent openhands runs on the host with --no-sandbox: NOT isolated (it has "
+                "your files and network)"
+            )
         self._emit_turn_start(run, input)
-        argv = (str(python), "-B", "-c",
-                f"import sys; sys.path.insert(0, {_SOURCE!r}); "
-                "from runners.openhands_runner import entry; entry()")  # fmt: skip
-        env = {
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # else litellm fetches a price list
-            "OPENHANDS_SUPPRESS_BANNER": "1",
-            "PYTHONUNBUFFERED": "1",
+        payload = {
+            "task": input,
+            "workspace": workspace,
+            "max_iterations": self.max_turns,
+            "system_prompt": self.system_prompt or "",
+            "mcp_servers": servers,
         }
-        async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gateway:
-            assert gateway.url is not None
-            payload = {
-                "task": input,
-                "workspace": workspace,
-                "model": gateway.model_name,
-                "base_url": gateway.url + "/v1",
-                "api_key": gateway.token,  # in the start frame, never in argv or env
-                "max_iterations": self.max_turns,
-                "system_prompt": self.system_prompt or "",
-                "mcp_servers": self._mcp_servers(),
-            }
-            executor = SubprocessExecutor(Limits(memory_bytes=16 * 1024**3, processes=512))
-            request = ExecRequest(argv=argv, timeout=_RUNNER_TIMEOUT_S, env=env)
-            channel = await executor.open(request)
+        opened = self._in_sandbox if self.sandboxed else self._on_host
+        async with opened(run, python, workspace, payload) as channel:
             session = FrameSession(channel, self.engine, run, model=self.model,
                                    max_tokens=self.max_tokens, name="openhands runner")  # fmt: skip
             outcome = await session.run(Start(task="openhands", payload=payload))
-        return self._result(
+        result = self._result(
             runner_result(outcome, run, "openhands", "the openhands runner"), run, workspace
         )
+        result.metadata["sandboxed"] = self.sandboxed
+        return result
+
+    @contextlib.asynccontextmanager
+    async def _on_host(
+        self, run: RunContext, python: Path, workspace: str, payload: dict[str, Any]
+    ) -> AsyncIterator[Channel]:
+        from ..executors import ExecRequest
+        from ..executors._subprocess import Limits, SubprocessExecutor
+        from ..gateway import Gateway
+
+        argv = (str(python), "-B", "-c", f"import sys; sys.path.insert(0, {_SOURCE!r}); {_RUNNER}")
+        async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gateway:
+            assert gateway.url is not None
+            payload.update(
+                model=gateway.model_name,
+                base_url=gateway.url + "/v1",
+                api_key=gateway.token,  # in the start frame, never in argv or env
+            )
+            executor = SubprocessExecutor(Limits(memory_bytes=16 * 1024**3, processes=512))
+            yield await executor.open(
+                ExecRequest(argv=argv, timeout=_RUNNER_TIMEOUT_S, env=dict(_ENV))
+            )
+
+    @contextlib.asynccontextmanager
+    async def _in_sandbox(
+        self, run: RunContext, python: Path, workspace: str, payload: dict[str, Any]
+    ) -> AsyncIterator[Channel]:
+        import asyncio
+        import shutil
+        import tempfile
+
+        from .._config import Config
+        from ..external import AgentDefinition, Workspace
+        from ..external import _sandbox as box
+
+        venv = python.parent.parent
+        prefix, launch = _sandbox_launch(python, box.AGENT_DIR, box.HOME_DIR)
+        home = Path(tempfile.mkdtemp(prefix="jarvis-agent-"))
+        try:
+            async with box.sandbox_gateway(
+                self.engine, run, self.model, home, max_tokens=self.max_tokens
+            ) as access:
+                payload.update(model=access.model, api_key=access.token,
+                               base_url=f"http://127.0.0.1:{box.FORWARD_PORT}/v1")  # fmt: skip
+                venv_agent = AgentDefinition("openhands", "the OpenHands SDK's venv",
+                                             packages=(("openhands-sdk", "pinned"),),
+                                             needs_node=False)  # fmt: skip
+                yield await box.start_in_sandbox(
+                    venv_agent, venv, home, access, Workspace(Path(workspace)),
+                    self.config or Config(), lambda *_: launch,
+                    extra_binds=((str(prefix), "/opt/python"),),
+                )  # fmt: skip
+        finally:
+            await asyncio.to_thread(shutil.rmtree, home, True)
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:
         answer = data.get("answer")
@@ -138,3 +216,29 @@ class OpenHandsAgent(BaseAgent):
             answer = "Error: " + metadata["error"]
         self._emit_turn_end(run, turns=turns, content=answer[:500])
         return AgentResult(answer, results, turns, metadata, run.budget.used)
+
+
+def _sandbox_launch(python: Path, venv_inside: str, home_inside: str) -> tuple[Path, Any]:
+    """The interpreter prefix to mount at /opt/python, and how to start the runner in
+    the container. The venv's python is a link to the interpreter it was made from: that
+    interpreter's whole prefix (stdlib, libpython) is mounted and started directly, with
+    the venv's packages added, so no host path has to exist in the container."""
+    from ..external._registry import Launch
+    from ..sandbox._policy import CODE_ROOT
+
+    venv = python.parent.parent
+    interpreter = Path(os.path.realpath(python))
+    site = next(venv.glob("lib/python3.*/site-packages"), None)
+    if site is None:
+        raise UsageError(
+            f"the openhands venv {venv} has no site-packages: reinstall it with "
+            "`jarvis agents install openhands`"
+        )
+    inside_site = f"{venv_inside}/{site.relative_to(venv)}"
+    # jarvis's own code is at CODE_ROOT in every sandbox container (the frame codec).
+    runner = (f"import site, sys; site.addsitedir({inside_site!r}); "
+              f"sys.path.insert(0, {CODE_ROOT!r}); {_RUNNER}")  # fmt: skip
+    env = {**_ENV, "HOME": home_inside, "LANG": "C.UTF-8",
+           "LD_LIBRARY_PATH": "/opt/python/lib"}  # a shared libpython lives there  # fmt: skip
+    argv = ("/opt/python/bin/" + interpreter.name, "-B", "-c", runner)
+    return interpreter.parent.parent, Launch(argv, env)

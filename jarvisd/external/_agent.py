@@ -219,12 +219,13 @@ class ExternalAgent(BaseAgent):
 
         model = self.model or DEFAULT_MODEL_NAME
         if self.sandboxed:
-            socket_path = home / "gateway.sock"
-            async with Gateway(
-                self.engine, run, self.model, socket_path, max_tokens=self.max_tokens
-            ) as gw:
-                _share_with_sandbox(socket_path)
-                yield GatewayAccess(f"unix:{socket_path}", gw.token, gw.model_name or model)
+            from ._sandbox import sandbox_gateway
+
+            async with sandbox_gateway(
+                self.engine, run, self.model, home, max_tokens=self.max_tokens,
+                default_model=model,
+            ) as access:  # fmt: skip
+                yield access
         else:
             async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gw:
                 assert gw.url is not None  # TCP: it has one
@@ -268,14 +269,6 @@ class ExternalAgent(BaseAgent):
             "JARVIS_MODEL": access.model,
         }
         return Launch(agent.command, env | dict(agent.env))
-
-
-def _share_with_sandbox(path: Path) -> None:
-    """As root, hand the gateway's socket to the sandbox user (it is 0600)."""
-    if os.geteuid() == 0:
-        from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
-
-        os.chown(path, SANDBOX_UID, SANDBOX_GID)
 
 
 @contextlib.asynccontextmanager

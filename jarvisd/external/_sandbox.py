@@ -18,10 +18,12 @@ conversation on its stdio.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import AgentNotInstalled, SandboxUnavailable
@@ -29,12 +31,17 @@ from ..executors import Channel, ExecRequest
 from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
 
+if TYPE_CHECKING:
+    from .._run import RunContext
+    from ..engines import Engine
+
 __all__ = [
     "AGENT_DIR",
     "FORWARD_PORT",
     "HOME_DIR",
     "NODE_PATH",
     "SANDBOX_PATH",
+    "sandbox_gateway",
     "start_in_sandbox",
     "write_home",
 ]
@@ -97,6 +104,27 @@ async def start_in_sandbox(
         system_binds=tuple(binds),
     )
     return await DockerExecutor(config, flavor=backend).open(request)
+
+
+@contextlib.asynccontextmanager
+async def sandbox_gateway(
+    engine: Engine, run: RunContext, model: str, home: Path, *, max_tokens: int,
+    name: str = "gateway.sock", default_model: str = "local",
+) -> AsyncIterator[GatewayAccess]:  # fmt: skip
+    """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
+    container mounts), handed to the sandbox user when jarvis runs as root; gone with
+    the block."""
+    from ..gateway import Gateway
+
+    socket_path = home / name
+    async with Gateway(engine, run, model, socket_path, max_tokens=max_tokens) as gateway:
+        if os.geteuid() == 0:  # the socket is 0600
+            from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
+
+            os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
+        yield GatewayAccess(
+            f"unix:{socket_path}", gateway.token, gateway.model_name or model or default_model
+        )
 
 
 def _node_binary(agent: AgentDefinition) -> str:

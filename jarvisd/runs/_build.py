@@ -82,11 +82,6 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
-    if spec.sandbox and getattr(agent_cls, "host_process", False):
-        raise UsageError(
-            f"agent {key!r} runs as a host process of its own and cannot run in the sandbox "
-            "yet (run without --sandbox)"
-        )
     if spec.sandbox and mcp_tool_names(spec, config):
         # Their servers would run on the host, out of the container's reach.
         raise UsageError(

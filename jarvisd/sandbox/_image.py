@@ -1,7 +1,7 @@
 """Building the sandbox image with no container registry (``jarvis sandbox build``).
 
-Recipe: mmdebstrap's ``extract`` variant unpacks python3, dash (for /bin/sh), coreutils, and
-the C++ runtime and zlib that Node.js and the external agents' native binaries link
+Recipe: mmdebstrap's ``extract`` variant unpacks python3, dash (for /bin/sh), bash (the
+openhands agent's terminal runs commands in it), coreutils, and the C++ runtime and zlib that Node.js and the external agents' native binaries link
 against (Node itself is mounted from the host, never copied in), with
 their dependencies from Debian's mirror, running no maintainer scripts; the extract hook
 writes what those scripts would have (users, /tmp) and precompiles the standard library
@@ -103,7 +103,7 @@ def build_image(
         hook.chmod(0o755)
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--quiet", "--variant=extract", "--include=python3,dash,coreutils,libstdc++6,libgcc-s1,zlib1g",
+            "mmdebstrap", "--quiet", "--variant=extract", "--include=python3,dash,bash,coreutils,libstdc++6,libgcc-s1,zlib1g",
             f'--extract-hook={hook} "$1"', suite, str(rootfs), mirror,
         ]  # fmt: skip
         if log is not None:

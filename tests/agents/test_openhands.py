@@ -17,6 +17,7 @@ import pytest
 
 from jarvisd._config import Config
 from jarvisd._events import EventType
+from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._paths import paths
 from jarvisd._run import RunContext
 from jarvisd.agents._openhands_venv import NoPython312, find_python312, venv_dir
@@ -38,21 +39,45 @@ def use_real_venv() -> None:
     target.symlink_to(REAL_VENVS, target_is_directory=True)
 
 
-def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path) -> None:
+def sandbox_config(workspace: Path, memory: str = "512m") -> Config:
+    """The sandbox (the default for openhands) with ``workspace`` allowed read-write."""
+    import os
+
+    from jarvisd._config import parse_config
+    from tests.external.test_sandboxed import IMAGE, _docker_ok
+
+    require(_docker_ok(), "needs a container engine (DOCKER_HOST)")
+    os.chmod(workspace, 0o777)  # the sandbox user works in it
+    return parse_config({
+        "sandbox": {"image": IMAGE, "allowed_roots": [f"{workspace}:rw"], "memory": memory},
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(
+    tmp_path: Path, where: str
+) -> None:
+    from tests.external.test_sandboxed import _containers
+
     use_real_venv()
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    config = sandbox_config(workspace) if where == "sandbox" else Config()
+    before = set(_containers()) if where == "sandbox" else set()
+    running: list[set[str]] = []  # the containers while the model is asked
     target = workspace / "hello.py"
-    engine = ScriptedEngine(
-        [
-            reply(
-                "",
-                ("file_editor", {"command": "create", "path": str(target),
-                                 "file_text": "print('hello')\n"}),
-            ),
-            reply("", ("finish", {"message": "Created hello.py."})),
-        ]
-    )  # fmt: skip
+
+    replies = [
+        reply("", ("file_editor", {"command": "create", "path": str(target),
+                                   "file_text": "print('hello')\n"})),
+        reply("", ("finish", {"message": "Created hello.py."})),
+    ]  # fmt: skip
+
+    def scripted(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        running.append(set(_containers()) - before if where == "sandbox" else set())
+        return replies.pop(0)
+
+    engine = ScriptedEngine(fallback=scripted)
     events: list[tuple[EventType, dict[str, object]]] = []
     run = RunContext()
     run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
@@ -60,9 +85,14 @@ def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path
         "Create hello.py printing hello.",
         agent="openhands",
         options={"workspace": str(workspace)},
+        no_sandbox=where == "host",
     )
-    outcome = asyncio.run(run_spec(spec, run, Config(), engine))
+    outcome = asyncio.run(run_spec(spec, run, config, engine))
     assert outcome.failure is None, outcome.failure
+    assert outcome.metadata["sandboxed"] is (where == "sandbox")
+    if where == "sandbox":
+        assert all(len(now) == 1 for now in running), running  # the runner's container
+        assert set(_containers()) <= before
     assert target.read_text() == "print('hello')\n"
     assert outcome.answer == "Created hello.py."
     tools = [r.tool_name for r in outcome.tool_results]
@@ -74,7 +104,7 @@ def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(tmp_path: Path
 
 
 def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
-    from jarvisd._messages import Generation, Message, Role, ToolSpec
+    from jarvisd._messages import Role
     from tests.mcp.test_mcp import demo_config
 
     use_real_venv()
@@ -89,7 +119,7 @@ def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
 
     spec = AgentSpec(
         "Add 2 and 40.", agent="openhands", tools=("demo.add",),
-        options={"workspace": str(tmp_path)},
+        options={"workspace": str(tmp_path)}, no_sandbox=True,
     )  # fmt: skip
     engine = ScriptedEngine(fallback=model)
     outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), engine))
@@ -100,11 +130,14 @@ def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
     assert outcome.answer.endswith("42")
 
 
-def test_openhands_refuses_the_sandbox_clearly(tmp_path: Path) -> None:
-    spec = AgentSpec("q", agent="openhands", sandbox=True, options={"workspace": str(tmp_path)})
-    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+def test_mcp_servers_in_the_sandbox_are_refused_with_the_fix(tmp_path: Path) -> None:
+    from tests.mcp.test_mcp import demo_config
+
+    spec = AgentSpec("q", agent="openhands", tools=("demo.add",),
+                     options={"workspace": str(tmp_path)})  # fmt: skip
+    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), ScriptedEngine([])))
     assert outcome.failure is not None and outcome.failure.code == "usage"
-    assert "runs as a host process" in outcome.failure.message
+    assert "run it with --no-sandbox to hand it MCP servers" in outcome.failure.message
 
 
 def test_no_python_312_is_said_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,6 +175,7 @@ def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: P
     use_real_venv()
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    config = sandbox_config(workspace, memory="2g")
     engine = LlamaCppEngine(str(real_model_path("qwen2.5-coder-1.5b")), n_ctx=16384)
     run = RunContext()
     spec = AgentSpec(
@@ -155,7 +189,7 @@ def test_openhands_on_a_real_model_runs_its_loop_through_the_gateway(tmp_path: P
 
     async def go() -> object:
         try:
-            return await run_spec(spec, run, Config(), engine)
+            return await run_spec(spec, run, config, engine)
         finally:
             await engine.aclose()
 
@@ -181,7 +215,8 @@ engine = ScriptedEngine([
     reply("", ("file_editor", {"command": "create", "path": str(target), "file_text": "offline\n"})),
     reply("", ("finish", {"message": "Done offline."})),
 ])
-spec = AgentSpec("Write out.txt.", agent="openhands", options={"workspace": sys.argv[1]})
+spec = AgentSpec("Write out.txt.", agent="openhands", options={"workspace": sys.argv[1]},
+                 no_sandbox=True)
 outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
 print(json.dumps({"outcome": outcome.to_dict(), "file": target.read_text()}))
 """
