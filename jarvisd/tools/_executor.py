@@ -255,7 +255,9 @@ class ToolExecutor:
         if all(self._is_inline(self.resolve(c.name) or "") for c in calls):
             return [await self.execute(c, run, guard) for c in calls]
         tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
-        gathered = asyncio.gather(*tasks)
+        # Its outcome may go unread when this call is cancelled while a tool fails: it
+        # must not end as "exception was never retrieved" (an unraisable warning).
+        gathered = _read_when_done(asyncio.gather(*tasks))
         waiter = asyncio.ensure_future(run.cancel.wait()) if run is not None else None
         pending: set[asyncio.Future[Any]] = {gathered}
         if waiter is not None:
@@ -264,7 +266,7 @@ class ToolExecutor:
             await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             gathered.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _read_when_done(asyncio.gather(*tasks, return_exceptions=True))
             raise
         finally:
             if waiter is not None:
@@ -286,6 +288,12 @@ class ToolExecutor:
             else cancelled_result(c)
             for c, t in zip(calls, tasks, strict=True)
         ]
+
+
+def _read_when_done(future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+    """``future``, whose exception is read once it is done, whoever awaits it."""
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
 
 
 def cancelled_result(call: ToolCall) -> ToolResult:
