@@ -135,7 +135,7 @@ class ClaudeCodeAgent(BaseAgent):
     ) -> AgentResult:
         import asyncio
 
-        from ..bridge import FrameSession, runner_result
+        from ..bridge import run_runner
         from ..protocol import Start
         from ._claude_code_install import ensure_sdk, find_node
 
@@ -167,12 +167,11 @@ class ClaudeCodeAgent(BaseAgent):
         }
         opened = self._in_sandbox if self.sandboxed else self._on_host
         async with opened(run, workspace, node, sdk_dir, api_key, payload) as channel:
-            session = FrameSession(channel, self.engine, run, model=self.model,
-                                   max_tokens=self.max_tokens, name="claude_code bridge")  # fmt: skip
-            outcome = await session.run(Start(task="claude_code", payload=payload))
-        result = self._result(
-            runner_result(outcome, run, "claude_code", "the claude_code bridge"), run, workspace
-        )
+            data = await run_runner(
+                channel, self.engine, run, Start(task="claude_code", payload=payload),
+                name="claude_code bridge", model=self.model, max_tokens=self.max_tokens,
+            )  # fmt: skip
+        result = self._result(data, run, workspace)
         result.metadata["sandboxed"] = self.sandboxed
         return result
 

@@ -110,7 +110,7 @@ class OpenHandsAgent(BaseAgent):
     ) -> AgentResult:
         import asyncio
 
-        from ..bridge import FrameSession, runner_result
+        from ..bridge import run_runner
         from ..protocol import Start
         from ._openhands_venv import ensure_venv
 
@@ -140,12 +140,11 @@ class OpenHandsAgent(BaseAgent):
         }
         opened = self._in_sandbox if self.sandboxed else self._on_host
         async with opened(run, python, workspace, payload) as channel:
-            session = FrameSession(channel, self.engine, run, model=self.model,
-                                   max_tokens=self.max_tokens, name="openhands runner")  # fmt: skip
-            outcome = await session.run(Start(task="openhands", payload=payload))
-        result = self._result(
-            runner_result(outcome, run, "openhands", "the openhands runner"), run, workspace
-        )
+            data = await run_runner(
+                channel, self.engine, run, Start(task="openhands", payload=payload),
+                name="openhands runner", model=self.model, max_tokens=self.max_tokens,
+            )  # fmt: skip
+        result = self._result(data, run, workspace)
         result.metadata["sandboxed"] = self.sandboxed
         return result
 

@@ -2,6 +2,6 @@
 host side of the conversation (:class:`FrameSession`), shared by the sandboxed agent
 and the external agents to come."""
 
-from ._session import FrameSession, Outcome, runner_result, wire_tool_results
+from ._session import FrameSession, Outcome, run_runner, runner_result, wire_tool_results
 
-__all__ = ["FrameSession", "Outcome", "runner_result", "wire_tool_results"]
+__all__ = ["FrameSession", "Outcome", "run_runner", "runner_result", "wire_tool_results"]

@@ -88,6 +88,17 @@ def runner_result(outcome: Outcome, run: RunContext, agent: str, program: str) -
     return final.result
 
 
+async def run_runner(
+    channel: Channel, engine: Engine, run: RunContext, start: Start, *, name: str, model: str,
+    max_tokens: int,
+) -> Mapping[str, Any]:  # fmt: skip
+    """Serve the runner on ``channel`` (``name``: "openhands runner") through one frame
+    session started with ``start``; its result payload, as :func:`runner_result` reads
+    it for agent ``start.task``."""
+    session = FrameSession(channel, engine, run, model=model, max_tokens=max_tokens, name=name)
+    return runner_result(await session.run(start), run, start.task, f"the {name}")
+
+
 def wire_tool_results(data: Mapping[str, Any]) -> list[ToolResult]:
     """The ``tool_results`` a runner reported, each field bounded (it is hostile)."""
     return [
