@@ -6,7 +6,7 @@ source directory on ``sys.path``; it imports only the stdlib part of jarvis (the
 codec). It reads one ``start`` frame (task ``openhands``) whose payload says what to do:
 
     task, workspace, model, base_url, api_key, max_iterations, system_prompt,
-    mcp_servers: {NAME: {command, args, env}}
+    request_timeout, mcp_servers: {NAME: {command, args, env}}
 
 Its LLM is the host's inference gateway (OpenAI dialect at ``base_url``): no other
 network. Each action the agent takes and each observation are ``event`` frames
@@ -27,6 +27,8 @@ from jarvisd.protocol import ErrorFrame, EventFrame, Frame, FrameReader, ResultF
 
 #: Characters of a tool observation sent to the host in one event or result.
 _MAX_OBSERVATION = 4000
+#: Seconds one model request may take when the host does not say (it always does).
+_REQUEST_TIMEOUT_S = 3600
 
 
 class _Out:
@@ -50,27 +52,37 @@ def _text_of(value: Any) -> str:
     return str(value)
 
 
-def run(start: Start, out: _Out) -> Frame:
-    payload: Mapping[str, Any] = start.payload
-    from openhands.sdk import LLM, Agent, Conversation, Tool
-    from openhands.sdk.conversation.response_utils import get_agent_final_response
-    from openhands.sdk.event import ActionEvent, ObservationEvent
-    from openhands.tools.file_editor import FileEditorTool
-    from openhands.tools.terminal import TerminalTool
+def make_llm(payload: Mapping[str, Any]) -> Any:
+    """The SDK's LLM on the host's gateway.
+
+    Its per-request limit is the host's ``request_timeout`` (the runner's own backstop):
+    the host bounds the run (budgets, wall clock, cancel), and a small model on a few
+    busy cores can take more than ten minutes to read OpenHands's ~6,400-token first
+    prompt. ``timeout=None`` would not do: litellm then falls back to 600 s.
+    """
+    from openhands.sdk import LLM
     from pydantic import SecretStr
 
-    llm = LLM(
+    return LLM(
         model="openai/" + str(payload["model"]),
         base_url=str(payload["base_url"]),
         api_key=SecretStr(str(payload["api_key"])),
         usage_id="jarvis",
         num_retries=0,  # the gateway is local: a failure is not a blip worth a retry
-        # No per-request limit (litellm's is 5 minutes): the host bounds the run (its
-        # budgets, wall clock and cancel), and a small model on a few cores can take
-        # longer than that to read OpenHands's ~6,400-token first prompt.
-        timeout=None,
+        timeout=int(payload.get("request_timeout") or _REQUEST_TIMEOUT_S),
         drop_params=True,
     )
+
+
+def run(start: Start, out: _Out) -> Frame:
+    payload: Mapping[str, Any] = start.payload
+    from openhands.sdk import Agent, Conversation, Tool
+    from openhands.sdk.conversation.response_utils import get_agent_final_response
+    from openhands.sdk.event import ActionEvent, ObservationEvent
+    from openhands.tools.file_editor import FileEditorTool
+    from openhands.tools.terminal import TerminalTool
+
+    llm = make_llm(payload)
     mcp = {
         name: {
             "command": s["command"],

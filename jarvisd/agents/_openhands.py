@@ -136,6 +136,8 @@ class OpenHandsAgent(BaseAgent):
             "workspace": workspace,
             "max_iterations": self.max_turns,
             "system_prompt": self.system_prompt or "",
+            # One model request may take as long as the runner may (see the runner).
+            "request_timeout": int(_RUNNER_TIMEOUT_S),
             "mcp_servers": servers,
         }
         opened = self._in_sandbox if self.sandboxed else self._on_host

@@ -162,6 +162,59 @@ def test_openhands_without_a_workspace_is_a_usage_error() -> None:
     assert "--option workspace=DIR" in outcome.failure.message
 
 
+_TIMEOUT_PROBE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import httpx
+from runners.openhands_runner import make_llm
+from openhands.sdk import Message, TextContent
+
+seen = []
+
+
+class Sent(Exception):
+    pass
+
+
+def send(self, request, **kwargs):
+    seen.append(request.extensions.get("timeout"))
+    raise Sent()
+
+
+httpx.Client.send = send  # what the SDK, litellm and openai would really send, caught
+payload = json.loads(sys.argv[2])
+try:
+    make_llm(payload).completion([Message(role="user", content=[TextContent(text="hi")])])
+except Exception:
+    pass
+print(json.dumps(seen))
+"""
+
+
+def test_a_model_request_may_take_as_long_as_the_runner(tmp_path: Path) -> None:
+    """litellm gives a request 600 s when told nothing (``timeout=None``): on a busy
+    CI machine OpenHands's first prompt took longer on Qwen2.5-Coder-1.5B and the run
+    failed with litellm.Timeout. The request's HTTP limits are the runner's own."""
+    import os
+    import subprocess
+
+    from jarvisd.agents._openhands import _ENV, _RUNNER_TIMEOUT_S, _SOURCE
+
+    use_real_venv()
+    python = REAL_VENVS / "openhands" / "bin" / "python"
+    program = tmp_path / "probe.py"
+    program.write_text(_TIMEOUT_PROBE)
+    payload = {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "k",
+               "request_timeout": int(_RUNNER_TIMEOUT_S)}  # fmt: skip
+    done = subprocess.run(
+        [str(python), str(program), _SOURCE, json.dumps(payload)],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **_ENV},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    sent = json.loads(done.stdout)
+    assert sent and sent[0]["read"] == _RUNNER_TIMEOUT_S, sent
+
+
 @pytest.mark.model
 @pytest.mark.slow
 @pytest.mark.timeout(1500)  # OpenHands's prompt (~6,400 tokens): minutes to read on 2 cores
