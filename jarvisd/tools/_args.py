@@ -3,7 +3,8 @@
 Repairs (each one seen from small models): code fences around the JSON, Python literals
 (single quotes, True/None), trailing commas, JSON double-encoded as a string, arguments
 wrapped in ``{"arguments": {...}}``, a bare value for a tool with one required
-parameter, numbers given as strings and the reverse. Whatever cannot be repaired gets a
+parameter, numbers given as strings and the reverse, the tool's own schema keywords
+copied in beside the values (``"required": ["a", "b"]``). Whatever cannot be repaired gets a
 message that tells the model exactly what to send instead.
 """
 
@@ -124,6 +125,11 @@ def parse_arguments(
     )
 
 
+#: JSON schema keywords a small model copies from a tool's schema into its arguments.
+_SCHEMA_KEYWORDS = frozenset(
+    ("required", "properties", "additionalProperties", "$schema", "definitions")
+)
+
 _TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -176,6 +182,11 @@ def validate_arguments(params: dict[str, Any], schema: Mapping[str, Any]) -> dic
     out: dict[str, Any] = {}
     for key, value in params.items():
         prop = props.get(key)
+        if prop is None and props and key in _SCHEMA_KEYWORDS:
+            # The schema's own words copied into the call (``"required": [...]``, seen
+            # from 0.5B models): not a value the tool declares, and one a Python
+            # function would fail on.
+            continue
         if prop is None:
             if schema.get("additionalProperties", True) is False:
                 known = ", ".join(props) or "none"

@@ -194,6 +194,22 @@ def test_argument_types_are_coerced_or_refused() -> None:
         parse_arguments("not json at all", {**schema, "required": ["q", "k"]})
 
 
+def test_schema_keywords_copied_into_the_arguments_are_dropped() -> None:
+    # Qwen2.5-Coder-0.5B on BFCL: {"total_cards": 52, ..., "required": ["total_cards"]}.
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "required": ["a"],
+    }
+    copied = {"a": 1, "b": 2, "required": ["a"], "properties": {}}
+    assert validate_arguments(copied, schema) == {"a": 1, "b": 2}
+    # A tool that declares such a name gets it; one with no declared parameters keeps
+    # whatever it is sent.
+    own = {"type": "object", "properties": {"required": {"type": "boolean"}}}
+    assert validate_arguments({"required": True}, own) == {"required": True}
+    assert validate_arguments({"required": 1}, {"type": "object"}) == {"required": 1}
+
+
 # -- executor --------------------------------------------------------------------------
 
 
