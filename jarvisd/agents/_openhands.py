@@ -94,6 +94,13 @@ class OpenHandsAgent(BaseAgent):
     def _mcp_servers(self) -> dict[str, dict[str, Any]]:
         from ..mcp import McpTool
 
+        other = [t.spec.name for t in self.tools if not isinstance(t, McpTool)]
+        if other:
+            # Never taken silently and left unused: the SDK runs its own tools.
+            raise UsageError(
+                "openhands brings its own tools (file editor, terminal) and takes only MCP "
+                f"servers' tools (SERVER.tool, SERVER.*), not {', '.join(other)}"
+            )
         servers: dict[str, dict[str, Any]] = {}
         for tool in self.tools:
             if isinstance(tool, McpTool):

@@ -130,6 +130,16 @@ def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
     assert outcome.answer.endswith("42")
 
 
+def test_tools_it_cannot_use_are_refused_not_ignored(tmp_path: Path) -> None:
+    spec = AgentSpec("q", agent="openhands", tools=("calculator",),
+                     options={"workspace": str(tmp_path)}, no_sandbox=True)  # fmt: skip
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
+    assert outcome.failure is not None and outcome.failure.code == "usage"
+    assert "takes only MCP servers' tools (SERVER.tool, SERVER.*), not calculator" in (
+        outcome.failure.message
+    )
+
+
 def test_mcp_servers_in_the_sandbox_are_refused_with_the_fix(tmp_path: Path) -> None:
     from tests.mcp.test_mcp import demo_config
 
