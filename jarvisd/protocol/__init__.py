@@ -1,6 +1,7 @@
 """Wire protocols. ``frames``: the sentinel-delimited frame protocol shared by the sandbox
 runner, the RLM REPL process and external-agent bridges (standard library only);
-:class:`InferRequest`: what an ``infer`` frame asks of the host's engine."""
+:class:`InferRequest`: what an ``infer`` frame asks of the host's engine;
+:class:`OfferedTool`: a host tool a ``tool`` frame may call."""
 
 from ._frames import (
     MAX_FRAME_BYTES,
@@ -28,6 +29,7 @@ from ._frames import (
     jsonable,
 )
 from ._infer import InferRequest
+from ._tools import OfferedTool
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -45,6 +47,7 @@ __all__ = [
     "InferRequest",
     "InferResult",
     "Log",
+    "OfferedTool",
     "Ping",
     "Pong",
     "ResultFrame",
