@@ -82,7 +82,7 @@ def test_a_result_is_cut_to_its_byte_bound_on_a_character_boundary() -> None:
     tool = Recorder(reply="é")  # two bytes in UTF-8
     reply = call(HostTools([tool], RunContext()), times=MAX_RESULT_BYTES)
     kept, _, note = reply.content.partition("\n[... truncated: ")
-    assert reply.success and kept == "é" * (MAX_RESULT_BYTES // 2)
+    assert reply.success and len(kept) == MAX_RESULT_BYTES // 2 and set(kept) == {"é"}
     assert note == f"{MAX_RESULT_BYTES} more bytes]"
 
 
