@@ -15,8 +15,8 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
 
    Secrets, if any, travel only here: never in argv or the environment.
    ``host_tools`` are the run's MCP tools: their servers run on the host's side (in a
-   sandbox of their own), so here each is a :class:`HostTool` whose calls are ``tool``
-   frames, answered with ``tool_result`` (same id).
+   sandbox of their own), so here each is a ``runners.host_tools.HostTool`` whose calls
+   are ``tool`` frames, answered with ``tool_result`` (same id).
 2. The runner builds the agent with a :class:`ProxyEngine`: each generation is an
    ``infer`` frame (``request`` = ``jarvisd.protocol.InferRequest``) answered by the host with
    ``infer_result`` (same id). The host calls its real engine under the run's budget
@@ -49,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from jarvisd._errors import EngineError, JarvisError, ProtocolError
 from jarvisd._events import Event, EventType
-from jarvisd._messages import Generation, Message, SamplingOptions, ToolResult, ToolSpec
+from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd._run import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
 from jarvisd.executors._privsep import CodeUser, PrivsepError, drop_privileges
@@ -74,15 +74,14 @@ from jarvisd.protocol import (
     jsonable,
 )
 from jarvisd.runs._failures import to_wire
-from jarvisd.tools import BaseTool
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
     from jarvisd.runs import AgentSpec
+    from jarvisd.tools import BaseTool
 
 __all__ = [
     "FrameLink",
-    "HostTool",
     "ProxyEngine",
     "entry",
     "main",
@@ -180,28 +179,6 @@ class ProxyEngine(Engine):
         return Generation.from_dict(reply.generation)
 
 
-class HostTool(BaseTool):
-    """A tool the host runs (an MCP server's, started in a sandbox on the host's side):
-    each call is a ``tool`` frame; the host's ``tool_result`` is its result."""
-
-    tool_id = "host"
-
-    def __init__(self, link: FrameLink, offered: OfferedTool) -> None:
-        self.link = link
-        self._spec = offered.spec
-        self.timeout = offered.timeout
-
-    @property
-    def spec(self) -> ToolSpec:
-        return self._spec
-
-    async def execute(self, **params: Any) -> ToolResult:
-        reply = await self.link.call(ToolFrame(tool=self._spec.name, arguments=params))
-        if not isinstance(reply, ToolResultFrame):
-            raise ProtocolError(f"the host answered a tool frame with {reply.kind!r}")
-        return ToolResult(self._spec.name, reply.content, reply.success)
-
-
 def _forward_events(link: FrameLink, event: Event) -> None:
     if event.type in _HOST_EVENTS:
         return
@@ -247,7 +224,12 @@ async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | No
             conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
             metadata=dict(raw_context.get("metadata") or {}),
         )
-    host_tools = [HostTool(link, OfferedTool.from_dict(t)) for t in payload.get("host_tools") or ()]
+    host_tools: list[BaseTool] = []
+    if payload.get("host_tools"):
+        # Imported only when offered: the tools package is start-up time in every run.
+        from runners.host_tools import HostTool
+
+        host_tools = [HostTool(link, OfferedTool.from_dict(t)) for t in payload["host_tools"]]
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(asyncio.get_running_loop(), run)
