@@ -195,10 +195,13 @@ class AgentsConfig:
 class McpServerConfig:
     """One ``[mcp.servers.NAME]`` table: a stdio MCP server whose tools become
     ``NAME.tool``. The program gets a minimal environment plus ``env``, and a fresh
-    temporary directory to work in."""
+    temporary directory to work in. In a sandboxed run it runs in the sandbox, where it
+    sees the image (bwrap: the host's /usr) and ``mounts`` ("PATH" or "PATH:rw", checked
+    against ``sandbox.allowed_roots`` like ``--mount``), nothing else of the host."""
 
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    mounts: tuple[str, ...] = ()
     timeout: float = _num(30.0, 0, above=True)  # seconds for one tool call
     startup_timeout: float = _num(30.0, 0, above=True)  # start, initialize, list tools
 

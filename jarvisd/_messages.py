@@ -157,14 +157,19 @@ class ToolSpec:
     )
 
     def to_openai(self) -> dict[str, Any]:
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": dict(self.parameters),
-            },
-        }
+        return {"type": "function", "function": self.to_dict()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "parameters": dict(self.parameters)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolSpec:
+        """The ``to_dict`` form back; KeyError, TypeError or ValueError when malformed."""
+        parameters = data.get("parameters") or {}
+        if not isinstance(parameters, Mapping):
+            raise TypeError("a tool's parameters must be an object")
+        return cls(str(data["name"]), str(data.get("description", "")), dict(parameters))
 
 
 @dataclass(slots=True)

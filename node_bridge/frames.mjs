@@ -58,6 +58,15 @@ const optionalObject = (name) => (value) => {
   }
   return Object.keys(value).length ? value : null;
 };
+// Stricter than `object`: absent or null is an empty object, any other non-object
+// (including [], "" and 0) is refused. Python's `_object`.
+const strictObject = (name) => (value) => {
+  if (value === undefined || value === null) return {};
+  if (typeof value !== "object" || Array.isArray(value)) {
+    throw new FrameError(`${name} must be an object`);
+  }
+  return value;
+};
 const flag = (name) => (value) => {
   if (typeof value !== "boolean") throw new FrameError(`${name} must be true or false`);
   return value;
@@ -72,6 +81,8 @@ export const KINDS = Object.freeze({
     ["generation", optionalObject("infer_result.generation")],
     ["error", optionalText],
   ],
+  tool: [["tool", text("tool")], ["arguments", strictObject("tool.arguments")]],
+  tool_result: [["content", text("content")], ["success", flag("tool_result.success")]],
   cancel: [["reason", loose("")]],
   event: [["type", text("type")], ["data", object("data")]],
   result: [["result", object("result")]],

@@ -11,9 +11,12 @@ Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()
 
        {"spec": AgentSpec.to_dict() (sandbox false), "config": Config.to_dict(),
         "context": {"conversation": [Message...], "metadata": {...}} | null,
-        "depth": int, "run_id": str}
+        "depth": int, "run_id": str, "host_tools": [OfferedTool.to_dict()...]}
 
    Secrets, if any, travel only here: never in argv or the environment.
+   ``host_tools`` are the run's MCP tools: their servers run on the host's side (in a
+   sandbox of their own), so here each is a ``runners.host_tools.HostTool`` whose calls
+   are ``tool`` frames, answered with ``tool_result`` (same id).
 2. The runner builds the agent with a :class:`ProxyEngine`: each generation is an
    ``infer`` frame (``request`` = ``jarvisd.protocol.InferRequest``) answered by the host with
    ``infer_result`` (same id). The host calls its real engine under the run's budget
@@ -60,10 +63,13 @@ from jarvisd.protocol import (
     Infer,
     InferRequest,
     InferResult,
+    OfferedTool,
     Ping,
     Pong,
     ResultFrame,
     Start,
+    ToolFrame,
+    ToolResultFrame,
     encode,
     jsonable,
 )
@@ -72,6 +78,7 @@ from jarvisd.runs._failures import to_wire
 if TYPE_CHECKING:
     from jarvisd._config import Config
     from jarvisd.runs import AgentSpec
+    from jarvisd.tools import BaseTool
 
 __all__ = [
     "FrameLink",
@@ -90,7 +97,8 @@ class FrameLink:
         self.reader = FrameReader(inp)
         self.out = out
         self._lock = threading.Lock()
-        self._waiting: dict[str, asyncio.Future[InferResult]] = {}
+        #: Requests sent to the host, by id, waiting for its answer.
+        self._waiting: dict[str, asyncio.Future[Frame]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self.run: RunContext | None = None
         self.closed = False
@@ -109,7 +117,7 @@ class FrameLink:
         reason = "the host closed the channel"
         try:
             for frame in self.reader:
-                if isinstance(frame, InferResult):
+                if isinstance(frame, InferResult | ToolResultFrame):
                     self._resolve(frame)
                 elif isinstance(frame, Cancel):
                     reason = frame.reason or "cancelled by the host"
@@ -122,8 +130,9 @@ class FrameLink:
         if self.run is not None:
             self.run.cancel.cancel(reason)
 
-    def _resolve(self, frame: InferResult) -> None:
+    def _resolve(self, frame: Frame) -> None:
         assert self._loop is not None
+        # An answer nobody waits for (its call timed out, or was never made) is dropped.
         future = self._waiting.pop(frame.id, None)
         if future is not None:
 
@@ -133,9 +142,10 @@ class FrameLink:
 
             self._loop.call_soon_threadsafe(deliver)
 
-    async def call(self, frame: Infer) -> InferResult:
+    async def call(self, frame: Infer | ToolFrame) -> Frame:
+        """Send ``frame`` and wait for the host's answer (same id)."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[InferResult] = loop.create_future()
+        future: asyncio.Future[Frame] = loop.create_future()
         self._waiting[frame.id] = future
         try:
             self.send(frame)
@@ -162,6 +172,8 @@ class ProxyEngine(Engine):
     ) -> Generation:
         request = InferRequest(tuple(messages), model, tuple(tools), options)
         reply = await self.link.call(Infer(request=request.to_dict()))
+        if not isinstance(reply, InferResult):
+            raise EngineError(f"the host answered an infer frame with {reply.kind!r}")
         if reply.error is not None or reply.generation is None:
             raise EngineError(reply.error or "the host sent no generation")
         return Generation.from_dict(reply.generation)
@@ -212,12 +224,18 @@ async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | No
             conversation=[Message.from_dict(m) for m in raw_context.get("conversation") or ()],
             metadata=dict(raw_context.get("metadata") or {}),
         )
+    host_tools: list[BaseTool] = []
+    if payload.get("host_tools"):
+        # Imported only when offered: the tools package is start-up time in every run.
+        from runners.host_tools import HostTool
+
+        host_tools = [HostTool(link, OfferedTool.from_dict(t)) for t in payload["host_tools"]]
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(asyncio.get_running_loop(), run)
     outcome = await run_spec(
         spec, run, config, ProxyEngine(link), context=context,
-        extra=_in_container_extra(spec, config, code_user), trace=False,
+        extra=_in_container_extra(spec, config, code_user), trace=False, tools=host_tools,
     )  # fmt: skip
     return ResultFrame(result=jsonable(outcome.to_dict()))
 

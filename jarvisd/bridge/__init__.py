@@ -3,5 +3,13 @@ host side of the conversation (:class:`FrameSession`), shared by the sandboxed a
 and the external agents to come."""
 
 from ._session import FrameSession, Outcome, run_runner, runner_result, wire_tool_results
+from ._tools import HostTools
 
-__all__ = ["FrameSession", "Outcome", "run_runner", "runner_result", "wire_tool_results"]
+__all__ = [
+    "FrameSession",
+    "HostTools",
+    "Outcome",
+    "run_runner",
+    "runner_result",
+    "wire_tool_results",
+]

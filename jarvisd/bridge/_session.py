@@ -14,6 +14,9 @@ The program is hostile, so the host bounds what it may cost: at most
 until one ends), each asking at most ``max_tokens`` new tokens, all of them within the
 session's own ``budget`` (calls, tokens) as well as the run's; its events are vetted
 (:func:`~jarvisd.bridge._events.vet_event`) and its other output kept in bounded noise.
+The host tools it was offered (``tools``) it calls with ``tool`` frames, served by
+:class:`~jarvisd.bridge._tools.HostTools` on the same terms: a few at a time, with
+backpressure, each counted on the ledgers, none started once the run has stopped.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,8 +46,12 @@ from ..protocol import (
     Pong,
     ResultFrame,
     Start,
+    ToolFrame,
+    ToolResultFrame,
 )
+from ..tools import BaseTool
 from ._events import vet_event
+from ._tools import HostTools
 
 __all__ = ["FrameSession", "Outcome", "runner_result", "wire_tool_results"]
 
@@ -117,6 +124,8 @@ def wire_tool_results(data: Mapping[str, Any]) -> list[ToolResult]:
 _LOG_CHARS = 2000
 #: Inferences one program may have in flight when the caller does not say.
 MAX_CONCURRENT_INFER = 4
+#: Host tool calls one program may have in flight.
+MAX_CONCURRENT_TOOLS = 4
 
 
 class FrameSession:
@@ -124,7 +133,8 @@ class FrameSession:
     whatever an ``infer`` request asks; ``max_tokens`` caps what one request may ask
     for; ``budget`` is the program's own ledger (None: only the run's applies);
     ``event_tags`` are added to every event the program publishes (e.g.
-    ``{"sandboxed": True}``)."""
+    ``{"sandboxed": True}``); ``tools`` are the host tools the program may call (its
+    start payload should offer them: :meth:`HostTools.offered` via ``self.tools``)."""
 
     def __init__(
         self,
@@ -138,6 +148,8 @@ class FrameSession:
         max_concurrent: int = MAX_CONCURRENT_INFER,
         event_tags: Mapping[str, Any] | None = None,
         name: str = "program",
+        tools: Sequence[BaseTool] = (),
+        max_concurrent_tools: int = MAX_CONCURRENT_TOOLS,
     ) -> None:
         self.channel = channel
         self.engine = RunEngine.bind(engine, run)
@@ -151,6 +163,8 @@ class FrameSession:
         self.noise: list[str] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._slots = asyncio.Semaphore(max(1, max_concurrent))
+        self.tools = HostTools(tools, run, budget=budget)
+        self._tool_slots = asyncio.Semaphore(max(1, max_concurrent_tools))
 
     async def run(self, start: Start) -> Outcome:
         """Send ``start``, serve the program until it ends, and say how it ended.
@@ -202,6 +216,11 @@ class FrameSession:
                 # flood of requests waits in the program, not in the host's memory.
                 await self._slots.acquire()
                 self._track(self._serve(frame))
+            elif isinstance(frame, ToolFrame):
+                if self.stopped is not None or self.run_ctx.cancel.cancelled:
+                    continue  # the run is over: nothing more starts, nobody is answered
+                await self._tool_slots.acquire()
+                self._track(self._serve_tool(frame))
             elif isinstance(frame, EventFrame):
                 self._publish(frame)
             elif isinstance(frame, ResultFrame | ErrorFrame):
@@ -264,5 +283,19 @@ class FrameSession:
                 # A failed call still counts against the program's own cap (the run's
                 # ledger, in RunEngine, charged its tokens): failing calls are not free.
                 hold.settle(Usage())
+        with contextlib.suppress(SandboxError):
+            await send_frame(self.channel, reply)
+
+    async def _serve_tool(self, frame: ToolFrame) -> None:
+        try:
+            # The program waits meanwhile: its clock is held, as for inference.
+            with self.channel.clock_held():
+                reply: ToolResultFrame = await self.tools.call(frame)
+        except RunStopped as exc:
+            self.stopped = exc
+            await self.channel.kill("cancelled")
+            return
+        finally:
+            self._tool_slots.release()
         with contextlib.suppress(SandboxError):
             await send_frame(self.channel, reply)

@@ -1,12 +1,15 @@
 """One stdio MCP server for one run: started through a code executor, spoken to with the
-``mcp`` package's ``ClientSession``, stopped (its whole process group) at the end.
+``mcp`` package's ``ClientSession``, stopped (its whole process group, or its sandbox)
+at the end.
 
 The transport is ours, not ``mcp.client.stdio``: the server runs through the executor
 seam (``jarvisd.executors``: a new session and process group, a minimal environment,
 rlimits, or a sandbox backend), and every line it writes is read with a byte limit, so
 a server that never writes a newline costs a bounded buffer, not the host's memory.
 A server is hostile input: whatever it sends is parsed once here, and whatever goes
-wrong (it exits, hangs, answers garbage) is an :class:`McpError` with one clear line.
+wrong (it exits, hangs, answers garbage) is an :class:`McpError` with one clear line;
+a server the sandbox cannot start for want of its program says where the program must
+be. The sandbox's own refusals (a mount, no engine) keep their class, server named.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._errors import JarvisError, ToolError
+from .._errors import JarvisError, MountRefused, SandboxUnavailable, ToolError
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -43,6 +46,11 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 MAX_DESCRIPTION = 2000
 #: Pages of ``tools/list`` followed before giving up on a server that never ends them.
 _MAX_PAGES = 32
+#: How a backend says a program (or the file it was told to run) is not there: the
+#: engine's exec, bubblewrap's execvp, the sandbox prelude's, python3's own.
+_MISSING = re.compile(
+    r"executable file not found|no such file or directory|can't open file", re.IGNORECASE
+)
 
 
 class McpError(ToolError):
@@ -99,10 +107,16 @@ class McpServer:
         except McpError:
             await self.aclose()
             raise
+        except (MountRefused, SandboxUnavailable) as exc:  # the sandbox's; its own fix
+            await self.aclose()
+            raise type(exc)(f"MCP server {self.name!r}: {exc}") from exc
         except Exception as exc:
             await self.aclose()
+            # A server that exited answers nothing: the session's "connection closed"
+            # says less than its stderr does.
+            said = ("it exited" if self._reader_done else _say(exc)) + self._why()
             raise McpError(
-                f"MCP server {self.name!r} failed to start: {_say(exc)}{self._why()}"
+                f"MCP server {self.name!r} failed to start: {said}{self._where(said)}"
             ) from exc
 
     async def _open(self) -> None:
@@ -111,8 +125,9 @@ class McpServer:
         from ..executors import ExecRequest
 
         request = ExecRequest(
-            argv=tuple(self.config.command), timeout=_LIFETIME_S, env=dict(self.config.env)
-        )
+            argv=tuple(self.config.command), timeout=_LIFETIME_S, env=dict(self.config.env),
+            mounts=self.config.mounts,
+        )  # fmt: skip
         self._stack = contextlib.AsyncExitStack()
         self.channel = await self.executor.open(request)
         self._stack.push_async_callback(self._stop_channel)
@@ -194,6 +209,18 @@ class McpServer:
 
     def _on_reader_end(self) -> None:
         self._reader_done = True
+
+    def _where(self, said: str) -> str:
+        """Where a sandboxed server's program must be, when the failure says it is
+        missing ("" otherwise: the server failed for reasons of its own)."""
+        if not self.executor.isolated or not _MISSING.search(said):
+            return ""
+        system = "the host's /usr" if self.executor.name == "bwrap" else "the sandbox image"
+        return (
+            f". It runs in the sandbox ({self.executor.name}), where its command must "
+            f"exist: in {system}, or in a directory given in mcp.servers.{self.name}.mounts "
+            "(within sandbox.allowed_roots)"
+        )
 
     def _why(self) -> str:
         """The tail of what the server wrote on stderr, when it said anything."""

@@ -1,6 +1,7 @@
 """Wire protocols. ``frames``: the sentinel-delimited frame protocol shared by the sandbox
 runner, the RLM REPL process and external-agent bridges (standard library only);
-:class:`InferRequest`: what an ``infer`` frame asks of the host's engine."""
+:class:`InferRequest`: what an ``infer`` frame asks of the host's engine;
+:class:`OfferedTool`: a host tool a ``tool`` frame may call."""
 
 from ._frames import (
     MAX_FRAME_BYTES,
@@ -21,11 +22,14 @@ from ._frames import (
     Pong,
     ResultFrame,
     Start,
+    ToolFrame,
+    ToolResultFrame,
     decode_line,
     encode,
     jsonable,
 )
 from ._infer import InferRequest
+from ._tools import OfferedTool
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -43,10 +47,13 @@ __all__ = [
     "InferRequest",
     "InferResult",
     "Log",
+    "OfferedTool",
     "Ping",
     "Pong",
     "ResultFrame",
     "Start",
+    "ToolFrame",
+    "ToolResultFrame",
     "decode_line",
     "encode",
     "jsonable",

@@ -17,14 +17,16 @@ One frame per line::
 * A frame longer than ``max_bytes`` (default 8 MiB), a sentinel line whose JSON does not
   parse, or an unknown ``kind`` is a :class:`FrameError`. A different version number
   in the sentinel is refused with a clear message.
-* ``id`` pairs a reply with its request (``infer`` -> ``infer_result``).
+* ``id`` pairs a reply with its request (``infer`` -> ``infer_result``, ``tool`` ->
+  ``tool_result``).
 
 Kinds
 -----
 host -> program: ``start`` (the payload: what to run), ``infer_result``, ``cancel``,
-``approval`` (the answer to ``approve``, same id)
-program -> host: ``infer`` (ask the host's engine), ``event``, ``result``, ``error``,
-``log``, ``approve`` (ask a person to allow a tool); either way: ``ping``/``pong``.
+``approval`` (the answer to ``approve``, same id), ``tool_result``
+program -> host: ``infer`` (ask the host's engine), ``tool`` (run a tool the host
+offered), ``event``, ``result``, ``error``, ``log``, ``approve`` (ask a person to allow
+a tool); either way: ``ping``/``pong``.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ __all__ = [
     "Pong",
     "ResultFrame",
     "Start",
+    "ToolFrame",
+    "ToolResultFrame",
     "decode_line",
     "encode",
     "jsonable",
@@ -137,6 +141,43 @@ class InferResult(Frame):
             raise FrameError("infer_result.generation must be an object")
         err = body.get("error")
         return cls(id=id, generation=gen, error=None if err is None else str(err))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFrame(Frame):
+    """Ask the host to run ``tool``, one of the tools it offered the program, with
+    ``arguments`` (a JSON object)."""
+
+    kind: ClassVar[str] = "tool"
+    tool: str = ""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self) -> dict[str, Any]:
+        return {"tool": self.tool, "arguments": dict(self.arguments)}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> ToolFrame:
+        return cls(id=id, tool=_str(body, "tool"), arguments=_object(body, "arguments", "tool"))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultFrame(Frame):
+    """The host's answer to ``tool`` (same id): the result's text, and whether the tool
+    succeeded (a refusal or a failure is ``success`` false, its text says why)."""
+
+    kind: ClassVar[str] = "tool_result"
+    content: str = ""
+    success: bool = False
+
+    def body(self) -> dict[str, Any]:
+        return {"content": self.content, "success": self.success}
+
+    @classmethod
+    def from_body(cls, id: str, body: Mapping[str, Any]) -> ToolResultFrame:
+        success = body.get("success")
+        if not isinstance(success, bool):
+            raise FrameError("tool_result.success must be true or false")
+        return cls(id=id, content=_str(body, "content"), success=success)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +310,8 @@ KINDS: dict[str, type[Frame]] = {
         Start,
         Infer,
         InferResult,
+        ToolFrame,
+        ToolResultFrame,
         Cancel,
         EventFrame,
         ResultFrame,
@@ -293,6 +336,17 @@ def _map(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = body.get(key) or {}
     if not isinstance(value, Mapping):
         raise FrameError(f"frame field {key!r} must be an object")
+    return value
+
+
+def _object(body: Mapping[str, Any], key: str, kind: str) -> Mapping[str, Any]:
+    """A field that must be a JSON object when present (absent or null: empty). Stricter
+    than :func:`_map`: ``[]``, ``""`` or ``0`` are refused, not taken for ``{}``."""
+    value = body.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise FrameError(f"{kind}.{key} must be an object")
     return value
 
 

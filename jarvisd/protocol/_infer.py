@@ -37,10 +37,7 @@ class InferRequest:
         return {
             "messages": [m.to_dict() for m in self.messages],
             "model": self.model,
-            "tools": [
-                {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                for t in self.tools
-            ],
+            "tools": [t.to_dict() for t in self.tools],
             "options": {
                 "temperature": o.temperature,
                 "max_tokens": o.max_tokens,
@@ -55,10 +52,7 @@ class InferRequest:
         """Parse the wire form; :class:`FrameError` says what is wrong with it."""
         try:
             messages = tuple(Message.from_dict(m) for m in data.get("messages") or ())
-            tools = tuple(
-                ToolSpec(str(t["name"]), str(t.get("description", "")), dict(t.get("parameters") or {}))
-                for t in data.get("tools") or ()
-            )  # fmt: skip
+            tools = tuple(ToolSpec.from_dict(t) for t in data.get("tools") or ())
             raw = data.get("options") or {}
             options = SamplingOptions(
                 temperature=float(raw.get("temperature", _DEFAULTS.temperature)),

@@ -36,7 +36,8 @@ def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
 
 def starts_mcp_servers(spec: AgentSpec, config: Config) -> bool:
     """Whether the run itself starts the MCP servers of the spec's tool names: not for
-    an ACP agent, which is handed them and starts them itself."""
+    an ACP agent, which is handed them and starts them itself, nor for a sandboxed run,
+    whose agent starts them in the sandbox (``jarvisd.sandbox.SandboxedAgent``)."""
     if not mcp_tool_names(spec, config) or spec.sandbox:
         return False
     if spec.team is None:
@@ -82,11 +83,6 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
-    if spec.sandbox and mcp_tool_names(spec, config):
-        # Their servers would run on the host, out of the container's reach.
-        raise UsageError(
-            "MCP tools are not available to sandboxed runs yet (run without --sandbox)"
-        )
     return agent_cls, options
 
 

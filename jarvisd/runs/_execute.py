@@ -12,7 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import JarvisError, NoAnswer
@@ -22,6 +23,9 @@ from ..engines import Engine, select_engine
 from ._build import build_agent, load_context, starts_mcp_servers
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
+
+if TYPE_CHECKING:
+    from ..tools import BaseTool
 
 __all__ = ["apply_budgets", "run_spec"]
 
@@ -53,12 +57,15 @@ async def run_spec(
     context: AgentContext | None = None,
     extra: Mapping[str, object] | None = None,
     trace: bool = True,
+    tools: Sequence[BaseTool] = (),
 ) -> RunOutcome:
     """Run ``spec`` under ``run`` to its outcome. An engine passed in (the daemon keeps
     them warm) is not closed here. ``context`` replaces the one ``spec.context_file``
     gives; ``extra`` goes to the agent's constructor (see ``build_agent``); ``trace``
-    records the run for ``jarvis trace`` (top-level runs only). A spec with a
-    ``workspace`` is a ``jarvis code`` run (``jarvisd.code.run_code``)."""
+    records the run for ``jarvis trace`` (top-level runs only); ``tools`` are MCP tools
+    served elsewhere, given to the agent with the spec's own (the sandbox runner's
+    proxies of the host's). A spec with a ``workspace`` is a ``jarvis code`` run
+    (``jarvisd.code.run_code``)."""
     if spec.workspace:
         from ..code import run_code
 
@@ -81,13 +88,13 @@ async def run_spec(
             engine = select_engine(config, spec.engine, spec.model, spec.env)
         engine_name = engine.name
         async with contextlib.AsyncExitStack() as stack:
-            mcp_tools = []
+            mcp_tools = list(tools)
             if starts_mcp_servers(spec, config):
                 # Started for this run only, and stopped when it ends, however it ends.
                 from ..mcp import McpToolset
 
                 toolset = await stack.enter_async_context(McpToolset(config))
-                mcp_tools = await toolset.tools(spec.tools)
+                mcp_tools += await toolset.tools(spec.tools)
             agent = build_agent(spec, config, engine, extra=extra, mcp_tools=mcp_tools)
             result = await agent.arun(
                 spec.input, context if context is not None else load_context(spec), run=run

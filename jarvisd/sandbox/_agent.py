@@ -8,9 +8,16 @@ so the run's budget, cancel token and inference events stay on the host. Concurr
 the container.
 
 What the program may cost is bounded on the host, whatever the code inside does: each
-request's ``max_tokens`` is clamped to the agent's, and when the run sets no budget the
-program gets one from the agent's ``max_turns`` (:func:`default_budget`). The start
-frame carries only the config the runner needs (no engine addresses, no allowed roots).
+request's ``max_tokens`` is clamped to the agent's, and what the run leaves unbounded
+(engine calls and tokens, host tool calls) the program gets a cap for from the agent's
+``max_turns`` (:func:`program_budget`). The start frame carries only the config the
+runner needs (no engine addresses, no allowed roots).
+
+MCP tools (``SERVER.tool``) run on the host's side, with servers started in the sandbox
+too: through the same backend (a container, or bubblewrap, of their own: no network, no
+host files but their checked ``mounts``), never as host processes, and stopped when the
+run ends, however it ends. The start payload offers their specs; the runner's proxy
+tools call them with ``tool`` frames (``jarvisd.bridge.HostTools`` serves them).
 
 A sandboxed run does not checkpoint: its loop state lives in the container, and the
 host cannot hold its tool calls back until the daemon has recorded them. It says so
@@ -20,6 +27,7 @@ in a checkpoint of its own (``resumable: false``), and refuses a resume.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
@@ -28,7 +36,8 @@ from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine
 from ..executors import CodeExecutor, ExecRequest
-from ..protocol import ErrorFrame, ResultFrame, Start, jsonable
+from ..mcp import McpToolset, mcp_server_of
+from ..protocol import ErrorFrame, OfferedTool, ResultFrame, Start, jsonable
 from ..runs._outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
@@ -41,6 +50,7 @@ __all__ = [
     "RUNNER_ARGV",
     "SandboxedAgent",
     "default_budget",
+    "program_budget",
     "runner_config",
     "sandboxed_agent",
 ]
@@ -65,9 +75,28 @@ NOT_RESUMABLE = (
 
 def default_budget(max_turns: int, max_tokens: int) -> Budget:
     """The program's own budget when the run has none: enough for ``max_turns`` turns of
-    an agent that makes up to CALLS_PER_TURN calls a turn, and no more."""
+    an agent that makes up to CALLS_PER_TURN engine calls, and as many host tool calls,
+    a turn, and no more."""
     calls = CALLS_PER_TURN * max(max_turns, 1)
-    return Budget(max_calls=calls, max_tokens=calls * (max_tokens + _PROMPT_TOKENS_PER_CALL))
+    return Budget(
+        max_calls=calls,
+        max_tokens=calls * (max_tokens + _PROMPT_TOKENS_PER_CALL),
+        max_tool_calls=calls,
+    )
+
+
+def program_budget(run: Budget, max_turns: int, max_tokens: int) -> Budget | None:
+    """The program's own ledger, capping what the run's leaves unbounded: engine calls
+    and tokens when the run caps neither, host tool calls when it does not cap them
+    (:func:`default_budget`'s caps). None when the run caps everything."""
+    own = default_budget(max_turns, max_tokens)
+    if run.max_calls is not None or run.max_tokens is not None:
+        own.max_calls = own.max_tokens = None
+    if run.max_tool_calls is not None:
+        own.max_tool_calls = None
+    if own.max_calls is None and own.max_tool_calls is None:
+        return None
+    return own
 
 
 def runner_config(config: Config) -> dict[str, Any]:
@@ -115,14 +144,29 @@ class SandboxedAgent(BaseAgent):
             self.executor = executor_for_backend(backend, self.config)
         return self.executor
 
-    def _payload(self, input: str, context: AgentContext | None, run: RunContext) -> dict[str, Any]:
-        inner = dataclasses.replace(self.spec, input=input, sandbox=False, context_file=None)
+    def _mcp_names(self) -> list[str]:
+        return [name for name in self.spec.tools if mcp_server_of(name, self.config)]
+
+    def _payload(
+        self,
+        input: str,
+        context: AgentContext | None,
+        run: RunContext,
+        host_tools: Sequence[OfferedTool] = (),
+    ) -> dict[str, Any]:
+        # The MCP tools go as host tools: inside, the config names no server.
+        mcp_names = set(self._mcp_names())
+        tools = tuple(name for name in self.spec.tools if name not in mcp_names)
+        inner = dataclasses.replace(
+            self.spec, input=input, sandbox=False, context_file=None, tools=tools
+        )
         payload: dict[str, Any] = {
             "spec": inner.to_dict(),
             "config": runner_config(self.config),
             "context": None,
             "depth": run.depth,
             "run_id": run.run_id,
+            "host_tools": [tool.to_dict() for tool in host_tools],
         }
         if context is not None:
             payload["context"] = {
@@ -140,19 +184,24 @@ class SandboxedAgent(BaseAgent):
             raise SandboxError(str(run.resume.get("reason") or NOT_RESUMABLE))
         if run.checkpoint is not None:
             run.checkpoint({"agent": self.agent_id, "resumable": False, "reason": NOT_RESUMABLE})
-        budget = None
-        if run.budget.max_calls is None and run.budget.max_tokens is None:
-            max_turns = self.spec.max_turns or self.config.agent.max_turns
-            budget = default_budget(max_turns, self.max_tokens)
+        max_turns = self.spec.max_turns or self.config.agent.max_turns
+        budget = program_budget(run.budget, max_turns, self.max_tokens)
         request = ExecRequest(
             argv=RUNNER_ARGV, timeout=self.timeout, mounts=self.spec.mounts, separate_code=True
         )
-        channel = await self._executor().open(request)
-        session = FrameSession(
-            channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
-            budget=budget, event_tags={"sandboxed": True}, name="sandboxed agent",
-        )  # fmt: skip
-        outcome = await session.run(Start(task="agent", payload=self._payload(input, context, run)))
+        executor = self._executor()
+        # The run's MCP servers start through the same sandbox backend, and are stopped
+        # (their containers removed) when the toolset closes, however the run ends.
+        async with McpToolset(self.config, executor) as toolset:
+            host_tools = await toolset.tools(self._mcp_names())
+            channel = await executor.open(request)
+            session = FrameSession(
+                channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
+                budget=budget, event_tags={"sandboxed": True}, name="sandboxed agent",
+                tools=host_tools,
+            )  # fmt: skip
+            payload = self._payload(input, context, run, session.tools.offered())
+            outcome = await session.run(Start(task="agent", payload=payload))
         return self._result(outcome, run)
 
     def _result(self, outcome: Outcome, run: RunContext) -> AgentResult:

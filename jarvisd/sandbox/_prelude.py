@@ -9,7 +9,8 @@ read-only from the host), so nothing the program controls has run yet.
    :data:`READY` (the host waits for that line before it hands the channel over).
 2. An ExecRequest's files are copied to a writable /tmp/work, which becomes the
    working directory.
-3. The prelude replaces itself with the program.
+3. The prelude replaces itself with the program (or says in one line why it cannot,
+   and exits 127, as a shell would).
 
 Usage: ``python3 -I -S _prelude.py [--mount TARGET DEV INO]... [--inputs DIR] -- ARGV...``
 Standard library only: it runs before anything else can be imported.
@@ -71,7 +72,12 @@ def main(args: list[str]) -> None:
     if inputs:
         shutil.copytree(inputs, "/tmp/work")
         os.chdir("/tmp/work")
-    os.execvp(argv[0], argv)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:  # one line that names the program, not a traceback
+        sys.stderr.write(f"[sandbox] cannot run {argv[0]}: {exc.strerror}\n")
+        sys.stderr.flush()
+        os._exit(127)
 
 
 if __name__ == "__main__":

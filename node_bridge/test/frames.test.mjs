@@ -18,6 +18,8 @@ const FRAMES = [
   frame("infer", { request: { messages: [{ role: "user", content: "é ✓ \u2028 😀" }] } }),
   frame("infer_result", { generation: { content: "ok" } }),
   frame("infer_result", { error: "engine down" }),
+  frame("tool", { tool: "demo.add", arguments: { a: 2, b: 40 } }),
+  frame("tool_result", { content: "42", success: true }),
   frame("cancel", { reason: "user" }),
   frame("event", { type: "tool_call_start", data: { tool: "calculator" } }),
   frame("result", { result: { content: "42", turns: 2 } }),
@@ -62,6 +64,9 @@ const MALFORMED = [
   [`${SENTINEL}${JSON.stringify({ kind: "ping" })}`, /non-empty string id/],
   [`${SENTINEL}${JSON.stringify({ kind: "start", id: "x", payload: [1] })}`, /must be an object/],
   [`${SENTINEL}${JSON.stringify({ kind: "event", id: "x", type: 3 })}`, /must be a string/],
+  [`${SENTINEL}${JSON.stringify({ kind: "tool", id: "x", tool: "t", arguments: [1] })}`, /tool.arguments must be an object/],
+  [`${SENTINEL}${JSON.stringify({ kind: "tool", id: "x", tool: "t", arguments: "" })}`, /tool.arguments must be an object/],
+  [`${SENTINEL}${JSON.stringify({ kind: "tool_result", id: "x", content: "c", success: "yes" })}`, /success must be true or false/],
   ["@@jarvis:2@@ {}", /version '2' is not supported/],
 ];
 

@@ -133,11 +133,16 @@ def test_a_server_that_cannot_start_fails_the_run_with_its_stderr() -> None:
     assert "no credentials for demo" in outcome.failure.message
 
 
-def test_a_sandboxed_run_refuses_server_tools_clearly() -> None:
+def test_a_sandboxed_run_never_starts_its_servers_as_host_processes() -> None:
+    # No sandbox backend: the run is refused before any server starts (on the host, it
+    # would run outside the sandbox). With one, see tests/sandbox/test_sandboxed_mcp.py.
+    config = parse_config({"sandbox": {"backend": "none"},
+                           "mcp": {"servers": {"demo": {"command": [sys.executable, SERVER]}}}})  # fmt: skip
     spec = AgentSpec("q", agent="orchestrator", tools=("demo.add",), sandbox=True)
-    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), ScriptedEngine([])))
+    outcome = asyncio.run(run_spec(spec, RunContext(), config, ScriptedEngine([])))
     assert outcome.failure is not None and outcome.failure.code == "usage"
-    assert "not available to sandboxed runs" in outcome.failure.message
+    assert 'running an agent sandboxed needs sandbox.backend = "docker"' in outcome.failure.message
+    assert demo_servers() == []
 
 
 # -- a server that dies or hangs mid-call ------------------------------------------------

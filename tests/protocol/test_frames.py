@@ -23,6 +23,8 @@ from jarvisd.protocol import (
     Pong,
     ResultFrame,
     Start,
+    ToolFrame,
+    ToolResultFrame,
     decode_line,
     encode,
 )
@@ -32,6 +34,8 @@ FRAMES = [
     Infer(request={"messages": [{"role": "user", "content": "é ✓ \u2028"}]}),
     InferResult(generation={"content": "ok"}),
     InferResult(error="engine down"),
+    ToolFrame(tool="demo.add", arguments={"a": 2, "b": 40}),
+    ToolResultFrame(content="42", success=True),
     Cancel(reason="user"),
     EventFrame(type="tool_call_start", data={"tool": "calculator"}),
     ResultFrame(result={"content": "42", "turns": 2}),
@@ -79,6 +83,19 @@ def test_reader_separates_noise_from_frames() -> None:
             "'tool' must be a string",
         ),
         (SENTINEL + '{"kind": "event", "id": "x", "data": ' + "[" * 100_000, "nested too deeply"),
+        # A tool call's arguments are an object: never a list, nor a falsy stand-in.
+        (
+            SENTINEL + json.dumps({"kind": "tool", "id": "x", "tool": "t", "arguments": [1]}),
+            "tool.arguments must be an object",
+        ),
+        (
+            SENTINEL + json.dumps({"kind": "tool", "id": "x", "tool": "t", "arguments": ""}),
+            "tool.arguments must be an object",
+        ),
+        (
+            SENTINEL + json.dumps({"kind": "tool_result", "id": "x", "content": "c"}),
+            "tool_result.success must be true or false",
+        ),
     ],
 )
 def test_malformed_frames_are_refused_clearly(line: str, message: str) -> None:
