@@ -58,8 +58,14 @@ setup_python() {
     say "installing jarvis and its dependencies into .venv"
     "$PY" -m pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v '^WARNING: Location' || true
     "$PY" -c 'import jarvisd' || { say "installing jarvis failed"; exit 1; }
+}
+
+setup_bfcl() {
     # `jarvis eval bfcl` and benchmarks/bench_bfcl.py: BFCL's data and checker. Without
-    # its dependencies (every API SDK, sentence-transformers, torch): the checker needs none.
+    # its dependencies (every API SDK, sentence-transformers, torch): the checker needs
+    # none. Installed last: pip's resolver would otherwise list its missing dependencies
+    # as errors at every later install.
+    "$PY" -c 'import bfcl_eval' 2>/dev/null && return 0
     "$PY" -m pip install -q --disable-pip-version-check --no-deps "bfcl-eval==2026.3.23" 2>&1 | grep -v '^WARNING: Location' || true
 }
 
@@ -89,6 +95,7 @@ pull_model() { "$VENV/bin/jarvis" models pull "$1" >/dev/null; }
 
 setup_python
 setup_llama
+setup_bfcl
 say "fetching the default model"
 pull_model smollm2-135m
 
