@@ -275,7 +275,34 @@ VALID_MCP: list[dict[str, Any]] = [
      "params": {"name": "calculator", "arguments": {"expression": "6*7"}}},
     {"jsonrpc": "2.0", "id": 3, "result": {}},
 ]  # fmt: skip
-mcp_bodies = st.sampled_from(VALID_MCP).flatmap(mutated) | mcp_values
+ids = st.integers(-5, 5) | st.text(max_size=5) | mcp_values
+METHODS = ["initialize", "ping", "tools/list", "tools/call"]
+
+
+def request_of(method: str, params: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "id": ids, "method": st.just(method), "params": params}
+    )
+
+
+# Requests with a good envelope and params of the right shape, or not, so every check
+# of the params is reached; then envelopes of any shape.
+mcp_messages = (
+    request_of("initialize", st.fixed_dictionaries(
+        {"protocolVersion": st.sampled_from(["2025-06-18", "1999-01-01"]) | mcp_values},
+        optional={"capabilities": mcp_values}))
+    | request_of("tools/list", st.fixed_dictionaries({}, optional={"cursor": mcp_values}))
+    | request_of("tools/call", st.fixed_dictionaries({
+        "name": st.sampled_from(["calculator", "demo_add", "demo.add", ""]) | mcp_values,
+        "arguments": st.fixed_dictionaries({}, optional={"expression": mcp_values})
+        | mcp_values}))
+    | st.sampled_from(METHODS).flatmap(lambda m: request_of(m, mcp_values))
+    | st.fixed_dictionaries({}, optional={
+        "jsonrpc": st.just("2.0") | mcp_values, "id": ids,
+        "method": st.sampled_from(METHODS) | mcp_values, "params": mcp_values,
+        "result": mcp_values, "error": mcp_values})
+)  # fmt: skip
+mcp_bodies = mcp_messages | st.sampled_from(VALID_MCP).flatmap(mutated) | mcp_values
 _RPC_CODES = {_mcp.PARSE_ERROR, _mcp.INVALID_REQUEST, _mcp.METHOD_NOT_FOUND, _mcp.INVALID_PARAMS}
 
 
@@ -300,10 +327,16 @@ def _check_mcp(body: bytes, version: str | None) -> None:
         json.dumps(_mcp.error(exc.id, exc.code, str(exc)))
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(body=mcp_bodies, version=st.none() | st.sampled_from(["2025-06-18", "x", ""]))
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=mcp_messages, version=st.none() | st.sampled_from(["2025-06-18", "x", ""]))
 def test_mcp_message_parsing_never_crashes(body: Any, version: str | None) -> None:
     _check_mcp(json.dumps(body).encode(), version)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=st.sampled_from(VALID_MCP).flatmap(mutated) | mcp_values)
+def test_a_valid_mcp_message_mutated_anywhere_never_crashes(body: Any) -> None:
+    _check_mcp(json.dumps(body).encode(), None)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -255,6 +255,8 @@ def test_the_wire_answers_every_message_with_a_reply_a_202_or_a_jsonrpc_error() 
             (rpc("tools/call", 9, name="calculator", arguments="6*7"), 200, wire.INVALID_PARAMS, 9),
             (rpc("tools/call", 10, name=["calculator"]), 200, wire.INVALID_PARAMS, 10),
         ]  # fmt: skip
+        batch = await post(gw, [rpc("ping")])
+        assert "batches are not supported" in batch.json()["error"]["message"]
         for message, status, code, rid in cases:
             got = await post(gw, message)
             assert (got.status_code, got.json()["error"]["code"], got.json()["id"]) == (
