@@ -5,8 +5,10 @@
 // stdin: one `start` frame (task "claude_code") whose payload says what to run:
 //   prompt, cwd, allowed_tools, permission_mode, max_turns, system_prompt, resume,
 //   model, env (the SDK's environment: ANTHROPIC_BASE_URL and the key, chosen by the
-//   host; the key travels here, never in argv or in this process's environment).
-// stdout: frames only. Tool uses and their results become tool_call_start/_end events;
+//   host; the key travels here, never in argv or in this process's environment),
+//   tools_url and tools_token (the run's tools: the host gateway's MCP endpoint).
+// stdout: frames only. Tool uses and their results become tool_call_start/_end events
+// (not those of the run's tools: the host runs them, and publishes their events);
 // the end is one `result` frame (answer, session_id, turns, tool_results, subtype) or
 // one `error` frame. Everything else the SDK or its CLI print goes to stderr.
 //
@@ -20,6 +22,9 @@ import { FrameReader, frame, send } from "./frames.mjs";
 console.log = console.info = console.debug = (...args) => console.error(...args);
 
 const MAX_TEXT = 4000;
+// The run's tools, as one HTTP MCP server: the model sees them as mcp__jarvis__NAME.
+const JARVIS = "jarvis";
+const JARVIS_PREFIX = `mcp__${JARVIS}__`;
 const out = process.stdout;
 
 function clip(text) {
@@ -57,6 +62,18 @@ async function run(start) {
   if (Array.isArray(p.allowed_tools) && p.allowed_tools.length) options.allowedTools = p.allowed_tools;
   if (p.system_prompt) options.systemPrompt = p.system_prompt;
   if (p.resume) options.resume = p.resume;
+  if (p.tools_url) {
+    options.mcpServers = {
+      [JARVIS]: {
+        type: "http",
+        url: String(p.tools_url),
+        headers: { Authorization: `Bearer ${p.tools_token}` },
+        alwaysLoad: true, // in the first prompt, never deferred behind a tool search
+      },
+    };
+    // The run gave them: its calls are not questions for a person who is not there.
+    options.allowedTools = [...(options.allowedTools ?? []), `mcp__${JARVIS}`];
+  }
 
   const toolResults = [];
   const names = new Map();
@@ -68,6 +85,7 @@ async function run(start) {
       for (const block of message.message?.content ?? []) {
         if (block.type !== "tool_use") continue;
         names.set(block.id, block.name);
+        if (block.name.startsWith(JARVIS_PREFIX)) continue;
         const args = block.input && typeof block.input === "object" ? block.input : {};
         await send(out, frame("event", { type: "tool_call_start",
           data: { tool: block.name, call_id: block.id, arguments: args } }));
@@ -80,6 +98,7 @@ async function run(start) {
         const text = clip(resultText(block.content));
         const success = !block.is_error;
         toolResults.push({ tool_name: tool, content: text, success, call_id: block.tool_use_id });
+        if (tool.startsWith(JARVIS_PREFIX)) continue;
         await send(out, frame("event", { type: "tool_call_end",
           data: { tool, call_id: block.tool_use_id, success, content: text } }));
       }

@@ -6,13 +6,16 @@ source directory on ``sys.path``; it imports only the stdlib part of jarvis (the
 codec). It reads one ``start`` frame (task ``openhands``) whose payload says what to do:
 
     task, workspace, model, base_url, api_key, max_iterations, system_prompt,
-    request_timeout, mcp_servers: {NAME: {command, args, env}}
+    request_timeout, tools_url
 
 Its LLM is the host's inference gateway (OpenAI dialect at ``base_url``): no other
-network. Each action the agent takes and each observation are ``event`` frames
-(tool_call_start / tool_call_end); the end is one ``result`` frame (``answer``,
-``turns``, ``tool_results``) or one ``error`` frame. Everything the SDK prints goes to
-stderr, so stdout carries frames only.
+network. When the run has tools of jarvis's, ``tools_url`` is the same gateway's MCP
+endpoint, handed to the SDK as one HTTP MCP server (``jarvis``, the run's token as
+the Bearer header): the host runs each call on the run's ledger. Each action the agent
+takes with its own tools and each observation are ``event`` frames (tool_call_start /
+tool_call_end; for jarvis's tools the host publishes them itself); the end is one
+``result`` frame (``answer``, ``turns``, ``tool_results``) or one ``error`` frame.
+Everything the SDK prints goes to stderr, so stdout carries frames only.
 """
 
 from __future__ import annotations
@@ -74,38 +77,42 @@ def make_llm(payload: Mapping[str, Any]) -> Any:
     )
 
 
+def mcp_config(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The SDK's ``mcp_config``: the host gateway's MCP endpoint, when it serves tools."""
+    url = payload.get("tools_url")
+    if not url:
+        return {}
+    headers = {"Authorization": f"Bearer {payload['api_key']}"}
+    return {"jarvis": {"url": str(url), "transport": "http", "headers": headers}}
+
+
 def run(start: Start, out: _Out) -> Frame:
     payload: Mapping[str, Any] = start.payload
     from openhands.sdk import Agent, Conversation, Tool
     from openhands.sdk.conversation.response_utils import get_agent_final_response
     from openhands.sdk.event import ActionEvent, ObservationEvent
+    from openhands.sdk.mcp import MCPToolAction, MCPToolObservation
     from openhands.tools.file_editor import FileEditorTool
     from openhands.tools.terminal import TerminalTool
 
-    llm = make_llm(payload)
-    mcp = {
-        name: {
-            "command": s["command"],
-            "args": list(s.get("args", ())),
-            "env": dict(s.get("env", {})),
-        }
-        for name, s in (payload.get("mcp_servers") or {}).items()
-    }
-    agent_kwargs: dict[str, Any] = {}
-    if mcp:
-        agent_kwargs["mcp_config"] = mcp  # {NAME: {command, args, env}}
     agent = Agent(
-        llm=llm,
+        llm=make_llm(payload),
         tools=[Tool(name=TerminalTool.name), Tool(name=FileEditorTool.name)],
-        **agent_kwargs,
+        mcp_config=mcp_config(payload),
     )
     results: list[dict[str, Any]] = []
     pending: dict[str, str] = {}
 
     def on_event(event: Any) -> None:
+        # A call of jarvis's tools ran on the host's ledger, which published its events.
+        ours = isinstance(getattr(event, "action", None), MCPToolAction) or isinstance(
+            getattr(event, "observation", None), MCPToolObservation
+        )
         if isinstance(event, ActionEvent):
             call_id = str(event.tool_call_id)
             pending[call_id] = event.tool_name
+            if ours:
+                return
             arguments = event.action.model_dump(mode="json") if event.action is not None else {}
             out.send(EventFrame(type="tool_call_start",
                                 data={"tool": event.tool_name, "call_id": call_id, "arguments": arguments}))  # fmt: skip
@@ -115,6 +122,8 @@ def run(start: Start, out: _Out) -> Frame:
             failed = bool(getattr(event.observation, "is_error", False))
             results.append({"tool_name": event.tool_name, "content": text, "success": not failed,
                             "call_id": call_id})  # fmt: skip
+            if ours:
+                return
             out.send(EventFrame(type="tool_call_end",
                                 data={"tool": event.tool_name, "call_id": call_id,
                                       "success": not failed, "content": text}))  # fmt: skip

@@ -17,6 +17,12 @@ it starts with a minimal environment and speaks frames (``FrameSession``); its t
 uses arrive as tool-call events, and the SDK's session id comes back in the result's
 metadata, for ``--option resume=ID`` (sessions live in jarvis's data dir, one home for
 sandboxed runs and one for host runs).
+
+The run's tools (``--tools``: built-in ones, MCP servers' ``SERVER.tool``, which the
+run has started) are served by the same gateway's MCP endpoint, which the SDK takes as
+one HTTP MCP server, ``jarvis`` (its tools are ``mcp__jarvis__NAME`` to the model, and
+allowed without asking); every call runs on the host, on the run's ledger. With a real
+Anthropic key the gateway still runs, for the tools only.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import contextlib
 import logging
 import os
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -37,6 +43,7 @@ from ._base import AgentContext, AgentResult, BaseAgent
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
+    from ..tools import BaseTool, ToolExecutor
 
 __all__ = ["ClaudeCodeAgent", "key_mode"]
 
@@ -78,7 +85,7 @@ class ClaudeCodeAgent(BaseAgent):
     """Claude Code (the Claude Agent SDK over node_bridge) on the run's model."""
 
     agent_id: ClassVar[str] = "claude_code"
-    accepts_tools: ClassVar[bool] = False
+    accepts_tools: ClassVar[bool] = True
     #: Runs in a container of its own (its own runtime), not in the runner's sandbox:
     #: ``sandboxed`` is set from the spec (``--no-sandbox`` clears it).
     own_sandbox: ClassVar[bool] = True
@@ -94,18 +101,21 @@ class ClaudeCodeAgent(BaseAgent):
         permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan"] = (
             "acceptEdits"
         ),
-        turns: int = 10,
+        turns: int | None = None,
         resume: str = "",
         sandboxed: bool = True,
+        tools: Sequence[BaseTool] = (),
+        max_turns: int = 10,
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
         self.sandboxed = sandboxed
+        self.tools = list(tools)
         self.config = config
         self.workspace = workspace
         self.allowed_tools = [t.strip() for t in allowed_tools.split(",") if t.strip()]
         self.permission_mode = permission_mode
-        self.turns = turns
+        self.turns = max_turns if turns is None else turns  # --option turns over --max-turns
         self.resume = resume
 
     def _workspace(self) -> str:
@@ -165,8 +175,9 @@ class ClaudeCodeAgent(BaseAgent):
             "system_prompt": self.system_prompt or "",
             "resume": self.resume,
         }
+        tools = self._tool_executor()
         opened = self._in_sandbox if self.sandboxed else self._on_host
-        async with opened(run, workspace, node, sdk_dir, api_key, payload) as channel:
+        async with opened(run, workspace, node, sdk_dir, api_key, payload, tools) as channel:
             data = await run_runner(
                 channel, self.engine, run, Start(task="claude_code", payload=payload),
                 name="claude_code bridge", model=self.model, max_tokens=self.max_tokens,
@@ -175,14 +186,22 @@ class ClaudeCodeAgent(BaseAgent):
         result.metadata["sandboxed"] = self.sandboxed
         return result
 
+    def _tool_executor(self) -> ToolExecutor | None:
+        """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
+        if not self.tools:
+            return None
+        from ..tools import ToolExecutor
+
+        return ToolExecutor(self.tools)
+
     @contextlib.asynccontextmanager
     async def _on_host(
         self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any],
+        payload: dict[str, Any], tools: ToolExecutor | None,
     ) -> AsyncIterator[Channel]:  # fmt: skip
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import Gateway
+        from ..gateway import MCP_PATH, Gateway
         from ._claude_code_install import bridge_dir
 
         async with contextlib.AsyncExitStack() as stack:
@@ -192,14 +211,17 @@ class ClaudeCodeAgent(BaseAgent):
             if os.geteuid() == 0:
                 env["IS_SANDBOX"] = "1"  # Claude Code refuses to run as root otherwise
             payload["model"] = self.model
-            if api_key is None:
+            if api_key is None or tools is not None:  # with a real key: for the tools only
                 gateway = await stack.enter_async_context(
-                    Gateway(self.engine, run, self.model, max_tokens=self.max_tokens)
+                    Gateway(self.engine, run, self.model, max_tokens=self.max_tokens, tools=tools)
                 )
                 assert gateway.url is not None
-                env.update(ANTHROPIC_BASE_URL=gateway.url, ANTHROPIC_API_KEY=gateway.token)
-                payload["model"] = gateway.model_name
-            else:
+                if tools is not None:
+                    payload.update(tools_url=gateway.url + MCP_PATH, tools_token=gateway.token)
+                if api_key is None:
+                    env.update(ANTHROPIC_BASE_URL=gateway.url, ANTHROPIC_API_KEY=gateway.token)
+                    payload["model"] = gateway.model_name
+            if api_key is not None:
                 env["ANTHROPIC_API_KEY"] = api_key
             payload["env"] = env  # the key travels in the start frame only
             argv = (node, str(bridge_dir() / "claude_code.mjs"))
@@ -213,26 +235,29 @@ class ClaudeCodeAgent(BaseAgent):
     @contextlib.asynccontextmanager
     async def _in_sandbox(
         self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any],
+        payload: dict[str, Any], tools: ToolExecutor | None,
     ) -> AsyncIterator[Channel]:  # fmt: skip
         from .._config import Config
         from ..external import AgentDefinition, Workspace
         from ..external import _sandbox as box
         from ..external._registry import Launch
+        from ..gateway import MCP_PATH
         from ._claude_code_install import bridge_dir
 
         home = _home(sandboxed=True)
         # One socket per run in the sandbox's home (mounted at HOME_DIR), gone with it.
         async with box.sandbox_gateway(
             self.engine, run, self.model, home, max_tokens=self.max_tokens,
-            name=f"gateway-{secrets.token_hex(8)}.sock",
+            name=f"gateway-{secrets.token_hex(8)}.sock", tools=tools,
         ) as access:  # fmt: skip
+            inside = f"http://127.0.0.1:{box.FORWARD_PORT}"  # the forwarder, to the socket
             payload["model"] = access.model
             payload["env"] = {
                 "PATH": box.SANDBOX_PATH, "HOME": box.HOME_DIR, **_QUIET,
-                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{box.FORWARD_PORT}",
-                "ANTHROPIC_API_KEY": access.token,
+                "ANTHROPIC_BASE_URL": inside, "ANTHROPIC_API_KEY": access.token,
             }  # fmt: skip
+            if tools is not None:
+                payload.update(tools_url=inside + MCP_PATH, tools_token=access.token)
             bridge = "/opt/bridge"
             launch = Launch(
                 (box.NODE_PATH, f"{bridge}/claude_code.mjs"),

@@ -2,7 +2,9 @@
 run's model, in its own Python 3.12 venv, in the run's workspace.
 
 The host serves the run's engine through an inference gateway (OpenAI dialect, a
-per-run token: every request is the run's, budget and cancel included) and starts
+per-run token: every request is the run's, budget and cancel included), and the run's
+tools (built-in ones, MCP servers' ``SERVER.tool``, which the run has started) through
+the same gateway's MCP endpoint, on the run's ledger like a built-in agent's; it starts
 ``runners.openhands_runner`` with the venv's packages, speaking frames
 (``FrameSession``): its actions and observations arrive as tool-call events, its answer
 as the result frame.
@@ -12,8 +14,8 @@ It runs in the sandbox by default, like every external agent
 mounted read-only (jarvis's frame codec is in every sandbox), the gateway's Unix socket reached through the
 container's own loopback, the workspace through the mount allowlist. ``--no-sandbox``
 runs it as a host process in a session of its own (gateway on loopback), with a warning
-every run; only there are the run's MCP servers (``SERVER.tool`` names) offered to it,
-as servers it starts itself (in the sandbox their host commands do not exist).
+every run. Either way the run's tools run on the host's side of the gateway, like a
+built-in agent's: the SDK only calls them.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ._base import AgentContext, AgentResult, BaseAgent
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
+    from ..tools import ToolExecutor
 
 __all__ = ["OpenHandsAgent"]
 
@@ -91,26 +94,13 @@ class OpenHandsAgent(BaseAgent):
             raise UsageError(f"the openhands workspace is not a directory: {path}")
         return str(path)
 
-    def _mcp_servers(self) -> dict[str, dict[str, Any]]:
-        from ..mcp import McpTool
+    def _tool_executor(self) -> ToolExecutor | None:
+        """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
+        if not self.tools:
+            return None
+        from ..tools import ToolExecutor
 
-        other = [t.spec.name for t in self.tools if not isinstance(t, McpTool)]
-        if other:
-            # Never taken silently and left unused: the SDK runs its own tools.
-            raise UsageError(
-                "openhands brings its own tools (file editor, terminal) and takes only MCP "
-                f"servers' tools (SERVER.tool, SERVER.*), not {', '.join(other)}"
-            )
-        servers: dict[str, dict[str, Any]] = {}
-        for tool in self.tools:
-            if isinstance(tool, McpTool):
-                config = tool.server.config
-                servers[tool.server.name] = {
-                    "command": config.command[0],
-                    "args": list(config.command[1:]),
-                    "env": dict(config.env),
-                }
-        return servers
+        return ToolExecutor(self.tools)
 
     async def arun(
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
@@ -124,13 +114,7 @@ class OpenHandsAgent(BaseAgent):
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
         workspace = self._workspace()
-        servers = self._mcp_servers()
-        if servers and self.sandboxed:
-            raise UsageError(
-                "openhands would start the MCP servers itself, inside its container, where "
-                "their commands are not installed: run it with --no-sandbox to hand it MCP "
-                "servers"
-            )
+        tools = self._tool_executor()
         python = await asyncio.to_thread(ensure_venv)
         if not self.sandboxed:
             log.warning(
@@ -145,10 +129,9 @@ class OpenHandsAgent(BaseAgent):
             "system_prompt": self.system_prompt or "",
             # One model request may take as long as the runner may (see the runner).
             "request_timeout": int(_RUNNER_TIMEOUT_S),
-            "mcp_servers": servers,
         }
         opened = self._in_sandbox if self.sandboxed else self._on_host
-        async with opened(run, python, workspace, payload) as channel:
+        async with opened(run, python, workspace, payload, tools) as channel:
             data = await run_runner(
                 channel, self.engine, run, Start(task="openhands", payload=payload),
                 name="openhands runner", model=self.model, max_tokens=self.max_tokens,
@@ -159,20 +142,29 @@ class OpenHandsAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _on_host(
-        self, run: RunContext, python: Path, workspace: str, payload: dict[str, Any]
+        self,
+        run: RunContext,
+        python: Path,
+        workspace: str,
+        payload: dict[str, Any],
+        tools: ToolExecutor | None,
     ) -> AsyncIterator[Channel]:
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import Gateway
+        from ..gateway import MCP_PATH, Gateway
 
         argv = (str(python), "-B", "-c", f"import sys; sys.path.insert(0, {_SOURCE!r}); {_RUNNER}")
-        async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gateway:
+        async with Gateway(
+            self.engine, run, self.model, max_tokens=self.max_tokens, tools=tools
+        ) as gateway:
             assert gateway.url is not None
             payload.update(
                 model=gateway.model_name,
                 base_url=gateway.url + "/v1",
                 api_key=gateway.token,  # in the start frame, never in argv or env
             )
+            if tools is not None:
+                payload["tools_url"] = gateway.url + MCP_PATH
             executor = SubprocessExecutor(Limits(memory_bytes=16 * 1024**3, processes=512))
             yield await executor.open(
                 ExecRequest(argv=argv, timeout=_RUNNER_TIMEOUT_S, env=dict(_ENV))
@@ -180,7 +172,12 @@ class OpenHandsAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _in_sandbox(
-        self, run: RunContext, python: Path, workspace: str, payload: dict[str, Any]
+        self,
+        run: RunContext,
+        python: Path,
+        workspace: str,
+        payload: dict[str, Any],
+        tools: ToolExecutor | None,
     ) -> AsyncIterator[Channel]:
         import asyncio
         import shutil
@@ -189,16 +186,20 @@ class OpenHandsAgent(BaseAgent):
         from .._config import Config
         from ..external import AgentDefinition, Workspace
         from ..external import _sandbox as box
+        from ..gateway import MCP_PATH
 
         venv = python.parent.parent
         prefix, launch = _sandbox_launch(python, box.AGENT_DIR, box.HOME_DIR)
         home = Path(tempfile.mkdtemp(prefix="jarvis-agent-"))
         try:
             async with box.sandbox_gateway(
-                self.engine, run, self.model, home, max_tokens=self.max_tokens
+                self.engine, run, self.model, home, max_tokens=self.max_tokens, tools=tools
             ) as access:
+                inside = f"http://127.0.0.1:{box.FORWARD_PORT}"  # the forwarder, to the socket
                 payload.update(model=access.model, api_key=access.token,
-                               base_url=f"http://127.0.0.1:{box.FORWARD_PORT}/v1")  # fmt: skip
+                               base_url=inside + "/v1")  # fmt: skip
+                if tools is not None:
+                    payload["tools_url"] = inside + MCP_PATH
                 venv_agent = AgentDefinition("openhands", "the OpenHands SDK's venv",
                                              packages=(("openhands-sdk", "pinned"),),
                                              needs_node=False)  # fmt: skip

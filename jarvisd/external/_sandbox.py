@@ -34,6 +34,7 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._run import RunContext
     from ..engines import Engine
+    from ..tools import ToolExecutor
 
 __all__ = [
     "AGENT_DIR",
@@ -109,15 +110,17 @@ async def start_in_sandbox(
 @contextlib.asynccontextmanager
 async def sandbox_gateway(
     engine: Engine, run: RunContext, model: str, home: Path, *, max_tokens: int,
-    name: str = "gateway.sock", default_model: str = "local",
+    name: str = "gateway.sock", default_model: str = "local", tools: ToolExecutor | None = None,
 ) -> AsyncIterator[GatewayAccess]:  # fmt: skip
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
-    the block."""
+    the block. ``tools``: the run's tools, served at its ``/mcp``."""
     from ..gateway import Gateway
 
     socket_path = home / name
-    async with Gateway(engine, run, model, socket_path, max_tokens=max_tokens) as gateway:
+    async with Gateway(
+        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools
+    ) as gateway:
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 

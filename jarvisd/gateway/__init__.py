@@ -6,10 +6,11 @@ per run, on a private Unix socket or on loopback with a per-run token::
         env = {"OPENAI_BASE_URL": gw.url + "/v1", "OPENAI_API_KEY": gw.token}
 
 Each dialect is a module of pure translate functions (``Dialect``); ``jarvis
-serve-model`` uses the same ones.
+serve-model`` uses the same ones. Given the run's tools (a ``ToolExecutor``), the
+gateway serves them too, as an MCP server at ``MCP_PATH`` (``_mcp``).
 """
 
 from ._common import BadRequest, ChatRequest, Dialect, StreamEncoder
-from ._gateway import Gateway
+from ._gateway import MCP_PATH, Gateway
 
-__all__ = ["BadRequest", "ChatRequest", "Dialect", "Gateway", "StreamEncoder"]
+__all__ = ["MCP_PATH", "BadRequest", "ChatRequest", "Dialect", "Gateway", "StreamEncoder"]

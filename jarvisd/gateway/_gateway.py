@@ -11,6 +11,12 @@ the dialect gives it) is clamped to the gateway's.
 A streamed reply's headers go out only once the engine produced its first chunk, so an
 engine that fails at once gets a real HTTP error status; a failure later (engine error,
 cancel, budget) ends the stream with the dialect's own error event.
+
+Given a :class:`ToolExecutor`, the gateway also serves the run's tools as an MCP server
+at ``POST /mcp`` (``_mcp``): every call goes through the executor with the run, so the
+run's ledger holds it as it holds a built-in agent's (tool-call cap, TOOL_CALL_START and
+END on the run's bus, cancel, argument repair and schema checks). Its errors are
+JSON-RPC errors, its refusals (token, size) too.
 """
 
 from __future__ import annotations
@@ -30,20 +36,23 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._errors import EngineError, JarvisError, UsageError
-from .._messages import StreamChunk
+from .._messages import StreamChunk, ToolCall
 from .._run import RunContext, RunStopped
-from . import _anthropic, _gemini, _openai_chat, _openai_responses
+from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
 from ._http import HTTPServer, Request, Response
 
 if TYPE_CHECKING:
     from ..engines import Engine
+    from ..tools import ToolExecutor
 
 __all__ = ["Gateway"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TOKENS = 1024
+#: Where the run's tools are served (MCP, Streamable HTTP).
+MCP_PATH = "/mcp"
 
 
 def _json(status: int, body: object) -> Response:
@@ -74,7 +83,8 @@ class Gateway:
     """Serve ``engine`` for ``run`` until the ``async with`` block ends.
 
     ``socket_path``: listen on a Unix socket there (mode 0600; its directory must exist
-    and nothing may be at the path yet); else on 127.0.0.1, any free port. Cheap to
+    and nothing may be at the path yet); else on 127.0.0.1, any free port. ``tools``:
+    the run's tools, served at ``/mcp`` (without them, that path is 404). Cheap to
     construct; the server starts in ``__aenter__`` and stops, with every connection and
     the socket file, in ``__aexit__``.
     """
@@ -87,8 +97,11 @@ class Gateway:
         socket_path: Path | str | None = None,
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        tools: ToolExecutor | None = None,
     ) -> None:
         self.engine = engine
+        self.tools = tools
+        self._names = _mcp.ToolNames(tools.names) if tools is not None else None
         self.run = run
         self.model = model
         self.socket_path = Path(socket_path) if socket_path is not None else None
@@ -163,15 +176,22 @@ class Gateway:
         return ok
 
     def admit(self, request: Request) -> Response | None:
+        if request.path == MCP_PATH and not _mcp.origin_allowed(request.headers.get("origin")):
+            return self.refuse(request, 403, "requests from web pages are not served")
         if self._authorized(request):
             return None
         return self.refuse(request, 401, "missing or wrong API key for this jarvis run")
 
     def refuse(self, request: Request | None, status: int, message: str) -> Response:
+        if request is not None and request.path == MCP_PATH:
+            code = _mcp.INTERNAL_ERROR if status >= 500 else _mcp.INVALID_REQUEST
+            return _json(status, _mcp.error(None, code, message))
         dialect = _dialect_for(request.path, request.headers) if request else _openai_chat.DIALECT
         return _json(status, dialect.error(status, message))
 
     async def handle(self, request: Request) -> Response:
+        if request.path == MCP_PATH:
+            return await self._serve_tools(request)
         dialect = _dialect_for(request.path, request.headers)
         try:
             return await self._route(request, dialect)
@@ -209,6 +229,55 @@ class Gateway:
         if path in ("/v1/chat/completions", "/v1/responses", "/v1/messages"):
             return await self._infer(dialect, dialect.parse(loads(request.body), self.max_tokens))
         raise BadRequest(f"no such endpoint: POST {path}", 404)
+
+    # -- the run's tools (MCP) ------------------------------------------------------------
+
+    async def _serve_tools(self, request: Request) -> Response:
+        if self.tools is None:
+            return self.refuse(request, 404, "this run serves no tools")
+        if request.method != "POST":  # no server-sent stream, no session to delete
+            refusal = self.refuse(request, 405, f"method {request.method} is not allowed here")
+            refusal.headers.append(("allow", "POST"))
+            return refusal
+        rid: _mcp.RequestId | None = None
+        try:
+            message = _mcp.parse(request.body)
+            _mcp.check_version(message, request.headers.get("mcp-protocol-version"))
+            if not isinstance(message, _mcp.Request):
+                return Response(202, content_type="text/plain")
+            rid = message.id
+            return _json(200, _mcp.result(rid, await self._tool_method(message)))
+        except _mcp.RpcError as exc:
+            return _json(exc.status, _mcp.error(exc.id, exc.code, str(exc)))
+        except Exception as exc:  # the agent gets an answer, whatever the tool did
+            log.exception("gateway: internal error in an MCP request")
+            failure = f"internal error: {type(exc).__name__}"
+            return _json(200, _mcp.error(rid, _mcp.INTERNAL_ERROR, failure))
+
+    async def _tool_method(self, request: _mcp.Request) -> dict[str, Any]:
+        assert self.tools is not None and self._names is not None
+        method = request.method
+        if method == "initialize":
+            return _mcp.initialize(request)
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return _mcp.tools_list(request, self.tools.specs, self._names)
+        if method != "tools/call":
+            raise _mcp.RpcError(_mcp.METHOD_NOT_FOUND, f"method not found: {method[:100]}",
+                                request.id)  # fmt: skip
+        wanted = _mcp.tool_call(request, self._names)
+        call = ToolCall.from_arguments(wanted.name, wanted.arguments)
+        try:
+            # execute_all, not execute: it races the run's cancel token.
+            (result,) = await self.tools.execute_all([call], self.run)
+        except RunStopped as exc:  # cancelled or a budget spent: the call never ran
+            raise _mcp.RpcError(
+                _mcp.RUN_STOPPED, f"the run has stopped: {exc}", request.id
+            ) from None
+        except JarvisError as exc:  # the sandbox is gone: no retry of the model helps
+            raise _mcp.RpcError(_mcp.INTERNAL_ERROR, str(exc), request.id) from None
+        return _mcp.call_result(result)
 
     # -- inference ----------------------------------------------------------------------
 

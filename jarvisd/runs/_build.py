@@ -14,12 +14,14 @@ from ._options import check_options
 from ._spec import AgentSpec
 
 if TYPE_CHECKING:
+    from ..executors import CodeExecutor
     from ..external import McpServer
     from ..tools import BaseTool
 
 __all__ = [
     "build_agent",
     "load_context",
+    "mcp_server_executor",
     "mcp_tool_names",
     "starts_mcp_servers",
     "validate_spec",
@@ -45,6 +47,26 @@ def starts_mcp_servers(spec: AgentSpec, config: Config) -> bool:
         if definition is not None and definition.protocol == "acp":
             return False
     return True
+
+
+def mcp_server_executor(spec: AgentSpec, config: Config) -> CodeExecutor | None:
+    """Where the run's MCP servers run (for :class:`~jarvisd.mcp.McpToolset`): host
+    processes (None) for an unsandboxed run; the sandbox backend for an agent in a
+    sandbox of its own (openhands, claude_code unless ``--no-sandbox``), which calls
+    them through the gateway: a contained agent's tools must not be a way out of it."""
+    if spec.team is not None or spec.no_sandbox:
+        return None
+    if not getattr(_checked(spec, config)[0], "own_sandbox", False):
+        return None
+    from ..sandbox import executor_for_backend
+
+    backend = config.sandbox.backend
+    if backend == "none":
+        raise UsageError(
+            'MCP servers of a sandboxed run need sandbox.backend = "docker", "podman" or '
+            '"bwrap" (it is "none"), or run it with --no-sandbox'
+        )
+    return executor_for_backend(backend, config)
 
 
 def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:

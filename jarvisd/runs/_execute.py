@@ -20,7 +20,7 @@ from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, select_engine
-from ._build import build_agent, load_context, starts_mcp_servers
+from ._build import build_agent, load_context, mcp_server_executor, starts_mcp_servers
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 
@@ -93,7 +93,9 @@ async def run_spec(
                 # Started for this run only, and stopped when it ends, however it ends.
                 from ..mcp import McpToolset
 
-                toolset = await stack.enter_async_context(McpToolset(config))
+                toolset = await stack.enter_async_context(
+                    McpToolset(config, mcp_server_executor(spec, config))
+                )
                 mcp_tools += await toolset.tools(spec.tools)
             agent = build_agent(spec, config, engine, extra=extra, mcp_tools=mcp_tools)
             result = await agent.arun(

@@ -128,6 +128,43 @@ def test_claude_code_calls_a_tool_answers_and_resumes_its_session(
         assert not list((paths().data / "agents" / home).glob("gateway-*.sock"))
 
 
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+def test_claude_code_calls_the_runs_calculator_through_the_gateway(
+    tmp_path: Path, where: str
+) -> None:
+    """The run's tools reach the SDK as one HTTP MCP server (the gateway's ``/mcp``):
+    the model is offered ``mcp__jarvis__calculator``, and its call runs on the host, on
+    the run's ledger, published once by the host's executor."""
+    use_real_sdk()
+    config = sandbox_config(tmp_path) if where == "sandbox" else None
+    offered: list[set[str]] = []
+
+    def calculating(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        offered.append({t.name for t in tools})
+        results = [str(m.content) for m in messages if m.role is Role.TOOL]
+        if results:
+            return reply("The answer is " + results[-1])
+        return reply("", ("mcp__jarvis__calculator", {"expression": "6*7"}))
+
+    run = RunContext()
+    events: list[tuple[EventType, dict[str, object]]] = []
+    run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
+    spec = AgentSpec("What is 6*7?", agent="claude_code", tools=("calculator",),
+                     options={"workspace": str(tmp_path)}, no_sandbox=config is None)  # fmt: skip
+    engine = ScriptedEngine(fallback=calculating)
+    outcome = asyncio.run(run_spec(spec, run, config or Config(), engine))
+    assert outcome.failure is None, outcome.failure
+    assert "mcp__jarvis__calculator" in offered[0] and "Read" in offered[0]
+    assert outcome.answer == "The answer is 42"
+    (used,) = outcome.tool_results
+    assert used.tool_name == "mcp__jarvis__calculator" and used.success
+    calls = [(t, d["tool"]) for t, d in events if t in (EventType.TOOL_CALL_START,
+                                                        EventType.TOOL_CALL_END)]  # fmt: skip
+    assert calls == [(EventType.TOOL_CALL_START, "calculator"),
+                     (EventType.TOOL_CALL_END, "calculator")]  # fmt: skip
+    assert run.budget.tool_calls == 1
+
+
 def test_a_real_key_is_refused_in_the_sandbox_with_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,6 +8,7 @@ openhands``) under the real cache dir; these tests see it through a symlink.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -103,51 +104,143 @@ def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(
     assert starts and starts[0]["tool"] == "file_editor"
 
 
-def test_the_runs_mcp_servers_are_offered_to_openhands(tmp_path: Path) -> None:
+def tool_model(call: tuple[str, dict[str, object]], offered: list[list[str]]) -> ScriptedEngine:
+    """A model that makes ``call`` once, then finishes with the tool's answer."""
     from jarvisd._messages import Role
-    from tests.mcp.test_mcp import demo_config
-
-    use_real_venv()
-    offered: list[list[str]] = []
 
     def model(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
         offered.append([t.name for t in tools])
         results = [str(m.content) for m in messages if m.role is Role.TOOL]
         if results:
-            return reply("", ("finish", {"message": "The sum is " + results[-1]}))
-        return reply("", ("add", {"a": 2, "b": 40}))
+            return reply("", ("finish", {"message": "The answer is " + results[-1]}))
+        return reply("", call)
 
+    return ScriptedEngine(fallback=model)
+
+
+def tool_events(run: RunContext, tool: str) -> list[tuple[EventType, dict[str, object]]]:
+    """The run's TOOL_CALL_START and END events for ``tool``, as they come."""
+    kinds = (EventType.TOOL_CALL_START, EventType.TOOL_CALL_END)
+    events: list[tuple[EventType, dict[str, object]]] = []
+    run.bus.subscribe(
+        lambda e: events.append((e.type, dict(e.data)))
+        if e.type in kinds and e.data.get("tool") == tool else None
+    )  # fmt: skip
+    return events
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+def test_openhands_calls_the_runs_calculator_through_the_gateway(
+    tmp_path: Path, where: str
+) -> None:
+    """A built-in tool of jarvis's, offered over the gateway's MCP endpoint: the SDK
+    shows it to the model by its own name, and the call runs on the run's ledger."""
+    use_real_venv()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    config = sandbox_config(workspace) if where == "sandbox" else Config()
+    offered: list[list[str]] = []
+    engine = tool_model(("calculator", {"expression": "6*7"}), offered)
+    run = RunContext()
+    events = tool_events(run, "calculator")
+    spec = AgentSpec(
+        "What is 6*7?", agent="openhands", tools=("calculator",),
+        options={"workspace": str(workspace)}, no_sandbox=where == "host",
+    )  # fmt: skip
+    outcome = asyncio.run(run_spec(spec, run, config, engine))
+    assert outcome.failure is None, outcome.failure
+    assert outcome.metadata["sandboxed"] is (where == "sandbox")
+    assert "calculator" in offered[0] and "file_editor" in offered[0]
+    assert outcome.answer.endswith("42")
+    assert outcome.tool_results[0].tool_name == "calculator"
+    # Published once, by the host's executor (the runner leaves jarvis's tools to it).
+    assert events == [
+        (EventType.TOOL_CALL_START, {"tool": "calculator", "arguments": {"expression": "6*7"},
+                                     "call_id": events[0][1]["call_id"]}),
+        (EventType.TOOL_CALL_END, {"tool": "calculator", "call_id": events[0][1]["call_id"],
+                                   "success": True, "latency_s": events[1][1]["latency_s"],
+                                   "content": "42"}),
+    ]  # fmt: skip
+    assert run.budget.tool_calls == 1 and run.budget.calls == 2
+
+
+def _stdlib_server_config(base: Path, workspace: Path) -> Config:
+    """The demo MCP server as a sandbox can run it: the stdlib-only server (the image has
+    no ``mcp`` package) in a read-only allowed directory, mounted into its container."""
+    import shutil
+
+    from jarvisd._config import McpConfig, McpServerConfig
+
+    directory = base / "mcp"
+    directory.mkdir(mode=0o755)
+    shutil.copy(Path(__file__).resolve().parents[1] / "mcp" / "stdlib_server.py",
+                directory / "server.py")  # fmt: skip
+    (directory / "server.py").chmod(0o644)
+    sandbox = dataclasses.replace(
+        sandbox_config(workspace).sandbox,
+        allowed_roots=(f"{workspace}:rw", str(directory)),
+    )
+    demo = McpServerConfig(command=("python3", str(directory / "server.py")),
+                           mounts=(str(directory),))  # fmt: skip
+    return Config(sandbox=sandbox, mcp=McpConfig(servers={"demo": demo}))
+
+
+@pytest.mark.parametrize("where", ["host", "sandbox"])
+def test_the_runs_mcp_servers_tools_reach_openhands_through_the_gateway(
+    tmp_path: Path, where: str
+) -> None:
+    """The run starts the MCP server and openhands reaches its tool through the gateway
+    under the name MCP clients accept (``demo.add`` -> ``demo_add``). With
+    ``--no-sandbox`` the server is a host process; with openhands in its sandbox, the
+    server runs in a container of its own too (a contained agent's tools are no way out
+    of it), never as a host process."""
+    import tempfile
+
+    from tests.mcp.test_mcp import demo_config, demo_servers
+    from tests.sandbox.test_escape import our_containers
+
+    use_real_venv()
+    base = Path(tempfile.mkdtemp(prefix="jarvis-oh-mcp-"))  # the sandbox user reads it
+    base.chmod(0o755)
+    workspace = base / "ws"
+    workspace.mkdir()
+    config = demo_config() if where == "host" else _stdlib_server_config(base, workspace)
+    offered: list[list[str]] = []
+    during: list[list[object]] = []  # the server's containers when the model is asked
+    scripted = tool_model(("demo_add", {"a": 2, "b": 40}), offered)
+
+    def model(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if where == "sandbox":
+            during.append([c for c in our_containers() if "server.py" in str(c.get("Command"))])
+        assert not demo_servers() if where == "sandbox" else True  # no host server process
+        assert scripted.fallback is not None
+        return scripted.fallback(messages, tools)
+
+    engine = ScriptedEngine(fallback=model)
+    run = RunContext()
+    events = tool_events(run, "demo.add")
     spec = AgentSpec(
         "Add 2 and 40.", agent="openhands", tools=("demo.add",),
-        options={"workspace": str(tmp_path)}, no_sandbox=True,
+        options={"workspace": str(workspace)}, no_sandbox=where == "host",
     )  # fmt: skip
-    engine = ScriptedEngine(fallback=model)
-    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), engine))
+    try:
+        outcome = asyncio.run(run_spec(spec, run, config, engine))
+    finally:
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
     assert outcome.failure is None, outcome.failure
-    assert "add" in offered[0] and "file_editor" in offered[0]
+    assert "demo_add" in offered[0]
     add = outcome.tool_results[0]
-    assert add.tool_name == "add" and add.success and add.content.endswith("42")
+    assert add.tool_name == "demo_add" and add.success and add.content.endswith("42")
     assert outcome.answer.endswith("42")
-
-
-def test_tools_it_cannot_use_are_refused_not_ignored(tmp_path: Path) -> None:
-    spec = AgentSpec("q", agent="openhands", tools=("calculator",),
-                     options={"workspace": str(tmp_path)}, no_sandbox=True)  # fmt: skip
-    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
-    assert outcome.failure is not None and outcome.failure.code == "usage"
-    assert "takes only MCP servers' tools (SERVER.tool, SERVER.*), not calculator" in (
-        outcome.failure.message
-    )
-
-
-def test_mcp_servers_in_the_sandbox_are_refused_with_the_fix(tmp_path: Path) -> None:
-    from tests.mcp.test_mcp import demo_config
-
-    spec = AgentSpec("q", agent="openhands", tools=("demo.add",),
-                     options={"workspace": str(tmp_path)})  # fmt: skip
-    outcome = asyncio.run(run_spec(spec, RunContext(), demo_config(), ScriptedEngine([])))
-    assert outcome.failure is not None and outcome.failure.code == "usage"
-    assert "run it with --no-sandbox to hand it MCP servers" in outcome.failure.message
+    assert [(t, d["tool"]) for t, d in events] == [
+        (EventType.TOOL_CALL_START, "demo.add"), (EventType.TOOL_CALL_END, "demo.add")
+    ]  # fmt: skip
+    if where == "sandbox":
+        assert during and all(len(found) == 1 for found in during), during
+        assert not [c for c in our_containers() if "server.py" in str(c.get("Command"))]
+    assert not demo_servers()  # stopped with the run
 
 
 def test_no_python_312_is_said_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:

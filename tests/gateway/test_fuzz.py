@@ -1,7 +1,9 @@
-"""Hostile input, generated: every dialect's request parsing and the HTTP layer.
+"""Hostile input, generated: every dialect's request parsing, the MCP endpoint's
+messages and the HTTP layer.
 
 Whatever arrives, the answer is a ChatRequest or one clear BadRequest (a 4xx in the
-dialect's shape over HTTP): no other exception, no 5xx, no hang.
+dialect's shape over HTTP), or for MCP a typed message or one RpcError (a JSON-RPC
+error): no other exception, no 5xx, no hang.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from jarvisd._messages import ToolSpec
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.gateway import BadRequest, ChatRequest, Dialect, Gateway
+from jarvisd.gateway import BadRequest, ChatRequest, Dialect, Gateway, _mcp
 from jarvisd.gateway._anthropic import DIALECT as ANTHROPIC
 from jarvisd.gateway._common import loads
 from jarvisd.gateway._gemini import DIALECT as GEMINI
 from jarvisd.gateway._openai_chat import DIALECT as OPENAI
 from jarvisd.gateway._openai_responses import DIALECT as RESPONSES
+from jarvisd.tools import CalculatorTool, ToolExecutor
 
 from .conftest import BackgroundGateway
 
@@ -246,3 +250,125 @@ def test_garbage_requests_get_a_4xx_or_a_closed_connection(
         status = reply_.split(b"\r\n", 1)[0]
         assert status.startswith(b"HTTP/1.1 "), reply_[:200]
         assert status[9:10] in (b"2", b"4"), reply_[:200]
+
+
+# -- MCP (POST /mcp): one JSON-RPC message per body --------------------------------------
+
+MCP_FIELDS = ["jsonrpc", "id", "method", "params", "result", "error", "name", "arguments",
+              "protocolVersion", "capabilities", "clientInfo", "cursor", "expression", "_meta"]  # fmt: skip
+MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "notifications/initialized",
+               "notifications/cancelled", "server/discover", "2.0", "calculator"]  # fmt: skip
+mcp_values = st.recursive(
+    scalars | st.sampled_from(MCP_METHODS),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(MCP_FIELDS) | st.text(max_size=5), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+VALID_MCP: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "c"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": "a", "method": "tools/list", "params": {}},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+     "params": {"name": "calculator", "arguments": {"expression": "6*7"}}},
+    {"jsonrpc": "2.0", "id": 3, "result": {}},
+]  # fmt: skip
+ids = st.integers(-5, 5) | st.text(max_size=5) | mcp_values
+METHODS = ["initialize", "ping", "tools/list", "tools/call"]
+
+
+def request_of(method: str, params: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.fixed_dictionaries(
+        {"jsonrpc": st.just("2.0"), "id": ids, "method": st.just(method), "params": params}
+    )
+
+
+# Requests with a good envelope and params of the right shape, or not, so every check
+# of the params is reached; then envelopes of any shape.
+mcp_messages = (
+    request_of("initialize", st.fixed_dictionaries(
+        {"protocolVersion": st.sampled_from(["2025-06-18", "1999-01-01"]) | mcp_values},
+        optional={"capabilities": mcp_values}))
+    | request_of("tools/list", st.fixed_dictionaries({}, optional={"cursor": mcp_values}))
+    | request_of("tools/call", st.fixed_dictionaries({
+        "name": st.sampled_from(["calculator", "demo_add", "demo.add", ""]) | mcp_values,
+        "arguments": st.fixed_dictionaries({}, optional={"expression": mcp_values})
+        | mcp_values}))
+    | st.sampled_from(METHODS).flatmap(lambda m: request_of(m, mcp_values))
+    | st.fixed_dictionaries({}, optional={
+        "jsonrpc": st.just("2.0") | mcp_values, "id": ids,
+        "method": st.sampled_from(METHODS) | mcp_values, "params": mcp_values,
+        "result": mcp_values, "error": mcp_values})
+)  # fmt: skip
+mcp_bodies = mcp_messages | st.sampled_from(VALID_MCP).flatmap(mutated) | mcp_values
+_RPC_CODES = {_mcp.PARSE_ERROR, _mcp.INVALID_REQUEST, _mcp.METHOD_NOT_FOUND, _mcp.INVALID_PARAMS}
+
+
+def _check_mcp(body: bytes, version: str | None) -> None:
+    """Parsed once into a typed message and its params checked, or one RpcError."""
+    names = _mcp.ToolNames(["calculator", "demo.add"])
+    specs = [ToolSpec("calculator", "c"), ToolSpec("demo.add", "d")]
+    try:
+        message = _mcp.parse(body)
+        _mcp.check_version(message, version)
+        if isinstance(message, _mcp.Request):
+            if message.method == "initialize":
+                assert _mcp.initialize(message)["protocolVersion"] in _mcp.PROTOCOL_VERSIONS
+            elif message.method == "tools/list":
+                _mcp.tools_list(message, specs, names)
+            elif message.method == "tools/call":
+                call = _mcp.tool_call(message, names)
+                assert call.name in names.wire and isinstance(call.arguments, dict)
+    except _mcp.RpcError as exc:
+        assert exc.code in _RPC_CODES and str(exc) and exc.status in (200, 400)
+        assert exc.id is None or type(exc.id) in (str, int)
+        json.dumps(_mcp.error(exc.id, exc.code, str(exc)))
+
+
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=mcp_messages, version=st.none() | st.sampled_from(["2025-06-18", "x", ""]))
+def test_mcp_message_parsing_never_crashes(body: Any, version: str | None) -> None:
+    _check_mcp(json.dumps(body).encode(), version)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=st.sampled_from(VALID_MCP).flatmap(mutated) | mcp_values)
+def test_a_valid_mcp_message_mutated_anywhere_never_crashes(body: Any) -> None:
+    _check_mcp(json.dumps(body).encode(), None)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(raw=st.binary(max_size=64))
+def test_mcp_bytes_that_are_not_json_are_a_parse_error(raw: bytes) -> None:
+    _check_mcp(raw, None)
+
+
+@pytest.fixture(scope="module")
+def tool_gateway() -> Iterator[Gateway]:
+    tools = ToolExecutor([CalculatorTool()])
+    with BackgroundGateway(ScriptedEngine(fallback=reply("ok")), tools=tools) as gw:
+        yield gw
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(body=mcp_bodies | st.binary(max_size=64).map(repr))
+def test_over_http_every_mcp_message_gets_a_reply_a_202_or_a_jsonrpc_error(
+    tool_gateway: Gateway, body: Any
+) -> None:
+    raw = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+    assert tool_gateway.url is not None
+    response = httpx.post(
+        tool_gateway.url + "/mcp", content=raw, timeout=30,
+        headers={"Authorization": f"Bearer {tool_gateway.token}"},
+    )  # fmt: skip
+    assert response.status_code in (200, 202, 400), response.text
+    if response.status_code == 202:
+        assert response.content == b""
+        return
+    reply_ = response.json()
+    assert reply_["jsonrpc"] == "2.0" and ("result" in reply_) != ("error" in reply_)
+    if "error" in reply_:
+        assert reply_["error"]["code"] in _RPC_CODES, reply_
