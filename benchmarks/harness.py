@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     for name in args.only or discover():
         print(f"== {name}", file=sys.stderr, flush=True)
+        environ = dict(os.environ)
         try:
             module = importlib.import_module(f"benchmarks.{name}")
             new_rows = module.run(env)
@@ -191,6 +192,11 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             rows.append(Row(name, float("nan"), "", passed=False, notes="benchmark crashed"))
             continue
+        finally:
+            # A module that points jarvis's directories elsewhere (bench_daemon) must
+            # not move them for the next: the next would find no models or agents.
+            os.environ.clear()
+            os.environ.update(environ)
         for row in new_rows:
             print(f"   {row.name}: {fmt(row.ours, row.unit)} vs {fmt(row.baseline, row.unit)}"
                   f" -> {row.passed}", file=sys.stderr, flush=True)  # fmt: skip
