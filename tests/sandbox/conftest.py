@@ -4,6 +4,7 @@ DOCKER_HOST (CI starts one with packaging/dev/docker-up.sh and builds the image)
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,22 @@ def sandbox_config(roots: tuple[Path, Path], **overrides: object) -> Config:
     values: dict[str, object] = {"allowed_roots": (str(ro), f"{rw}:rw"), "memory": "128m"}
     values.update(overrides)
     return Config(sandbox=SandboxConfig(**values))  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
+    """Install ``HEAD + body`` (tests/sandbox/test_hostile_program.py) as the program
+    SandboxedAgent starts: a hostile runner in the agent's container."""
+    import textwrap
+
+    from jarvisd.sandbox import _agent
+
+    from .test_escape import our_containers
+    from .test_hostile_program import HEAD
+
+    def install(body: str) -> None:
+        program = HEAD + textwrap.dedent(body)
+        monkeypatch.setattr(_agent, "RUNNER_ARGV", ("python3", "-S", "-B", "-c", program))
+
+    yield install
+    assert not our_containers()

@@ -14,7 +14,7 @@ import json
 import sqlite3
 import textwrap
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import Clock
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
-from jarvisd.sandbox import _agent
 from jarvisd.sandbox._bwrap import bwrap_path
 from jarvisd.traces import TraceStore, default_trace_path
 from tests.conftest import require
@@ -54,18 +53,6 @@ HEAD = textwrap.dedent("""
         sys.exit(0)
     MESSAGES = [{"role": "user", "content": "hi"}]
 """)
-
-
-@pytest.fixture
-def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Install ``HEAD + body`` as the program SandboxedAgent starts."""
-
-    def install(body: str) -> None:
-        program = HEAD + textwrap.dedent(body)
-        monkeypatch.setattr(_agent, "RUNNER_ARGV", ("python3", "-S", "-B", "-c", program))
-
-    yield install
-    assert not our_containers()
 
 
 def peak_rss_growth(work: Any) -> tuple[Any, float]:

@@ -29,13 +29,12 @@ from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
-from jarvisd.sandbox import _agent, connect
+from jarvisd.sandbox import connect
 from jarvisd.sandbox._bwrap import bwrap_path
 from tests.conftest import require
 
 from .conftest import sandbox_config
 from .test_escape import our_containers
-from .test_hostile_program import HEAD
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp" / "stdlib_server.py"
 
@@ -228,18 +227,6 @@ def test_cancel_stops_the_call_and_removes_the_servers_container(
 
 
 # -- a hostile program in the agent's container ---------------------------------------------
-
-
-@pytest.fixture
-def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Install ``HEAD + body`` as the program SandboxedAgent starts."""
-
-    def install(body: str) -> None:
-        program = HEAD + textwrap.dedent(body)
-        monkeypatch.setattr(_agent, "RUNNER_ARGV", ("python3", "-S", "-B", "-c", program))
-
-    yield install
-    assert not our_containers()
 
 
 # Sends the tool frames of ``CALLS`` one after another and reports what came back.
