@@ -194,6 +194,7 @@ def _ask_row(env, client, url, Message, OllamaEngine, AgentSpec) -> Row:  # type
             if i >= 2:
                 sink.append((time.perf_counter() - start) * 1000)
     loop.run_until_complete(direct_engine.aclose())
+    loop.run_until_complete(loop.shutdown_asyncgens())  # what asyncio.run does on exit
     loop.close()
     p50, b50 = percentile(ours, 50), percentile(base, 50)
     return Row(

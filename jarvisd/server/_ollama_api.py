@@ -314,7 +314,8 @@ class OllamaServer:
             raise BadRequest("model is required")
         name = _untag(requested)
         models = [m.name for m in self.call(self.engine.list_models())]
-        if models and name not in models and requested not in models:
+        # Ollama's own rule: a name without a tag means its ":latest".
+        if models and _tag(requested) not in {_tag(m) for m in models}:
             raise ModelNotFound(f'model "{requested}" not found, try pulling it first')
         if use:
             self._loaded[name] = time.time()
