@@ -146,8 +146,7 @@ class ReplSession:
         """End the session: the REPL's process (its container) is removed."""
         channel, self.channel = self.channel, None
         if channel is not None:
-            await channel.kill("closed")
-            result = await channel.wait()
+            result = await channel.stop("closed")
             if result.stderr.strip():
                 log.debug("repl stderr: %s", result.stderr[-2000:])
 

@@ -190,13 +190,21 @@ class FrameSession:
             kill_on_cancel()
             for task in self._tasks:
                 task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            if final is None:
-                await self.channel.kill("cancelled" if self.run_ctx.cancel.cancelled else "killed")
-            else:
-                await self.channel.close_stdin()
-            process = await self.channel.wait()
+            process = await self._end(final)
         return Outcome(final, process, self.stopped, self.noise)
+
+    async def _end(self, final: ResultFrame | ErrorFrame | None) -> ExecResult:
+        """Let the program end when it said its last word, else kill it; reaped either
+        way, also when this run is cancelled meanwhile."""
+        try:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if final is not None:
+                await self.channel.close_stdin()
+                return await self.channel.wait()
+        except BaseException:
+            await self.channel.stop("cancelled")
+            raise
+        return await self.channel.stop("cancelled" if self.run_ctx.cancel.cancelled else "killed")
 
     def _kill_soon(self, reason: str) -> None:
         self._track(self.channel.kill(reason))

@@ -128,8 +128,7 @@ async def _run(
             out.flush()
         result = await channel.wait()
     except BaseException:
-        await channel.kill("cancelled")
-        await channel.wait()
+        await channel.stop("cancelled")
         raise
     finally:
         close = getattr(executor, "close", None)

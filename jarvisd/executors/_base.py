@@ -13,6 +13,7 @@ Frames (``jarvisd.protocol``) travel over a channel with :func:`send_frame` and
 from __future__ import annotations
 
 import abc
+import asyncio
 import contextlib
 import threading
 import time
@@ -169,12 +170,29 @@ class Channel(abc.ABC):
     async def kill(self, reason: str = "killed") -> None:
         """Stop the program now (idempotent); ``wait`` then reports ``reason``."""
 
+    async def stop(self, reason: str = "killed") -> ExecResult:
+        """Kill the program and reap it. A cancel that comes meanwhile is held until the
+        program is reaped, then raised: cleanup cut short by a second cancel (a run's
+        stop, then its tool call's) left the process, its pipes and its files behind."""
+        await self.kill(reason)
+        reaping = asyncio.ensure_future(self.wait())
+        cancel: asyncio.CancelledError | None = None
+        while not reaping.done():
+            try:
+                await asyncio.shield(reaping)
+            except asyncio.CancelledError as exc:
+                if reaping.cancelled():  # the loop itself is going: nothing to wait for
+                    raise
+                cancel = exc
+        if cancel is not None:
+            raise cancel
+        return reaping.result()
+
     async def __aenter__(self) -> Channel:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.kill("closed")
-        await self.wait()
+        await self.stop("closed")
 
 
 class CodeExecutor(abc.ABC):
@@ -244,8 +262,7 @@ async def run_to_completion(
             lines.append(line)
         result = await channel.wait()
     except BaseException:
-        await channel.kill("cancelled")
-        await channel.wait()
+        await channel.stop("cancelled")
         raise
     out = b"".join(lines).decode("utf-8", "replace") + result.stdout
     return ExecResult(

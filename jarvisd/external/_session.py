@@ -148,7 +148,7 @@ async def converse(
         with contextlib.suppress(Exception):
             await client.close()
         with contextlib.suppress(Exception):
-            await channel.wait()
+            await channel.stop("closed")
 
 
 async def _stopped(run: RunContext, client: AcpClient) -> None:

@@ -202,8 +202,7 @@ class McpServer:
 
         channel = self.channel
         if channel is not None:
-            await channel.kill("closed")
-            result = await channel.wait()
+            result = await channel.stop("closed")
             for line in result.stderr.strip().splitlines()[-5:]:
                 keep_noise(self._noise, line.encode())
 

@@ -181,8 +181,7 @@ async def confirm_mounts(channel: Channel) -> None:
     try:
         line = await channel.readline(len(READY) + 1)
     except BaseException:
-        await channel.kill("cancelled")
-        await channel.wait()
+        await channel.stop("cancelled")
         raise
     if line == READY:
         return

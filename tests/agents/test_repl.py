@@ -116,6 +116,28 @@ def test_what_a_stopped_cell_started_is_killed_with_it() -> None:
     assert wait_gone(token) == []  # and goes with the session
 
 
+def test_a_cancel_that_lands_while_the_session_closes_still_reaps_its_process() -> None:
+    # A run's stop cancels the cell, whose session then closes; the tool call around it
+    # is cancelled too, while the REPL is being reaped. That second cancel used to cut
+    # the reaping short: the process, its pipes and its directory were left behind.
+    async def go() -> Any:
+        repl = session(exec_timeout=60.0)
+        await repl.execute("x = 1")
+        channel = repl.channel
+        cell = asyncio.ensure_future(repl.execute("while True: pass"))
+        await asyncio.sleep(0.3)
+        cell.cancel()  # the cell stops: the session closes
+        await asyncio.sleep(0)  # the session has killed its REPL and waits for its end
+        cell.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cell
+        return channel
+
+    channel = asyncio.run(go())
+    assert channel.process.returncode is not None  # reaped before the cancel went on
+    assert not channel.workdir.exists()
+
+
 def test_output_is_bounded_in_bytes_and_includes_child_processes() -> None:
     async def body(repl: ReplSession) -> list[CellResult]:
         return [
