@@ -205,9 +205,7 @@ def _describe(exc: Exception) -> str:
 
 
 async def _ended_early(channel: Channel, step: str) -> ExternalAgentError:
-    with contextlib.suppress(Exception):
-        await channel.kill("closed")
-    result = await channel.wait()
+    result = await channel.stop("closed")
     tail = "\n".join(result.stderr.strip().splitlines()[-5:])
     how = f"exit {result.exit_code}" + (f", {result.reason}" if result.reason else "")
     return ExternalAgentError(

@@ -254,3 +254,43 @@ def test_a_budget_stop_anywhere_in_the_run_ends_the_program() -> None:
     outcome, refused = asyncio.run(go())
     assert isinstance(refused, BudgetExceeded)
     assert outcome.final is None and outcome.process.reason == "cancelled"
+
+
+@pytest.mark.timeout(30)
+def test_a_run_cancelled_while_its_program_ends_still_reaps_the_program() -> None:
+    # The program gives its result, then lingers after its stdin closes; the run is
+    # cancelled while the session waits for it to end: it is killed and reaped, not
+    # left running with its pipes open.
+    program = textwrap.dedent("""
+        import sys, time
+        from jarvisd.protocol import ResultFrame, encode
+        sys.stdin.buffer.readline()
+        sys.stdout.buffer.write(encode(ResultFrame(result={"answer": "done"})))
+        sys.stdout.buffer.flush()
+        time.sleep(60)
+    """)
+
+    async def go() -> Any:
+        request = ExecRequest(
+            argv=[sys.executable, "-c", program], timeout=60.0, env={"PYTHONPATH": str(ROOT)}
+        )
+        channel = await SubprocessExecutor().open(request)
+        stdin_closed = asyncio.Event()
+        close_stdin = channel.close_stdin
+
+        async def closing() -> None:
+            await close_stdin()
+            stdin_closed.set()
+
+        channel.close_stdin = closing  # type: ignore[method-assign]
+        session = FrameSession(channel, ScriptedEngine(), RunContext())
+        running = asyncio.ensure_future(session.run(Start(task="agent", payload={})))
+        await stdin_closed.wait()  # the session now waits for the program's end
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        return channel
+
+    channel = asyncio.run(go())
+    assert channel.process.returncode is not None
+    assert not channel.workdir.exists()
