@@ -141,6 +141,8 @@ class Channel(abc.ABC):
     reports ``timed_out``."""
 
     clock: Clock
+    #: The program's one reaping, once a caller waits (see ``wait``).
+    _reaping: asyncio.Future[ExecResult] | None = None
 
     @contextlib.contextmanager
     def clock_held(self) -> Iterator[None]:
@@ -162,9 +164,24 @@ class Channel(abc.ABC):
         """The next line of stdout (with its newline), or ``b""`` at end of output."""
 
     @abc.abstractmethod
+    async def _reap(self) -> ExecResult:
+        """Wait for the program to end and release what it held (called once, by
+        :meth:`wait`); ``stdout`` is whatever was not read, ``stderr`` the (bounded)
+        tail of its error output."""
+
+    def _reaped(self) -> asyncio.Future[ExecResult]:
+        if self._reaping is None:
+            self._reaping = asyncio.ensure_future(self._reap())
+            self._reaping.add_done_callback(_retrieved)
+        return self._reaping
+
     async def wait(self) -> ExecResult:
-        """Wait for the program to end; ``stdout`` is whatever was not read, ``stderr``
-        the (bounded) tail of its error output."""
+        """Wait for the program to end (see ``_reap``). The program is reaped once and
+        every caller gets the same result: two waiters (a reader, then a stop) each
+        draining the output lost it for one of them, or left one waiting for ever on a
+        stream whose end the other had taken. A caller cancelled meanwhile leaves the
+        reaping running for the next."""
+        return await asyncio.shield(self._reaped())
 
     @abc.abstractmethod
     async def kill(self, reason: str = "killed") -> None:
@@ -175,7 +192,7 @@ class Channel(abc.ABC):
         program is reaped, then raised: cleanup cut short by a second cancel (a run's
         stop, then its tool call's) left the process, its pipes and its files behind."""
         await self.kill(reason)
-        reaping = asyncio.ensure_future(self.wait())
+        reaping = self._reaped()
         cancel: asyncio.CancelledError | None = None
         while not reaping.done():
             try:
@@ -193,6 +210,13 @@ class Channel(abc.ABC):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.stop("closed")
+
+
+def _retrieved(future: asyncio.Future[ExecResult]) -> None:
+    # A reaping whose every waiter was cancelled still ends; its error, if any, is not
+    # left for asyncio to report as never retrieved.
+    if not future.cancelled():
+        future.exception()
 
 
 class CodeExecutor(abc.ABC):

@@ -83,7 +83,6 @@ class SubprocessChannel(Channel):
         self._stderr_task = asyncio.ensure_future(self._drain_stderr())
         self.clock = Clock(timeout)
         self._watchdog = asyncio.get_running_loop().call_later(timeout, self._expire)
-        self._result: ExecResult | None = None
 
     async def _drain_stderr(self) -> None:
         stream = self.process.stderr
@@ -148,9 +147,7 @@ class SubprocessChannel(Channel):
             # caller's size check refuses it.
             return await stdout.read(limit)
 
-    async def wait(self) -> ExecResult:
-        if self._result is not None:
-            return self._result
+    async def _reap(self) -> ExecResult:
         code = await self.process.wait()
         self._watchdog.cancel()
         rest = b""
@@ -167,7 +164,7 @@ class SubprocessChannel(Channel):
             reason = "killed"
         if not reason and code == -signal.SIGXCPU:
             reason = "timeout"
-        self._result = ExecResult(
+        return ExecResult(
             exit_code=code,
             stdout=rest.decode("utf-8", "replace"),
             stderr=b"".join(self._stderr).decode("utf-8", "replace"),
@@ -175,7 +172,6 @@ class SubprocessChannel(Channel):
             reason=reason,
             duration_s=time.monotonic() - self.start,
         )
-        return self._result
 
     async def kill(self, reason: str = "killed") -> None:
         self._kill_group(reason)

@@ -470,7 +470,6 @@ class DockerChannel(Channel):
         self._removed = False
         self._stdin_closed = False
         self._done = threading.Event()
-        self._reaping: asyncio.Future[ExecResult] | None = None
         self._reader = threading.Thread(target=self._read_loop, name="sandbox-read", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="sandbox-watch", daemon=True)
         self._reader.start()
@@ -615,15 +614,6 @@ class DockerChannel(Channel):
                 rest += chunk
         return bytes(rest[:_REST_LIMIT])
 
-    async def wait(self) -> ExecResult:
-        # One reaping for every caller: a second waiter (a stop while a reader waits)
-        # would block for ever on the queue whose end-of-stream the first one took. A
-        # caller cancelled meanwhile leaves the reaping running for the next one.
-        if self._reaping is None:
-            self._reaping = asyncio.ensure_future(self._reap())
-            self._reaping.add_done_callback(_retrieved)
-        return await asyncio.shield(self._reaping)
-
     async def _reap(self) -> ExecResult:
         rest = await self._drain()
         code, oom = await asyncio.to_thread(self._finish)
@@ -684,13 +674,6 @@ class DockerChannel(Channel):
         if self._removed:
             return
         await asyncio.to_thread(self._terminate, reason)
-
-
-def _retrieved(future: asyncio.Future[ExecResult]) -> None:
-    # A reaping whose every waiter was cancelled still ends; its error, if any, is
-    # not left for asyncio to report as never retrieved.
-    if not future.cancelled():
-        future.exception()
 
 
 def podman_executor(config: Config) -> DockerExecutor:
