@@ -56,6 +56,18 @@ def _attempted_call(content: str, names: Collection[str]) -> bool:
     return any(_near(v, names) for v in values) or bool(values and _ARGUMENTS.search(content))
 
 
+def _unreadable_call(content: str, names: Collection[str]) -> str:
+    """Why an attempted call was not read, for the model's next turn and the run's
+    error. Small models call functions that exist only in their training data or in a
+    prompt's example ("multiply", "calculate_revenue"); "could not be read" hid that."""
+    unknown = [v for v in dict.fromkeys(_NAMED.findall(content)) if v and not _near(v, names)]
+    if unknown:
+        offered = ", ".join(names) or "none"
+        missing = ", ".join(repr(v[:60]) for v in unknown[:3])  # the model's text: bounded
+        return f"there is no tool named {missing}; the tools are: {offered}"
+    return "it looks like a tool call but could not be read"
+
+
 FUNCTION_PROMPT = (
     "You are a helpful assistant with tools. When a tool helps, call it; when you have "
     "the answer, reply with the answer in plain text. To call a tool, use the function "
@@ -88,7 +100,7 @@ class FunctionCallingDialect(Dialect):
         if calls:
             return Step("calls", rest, tuple(calls), recovered=True)
         if _attempted_call(content, executor.names):
-            return Step("invalid", error="it looks like a tool call but could not be read")
+            return Step("invalid", error=_unreadable_call(content, executor.names))
         if not content:
             return Step("invalid", error="the reply was empty")
         return Step("final", content)

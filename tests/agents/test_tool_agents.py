@@ -258,22 +258,28 @@ def test_orchestrator_returns_json_that_calls_no_offered_tool_as_the_answer(
     assert "error" not in result.metadata and result.turns == 1
 
 
+UNREADABLE = "it looks like a tool call but could not be read"
+NOT_OFFERED = "there is no tool named 'web_search'; the tools are: calculator, think"
+
+
 @pytest.mark.parametrize(
-    "attempt",
+    ("attempt", "why"),
     [
-        '{"name": "calculater", "arguments": {"expression": "1+1"}}',  # a typo of a tool
-        '{"name": "CALCULATOR", "arguments": "not json"',  # another case, broken
-        '{"name": "calc',  # cut off inside the name
-        '{"name": "web_search", "arguments": {"q": "x"}}',  # not offered, but a call
-        "<tool_call>calculator(1+1)</tool_call>",
+        ('{"name": "calculater", "arguments": {"expression": "1+1"}}', UNREADABLE),  # a typo
+        ('{"name": "CALCULATOR", "arguments": "not json"', UNREADABLE),  # another case, broken
+        ('{"name": "calc', UNREADABLE),  # cut off inside the name
+        ('{"name": "web_search", "arguments": {"q": "x"}}', NOT_OFFERED),  # a call, not offered
+        # Small models call the functions of the prompt's example, more than once.
+        ('{"name": "web_search", "arguments": {}}\n{"name": "web_search"}', NOT_OFFERED),
+        ("<tool_call>calculator(1+1)</tool_call>", UNREADABLE),
     ],
 )
-def test_orchestrator_reprompts_replies_that_try_to_call_a_tool(attempt: str) -> None:
+def test_orchestrator_reprompts_replies_that_try_to_call_a_tool(attempt: str, why: str) -> None:
     scripted = ScriptedEngine([reply(attempt), reply("2")])
     result = arun(make("orchestrator", scripted), "1+1?")
     assert result.content == "2" and result.turns == 2
     corrective = scripted.calls[1].messages[-1]
-    assert "looks like a tool call" in corrective.content
+    assert f"could not be used: {why}." in corrective.content
 
 
 def test_react_markers_are_case_insensitive_and_hallucinated_observations_cut() -> None:
