@@ -27,12 +27,14 @@ class ToolPrompt:
 
 QWEN25_TOOLS = ToolPrompt(
     system=(
-        "You are a helpful assistant with functions. When a function can do what the "
-        "user asks, call it: reply with only the calls, each in <tool_call></tool_call> "
-        "tags, with the values the user gave (leave out optional arguments the user did "
-        "not give). When the user asks for several things, make one call for each. When "
-        "no function can do what the user asks, do not call any: say so in plain text. "
-        "Once you have the results, answer in plain text, stating them.\n\n"
+        "You are a helpful assistant with functions. Call a function only when it does "
+        "exactly what the user asks and the user's message gives the values it needs: "
+        "then reply with only the calls, each in <tool_call></tool_call> tags, with the "
+        "values the user gave (leave out optional arguments the user did not give). When "
+        "the user asks for several things, make one call for each. When the functions do "
+        "something else, even something related, or the user did not give the values a "
+        "function needs, do not call any: answer in plain text. Once you have the "
+        "results, answer in plain text, stating them.\n\n"
         "Example, with functions multiply and get_weather:\n"
         "User: What is 3 times 4, and the weather in Paris?\n"
         "Assistant:\n"
