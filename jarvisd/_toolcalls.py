@@ -125,9 +125,13 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
 
 #: What may stand between calls of one block: whitespace, tags, fences, an array's
 #: brackets and commas.
-_GLUE = re.compile(r"(?:\s+|</?tool_call>|```(?:json|tool_call|tool)?|[,\[\]])*", re.IGNORECASE)
+#: What may stand between two calls of one block; the braces are the wrapper of calls
+#: that Qwen2.5 at times writes in doubled braces, ``{{"name": ...}}``.
+_GLUE = re.compile(
+    r"(?:\s+|</?tool_call>|```(?:json|tool_call|tool)?|[,\[\]}]|\{(?=\{))*", re.IGNORECASE
+)
 #: What closes the block after a call: whitespace, a closing tag or fence, a bracket.
-_CLOSERS = re.compile(r"(?:\s+|</tool_call>|```(?![A-Za-z_])|\])*", re.IGNORECASE)
+_CLOSERS = re.compile(r"(?:\s+|</tool_call>|```(?![A-Za-z_])|[\]}])*", re.IGNORECASE)
 _GLUE_WORDS = ("<tool_call>", "</tool_call>", "```json", "```tool_call")
 
 

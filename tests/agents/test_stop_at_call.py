@@ -122,6 +122,11 @@ def test_an_answer_is_never_cut() -> None:
         (f'{CALL}\n{{"name": "calculator", "arguments": {{"expression": "3"}}', None),
         (f'{CALL}\n{{"result": 42}}', len(CALL) + 1),  # JSON that is not a call
         ('{"name": "Alice"} said hi', None),  # no call at all
+        # Calls in doubled braces (Qwen2.5 writes them so at times): the wrapping brace
+        # is not prose, so the calls after the first still come.
+        (f"{{{CALL}}}\n", None),
+        (f"{{{CALL}}}\n{{{OTHER}}}\nok", 2 * len(CALL) + 6),
+        (f"{{{CALL}}}\n{{{CALL}}}", len(CALL) + 3),  # a repeat
     ],
 )
 def test_calls_end(text: str, cut: int | None) -> None:
