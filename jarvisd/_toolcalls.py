@@ -124,9 +124,8 @@ def _cut(text: str, spans: list[tuple[int, int]]) -> str:
 # -- where a reply that calls tools is complete --------------------------------------
 
 #: What may stand between calls of one block: whitespace, tags, fences, an array's
-#: brackets and commas.
-#: What may stand between two calls of one block; the braces are the wrapper of calls
-#: that Qwen2.5 at times writes in doubled braces, ``{{"name": ...}}``.
+#: brackets and commas, and the braces of calls that Qwen2.5 at times writes doubled,
+#: ``{{"name": ...}}``.
 _GLUE = re.compile(
     r"(?:\s+|</?tool_call>|```(?:json|tool_call|tool)?|[,\[\]}]|\{(?=\{))*", re.IGNORECASE
 )

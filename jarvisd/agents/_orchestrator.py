@@ -43,24 +43,22 @@ def _near(value: str, names: Collection[str]) -> bool:
     return bool(difflib.get_close_matches(value, lowered, n=1, cutoff=0.8))
 
 
-def _attempted_call(content: str, names: Collection[str]) -> bool:
-    """Whether a reply from which no call could be read still tries to call a tool: a
-    ``<tool_call>`` tag, a name key whose value names an offered tool (or nearly does),
-    or a name key with arguments beside it. Other JSON, such as ``{"name": "Alice"}``,
-    is an answer."""
-    if _TAG.search(content):
-        return True
-    if "{" not in content:
-        return False
+def _unread_call(content: str, names: Collection[str]) -> str | None:
+    """Why a reply from which no call could be read is still not the answer, or None
+    when it is one. It tries to call a tool with a ``<tool_call>`` tag, a name key whose
+    value names an offered tool (or nearly does), or a name key with arguments beside
+    it; other JSON, such as ``{"name": "Alice"}``, is an answer. Small models call
+    functions that exist only in their training data or in a prompt's example
+    ("multiply", "calculate_revenue"): the reason names them and the offered tools."""
+    tagged = _TAG.search(content) is not None
+    if not tagged and "{" not in content:
+        return None
     values = _NAMED.findall(content)
-    return any(_near(v, names) for v in values) or bool(values and _ARGUMENTS.search(content))
-
-
-def _unreadable_call(content: str, names: Collection[str]) -> str:
-    """Why an attempted call was not read, for the model's next turn and the run's
-    error. Small models call functions that exist only in their training data or in a
-    prompt's example ("multiply", "calculate_revenue"); "could not be read" hid that."""
-    unknown = [v for v in dict.fromkeys(_NAMED.findall(content)) if v and not _near(v, names)]
+    if not (
+        tagged or any(_near(v, names) for v in values) or (values and _ARGUMENTS.search(content))
+    ):
+        return None
+    unknown = [v for v in dict.fromkeys(values) if v and not _near(v, names)]
     if unknown:
         offered = ", ".join(names) or "none"
         missing = ", ".join(repr(v[:60]) for v in unknown[:3])  # the model's text: bounded
@@ -99,8 +97,9 @@ class FunctionCallingDialect(Dialect):
         calls, rest = recover_tool_calls(content, executor.names)
         if calls:
             return Step("calls", rest, tuple(calls), recovered=True)
-        if _attempted_call(content, executor.names):
-            return Step("invalid", error=_unreadable_call(content, executor.names))
+        why = _unread_call(content, executor.names)
+        if why is not None:
+            return Step("invalid", error=why)
         if not content:
             return Step("invalid", error="the reply was empty")
         return Step("final", content)
