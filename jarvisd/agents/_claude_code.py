@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from .._errors import UsageError
 from .._run import RunContext
 from ..engines import Engine
-from ._base import AgentContext, AgentResult, BaseAgent
+from ._base import AgentContext, AgentResult, BaseAgent, workspace_dir
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -118,18 +118,6 @@ class ClaudeCodeAgent(BaseAgent):
         self.turns = max_turns if turns is None else turns  # --option turns over --max-turns
         self.resume = resume
 
-    def _workspace(self) -> str:
-        if not self.workspace:
-            raise UsageError(
-                "claude_code works in a workspace: give one with --option workspace=DIR"
-            )
-        path = Path(self.workspace).expanduser()
-        if not path.is_absolute() or not path.is_dir():
-            raise UsageError(
-                f"the claude_code workspace must be an existing absolute directory: {path}"
-            )
-        return str(path)
-
     def _api_key(self) -> str | None:
         """The real Anthropic key when the config names its variable, else None."""
         name = self.config.claude_code.api_key_env if self.config is not None else ""
@@ -151,7 +139,7 @@ class ClaudeCodeAgent(BaseAgent):
 
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
-        workspace = self._workspace()
+        workspace = workspace_dir(self.workspace, self.agent_id)
         node = await asyncio.to_thread(find_node)
         sdk_dir = await asyncio.to_thread(ensure_sdk)
         api_key = self._api_key()

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .._errors import UsageError
 from .._run import RunContext
 from ..engines import Engine
-from ._base import AgentContext, AgentResult, BaseAgent
+from ._base import AgentContext, AgentResult, BaseAgent, workspace_dir
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -82,18 +82,6 @@ class OpenHandsAgent(BaseAgent):
         self.max_turns = max_turns
         self.workspace = workspace
 
-    def _workspace(self) -> str:
-        if not self.workspace:
-            raise UsageError(
-                "the openhands agent edits a workspace: give one with --option workspace=DIR"
-            )
-        path = Path(self.workspace).expanduser()
-        if not path.is_absolute():
-            raise UsageError(f"the openhands workspace must be an absolute path: {self.workspace}")
-        if not path.is_dir():
-            raise UsageError(f"the openhands workspace is not a directory: {path}")
-        return str(path)
-
     def _tool_executor(self) -> ToolExecutor | None:
         """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
         if not self.tools:
@@ -113,7 +101,7 @@ class OpenHandsAgent(BaseAgent):
 
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
-        workspace = self._workspace()
+        workspace = workspace_dir(self.workspace, self.agent_id)
         tools = self._tool_executor()
         python = await asyncio.to_thread(ensure_venv)
         if not self.sandboxed:

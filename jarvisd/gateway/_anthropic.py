@@ -112,13 +112,7 @@ def parse_tools(raw: object) -> tuple[ToolSpec, ...]:
         item = c.obj(item, f"tools[{i}]")
         if item.get("type") not in (None, "custom"):
             continue  # server tools (web search, ...) are Anthropic's, not the model's
-        specs.append(
-            ToolSpec(
-                c.string(item.get("name"), f"tools[{i}].name"),
-                c.opt_string(item.get("description"), f"tools[{i}].description"),
-                c.schema(item.get("input_schema"), f"tools[{i}].input_schema"),
-            )
-        )
+        specs.append(c.tool_spec(item, f"tools[{i}]", "input_schema"))
     return tuple(specs)
 
 

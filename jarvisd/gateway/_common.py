@@ -246,6 +246,16 @@ def schema(value: object, what: str) -> dict[str, Any]:
     return obj(value, what)
 
 
+def tool_spec(item: Mapping[str, Any], where: str, schema_key: str = "parameters") -> ToolSpec:
+    """A vendor's function declaration: its name, description and the JSON schema it
+    keeps under ``schema_key`` (each dialect names that field its own way)."""
+    return ToolSpec(
+        string(item.get("name"), f"{where}.name"),
+        opt_string(item.get("description"), f"{where}.description"),
+        schema(item.get(schema_key), f"{where}.{schema_key}"),
+    )
+
+
 def tool_name(calls: Mapping[str, str], call_id: str) -> str:
     """The tool a result answers: results name only the call, the model wants the tool."""
     return calls.get(call_id, "")

@@ -141,11 +141,7 @@ def parse_tools(raw: object) -> tuple[ToolSpec, ...]:
             if params is None:
                 params = _json_schema(c.schema(decl.get("parameters"), f"{where}.parameters"))
             specs.append(
-                ToolSpec(
-                    c.string(decl.get("name"), f"{where}.name"),
-                    c.opt_string(decl.get("description"), f"{where}.description"),
-                    c.schema(params, f"{where}.parametersJsonSchema"),
-                )
+                c.tool_spec({**decl, "parametersJsonSchema": params}, where, "parametersJsonSchema")
             )
     return tuple(specs)
 

@@ -88,13 +88,7 @@ def parse_tools(raw: object) -> tuple[ToolSpec, ...]:
         if item.get("type", "function") != "function":
             continue  # hosted tools (web search, ...) are the vendor's, not the model's
         fn = c.obj(item.get("function"), f"tools[{i}].function")
-        specs.append(
-            ToolSpec(
-                c.string(fn.get("name"), f"tools[{i}].function.name"),
-                c.opt_string(fn.get("description"), f"tools[{i}].function.description"),
-                c.schema(fn.get("parameters"), f"tools[{i}].function.parameters"),
-            )
-        )
+        specs.append(c.tool_spec(fn, f"tools[{i}].function"))
     return tuple(specs)
 
 

@@ -94,13 +94,7 @@ def parse_tools(raw: object) -> tuple[ToolSpec, ...]:
         item = c.obj(item, f"tools[{i}]")
         if item.get("type") != "function":
             continue  # hosted and custom tools are the vendor's, not the model's
-        specs.append(
-            ToolSpec(
-                c.string(item.get("name"), f"tools[{i}].name"),
-                c.opt_string(item.get("description"), f"tools[{i}].description"),
-                c.schema(item.get("parameters"), f"tools[{i}].parameters"),
-            )
-        )
+        specs.append(c.tool_spec(item, f"tools[{i}]"))
     return tuple(specs)
 
 

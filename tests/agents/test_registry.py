@@ -149,3 +149,24 @@ def test_register_refuses_taken_keys(site: Path) -> None:
     distribution(site, "jvplugin_clash", "[jarvisd.agents]\nmine = jvplugin_clash:Mine\n")
     with pytest.raises(PluginError, match="claims the name 'mine'"):
         AgentRegistry.keys()
+
+
+@pytest.mark.parametrize("agent_id", ["claude_code", "openhands"])
+def test_an_external_agent_without_a_usable_workspace_is_refused_before_it_starts(
+    agent_id: str, tmp_path: Path
+) -> None:
+    """No workspace, a relative one, a file: each a usage error naming the agent, raised
+    before any install, bridge or sandbox work."""
+    afile = tmp_path / "notes.txt"
+    afile.write_text("x")
+    cases = {
+        "": "give one with --option workspace=DIR",
+        "relative/dir": "must be an existing absolute directory",
+        str(afile): "must be an existing absolute directory",
+        str(tmp_path / "missing"): "must be an existing absolute directory",
+    }
+    for workspace, message in cases.items():
+        agent = AgentRegistry.create(agent_id, ScriptedEngine(), workspace=workspace)
+        with pytest.raises(UsageError, match=message) as raised:
+            asyncio.run(agent.arun("edit"))
+        assert agent_id in str(raised.value)
