@@ -1,0 +1,262 @@
+"""Which values of a tool call the conversation never gave: the calls small models make
+up when no tool fits ("Who won the last world cup?" -> ``get_match_stats(team_name=
+"Germany")``) or when the user left a value out (a date for "tonight", a year).
+
+:class:`Sources` indexes what the run was given (the user's messages, the agent's
+instructions, tool results): its words and its numbers. :func:`invented` reads one call
+against it and returns the required arguments whose values appear nowhere there.
+
+It judges only values a user would give: numbers, dates, names of at most
+:data:`MAX_NAME_WORDS` words, and arithmetic (which may bring its own constants, 7 days
+or 100 for a percentage, but must work on a number the user gave). Never counted: what
+the model writes or places itself (a parameter named ``task``, ``query``, ``prompt``,
+``code``, ``path``...; code, paths and URLs in any parameter), what it may rightly
+choose (a flag, 0 or 1, the schema's default or one of its listed choices, a code such
+as USD or NY). A name counts as given when any of its words was (``"New York, NY"`` for
+"New York", ``"Lionel Messi"`` for "Messi"), and numbers in the forms people write them
+(``5%`` is 0.05, "3 million", "next week" brings 7, "June01 2023" is 2023-06-01).
+Pure functions, linear in the text read: the loop holds such calls (see
+``agents._toolloop``), so the rules lean towards "given" wherever a real call might
+differ from its request.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._messages import ToolCall, ToolSpec
+
+__all__ = ["Sources", "invented"]
+
+#: A longer string is composed text (a task, a question), not a name the user gave.
+MAX_NAME_WORDS = 6
+#: Nesting read in an argument's value; deeper is composed data, not a user's value.
+MAX_DEPTH = 8
+#: Text indexed per source, first and last half: bounds the work on a huge tool result.
+MAX_SOURCE_CHARS = 200_000
+
+#: Words, with letters and digits apart ("June01" is June 1, "March.11" March 11).
+_WORD = re.compile(r"[^\W\d_]+|\d+")
+_NUMBER = re.compile(r"(?<!\w)[-+]?(?:\d+(?:[.,]\d+)*|\.\d+)(?:[eE][-+]?\d+)?")
+#: Characters of code, formulas, paths and URLs: such a string is composed, not given.
+_COMPOSED = re.compile(r"[=(){}\[\]<>;|&$*+^%#@~\\/\n]|\w\.\w")
+_DATE = re.compile(r"\d{4}-\d{1,2}(?:-\d{1,2})?(?:[T ][\d:.]+Z?)?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}")
+_CODE = re.compile(r"[A-Z]{2,5}")
+_OPERATOR = re.compile(r"[-+*/^%\u00d7\u00f7]")
+#: The words an arithmetic expression may hold besides numbers and operators.
+_MATH_WORDS = frozenset((
+    "of", "x", "sqrt", "log", "ln", "exp", "sin", "cos", "tan", "pi", "e", "abs", "round",
+    "min", "max", "floor", "ceil", "factorial", "mod",
+))  # fmt: skip
+#: Parameters named for what the model writes or places itself: text (a sub-agent's
+#: task, a search query, a prompt, code) and where its work goes (a path, a file, a URL).
+_MODEL_WRITTEN = frozenset((
+    "task", "query", "prompt", "text", "content", "reason", "thought", "message",
+    "question", "instruction", "instructions", "code", "command", "script", "body",
+    "comment", "note", "summary", "description", "input", "goal", "request", "path",
+    "file", "filename", "dir", "directory", "folder", "url", "uri",
+))  # fmt: skip
+_NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
+_STOP = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it",
+    "its", "of", "on", "or", "the", "to", "with", "vs",
+))  # fmt: skip
+_WORD_NUMBERS = {
+    w: float(i)
+    for i, w in enumerate(
+        ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+         "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+         "seventeen", "eighteen", "nineteen", "twenty")
+    )
+} | {
+    "thirty": 30.0, "forty": 40.0, "fifty": 50.0, "sixty": 60.0, "seventy": 70.0,
+    "eighty": 80.0, "ninety": 90.0, "hundred": 100.0, "thousand": 1e3, "million": 1e6,
+    "billion": 1e9, "dozen": 12.0, "half": 0.5, "quarter": 0.25, "twice": 2.0,
+    "double": 2.0, "triple": 3.0, "first": 1.0, "second": 2.0, "third": 3.0, "single": 1.0,
+    "pair": 2.0, "once": 1.0,
+}  # fmt: skip
+_SCALES = {"k": 1e3, "thousand": 1e3, "m": 1e6, "million": 1e6, "bn": 1e9, "billion": 1e9}
+#: Numbers a unit word brings with it ("next week" -> 7 days).
+_UNITS = {
+    "week": (7.0,), "weeks": (7.0,), "day": (24.0,), "days": (24.0,), "hour": (60.0, 3600.0),
+    "hours": (60.0, 3600.0), "minute": (60.0,), "minutes": (60.0,), "year": (12.0, 52.0, 365.0),
+    "years": (12.0, 52.0, 365.0), "month": (12.0, 30.0), "months": (12.0, 30.0),
+    "percent": (100.0,), "decade": (10.0,), "century": (100.0,), "quarterly": (4.0,),
+    "monthly": (12.0,), "weekly": (52.0,), "daily": (365.0,),
+}  # fmt: skip
+_MONTHS = {
+    name: float(i + 1)
+    for i, names in enumerate(
+        ("january jan", "february feb", "march mar", "april apr", "may", "june jun",
+         "july jul", "august aug", "september sep sept", "october oct", "november nov",
+         "december dec")
+    )
+    for name in names.split()
+}  # fmt: skip
+
+
+_RESCALES = (1.0, 1e-2, 1e2, 1e-3, 1e3, 1e-6)
+
+
+def _key(number: float) -> float:
+    return round(abs(number), 9)
+
+
+class Sources:
+    """What the run was given, indexed: each word (lower case) and each number, with
+    the forms a call may write it in (a percentage as a fraction, 3 million, a month
+    as its number)."""
+
+    def __init__(self, texts: Iterable[str] = ()) -> None:
+        self.words: set[str] = set()
+        self.numbers: set[float] = set()
+        for text in texts:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        if len(text) > MAX_SOURCE_CHARS:
+            half = MAX_SOURCE_CHARS // 2
+            text = text[:half] + "\n" + text[-half:]
+        words = _WORD.findall(text.lower())
+        self.words.update(words)
+        for i, word in enumerate(words):
+            if word.isdigit():
+                self._number(float(word))
+            elif word in _WORD_NUMBERS:
+                self._number(_WORD_NUMBERS[word])
+            self._number_set(_UNITS.get(word, ()))
+            if word in _MONTHS:
+                self._number(_MONTHS[word])
+            if word.isdigit() and i + 1 < len(words) and words[i + 1] in _SCALES:
+                self._number(float(word) * _SCALES[words[i + 1]])
+        for match in _NUMBER.finditer(text):
+            self._numeral(match.group(0), text[match.end() : match.end() + 12].lower())
+
+    def _numeral(self, raw: str, after: str) -> None:
+        """A number as written: 1,234 and 1.5 as one number, "200,300,400" as three."""
+        forms = (
+            [raw.replace(",", "")] if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", raw) else []
+        )
+        forms += re.split(r"(?<=\d),(?=\d)", raw)
+        for form in forms:
+            try:
+                value = float(form)
+            except ValueError:
+                continue
+            self._number(value)
+            scale = re.match(r"\s*(k|thousand|m|million|bn|billion)\b", after)
+            if scale:
+                self._number(value * _SCALES[scale.group(1)])
+
+    def _number(self, value: float) -> None:
+        if math.isfinite(value):
+            # A percentage is called as a fraction and a fraction as a percentage; a
+            # quantity with an SI prefix (50 mH, 100 µF, 2 km) in the base unit.
+            self.numbers.update(_key(value * scale) for scale in _RESCALES)
+
+    def _number_set(self, values: Iterable[float]) -> None:
+        for value in values:
+            self._number(value)
+
+    def has_number(self, value: float) -> bool:
+        return _key(value) in self.numbers
+
+    def has_word(self, word: str) -> bool:
+        """The word, or one of its forms: a shared stem of five letters ("evolution",
+        "evolutionary"), or a number written in words or digits."""
+        if word in self.words:
+            return True
+        if word.isdigit() or word in _WORD_NUMBERS:
+            return self.has_number(float(word) if word.isdigit() else _WORD_NUMBERS[word])
+        if len(word) < 3:
+            return False
+        # "gas" for "gasoline", "evolutionary" for "evolution".
+        stem = word[:5]
+        return any(w.startswith(stem) for w in self.words)
+
+
+def _neutral(value: Any, schema: Mapping[str, Any]) -> bool:
+    """Values the model may rightly choose itself: a flag, nothing, the schema's
+    default, constant or one of its listed choices."""
+    if value is None or isinstance(value, bool):
+        return True
+    if "default" in schema and value == schema["default"]:
+        return True
+    if "const" in schema and value == schema["const"]:
+        return True
+    choices = schema.get("enum")
+    return isinstance(choices, list) and any(value == choice for choice in choices)
+
+
+def _schema(value: object) -> Mapping[str, Any]:
+    """A schema as found in a tool's parameters: a mapping, else none (a hostile or
+    sloppy tool may put anything there)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def _given(value: Any, schema: Mapping[str, Any], sources: Sources, depth: int = 0) -> bool:
+    """False only when ``value`` is a value the user would give and they did not."""
+    if depth > MAX_DEPTH or _neutral(value, schema):
+        return True
+    if isinstance(value, int | float):
+        # 0 and 1 are the values "from rest", "a", "next" stand for: never counted.
+        return value in (0, 1) or not math.isfinite(value) or sources.has_number(float(value))
+    if isinstance(value, list):
+        items = schema.get("items")
+        return all(_given(v, _schema(items), sources, depth + 1) for v in value)
+    if isinstance(value, dict):
+        props = _schema(schema.get("properties"))
+        return all(_given(v, _schema(props.get(k)), sources, depth + 1) for k, v in value.items())
+    if not isinstance(value, str):
+        return True
+    return _given_text(value.strip(), sources)
+
+
+def _given_text(text: str, sources: Sources) -> bool:
+    if not text or _CODE.fullmatch(text):
+        return True
+    if _DATE.fullmatch(text):
+        parts = re.findall(r"\d+", text.split("T")[0])
+        return all(sources.has_number(float(p)) or sources.has_number(float(p) + 2000)
+                   for p in parts)  # fmt: skip
+    if _OPERATOR.search(text) and re.search(r"\d", text):
+        letters = re.findall(r"[^\W\d_]+", text.lower())
+        if all(word in _MATH_WORDS for word in letters):
+            # Arithmetic: it may bring its own constants (7 days, 100 for a percentage)
+            # but works on at least one number the user gave.
+            return any(sources.has_number(float(n)) for n in re.findall(r"\d+(?:\.\d+)?", text))
+    if _COMPOSED.search(text):
+        return True
+    words = [w for w in _WORD.findall(text.lower()) if w not in _STOP]
+    if not words or len(words) > MAX_NAME_WORDS:
+        return True
+    return any(sources.has_word(word) for word in words)
+
+
+def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, Any]:
+    """The required arguments of ``call`` whose values ``sources`` never gave, by name;
+    empty when every one was given (or is the model's to choose)."""
+    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
+    properties = parameters.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    required = parameters.get("required")
+    if not isinstance(required, list):
+        return {}
+    arguments = call.arguments_dict()
+    return {
+        name: arguments[name]
+        for name in required
+        if isinstance(name, str)
+        and name in arguments
+        and not _model_written(name)
+        and not _given(arguments[name], _schema(properties.get(name)), sources)
+    }
+
+
+def _model_written(name: str) -> bool:
+    """``search_query``, ``userPrompt``, ``task``, ``file_path``: a parameter whose
+    value the model writes or places itself."""
+    return any(part.lower() in _MODEL_WRITTEN for part in _NAME_PART.findall(name))

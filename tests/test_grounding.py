@@ -1,0 +1,164 @@
+"""Which values of a tool call the conversation never gave (jarvisd._grounding): the
+made-up values of calls where no tool fits, against the forms in which users and tool
+results really give them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jarvisd._grounding import MAX_SOURCE_CHARS, Sources, invented
+from jarvisd._messages import ToolCall, ToolSpec
+
+
+def spec(*required: str, **properties: dict[str, Any]) -> ToolSpec:
+    props = {name: properties.get(name, {"type": "string"}) for name in required}
+    props.update(properties)
+    return ToolSpec("f", "", {"type": "object", "properties": props, "required": list(required)})
+
+
+def held(request: str, tool: ToolSpec, **arguments: Any) -> dict[str, Any]:
+    return invented(ToolCall.from_arguments(tool.name, arguments), tool, Sources([request]))
+
+
+# Calls small models made on BFCL's irrelevance set (no offered function fits).
+MADE_UP = [
+    ("Who won the last world cup in football?", "team_name", "Germany"),
+    ("Who is playing basketball at Madison Square Garden tonight?", "date", "2023-04-15"),
+    ("What kind of fertilizer is best for growing tomatoes?", "soil_type", "loam"),
+    ("Who signed the declaration of independence?", "event_location", "United States"),
+    ("Who was the artist behind the painting 'The Scream'?", "museum_location", "Paris, France"),
+    ("Who won the NBA Most Valuable Player in 2020?", "player_name", "LeBron James"),
+    ("What is the ranking of a football team?", "season", "2023-2024"),
+    ("What is the gene sequence for evolutionary changes in whales?", "mutation_rate", 0.01),
+    ("Find the best character to use against a dragon in DragonSlayer.", "player_level", 5),
+    ("What is the best chess move for white in this position?", "year", 2023),
+    ("Which colors should I mix to get a specific shade?", "red", 255),
+]
+
+
+@pytest.mark.parametrize(("request_", "name", "value"), MADE_UP)
+def test_a_value_the_request_does_not_give_is_invented(
+    request_: str, name: str, value: Any
+) -> None:
+    tool = spec(name, **({name: {"type": "number"}} if not isinstance(value, str) else {}))
+    assert held(request_, tool, **{name: value}) == {name: value}
+
+
+# Values a correct call carries, in the forms the request gives them.
+GIVEN = [
+    ("Find concerts in New York.", "location", "New York, NY"),
+    ("What's the net worth of Messi?", "name", "Lionel Messi"),
+    ("Evolutionary rate of whales", "topic", "evolution"),
+    ("Emissions of a gasoline vehicle", "vehicle_type", "gas"),
+    ("Revenue of 1,234 units", "units", 1234),
+    ("Cash flows [200,300,400,500] at 10%", "cash_flows", [200, 300, 400, 500]),
+    ("The roots of 2x^2 + 3x - 4 with coefficients 2, 3 and -4", "c", -4),
+    ("A discount rate of 5%", "rate", 0.05),
+    ("A grant of 3 million dollars", "amount", 3_000_000),
+    ("A budget of 2k", "amount", 2000),
+    ("A capacitance of 100µF", "capacitance", 0.0001),
+    ("Charges of 1e-9 and 2e-9", "charge", 2e-09),
+    ("Air quality in New York for the next week", "days", 7),
+    ("Interest compounded quarterly", "n", 4),
+    ("Twelve eggs", "count", 12),
+    ("The stock price at closing March.11, 2022", "date", "2022-03-11"),
+    ("The UV index for Tokyo for tomorrow, June01 2023", "date", "06-01-2023"),
+    ("Book from 10th December 2022", "start_date", "10/12/2022"),
+    ("Exchange rate from British Pounds to Japanese Yen", "source_currency", "GBP"),
+    ("Who won the NBA final 2023?", "battle_name", "NBA Final 2023"),
+    ("Plot a sine wave starting from rest", "initial_velocity", 0),
+    ("The next month", "months", 1),
+]
+
+
+@pytest.mark.parametrize(("request_", "name", "value"), GIVEN)
+def test_a_value_the_request_gives_in_another_form_is_not_invented(
+    request_: str, name: str, value: Any
+) -> None:
+    tool = spec(name, **({name: {"type": "array"}} if isinstance(value, list) else {}))
+    assert held(request_, tool, **{name: value}) == {}
+
+
+@pytest.mark.parametrize(
+    ("request_", "expression", "made_up"),
+    [
+        ("What is 17.5% of 86420?", "17.5% of 86420", False),
+        ("A shop sells 1250 units a day at $7 each. Revenue over 6 weeks?", "1250 * 7 * 6", False),
+        ("How many seconds are there in a week?", "7 * 24 * 60 * 60", False),
+        ("I had 120 apples and gave away a third. How many are left?", "120 - 120 / 3", False),
+        ("What is 3.2 x 4.5?", "3.2 x 4.5", False),
+        ("What is the capital of France?", "22.5 * 100", True),
+        ("What year did World War II end?", "1945 - 1939", True),
+        ("How many sides does a hexagon have?", "6", True),
+    ],
+)
+def test_arithmetic_may_bring_constants_but_works_on_a_number_the_user_gave(
+    request_: str, expression: str, made_up: bool
+) -> None:
+    tool = spec("expression")
+    assert bool(held(request_, tool, expression=expression)) is made_up
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("task", "count"),  # a sub-agent's task, however terse
+        ("search_query", "weather"),
+        ("userPrompt", "summarise"),
+        ("path", "src/main.py"),
+        ("url", "https://example.org/a"),
+        ("file_path", "README"),
+        ("snippet", "print(sum(range(10)))"),
+        ("title", "one two three four five six seven eight"),  # long: composed
+    ],
+)
+def test_text_the_model_composes_is_never_invented(name: str, value: str) -> None:
+    assert held("Do it.", spec(name), **{name: value}) == {}
+
+
+def test_flags_defaults_choices_codes_and_optional_arguments_are_the_model_s_to_choose() -> None:
+    tool = spec(
+        "unit",
+        "verbose",
+        "mode",
+        "currency",
+        unit={"type": "string", "default": "celsius"},
+        verbose={"type": "boolean"},
+        mode={"type": "string", "enum": ["fast", "exact"]},
+        currency={"type": "string"},
+        city={"type": "string"},  # not required
+    )
+    assert held(
+        "How warm is it?", tool, unit="celsius", verbose=True, mode="exact", currency="USD",
+        city="Atlantis",
+    ) == {}  # fmt: skip
+    assert held("How warm is it?", tool, unit="kelvin") == {"unit": "kelvin"}
+
+
+def test_values_from_any_source_count_and_sources_grow() -> None:
+    sources = Sources(["Look up the team.", ""])
+    call = ToolCall.from_arguments("f", {"team_name": "Germany"})
+    assert invented(call, spec("team_name"), sources) == {"team_name": "Germany"}
+    sources.add('{"winner": "Germany", "year": 2014}')  # a tool result
+    assert invented(call, spec("team_name"), sources) == {}
+
+
+def test_hostile_schemas_and_values_are_read_without_error() -> None:
+    call = ToolCall.from_arguments("f", {"a": "x", "b": [[[[[[[[[[["deep"]]]]]]]]]]]})
+    for parameters in (
+        {"properties": "nonsense", "required": ["a"]},
+        {"properties": {"a": 5}, "required": ["a", 7, None]},
+        {"required": "a"},
+        [],
+    ):
+        tool = ToolSpec("f", "", parameters)  # type: ignore[arg-type]
+        assert invented(call, tool, Sources(["y"])) in ({}, {"a": "x"})
+    deep = ToolSpec("f", "", {"properties": {}, "required": ["b"]})
+    assert invented(call, deep, Sources(["y"])) == {}  # past MAX_DEPTH: not a user's value
+    # A huge source is read at its two ends only.
+    middle = "Germany"
+    sources = Sources(["a " * MAX_SOURCE_CHARS + middle + " b" * MAX_SOURCE_CHARS])
+    assert not sources.has_word("germany")
+    assert Sources(["head Germany " + "a " * MAX_SOURCE_CHARS]).has_word("germany")
