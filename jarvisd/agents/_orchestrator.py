@@ -158,7 +158,11 @@ def _args(value: Any) -> dict[str, Any] | str:
 
 
 class OrchestratorAgent(ToolUsingAgent):
-    """Multi-turn tool calling; independent calls of one turn run concurrently."""
+    """Multi-turn tool calling; independent calls of one turn run concurrently.
+
+    ``hold_invented`` (on by default): a call whose values the conversation never gave
+    (a team, a date, a number the model made up) is not run; the model is asked once,
+    without tools, to answer instead, or to ask for what it needs."""
 
     agent_id: ClassVar[str] = "orchestrator"
 
@@ -166,9 +170,11 @@ class OrchestratorAgent(ToolUsingAgent):
         self,
         *args: Any,
         mode: Literal["function_calling", "structured"] = "function_calling",
+        hold_invented: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.hold_invented = hold_invented
         if mode not in ("function_calling", "structured"):
             raise UsageError(
                 f"orchestrator mode must be 'function_calling' or 'structured', not {mode!r}"
@@ -176,8 +182,13 @@ class OrchestratorAgent(ToolUsingAgent):
         self.mode = mode
 
     def dialect(self) -> Dialect:
+        dialect: Dialect
         if self.mode != "function_calling":
-            return StructuredDialect()
-        from ..catalog import tool_prompt
+            dialect = StructuredDialect()
+        else:
+            from ..catalog import tool_prompt
 
-        return FunctionCallingDialect(tool_prompt(self.model or self.engine.default_model()))
+            model = self.model or self.engine.default_model()
+            dialect = FunctionCallingDialect(tool_prompt(model))
+        dialect.holds_invented = self.hold_invented
+        return dialect

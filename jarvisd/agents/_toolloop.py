@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from .._events import EventBus
+from .._grounding import Sources, invented
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from .._run import RunContext
 from .._toolcalls import starts_like_a_call
@@ -98,6 +99,9 @@ class Dialect(abc.ABC):
     offers_tools: ClassVar[bool] = False
     #: Stop sequences for generation (e.g. ReAct stops before inventing observations).
     stop: tuple[str, ...] = ()
+    #: Hold back calls whose values the run was never given (see ``_grounding``) and
+    #: ask for the answer instead: for tools called with values a user gives.
+    holds_invented: bool = False
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         return None
@@ -378,6 +382,10 @@ async def run_tool_loop(
         budget = max(window - agent.max_tokens - spec_tokens - 64, 256)
     counted = [0, 0]  # messages already sized, their estimated tokens (history only grows)
     known = {r.content for r in state.tool_results if r.success}  # results the model has
+    # What the run was given, for the calls' values (see _grounding): the task and the
+    # conversation, the agent's own instructions, then each tool result as it comes.
+    sources = Sources([agent.system_prompt or ""])
+    indexed = 0
     # What agent._generate would do each turn, done once: every turn is alike.
     engine = RunEngine.bind(agent.engine, run)
     sampling = agent._options(stop=dialect.stop or None, stop_when=dialect.stop_when(executor))
@@ -412,6 +420,10 @@ async def run_tool_loop(
 
     while state.turns < agent.max_turns:
         run.cancel.raise_if_cancelled()
+        for message in state.messages[indexed:]:
+            if message.role is not Role.SYSTEM:  # the system one is the dialect's prompt
+                sources.add(message.content)
+        indexed = len(state.messages)
         messages = list(state.messages)
         if budget:
             for message in messages[counted[0] :]:  # size only what was appended since
@@ -454,6 +466,22 @@ async def run_tool_loop(
             continue
         state.reprompts = 0
         step = _unique_calls(step)
+        held = _invented(step.calls, executor, sources) if dialect.holds_invented else []
+        if held:
+            # Not run: a call on values nobody gave answers nothing (a "last world cup"
+            # looked up for a made-up team). One turn without tools answers instead.
+            state.messages.append(Message.assistant(generation.content))
+            if state.turns >= agent.max_turns:
+                save()
+                return finish(held_message(held), held_calls=held)
+            content, more = await _answer_turn(
+                agent, run, state, dialect, executor, held_note(held), gate
+            )
+            save()
+            if "error" in more:  # it called again: say what is missing instead
+                more.pop("error")
+                content = held_message(held)
+            return finish(content, held_calls=held, **more)
         if step.recovered:
             state.recovered_calls += len(step.calls)
         state.messages.append(dialect.assistant_message(generation, step))
@@ -502,6 +530,50 @@ async def run_tool_loop(
     return result
 
 
+def _invented(
+    calls: Sequence[ToolCall], executor: ToolExecutor, sources: Sources
+) -> list[dict[str, Any]]:
+    """The calls of a reply that carry values the run was never given, each as
+    ``{"tool": name, "invented": {argument: value}}`` (see :func:`invented`)."""
+    held = []
+    for call in calls:
+        tool = executor.tools.get(call.name)
+        if tool is None:
+            continue  # an unknown tool gets the executor's own error
+        values = invented(call, tool.spec, sources)
+        if values:
+            held.append({"tool": call.name, "invented": values})
+    return held
+
+
+def _values(held: Sequence[Mapping[str, Any]], max_chars: int = 80) -> str:
+    def shown(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+    return "; ".join(
+        f"{h['tool']}(" + ", ".join(f"{k}={shown(v)}" for k, v in h["invented"].items()) + ")"
+        for h in held
+    )
+
+
+def held_note(held: Sequence[Mapping[str, Any]]) -> str:
+    """Why the answer turn is asked after held calls (see :func:`_invented`)."""
+    return (
+        f"Your tool call was not made, because the request does not give these values: "
+        f"{_values(held)}. Do not make up values. If you need one, ask for it; otherwise "
+        "answer from what you know.\n\n"
+    )
+
+
+def held_message(held: Sequence[Mapping[str, Any]]) -> str:
+    """The run's answer when the model gave none after held calls: what it lacked."""
+    return (
+        "No answer: the model's tool call used values the request does not give "
+        f"({_values(held)}). Give them and ask again."
+    )
+
+
 def _unique_calls(step: Step) -> Step:
     """Collapse identical calls within one reply (small models sometimes emit the same
     call a dozen times): each distinct call runs once and appears once in the history."""
@@ -523,6 +595,8 @@ ANSWER_NOW = (
     "{input}\n\nThese tool results are already known:\n{results}\n\n{why}"
     "Using these results, answer the request above in plain text. Do not call any tool."
 )
+#: The same without results (none succeeded, or a held call was the first).
+ANSWER_PLAIN = "{input}\n\n{why}Answer the request above in plain text. Do not call any tool."
 UNSTATED_NOTE = "Your answer did not state the values these tools returned: state them.\n\n"
 BLOCKED_NOTE = (
     "Your last tool call repeated an earlier call with exactly the same arguments, so it "
@@ -542,7 +616,7 @@ def _known_results(state: LoopState, limit: int = 20, max_chars: int = 1000) -> 
         line = f"- {result.tool_name}({args}) returned: {result.content[:max_chars]}"
         if line not in lines:
             lines.append(line)
-    return "\n".join(lines[-limit:]) or "- (no tool succeeded)"
+    return "\n".join(lines[-limit:])
 
 
 async def _answer_turn(
@@ -557,9 +631,11 @@ async def _answer_turn(
     """One generation without tools on a flattened prompt (the request, the known
     results and ``why`` it is asked: a call was blocked, an answer left the results
     out); its text is the answer unless it is yet another call or empty."""
-    prompt = Message.user(
-        ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
-    )
+    if any(r.success for r in state.tool_results):
+        text = ANSWER_NOW.format(input=state.input, results=_known_results(state), why=why)
+    else:
+        text = ANSWER_PLAIN.format(input=state.input, why=why)
+    prompt = Message.user(text)
     if gate is None or not gate.streams:
         generation = await agent._generate(run, [prompt])
     else:

@@ -47,7 +47,7 @@ def run_agent(key: str, replies: list[Any], kind: str = "direct") -> tuple[Any, 
                 key, engine, "scripted", temperature=0, tools=[CalculatorTool(), ThinkTool()]
             )
             try:
-                return await agent.arun("What is 6*7?")
+                return await agent.arun("What are 6*7 and 2+3?")
             finally:
                 if engine is not scripted:
                     await engine.aclose()

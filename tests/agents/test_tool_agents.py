@@ -77,7 +77,7 @@ def test_tool_loop_runs_the_tool_and_returns_the_answer(key: str, kind: str) -> 
 def test_max_turns(key: str, kind: str) -> None:
     scripted = ScriptedEngine([CALL[key](f"{i}+1") for i in range(3)])
     with engine_for(kind, scripted) as engine:
-        result = arun(make(key, engine, max_turns=3), "count")
+        result = arun(make(key, engine, max_turns=3), "count up from 0 by 1")
     assert result.turns == 3
     assert result.metadata["max_turns_exceeded"] is True
     assert len(result.tool_results) == 3
@@ -306,7 +306,7 @@ def test_orchestrator_structured_mode() -> None:
 def test_parallel_calls_of_one_turn_each_get_a_result_in_order() -> None:
     calls = [ToolCall.from_arguments("calculator", {"expression": f"{i}*2"}) for i in range(3)]
     scripted = ScriptedEngine([reply("", *calls), reply("0, 2 and 4")])
-    result = arun(make("orchestrator", scripted), "doubles")
+    result = arun(make("orchestrator", scripted), "double 0, 1 and 2")
     assert [r.content for r in result.tool_results] == ["0", "2", "4"]
     tool_msgs = [m for m in scripted.calls[1].messages if m.role is Role.TOOL]
     assert [m.tool_call_id for m in tool_msgs] == [c.id for c in calls]
@@ -317,14 +317,14 @@ def test_checkpoint_after_each_turn_and_resume_continues() -> None:
     scripted = ScriptedEngine([CALL["orchestrator"]("1+2"), CALL["orchestrator"]("3+4")])
     run = RunContext(checkpoint=lambda s: states.append(dict(s)))
     with pytest.raises(Exception, match="script exhausted"):
-        arun(make("orchestrator", scripted), "sum", run)
+        arun(make("orchestrator", scripted), "sum 1+2 and 3+4", run)
     assert [s["turns"] for s in states] == [1, 2]
     last = states[-1]
     assert last["version"] == 1 and last["agent"] == "orchestrator"
     assert LoopState.from_dict(last).messages[-1].role is Role.TOOL
     # Resume: only the remaining turn is generated; no tool call is replayed.
     scripted2 = ScriptedEngine([reply("3 and 7")])
-    result = arun(make("orchestrator", scripted2), "sum", RunContext(resume=last))
+    result = arun(make("orchestrator", scripted2), "sum 1+2 and 3+4", RunContext(resume=last))
     assert result.content == "3 and 7" and result.turns == 3
     assert [r.content for r in result.tool_results] == ["3", "7"]
     assert len(scripted2.calls) == 1 and result.metadata["resumed"] is True
@@ -348,7 +348,7 @@ def test_cancellation_during_a_tool_leaves_no_call_without_a_result() -> None:
 
     async def go() -> None:
         asyncio.get_running_loop().call_later(0.2, run.cancel.cancel, "user stop")
-        await agent.arun("x", run=run)
+        await agent.arun("what is 1+1?", run=run)
 
     with pytest.raises(Cancelled):
         asyncio.run(go())
@@ -364,7 +364,9 @@ def test_budget_applies_to_the_loop() -> None:
 
     scripted = ScriptedEngine([CALL["orchestrator"](f"{i}") for i in range(5)])
     with pytest.raises(BudgetExceeded):
-        arun(make("orchestrator", scripted), "x", RunContext(budget=Budget(max_calls=2)))
+        arun(
+            make("orchestrator", scripted), "0, 1, 2, 3, 4", RunContext(budget=Budget(max_calls=2))
+        )
     assert len(scripted.calls) == 2
 
 

@@ -1,0 +1,129 @@
+"""Held calls: the orchestrator does not run a call whose values the conversation never
+gave (what small models write when no tool fits: a team, a date, a number made up); it
+asks once, without tools, for the answer instead. Scripted engines, directly and
+through the Ollama protocol."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from jarvisd._messages import ToolSpec
+from jarvisd.agents import AgentRegistry
+from jarvisd.engines import Engine, ScriptedEngine, reply
+from jarvisd.tools import BaseTool, CalculatorTool
+
+from ._helpers import KINDS, engine_for
+
+
+class MatchStats(BaseTool):
+    """A BFCL-like lookup that needs values a user gives."""
+
+    spec = ToolSpec(  # type: ignore[assignment]
+        "get_match_stats",
+        "Statistics of a team's matches in a tournament.",
+        {
+            "type": "object",
+            "properties": {
+                "team_name": {"type": "string"},
+                "tournament": {"type": "string"},
+                "year": {"type": "integer"},
+            },
+            "required": ["team_name", "tournament"],
+        },
+    )
+
+    def __init__(self) -> None:
+        self.ran: list[dict[str, Any]] = []
+
+    def execute(self, **params: Any) -> str:
+        self.ran.append(params)
+        return "Germany: 7 matches, 7 wins"
+
+
+def run(engine: Engine, question: str, **options: Any) -> tuple[Any, MatchStats]:
+    stats = MatchStats()
+    agent = AgentRegistry.create(
+        "orchestrator", engine, "scripted", temperature=0,
+        tools=[stats, CalculatorTool()], **options,
+    )  # fmt: skip
+
+    async def go() -> Any:
+        try:
+            return await agent.arun(question)
+        finally:
+            if not isinstance(engine, ScriptedEngine):
+                await engine.aclose()
+
+    return asyncio.run(go()), stats
+
+
+MADE_UP = ("get_match_stats", {"team_name": "Germany", "tournament": "World Cup"})
+QUESTION = "Who won the last world cup in football?"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_call_on_made_up_values_is_not_run_and_the_model_answers_instead(kind: str) -> None:
+    scripted = ScriptedEngine([reply("", MADE_UP), reply("Argentina won the 2022 World Cup.")])
+    with engine_for(kind, scripted) as engine:
+        result, stats = run(engine, QUESTION)
+    assert stats.ran == [] and result.tool_results == []
+    assert result.content == "Argentina won the 2022 World Cup."
+    assert result.metadata["held_calls"] == [
+        {"tool": "get_match_stats", "invented": {"team_name": "Germany"}}
+    ]
+    # The second turn was asked without tools, saying which value was made up.
+    second = scripted.calls[1]
+    assert second.tools == ()
+    assert QUESTION in second.messages[-1].content
+    assert "team_name='Germany'" in second.messages[-1].content
+
+
+def test_a_model_that_calls_again_gets_no_call_run_and_the_user_is_told_what_is_missing() -> None:
+    scripted = ScriptedEngine([reply("", MADE_UP), reply('{"name": "get_match_stats", '
+                               '"arguments": {"team_name": "Germany", "tournament": "x"}}')])  # fmt: skip
+    result, stats = run(scripted, QUESTION)
+    assert stats.ran == []
+    assert "team_name='Germany'" in result.content and "Give them" in result.content
+    assert "error" not in result.metadata
+    assert len(scripted.calls) == 2
+
+
+def test_with_one_turn_left_a_held_call_ends_the_run_without_another_generation() -> None:
+    # jarvis eval bfcl reads the first turn only (max_turns=1).
+    scripted = ScriptedEngine([reply("", MADE_UP)])
+    result, stats = run(scripted, QUESTION, max_turns=1)
+    assert stats.ran == [] and len(scripted.calls) == 1
+    assert result.metadata["held_calls"][0]["tool"] == "get_match_stats"
+
+
+@pytest.mark.parametrize(
+    "question",
+    [
+        "How did Germany do in the World Cup?",  # every value in the request
+        "How did Die Mannschaft do in the World Cup? (the team is Germany)",
+    ],
+)
+def test_a_call_on_values_the_request_gives_runs(question: str) -> None:
+    scripted = ScriptedEngine([reply("", MADE_UP), reply("Germany won all 7.")])
+    result, stats = run(scripted, question)
+    assert stats.ran == [{"team_name": "Germany", "tournament": "World Cup"}]
+    assert "held_calls" not in result.metadata
+
+
+def test_a_value_a_tool_returned_may_be_used_by_the_next_call() -> None:
+    # 2014 is in no message of the user's: only in the first call's result.
+    first = ("calculator", {"expression": "1954 + 60"})
+    then = ("calculator", {"expression": "2014"})
+    scripted = ScriptedEngine([reply("", first), reply("", then), reply("2014.")])
+    result, _ = run(scripted, "What is 1954 + 60? Check the sum by evaluating it alone.")
+    assert [r.content for r in result.tool_results] == ["2014", "2014"]
+    assert "held_calls" not in result.metadata
+
+
+def test_the_hold_can_be_turned_off() -> None:
+    scripted = ScriptedEngine([reply("", MADE_UP), reply("Germany won 7.")])
+    result, stats = run(scripted, QUESTION, hold_invented=False)
+    assert len(stats.ran) == 1 and "held_calls" not in result.metadata
