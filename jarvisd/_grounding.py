@@ -4,7 +4,10 @@ up when no tool fits ("Who won the last world cup?" -> ``get_match_stats(team_na
 
 :class:`Sources` indexes what the run was given (the user's messages, the agent's
 instructions, tool results): its words and its numbers. :func:`invented` reads one call
-against it and returns the required arguments whose values appear nowhere there.
+against it and returns the required arguments whose values appear nowhere there;
+:func:`unrelated` finds the calls that pass such values, all given, to a tool that
+shares no word with the request ("How many sides does a hexagon have?" ->
+``calculate_boiling_point(substance="hexagon")``).
 
 It judges only values a user would give: numbers, dates, names of at most
 :data:`MAX_NAME_WORDS` words, and arithmetic (which may bring its own constants, 7 days
@@ -24,12 +27,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from ._messages import ToolCall, ToolSpec
 
-__all__ = ["Sources", "invented"]
+__all__ = ["Sources", "invented", "unrelated"]
 
 #: A longer string is composed text (a task, a question), not a name the user gave.
 MAX_NAME_WORDS = 6
@@ -197,63 +200,121 @@ def _schema(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _given(value: Any, schema: Mapping[str, Any], sources: Sources, depth: int = 0) -> bool:
-    """False only when ``value`` is a value the user would give and they did not."""
+def _leaves(value: Any, schema: Mapping[str, Any], depth: int = 0) -> Iterator[float | str]:
+    """The values in an argument that a user would give (numbers and strings, stripped):
+    what the model may rightly choose (see :func:`_neutral`) and 0 and 1 left out."""
     if depth > MAX_DEPTH or _neutral(value, schema):
-        return True
-    if isinstance(value, int | float):
-        # 0 and 1 are the values "from rest", "a", "next" stand for: never counted.
-        return value in (0, 1) or not math.isfinite(value) or sources.has_number(float(value))
+        return
     if isinstance(value, list):
-        items = schema.get("items")
-        return all(_given(v, _schema(items), sources, depth + 1) for v in value)
-    if isinstance(value, dict):
+        items = _schema(schema.get("items"))
+        for item in value:
+            yield from _leaves(item, items, depth + 1)
+    elif isinstance(value, dict):
         props = _schema(schema.get("properties"))
-        return all(_given(v, _schema(props.get(k)), sources, depth + 1) for k, v in value.items())
-    if not isinstance(value, str):
-        return True
-    return _given_text(value.strip(), sources)
+        for key, item in value.items():
+            yield from _leaves(item, _schema(props.get(key)), depth + 1)
+    elif isinstance(value, int | float):
+        # 0 and 1 are the values "from rest", "a", "next" stand for: never counted.
+        if value not in (0, 1) and math.isfinite(value):
+            yield float(value)
+    elif isinstance(value, str) and value.strip():
+        yield value.strip()
 
 
-def _given_text(text: str, sources: Sources) -> bool:
-    if not text or _CODE.fullmatch(text):
+def _given(value: float | str, sources: Sources) -> bool:
+    if isinstance(value, float):
+        return sources.has_number(value)
+    if _CODE.fullmatch(value):
         return True
-    if _DATE.fullmatch(text):
-        parts = re.findall(r"\d+", text.split("T")[0])
+    if _DATE.fullmatch(value):
+        parts = re.findall(r"\d+", value.split("T")[0])
         return all(sources.has_number(float(p)) or sources.has_number(float(p) + 2000)
                    for p in parts)  # fmt: skip
-    if _OPERATOR.search(text) and re.search(r"\d", text):
-        letters = re.findall(r"[^\W\d_]+", text.lower())
-        if all(word in _MATH_WORDS for word in letters):
-            # Arithmetic: it may bring its own constants (7 days, 100 for a percentage)
-            # but works on at least one number the user gave.
-            return any(sources.has_number(float(n)) for n in re.findall(r"\d+(?:\.\d+)?", text))
+    if _arithmetic(value):
+        # It may bring its own constants (7 days, 100 for a percentage) but works on at
+        # least one number the user gave.
+        return any(sources.has_number(float(n)) for n in re.findall(r"\d+(?:\.\d+)?", value))
+    words = _name_words(value)
+    return words is None or any(sources.has_word(word) for word in words)
+
+
+def _arithmetic(text: str) -> bool:
+    if not (_OPERATOR.search(text) and re.search(r"\d", text)):
+        return False
+    return all(word in _MATH_WORDS for word in re.findall(r"[^\W\d_]+", text.lower()))
+
+
+def _name_words(text: str) -> list[str] | None:
+    """The words of ``text`` when it reads as a name a user gives (a place, a team, a
+    unit: at most :data:`MAX_NAME_WORDS` words); None for a code, a date, arithmetic
+    or composed text (code, a path, a sentence)."""
+    if _CODE.fullmatch(text) or _DATE.fullmatch(text) or _arithmetic(text):
+        return None
     if _COMPOSED.search(text):
-        return True
+        return None
     words = [w for w in _WORD.findall(text.lower()) if w not in _STOP]
-    if not words or len(words) > MAX_NAME_WORDS:
-        return True
-    return any(sources.has_word(word) for word in words)
+    return words if words and len(words) <= MAX_NAME_WORDS else None
+
+
+def _is_name(value: float | str) -> bool:
+    """A name with letters: "Paris", "NBA Final 2023"; not "42", which is a number."""
+    words = _name_words(value) if isinstance(value, str) else None
+    return words is not None and not all(word.isdigit() for word in words)
+
+
+def _judged(call: ToolCall, spec: ToolSpec) -> Iterator[tuple[str, Any, Mapping[str, Any]]]:
+    """The required arguments of ``call`` that a user would give: name, value, schema."""
+    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
+    properties = _schema(parameters.get("properties"))
+    required = parameters.get("required")
+    if not isinstance(required, list):
+        return
+    arguments = call.arguments_dict()
+    for name in required:
+        if isinstance(name, str) and name in arguments and not _model_written(name):
+            yield name, arguments[name], _schema(properties.get(name))
 
 
 def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, Any]:
     """The required arguments of ``call`` whose values ``sources`` never gave, by name;
     empty when every one was given (or is the model's to choose)."""
-    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
-    properties = parameters.get("properties")
-    properties = properties if isinstance(properties, Mapping) else {}
-    required = parameters.get("required")
-    if not isinstance(required, list):
-        return {}
-    arguments = call.arguments_dict()
     return {
-        name: arguments[name]
-        for name in required
-        if isinstance(name, str)
-        and name in arguments
-        and not _model_written(name)
-        and not _given(arguments[name], _schema(properties.get(name)), sources)
+        name: value
+        for name, value, schema in _judged(call, spec)
+        if not all(_given(leaf, sources) for leaf in _leaves(value, schema))
     }
+
+
+def unrelated(call: ToolCall, spec: ToolSpec, sources: Sources) -> bool:
+    """True when ``call`` passes a name (a place, a substance, a unit) to a tool that
+    shares no word with what the run was given: its name, description, parameters and
+    their choices all foreign to the request ("How many sides does a hexagon have?" ->
+    ``calculate_boiling_point(substance="hexagon")``). Calls on numbers and arithmetic
+    alone are never judged: "What is 2+2?" shares no word with a calculator."""
+    names = any(
+        _is_name(leaf)
+        for _, value, schema in _judged(call, spec)
+        for leaf in _leaves(value, schema)
+    )
+    return names and not any(sources.has_word(word) for word in _tool_words(spec))
+
+
+def _tool_words(spec: ToolSpec) -> set[str]:
+    """The words a tool is described with: name, description, parameters, choices."""
+    texts = [spec.name, spec.description]
+    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
+    for name, schema in _schema(parameters.get("properties")).items():
+        schema = _schema(schema)
+        choices = schema.get("enum")
+        texts += [str(name), str(schema.get("description", ""))]
+        texts += [str(c) for c in choices] if isinstance(choices, list) else []
+    words: set[str] = set()
+    for text in texts:
+        for part in _NAME_PART.findall(text[:MAX_SOURCE_CHARS]):
+            word = part.lower()
+            if len(word) >= 3 and word not in _STOP and not word.isdigit():
+                words.add(word)
+    return words
 
 
 def _model_written(name: str) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jarvisd._grounding import MAX_SOURCE_CHARS, Sources, invented
+from jarvisd._grounding import MAX_SOURCE_CHARS, Sources, invented, unrelated
 from jarvisd._messages import ToolCall, ToolSpec
 
 
@@ -162,3 +162,62 @@ def test_hostile_schemas_and_values_are_read_without_error() -> None:
     sources = Sources(["a " * MAX_SOURCE_CHARS + middle + " b" * MAX_SOURCE_CHARS])
     assert not sources.has_word("germany")
     assert Sources(["head Germany " + "a " * MAX_SOURCE_CHARS]).has_word("germany")
+
+
+def tool(name: str, description: str, **properties: dict[str, Any]) -> ToolSpec:
+    parameters = {"type": "object", "properties": properties, "required": list(properties)}
+    return ToolSpec(name, description, parameters)
+
+
+BOILING = tool("calculate_boiling_point", "Boiling point of a substance at a pressure.",
+               substance={"type": "string"}, pressure={"type": "number"})  # fmt: skip
+CURRENCY = tool("convert_currency", "Convert an amount from one currency to another.",
+                amount={"type": "number"}, from_currency={"type": "string"},
+                to_currency={"type": "string"})  # fmt: skip
+CALCULATOR = tool("calculator", "Evaluate an arithmetic expression.",
+                  expression={"type": "string"})  # fmt: skip
+WEATHER = tool("get_weather", "Current conditions at a place.",
+               city={"type": "string", "description": "A city, e.g. Paris; forecast "
+                     "words such as rain or sunny are answered too."})  # fmt: skip
+LAW = tool("get_law_categories", "Categories of law.",
+           law_type={"type": "string", "enum": ["civil", "criminal", "noise"]})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("request_", "spec_", "arguments", "foreign"),
+    [
+        # Calls small models made on BFCL's irrelevance set.
+        ("How many sides does a hexagon have?", BOILING, {"substance": "hexagon"}, True),
+        ("What's 10inch in meter", CURRENCY,
+         {"amount": 10, "from_currency": "inch", "to_currency": "meter"}, True),
+        # Numbers and arithmetic alone are never judged: "2+2" shares no word with a
+        # calculator, nor does a word problem.
+        ("What is 2+2?", CALCULATOR, {"expression": "2+2"}, False),
+        ("6*7? Check it.", CALCULATOR, {"expression": "42"}, False),
+        ("A shop sells 1250 units a day at $7. Revenue over 6 weeks?", CALCULATOR,
+         {"expression": "1250 * 7 * 6"}, False),
+        # Any word of the tool counts: its name, description, parameters' descriptions
+        # and choices, in any form ("sunny" for "sunny", "weathers" for "weather").
+        ("Is it sunny in Paris?", WEATHER, {"city": "Paris"}, False),
+        ("Any weathers alerts for Oslo?", WEATHER, {"city": "Oslo"}, False),
+        ("Can I complain about the noise next door?", LAW, {"law_type": "noise"}, False),
+        ("Where is Oslo?", WEATHER, {"city": "Oslo"}, True),
+    ],
+)  # fmt: skip
+def test_a_name_passed_to_a_tool_that_shares_no_word_with_the_request_is_foreign(
+    request_: str, spec_: ToolSpec, arguments: dict[str, Any], foreign: bool
+) -> None:
+    call = ToolCall.from_arguments(spec_.name, arguments)
+    assert unrelated(call, spec_, Sources([request_])) is foreign
+
+
+def test_a_tool_s_words_count_from_any_source_and_hostile_specs_are_read() -> None:
+    call = ToolCall.from_arguments("calculate_boiling_point", {"substance": "hexagon"})
+    sources = Sources(["How many sides does a hexagon have?"])
+    assert unrelated(call, BOILING, sources)
+    sources.add("You answer questions on boiling points.")  # the agent's instructions
+    assert not unrelated(call, BOILING, sources)
+    for parameters in ({"properties": {"substance": 5}, "required": ["substance"]},
+                       {"properties": [], "required": ["substance"]}, []):  # fmt: skip
+        hostile = ToolSpec("f", "x" * (2 * MAX_SOURCE_CHARS), parameters)  # type: ignore[arg-type]
+        assert unrelated(call, hostile, Sources(["a hexagon"])) in (True, False)

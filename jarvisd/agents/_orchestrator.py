@@ -160,9 +160,10 @@ def _args(value: Any) -> dict[str, Any] | str:
 class OrchestratorAgent(ToolUsingAgent):
     """Multi-turn tool calling; independent calls of one turn run concurrently.
 
-    ``hold_invented`` (on by default): a call whose values the conversation never gave
-    (a team, a date, a number the model made up) is not run; the model is asked once,
-    without tools, to answer instead, or to ask for what it needs."""
+    ``hold_ungrounded`` (on by default): a call whose values the conversation never gave
+    (a team, a date, a number the model made up), or that passes a name to a tool that
+    shares no word with the request, is not run; the model is asked once, without
+    tools, to answer instead, or to ask for what it needs."""
 
     agent_id: ClassVar[str] = "orchestrator"
 
@@ -170,11 +171,11 @@ class OrchestratorAgent(ToolUsingAgent):
         self,
         *args: Any,
         mode: Literal["function_calling", "structured"] = "function_calling",
-        hold_invented: bool = True,
+        hold_ungrounded: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
-        self.hold_invented = hold_invented
+        self.hold_ungrounded = hold_ungrounded
         if mode not in ("function_calling", "structured"):
             raise UsageError(
                 f"orchestrator mode must be 'function_calling' or 'structured', not {mode!r}"
@@ -190,5 +191,5 @@ class OrchestratorAgent(ToolUsingAgent):
 
             model = self.model or self.engine.default_model()
             dialect = FunctionCallingDialect(tool_prompt(model))
-        dialect.holds_invented = self.hold_invented
+        dialect.holds_ungrounded = self.hold_ungrounded
         return dialect

@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from .._events import EventBus
-from .._grounding import Sources, invented
+from .._grounding import Sources, invented, unrelated
 from .._messages import Generation, Message, Role, ToolCall, ToolResult, ToolSpec, Usage
 from .._run import RunContext
 from .._toolcalls import starts_like_a_call
@@ -99,9 +99,9 @@ class Dialect(abc.ABC):
     offers_tools: ClassVar[bool] = False
     #: Stop sequences for generation (e.g. ReAct stops before inventing observations).
     stop: tuple[str, ...] = ()
-    #: Hold back calls whose values the run was never given (see ``_grounding``) and
-    #: ask for the answer instead: for tools called with values a user gives.
-    holds_invented: bool = False
+    #: Hold back calls the run does not ground (values it never gave, a name passed to a
+    #: tool foreign to the request: see ``_grounding``) and ask for the answer instead.
+    holds_ungrounded: bool = False
 
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         return None
@@ -466,10 +466,11 @@ async def run_tool_loop(
             continue
         state.reprompts = 0
         step = _unique_calls(step)
-        held = _invented(step.calls, executor, sources) if dialect.holds_invented else []
+        held = _held(step.calls, executor, sources) if dialect.holds_ungrounded else []
         if held:
-            # Not run: a call on values nobody gave answers nothing (a "last world cup"
-            # looked up for a made-up team). One turn without tools answers instead.
+            # Not run: a call on values nobody gave, or on a tool foreign to the request,
+            # answers nothing (a "last world cup" looked up for a made-up team, a
+            # hexagon's sides as a boiling point). One turn without tools answers instead.
             state.messages.append(Message.assistant(generation.content))
             if state.turns >= agent.max_turns:
                 save()
@@ -530,12 +531,14 @@ async def run_tool_loop(
     return result
 
 
-def _invented(
+def _held(
     calls: Sequence[ToolCall], executor: ToolExecutor, sources: Sources
 ) -> list[dict[str, Any]]:
-    """The calls of a reply that carry values the run was never given, each as
-    ``{"tool": name, "invented": {argument: value}}`` (see :func:`invented`)."""
-    held = []
+    """The calls of a reply not to run, each as ``{"tool": name, "invented": {argument:
+    value}}`` (values the run was never given, see :func:`invented`) or ``{"tool":
+    name, "unrelated": True}`` (a name passed to a tool foreign to the request, see
+    :func:`unrelated`)."""
+    held: list[dict[str, Any]] = []
     for call in calls:
         tool = executor.tools.get(call.name)
         if tool is None:
@@ -543,34 +546,39 @@ def _invented(
         values = invented(call, tool.spec, sources)
         if values:
             held.append({"tool": call.name, "invented": values})
+        elif unrelated(call, tool.spec, sources):
+            held.append({"tool": call.name, "unrelated": True})
     return held
 
 
-def _values(held: Sequence[Mapping[str, Any]], max_chars: int = 80) -> str:
+def _why_held(held: Sequence[Mapping[str, Any]], max_chars: int = 80) -> str:
     def shown(value: Any) -> str:
         text = repr(value)
         return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
-    return "; ".join(
-        f"{h['tool']}(" + ", ".join(f"{k}={shown(v)}" for k, v in h["invented"].items()) + ")"
-        for h in held
-    )
+    reasons = []
+    for h in held:
+        if "invented" in h:
+            values = ", ".join(f"{k}={shown(v)}" for k, v in h["invented"].items())
+            reasons.append(f"the request does not give the values of {h['tool']}({values})")
+        else:
+            reasons.append(f"{h['tool']} does not do what the request asks")
+    return "; ".join(reasons)
 
 
 def held_note(held: Sequence[Mapping[str, Any]]) -> str:
-    """Why the answer turn is asked after held calls (see :func:`_invented`)."""
+    """Why the answer turn is asked after held calls (see :func:`_held`)."""
     return (
-        f"Your tool call was not made, because the request does not give these values: "
-        f"{_values(held)}. Do not make up values. If you need one, ask for it; otherwise "
-        "answer from what you know.\n\n"
+        f"Your tool call was not made: {_why_held(held)}. Do not make up values. If you "
+        "need a value, ask for it; otherwise answer from what you know.\n\n"
     )
 
 
 def held_message(held: Sequence[Mapping[str, Any]]) -> str:
-    """The run's answer when the model gave none after held calls: what it lacked."""
+    """The run's answer when the model gave none after held calls: why."""
     return (
-        "No answer: the model's tool call used values the request does not give "
-        f"({_values(held)}). Give them and ask again."
+        f"No answer: the model's tool call was not made ({_why_held(held)}). "
+        "Say what is needed and ask again."
     )
 
 

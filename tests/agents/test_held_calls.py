@@ -23,7 +23,7 @@ class MatchStats(BaseTool):
 
     spec = ToolSpec(  # type: ignore[assignment]
         "get_match_stats",
-        "Statistics of a team's matches in a tournament.",
+        "Statistics of a team's matches in a football tournament such as the World Cup.",
         {
             "type": "object",
             "properties": {
@@ -86,7 +86,7 @@ def test_a_model_that_calls_again_gets_no_call_run_and_the_user_is_told_what_is_
                                '"arguments": {"team_name": "Germany", "tournament": "x"}}')])  # fmt: skip
     result, stats = run(scripted, QUESTION)
     assert stats.ran == []
-    assert "team_name='Germany'" in result.content and "Give them" in result.content
+    assert "team_name='Germany'" in result.content and "Say what is needed" in result.content
     assert "error" not in result.metadata
     assert len(scripted.calls) == 2
 
@@ -125,5 +125,35 @@ def test_a_value_a_tool_returned_may_be_used_by_the_next_call() -> None:
 
 def test_the_hold_can_be_turned_off() -> None:
     scripted = ScriptedEngine([reply("", MADE_UP), reply("Germany won 7.")])
-    result, stats = run(scripted, QUESTION, hold_invented=False)
+    result, stats = run(scripted, QUESTION, hold_ungrounded=False)
     assert len(stats.ran) == 1 and "held_calls" not in result.metadata
+
+
+class BoilingPoint(BaseTool):
+    spec = ToolSpec(  # type: ignore[assignment]
+        "calculate_boiling_point",
+        "Calculate the boiling point of a given substance at a given pressure.",
+        {
+            "type": "object",
+            "properties": {"substance": {"type": "string"}, "pressure": {"type": "number"}},
+            "required": ["substance"],
+        },
+    )
+
+    def execute(self, **params: Any) -> str:
+        raise AssertionError("a call on a foreign tool ran")
+
+
+def test_a_name_passed_to_a_tool_foreign_to_the_request_is_held() -> None:
+    question = "How many sides does a hexagon have?"
+    call = ("calculate_boiling_point", {"substance": "hexagon", "pressure": 1.0})
+    scripted = ScriptedEngine([reply("", call), reply("Six.")])
+    agent = AgentRegistry.create(
+        "orchestrator", scripted, "scripted", temperature=0, tools=[BoilingPoint()]
+    )
+    result = asyncio.run(agent.arun(question))
+    assert result.content == "Six." and result.tool_results == []
+    assert result.metadata["held_calls"] == [{"tool": "calculate_boiling_point", "unrelated": True}]
+    assert "calculate_boiling_point does not do what the request asks" in (
+        scripted.calls[1].messages[-1].content
+    )
