@@ -169,11 +169,14 @@ class Sources:
 
     def has_word(self, word: str) -> bool:
         """The word, or one of its forms: a shared stem of five letters ("evolution",
-        "evolutionary"), or a number written in words or digits."""
+        "evolutionary"), a number written in words or digits, or a two-letter
+        abbreviation ("km" for "kilometers", "ft" for "feet")."""
         if word in self.words:
             return True
         if word.isdigit() or word in _WORD_NUMBERS:
             return self.has_number(float(word) if word.isdigit() else _WORD_NUMBERS[word])
+        if len(word) == 2:
+            return any(w[0] == word[0] and word[1] in w[1:] for w in self.words)
         if len(word) < 3:
             return False
         # "gas" for "gasoline", "evolutionary" for "evolution".

@@ -67,6 +67,8 @@ GIVEN = [
     ("The UV index for Tokyo for tomorrow, June01 2023", "date", "06-01-2023"),
     ("Book from 10th December 2022", "start_date", "10/12/2022"),
     ("Exchange rate from British Pounds to Japanese Yen", "source_currency", "GBP"),
+    ("Convert 15 kilometers into miles", "from_unit", "km"),
+    ("Convert 15 kilometers into miles", "to_unit", "mi"),
     ("Who won the NBA final 2023?", "battle_name", "NBA Final 2023"),
     ("Plot a sine wave starting from rest", "initial_velocity", 0),
     ("The next month", "months", 1),
