@@ -26,7 +26,8 @@ from jarvisd.testing import OllamaStandIn
 def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
     """Deterministic answers keyed by the conversation.
 
-    * "use calc": call calculator(2+2), then answer with the tool's result.
+    * "use calc" (e.g. "use calc on 2+2"): call calculator(2+2), then answer with the
+      tool's result.
     * "use llm": call the llm tool (itself an engine call), then answer.
     * a prompt from the llm tool: "sub-answer".
     * anything else: "answer to <text>".

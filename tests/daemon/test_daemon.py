@@ -94,7 +94,7 @@ def test_kill9_then_restart_resumes_or_interrupts_and_loses_nothing(
     jarvisd.write_config("max_concurrent = 2")
     jarvisd.start()
     c = jarvisd.client
-    calc = c.submit(AgentSpec(input="use calc", agent="orchestrator", tools=("calculator",)))
+    calc = c.submit(AgentSpec(input="use calc on 2+2", agent="orchestrator", tools=("calculator",)))
     llm = c.submit(AgentSpec(input="use llm", agent="orchestrator", tools=("llm",)))
     queued = c.submit(AgentSpec(input="queued one"))
 
@@ -137,7 +137,7 @@ def test_sigterm_checkpoints_running_task_and_next_start_resumes(
     engine.latency_s = 1.5
     jarvisd.start()
     c = jarvisd.client
-    calc = c.submit(AgentSpec(input="use calc", agent="orchestrator", tools=("calculator",)))
+    calc = c.submit(AgentSpec(input="use calc on 2+2", agent="orchestrator", tools=("calculator",)))
     jarvisd.wait_for(lambda: c.show(calc.id).checkpoint_turns >= 1, what="a checkpoint")
     assert jarvisd.terminate() == 0
     assert not jarvisd.paths.socket.exists() and not jarvisd.paths.pid_file.exists()

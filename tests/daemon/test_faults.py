@@ -36,7 +36,7 @@ from .test_tasks import kill_listed, standin, until
 
 pytestmark = pytest.mark.slow
 
-MULTI_TURN = AgentSpec(input="use calc", agent="orchestrator", tools=("calculator",))
+MULTI_TURN = AgentSpec(input="use calc on 2+2", agent="orchestrator", tools=("calculator",))
 
 
 def exchange(daemon: DaemonProcess, payload: bytes) -> dict[str, Any]:

@@ -155,7 +155,9 @@ def test_budgets_from_the_spec_stop_the_run(budget: str) -> None:
     replies = [reply("", ("calculator", {"expression": "1+1"})), reply("two")]
     engine = ScriptedEngine(replies)
     value = {"max_calls": 1, "max_tokens_total": 1, "max_tool_calls": 0}[budget]
-    spec = AgentSpec("q", agent="orchestrator", tools=("calculator",), **{budget: value or None})
+    spec = AgentSpec(
+        "1+1 and 2+2?", agent="orchestrator", tools=("calculator",), **{budget: value or None}
+    )
     if budget == "max_tool_calls":  # 0 is "unlimited" on the spec: set it on the config
         config = Config(agent=AgentConfig(max_tool_calls=1))
         engine = ScriptedEngine([replies[0], reply("", ("calculator", {"expression": "2+2"})),
@@ -175,7 +177,8 @@ def test_the_wall_clock_budget_is_a_budget_stop_not_a_cancel() -> None:
 
 def test_a_stopped_run_returns_a_budget_failure_with_the_usage_spent_and_warned_first() -> None:
     calc = [reply("", ("calculator", {"expression": f"{i}+1"})) for i in range(5)]
-    spec = AgentSpec("q", agent="orchestrator", tools=("calculator",), max_calls=4)
+    spec = AgentSpec("Add 1 to 0, 1, 2, 3 and 4.", agent="orchestrator", tools=("calculator",),
+                     max_calls=4)  # fmt: skip
     run = RunContext()
     warned: list[dict[str, object]] = []
     run.bus.subscribe(lambda e: warned.append(dict(e.data)), EventType.BUDGET_WARNING)
