@@ -83,8 +83,8 @@ def server_containers() -> list[dict[str, Any]]:
     return [c for c in our_containers() if "server.py" in str(c.get("Command"))]
 
 
-def sandboxed(*tools: str, **spec: Any) -> AgentSpec:
-    return AgentSpec("What is 2 + 40?", agent="orchestrator", tools=tools, sandbox=True, **spec)
+def sandboxed(*tools: str, question: str = "What is 2 + 40?", **spec: Any) -> AgentSpec:
+    return AgentSpec(question, agent="orchestrator", tools=tools, sandbox=True, **spec)
 
 
 async def until(condition: Any, within: float = 60.0) -> None:
@@ -179,7 +179,9 @@ def _pause_run(roots: tuple[Path, Path], server_dir: Path, action: Any) -> tuple
     config = mcp_config(roots, server_dir, timeout=120)
 
     async def scenario() -> tuple[float, RunOutcome]:
-        task = asyncio.ensure_future(run_spec(sandboxed("demo.pause"), run, config, engine))
+        task = asyncio.ensure_future(
+            run_spec(sandboxed("demo.pause", question="Pause for 60 s."), run, config, engine)
+        )
         await until(lambda: engine.calls and server_containers())
         await asyncio.sleep(2.0)  # the tool frame reaches the host, the call the server
         assert not task.done()
