@@ -267,7 +267,7 @@ def _is_name(value: float | str) -> bool:
 
 def _judged(call: ToolCall, spec: ToolSpec) -> Iterator[tuple[str, Any, Mapping[str, Any]]]:
     """The required arguments of ``call`` that a user would give: name, value, schema."""
-    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
+    parameters = _schema(spec.parameters)
     properties = _schema(parameters.get("properties"))
     required = parameters.get("required")
     if not isinstance(required, list):
@@ -305,7 +305,7 @@ def unrelated(call: ToolCall, spec: ToolSpec, sources: Sources) -> bool:
 def _tool_words(spec: ToolSpec) -> set[str]:
     """The words a tool is described with: name, description, parameters, choices."""
     texts = [spec.name, spec.description]
-    parameters = spec.parameters if isinstance(spec.parameters, Mapping) else {}
+    parameters = _schema(spec.parameters)
     for name, schema in _schema(parameters.get("properties")).items():
         schema = _schema(schema)
         choices = schema.get("enum")
