@@ -9,7 +9,8 @@ three ways side by side in one run, all scored by bfcl-eval's own checker:
   ~/.cache/jarvis) on the same model through ``jarvis serve-model``.
 
 Every case: temperature 0, at most 512 new tokens, the model's first turn only (the
-functions are never run). Cases are drawn with a fixed seed, ``--limit`` per category
+functions are never run). llama-cpp-python runs in a child process, so a case that it
+keeps generating past ``CASE_SECONDS`` can be stopped and scored wrong. Cases are drawn with a fixed seed, ``--limit`` per category
 (the default fits CI time); ``--full`` runs the whole sets (hours on 2 cores).
 
     python -m benchmarks.bench_bfcl [--limit N | --full] [--models M ...] [--out DIR]
@@ -24,9 +25,11 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -44,6 +47,14 @@ MAX_TOKENS = 512
 #: The leaderboard's published overall figure per model, where one exists.
 LEADERBOARD: dict[str, str] = {}
 SYSTEMS = ("jarvis", "llama-cpp-python", "openjarvis")
+#: Seconds one llama-cpp-python case may take. Once its chatml-function-calling has
+#: written a call it generates with no token limit (llama-cpp-python 0.3.36), and a model
+#: that goes on writing calls runs to the context window: one case sat 25 minutes. A
+#: case past this limit is stopped (its process killed) and scored wrong.
+CASE_SECONDS = 300
+#: The call a stopped case is scored with: no function has this name, and irrelevance
+#: counts any call as wrong.
+TIMED_OUT = "<stopped>"
 
 OPENJARVIS_SCRIPT = r"""
 import json, sys
@@ -127,32 +138,29 @@ def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
     return asyncio.run(go())
 
 
-def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
+def _llama_cpp_worker(model_path: str) -> None:
+    """The llama-cpp-python side, in its own process so a case can be stopped: one JSON
+    request per stdin line (``messages``, ``tools``), one JSON reply per line."""
     import llama_cpp
 
-    from jarvisd.evals import tool_specs
-
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # anything llama.cpp prints goes to stderr, never into the replies
     llama = llama_cpp.Llama(
-        model_path=str(model_path), n_ctx=4096, n_threads=os.cpu_count() or 1,
+        model_path=model_path, n_ctx=4096, n_threads=os.cpu_count() or 1,
         chat_format="chatml-function-calling", verbose=False,
     )  # fmt: skip
-    made: dict[str, list[Any]] = {}
-    try:
-        for i, case in enumerate(cases, 1):
-            _progress(i, len(cases))
-            try:
-                reply = llama.create_chat_completion(
-                    messages=[{"role": m.role.value, "content": m.content} for m in case.messages],
-                    tools=[s.to_openai() for s in tool_specs(case.functions)],  # type: ignore[misc]
-                    tool_choice="auto",
-                    temperature=0,
-                    max_tokens=MAX_TOKENS,
-                )
-            except ValueError as exc:  # a prompt longer than the window: no call
-                print(f"   {case.id}: {exc}", file=sys.stderr)
-                made[case.id] = []
-                continue
-            calls = []
+    for line in sys.stdin:
+        request = json.loads(line)
+        calls: list[Any] = []
+        error = ""
+        try:
+            reply = llama.create_chat_completion(
+                messages=request["messages"], tools=request["tools"], tool_choice="auto",
+                temperature=0, max_tokens=MAX_TOKENS,
+            )  # fmt: skip
+        except ValueError as exc:  # a prompt longer than the window: no call
+            error = str(exc)[:300]
+        else:
             for call in reply["choices"][0]["message"].get("tool_calls") or ():  # type: ignore[index]
                 try:
                     arguments = json.loads(call["function"]["arguments"] or "{}")
@@ -160,10 +168,73 @@ def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]
                     arguments = None
                 if isinstance(arguments, dict):
                     calls.append({call["function"]["name"]: arguments})
-            made[case.id] = calls
+        replies.write(json.dumps({"calls": calls, "error": error}) + "\n")
+        replies.flush()
+
+
+class _Worker:
+    """A ``_llama_cpp_worker`` process, started on first use and again after a kill."""
+
+    def __init__(self, model_path: Path) -> None:
+        self._argv = [sys.executable, "-m", "benchmarks.bench_bfcl", "--llama-cpp-worker",
+                      str(model_path)]  # fmt: skip
+        self._proc: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str] = queue.Queue()
+
+    def ask(self, request: dict[str, Any], seconds: float) -> dict[str, Any] | None:
+        """The reply, or None when none came within ``seconds`` (the process is killed)."""
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                self._argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+            )
+            self._lines = queue.Queue()  # a killed process's reader never feeds this one
+            threading.Thread(
+                target=lambda out, into: [into.put(line) for line in out],
+                args=(self._proc.stdout, self._lines), daemon=True,
+            ).start()  # fmt: skip
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(request) + "\n")
+        self._proc.stdin.flush()
+        try:
+            line: str = self._lines.get(timeout=seconds)
+        except queue.Empty:
+            self.close()
+            return None
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+
+def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> tuple[dict[str, list[Any]], list[str]]:
+    """llama-cpp-python's own tool calling, each case stopped at ``CASE_SECONDS``."""
+    from jarvisd.evals import tool_specs
+
+    worker = _Worker(model_path)
+    made: dict[str, list[Any]] = {}
+    errors = []
+    try:
+        for i, case in enumerate(cases, 1):
+            _progress(i, len(cases))
+            request = {
+                "messages": [{"role": m.role.value, "content": m.content} for m in case.messages],
+                "tools": [s.to_openai() for s in tool_specs(case.functions)],
+            }
+            reply = worker.ask(request, CASE_SECONDS)
+            if reply is None:
+                made[case.id] = [{TIMED_OUT: {}}]
+                errors.append(f"{case.id}: stopped at {CASE_SECONDS} s, scored wrong")
+                continue
+            made[case.id] = reply["calls"]
+            if reply["error"]:
+                errors.append(f"{case.id}: {reply['error']}")
     finally:
-        llama.close()
-    return made
+        worker.close()
+    return made, errors
 
 
 def _free_port() -> int:
@@ -243,16 +314,18 @@ def measure(
         for system in SYSTEMS:
             print(f"   {model}: {system} on {len(cases)} cases", file=sys.stderr, flush=True)
             start = time.perf_counter()
+            failed: list[str] = []
             if system == "jarvis":
                 made[system] = run_jarvis(path, cases)
             elif system == "llama-cpp-python":
-                made[system] = run_llama_cpp(path, cases)
+                made[system], failed = run_llama_cpp(path, cases)
             else:
                 try:
-                    made[system], errors = run_openjarvis(env, model, cases)
+                    made[system], failed = run_openjarvis(env, model, cases)
                 except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
-                    made[system], errors = {}, [f"OpenJarvis run failed: {exc}"]
+                    made[system], failed = {}, [f"run failed: {exc}"]
             seconds[system] = round(time.perf_counter() - start, 1)
+            errors += [f"{system}: {error}" for error in failed]
             report["models"][model] = _summary(model, cases, categories, made, seconds, errors)
             if done is not None:  # after each system: a stopped run keeps what it measured
                 done(report)
@@ -284,7 +357,7 @@ def _summary(
         "accuracy": table,
         "seconds": seconds,
         "leaderboard": LEADERBOARD.get(model, "none published"),
-        "errors": errors[:20],
+        "errors": errors[:40],
         "calls": made,
     }
 
@@ -297,7 +370,8 @@ def render(report: dict[str, Any], meta: dict[str, str]) -> str:
         f"{meta['when']}; {meta['machine']}. bfcl-eval 2026.3.23's checker; "
         + (f"{limit} cases per category drawn with seed {report['seed']}" if limit else "full sets")
         + f"; temperature 0, first turn, at most {MAX_TOKENS} new tokens. "
-        f"OpenJarvis {OPENJARVIS_VERSION} through `jarvis serve-model`.",
+        f"OpenJarvis {OPENJARVIS_VERSION} through `jarvis serve-model`. A llama-cpp-python "
+        f"case still generating after {CASE_SECONDS} s is stopped and scored wrong.",
         "",
         "| model | category | n | jarvis | llama-cpp-python (chatml-function-calling) "
         "| OpenJarvis | leaderboard |",
@@ -315,7 +389,7 @@ def render(report: dict[str, Any], meta: dict[str, str]) -> str:
         secs = ", ".join(f"{s} {v} s" for s, v in data["seconds"].items())
         lines.append(f"- {model}: wall time {secs}.")
         for error in data["errors"]:
-            lines.append(f"  - OpenJarvis error: {error}")
+            lines.append(f"  - {error}")
     return "\n".join(lines) + "\n"
 
 
@@ -346,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", default=list(MODELS))
     parser.add_argument("--categories", nargs="*", default=list(CATEGORIES))
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--llama-cpp-worker", metavar="MODEL_FILE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.llama_cpp_worker:
+        _llama_cpp_worker(args.llama_cpp_worker)
+        return 0
     cache = Path(os.environ.get("JARVIS_BENCH_CACHE", Path.home() / ".cache" / "jarvis"))
     oj_python, oj_error = ensure_openjarvis(cache)
     out = Path(args.out)
