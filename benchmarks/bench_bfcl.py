@@ -52,9 +52,9 @@ SYSTEMS = ("jarvis", "llama-cpp-python", "openjarvis")
 #: that goes on writing calls runs to the context window: one case sat 25 minutes. A
 #: case past this limit is stopped (its process killed) and scored wrong.
 CASE_SECONDS = 300
-#: The call a stopped case is scored with: no function has this name, and irrelevance
-#: counts any call as wrong.
-TIMED_OUT = "<stopped>"
+#: The call a case without a reply (stopped, or its process gone) is scored with: no
+#: function has this name, and irrelevance counts any call as wrong.
+NO_REPLY = "<no reply>"
 
 OPENJARVIS_SCRIPT = r"""
 import json, sys
@@ -181,33 +181,47 @@ class _Worker:
         self._proc: subprocess.Popen[str] | None = None
         self._lines: queue.Queue[str] = queue.Queue()
 
-    def ask(self, request: dict[str, Any], seconds: float) -> dict[str, Any] | None:
-        """The reply, or None when none came within ``seconds`` (the process is killed)."""
+    def ask(self, request: dict[str, Any], seconds: float) -> dict[str, Any] | str:
+        """The reply, or why there is none: no reply within ``seconds`` (the process is
+        killed) or the process gone (llama.cpp can abort a process)."""
         if self._proc is None:
             self._proc = subprocess.Popen(
                 self._argv, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
             )
             self._lines = queue.Queue()  # a killed process's reader never feeds this one
-            threading.Thread(
-                target=lambda out, into: [into.put(line) for line in out],
-                args=(self._proc.stdout, self._lines), daemon=True,
-            ).start()  # fmt: skip
+            threading.Thread(target=_read_lines, args=(self._proc.stdout, self._lines),
+                             daemon=True).start()  # fmt: skip
         assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps(request) + "\n")
-        self._proc.stdin.flush()
         try:
-            line: str = self._lines.get(timeout=seconds)
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+            line = self._lines.get(timeout=seconds)
         except queue.Empty:
             self.close()
-            return None
+            return f"stopped at {seconds} s"
+        except OSError:  # the process was gone before the request
+            line = ""
+        if not line:
+            code = self.close()
+            return f"the llama-cpp-python process exited ({code})"
         reply: dict[str, Any] = json.loads(line)
         return reply
 
-    def close(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+    def close(self) -> int | None:
+        """Kill the process if it runs; its exit code, if there was one."""
+        if self._proc is None:
+            return None
+        self._proc.kill()
+        code = self._proc.wait()
+        self._proc = None
+        return code
+
+
+def _read_lines(out: Any, into: queue.Queue[str]) -> None:
+    """Every line of ``out`` into ``into``, then "" for its end."""
+    for line in out:
+        into.put(line)
+    into.put("")
 
 
 def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> tuple[dict[str, list[Any]], list[str]]:
@@ -225,9 +239,9 @@ def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> tuple[dict[str, lis
                 "tools": [s.to_openai() for s in tool_specs(case.functions)],
             }
             reply = worker.ask(request, CASE_SECONDS)
-            if reply is None:
-                made[case.id] = [{TIMED_OUT: {}}]
-                errors.append(f"{case.id}: stopped at {CASE_SECONDS} s, scored wrong")
+            if isinstance(reply, str):
+                made[case.id] = [{NO_REPLY: {}}]
+                errors.append(f"{case.id}: {reply}, scored wrong")
                 continue
             made[case.id] = reply["calls"]
             if reply["error"]:
