@@ -227,8 +227,6 @@ def _leaves(value: Any, schema: Mapping[str, Any], depth: int = 0) -> Iterator[f
 def _given(value: float | str, sources: Sources) -> bool:
     if isinstance(value, float):
         return sources.has_number(value)
-    if _CODE.fullmatch(value):
-        return True
     if _DATE.fullmatch(value):
         parts = re.findall(r"\d+", value.split("T")[0])
         return all(sources.has_number(float(p)) or sources.has_number(float(p) + 2000)
