@@ -10,8 +10,9 @@ three ways side by side in one run, all scored by bfcl-eval's own checker:
 
 Every case: temperature 0, at most 512 new tokens, the model's first turn only (the
 functions are never run). llama-cpp-python runs in a child process, so a case that it
-keeps generating past ``CASE_SECONDS`` can be stopped and scored wrong. Cases are drawn with a fixed seed, ``--limit`` per category
-(the default fits CI time); ``--full`` runs the whole sets (hours on 2 cores).
+keeps generating past ``CASE_SECONDS``, or whose process dies, is stopped and scored
+wrong. Cases are drawn with a fixed seed, ``--limit`` per category (the default fits CI
+time); ``--full`` runs the whole sets (hours on 2 cores).
 
     python -m benchmarks.bench_bfcl [--limit N | --full] [--models M ...] [--out DIR]
 

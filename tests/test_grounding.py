@@ -219,7 +219,11 @@ def test_a_tool_s_words_count_from_any_source_and_hostile_specs_are_read() -> No
     assert unrelated(call, BOILING, sources)
     sources.add("You answer questions on boiling points.")  # the agent's instructions
     assert not unrelated(call, BOILING, sources)
-    for parameters in ({"properties": {"substance": 5}, "required": ["substance"]},
-                       {"properties": [], "required": ["substance"]}, []):  # fmt: skip
+    # A malformed schema reads as none; a spec without "required" judges nothing.
+    for parameters, foreign in (
+        ({"properties": {"substance": 5}, "required": ["substance"]}, True),
+        ({"properties": [], "required": ["substance"]}, True),
+        ([], False),
+    ):
         hostile = ToolSpec("f", "x" * (2 * MAX_SOURCE_CHARS), parameters)  # type: ignore[arg-type]
-        assert unrelated(call, hostile, Sources(["a hexagon"])) in (True, False)
+        assert unrelated(call, hostile, Sources(["a hexagon"])) is foreign
