@@ -24,7 +24,7 @@ from jarvisd.code import CodeStore, Workspace, prepare
 from jarvisd.code._workspace import snapshot, workspace_root
 from tests.conftest import require
 
-from .conftest import tree_hashes
+from .conftest import FIXED, tree_hashes
 
 TRIALS = 100
 SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
@@ -226,3 +226,103 @@ def test_a_disk_that_fills_up_mid_apply_leaves_nothing_behind(tmp_path: Path) ->
         assert not leftovers(project)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def killed_apply(ws_id: str, setup: str) -> subprocess.CompletedProcess[str]:
+    """`jarvis code apply` in a process that SIGKILLs itself where ``setup`` says
+    (Python run before the CLI, with ``die()`` at hand)."""
+    code = (
+        "import os, signal\n"
+        "def die(*a, **k): os.kill(os.getpid(), signal.SIGKILL)\n"
+        f"{setup}\n"
+        "from jarvisd.cli import main\n"
+        f"main(['code', 'apply', {ws_id!r}])\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=os.environ.copy())  # fmt: skip
+
+
+def small_change(project: Path) -> Workspace:
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="t")
+    (Path(ws.path) / "calc.py").write_text(FIXED)
+    (Path(ws.path) / "pkg" / "sub").mkdir(parents=True)
+    (Path(ws.path) / "pkg" / "sub" / "new.py").write_text("new\n")
+    (Path(ws.path) / "test_calc.py").unlink()
+    change = snapshot(ws)
+    files = [{"status": s, "path": p} for s, p in change.files]
+    return store().update(ws, state="done", outcome={"result": change.result, "files": files})
+
+
+# os.replace is called by the journal's own writes too; these count only the renames
+# into the project (a temporary's name holds ".jarvis-").
+_NTH_RENAME = """
+import os
+real, seen = os.replace, []
+def replace(src, dst, **kw):
+    if ".jarvis-" in str(src):
+        seen.append(src)
+        if len(seen) == {n}:
+            die()
+    return real(src, dst, **kw)
+os.replace = replace
+"""
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_kill_at_the_nth_rename_is_completed_by_the_next_command(project: Path, n: int) -> None:
+    ws = small_change(project)
+    killed = killed_apply(ws.id, _NTH_RENAME.format(n=n))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shown = jarvis("code", "show", ws.id)
+    assert shown.returncode == 0, shown.stderr
+    assert "completed the interrupted apply" in shown.stderr
+    assert (project / "calc.py").read_text() == FIXED
+    assert (project / "pkg" / "sub" / "new.py").read_text() == "new\n"
+    assert not (project / "test_calc.py").exists() and not leftovers(project)
+    assert store().get(ws.id).state == "applied"
+    assert not workspace_root(paths().state, ws.id).exists()
+
+
+def test_a_kill_while_writing_a_temporary_is_rolled_back(project: Path) -> None:
+    ws = small_change(project)
+    before = state_of(project)
+    # fsyncs: the journal, its directory, then the first temporary: killed there.
+    setup = "import os\nreal, n = os.fsync, []\ndef fsync(fd):\n    n.append(fd)\n" \
+            "    return die() if len(n) == 3 else real(fd)\nos.fsync = fsync"  # fmt: skip
+    killed = killed_apply(ws.id, setup)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert leftovers(project)  # the temporary, and the new directory, are there
+    listed = jarvis("code", "list")
+    assert "rolled back the interrupted apply" in listed.stderr
+    assert state_of(project) == before and not leftovers(project)
+    assert jarvis("code", "apply", ws.id).returncode == 0
+    assert (project / "calc.py").read_text() == FIXED and not leftovers(project)
+
+
+def test_a_kill_after_the_record_says_applied_is_finished_and_explained(project: Path) -> None:
+    ws = small_change(project)
+    setup = "import jarvisd.code._workspace as w\nw.discard = die"
+    killed = killed_apply(ws.id, setup)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    again = jarvis("code", "apply", ws.id)
+    assert again.returncode == 1
+    assert "applied already" in again.stderr and f"jarvis code show {ws.id}" in again.stderr
+    assert (project / "calc.py").read_text() == FIXED and not leftovers(project)
+    assert not workspace_root(paths().state, ws.id).exists()  # removed by the recovery
+
+
+def test_sigterm_before_the_commit_point_rolls_back_at_once(project: Path) -> None:
+    ws = small_change(project)
+    before = state_of(project)
+    # SIGTERM arrives while the second temporary is written.
+    setup = (
+        "import os, signal\nreal, n = os.fsync, []\n"
+        "def fsync(fd):\n    n.append(fd)\n"
+        "    if len(n) == 3: os.kill(os.getpid(), signal.SIGTERM)\n    return real(fd)\n"
+        "os.fsync = fsync"
+    )
+    done = killed_apply(ws.id, setup)
+    assert done.returncode == 130, done.stderr
+    assert "interrupted by SIGTERM" in done.stderr and "every file was put back" in done.stderr
+    assert state_of(project) == before and not leftovers(project)
+    assert not list((paths().state / "code-apply").glob("*.json"))
