@@ -227,18 +227,21 @@ def apply(ref: str, store: CodeStore, state_dir: Path) -> Workspace:
                 f"another `jarvis code apply` still runs after {_LOCK_WAIT_S:.0f} s "
                 f"(it holds {journal_dir(state_dir) / 'lock'}); try again when it ends"
             )
-        said, whole = recover_locked(store, state_dir)
+        said, unresolved = recover_locked(store, state_dir)
         for line in said:
             log.warning("%s", line)
-        if not whole:
+        ws = store.get(ref)
+        if unresolved & {"", ws.source}:  # another project's trouble is no reason to stop
             raise WorkspaceError(
-                f"not applied: an interrupted apply could not be finished: {said[-1]}"
+                f"not applied: an interrupted apply into {ws.source} could not be finished "
+                f"first ({said[-1]})"
             )
-        return _apply_locked(ref, store, state_dir, signals)
+        return _apply_locked(ws, store, state_dir, signals)
 
 
-def _apply_locked(ref: str, store: CodeStore, state_dir: Path, signals: SignalGuard) -> Workspace:
-    ws = store.get(ref)
+def _apply_locked(
+    ws: Workspace, store: CodeStore, state_dir: Path, signals: SignalGuard
+) -> Workspace:
     if ws.state == "applied":
         raise WorkspaceError(
             f"workspace {ws.id} was applied already: its change is in {ws.source} "

@@ -33,17 +33,17 @@ def recover(store: CodeStore, state_dir: Path) -> list[str]:
         return recover_locked(store, state_dir)[0]
 
 
-def recover_locked(store: CodeStore, state_dir: Path) -> tuple[list[str], bool]:
-    """As :func:`recover`, the lock held by the caller; and whether every journal was
-    resolved."""
+def recover_locked(store: CodeStore, state_dir: Path) -> tuple[list[str], set[str]]:
+    """As :func:`recover`, the lock held by the caller; and the projects (their paths)
+    whose interrupted apply is still unresolved ("" for a journal that cannot be read)."""
     said: list[str] = []
-    whole = True
+    unresolved: set[str] = set()
     for path in pending(state_dir):
         try:
             journal = Journal.from_json(path.read_bytes())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             said.append(f"warning: cannot read the apply journal {path} ({exc}); left in place")
-            whole = False
+            unresolved.add("")
             continue
         try:
             said.append(_resolve(journal, store, state_dir))
@@ -54,8 +54,8 @@ def recover_locked(store: CodeStore, state_dir: Path) -> tuple[list[str], bool]:
                 f"{journal.workspace} to {journal.source} ({detail}); the next `jarvis code` "
                 "command tries again"
             )
-            whole = False
-    return said, whole
+            unresolved.add(journal.source)
+    return said, unresolved
 
 
 def _resolve(journal: Journal, store: CodeStore, state_dir: Path) -> str:

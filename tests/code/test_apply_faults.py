@@ -213,9 +213,9 @@ def test_a_disk_that_fills_up_mid_apply_leaves_nothing_behind(tmp_path: Path) ->
         done = jarvis("code", "apply", ws.id)
         said = done.stderr
         assert done.returncode == 1, said
+        assert not leftovers(project), said
+        assert state_of(project) == old, said  # no new directory a-new/ either
         assert "No space left on device" in said and "every temporary file" in said, said
-        assert state_of(project) == old  # no temporary, no new directory a-new/
-        assert not leftovers(project)
         assert store().get(ws.id).state == "done"
 
         subprocess.run(["mount", "-o", "remount,size=16m", str(disk)], check=True)
