@@ -64,6 +64,10 @@ def leftovers(root: Path) -> list[str]:
     ]
 
 
+def count(outcomes: dict[str, int], kind: str) -> None:
+    outcomes[kind] = outcomes.get(kind, 0) + 1
+
+
 def make_change(project: Path) -> Workspace:
     """A project of 190 files, and a workspace whose change touches 200: 160 modified,
     20 deleted, 20 new (10 in new nested directories)."""
@@ -168,16 +172,21 @@ def test_random_kills_leave_the_old_or_the_new_tree_after_the_next_command(
             time.sleep(rng.uniform(0.0, window))
         if proc.poll() is None:
             proc.send_signal(sig)
-        else:
-            outcomes["ended before the signal"] = outcomes.get("ended before the signal", 0) + 1
+        else:  # too late: aim earlier from now on
+            window *= 0.8
+            count(outcomes, "ended before the signal")
         proc.communicate(timeout=120)
         after = jarvis("code", "list")
         assert after.returncode == 0, after.stderr
+        for said, label in (("rolled back the interrupted", "next command rolled back"),
+                            ("completed the interrupted", "next command completed")):  # fmt: skip
+            if said in after.stderr:
+                count(outcomes, label)
         now = state_of(change.project)
         applied = store().get(change.ws.id).state == "applied"
         kind = "new" if now == new else "old" if now == old else "mixed"
         left = leftovers(change.project)
-        outcomes[kind] = outcomes.get(kind, 0) + 1
+        count(outcomes, kind)
         if kind == "mixed" or left or applied != (kind == "new"):
             failures.append(f"trial {trial} ({sig.name}): {kind}, applied={applied}, "
                             f"{len(left)} left over, e.g. {left[:2]}")  # fmt: skip
