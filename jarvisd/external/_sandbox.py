@@ -9,7 +9,10 @@ chosen here and never from the edge:
   runtime it links against);
 * its per-run home (config files, the gateway's socket), read-write, at /home/agent;
 * the workspace, read-write at its own path, through the mount allowlist like every
-  mount (``sandbox.allowed_roots`` must allow it with ``:rw``).
+  mount (``sandbox.allowed_roots`` must allow it with ``:rw``);
+* the workspace's own ``.git``, when it has one, read-only over it: a command the
+  agent wrote into ``.git/config`` or ``.git/hooks`` would run on the host at the
+  user's next ``git status`` or commit.
 
 Agents speak only TCP: ``runners.acp_forward`` listens on the container's own
 127.0.0.1 and relays to the gateway's socket, then starts the agent with the ACP
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -100,7 +104,7 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw",),
+        mounts=(f"{workspace.root}:rw", *_git_read_only(workspace.root)),
         env=env,
         system_binds=tuple(binds),
     )
@@ -128,6 +132,18 @@ async def sandbox_gateway(
         yield GatewayAccess(
             f"unix:{socket_path}", gateway.token, gateway.model_name or model or default_model
         )
+
+
+def _git_read_only(root: Path) -> tuple[str, ...]:
+    """The mount request for ``root/.git`` read-only, when it is a directory or a
+    gitdir file of its own (a symlink would be mounted at its target's path, not
+    over ``.git``: the agent's fs requests are refused there all the same)."""
+    git = Path(os.path.realpath(root)) / ".git"
+    try:
+        mode = os.lstat(git).st_mode
+    except OSError:
+        return ()
+    return (str(git),) if stat.S_ISDIR(mode) or stat.S_ISREG(mode) else ()
 
 
 def _node_binary(agent: AgentDefinition) -> str:

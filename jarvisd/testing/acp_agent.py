@@ -18,7 +18,11 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``escape``: asks to read ``/etc/passwd`` and ``../outside``, answers what it got;
 * ``gateway``: sends ``GET /v1/models`` to ``JARVIS_GATEWAY_URL`` with the token of
   ``JARVIS_GATEWAY_TOKEN`` and answers the reply's status line and body;
-* ``mcp``: answers the ``mcpServers`` its ``session/new`` was given, as JSON.
+* ``mcp``: answers the ``mcpServers`` its ``session/new`` was given, as JSON;
+* ``plant``: tries to plant a command for later (``core.fsmonitor`` in ``.git/config``,
+  a hook, ``.envrc``, ``.vscode/tasks.json``) through ``fs/write_text_file`` and
+  directly, reads ``secret.txt`` and writes ``locked/x`` through fs requests, then
+  writes ``ok.txt``; answers what each attempt got, as JSON.
 
 Standard library only: it is started as a separate process.
 """
@@ -118,6 +122,37 @@ def escape(session: str, cwd: str) -> str:
     return "end_turn"
 
 
+def plant(session: str, cwd: str) -> str:
+    got: dict[str, str] = {}
+    config = "[core]\n\tfsmonitor = touch /tmp/planted\n"
+    targets = {".git/config": config, ".git/hooks/pre-commit": "#!/bin/sh\ntouch /tmp/p\n",
+               ".envrc": "touch /tmp/p\n", ".vscode/tasks.json": "{}", ".GIT/config": config}  # fmt: skip
+    for rel, content in targets.items():
+        reply = call("fs/write_text_file", {"sessionId": session,
+                                            "path": os.path.join(cwd, rel), "content": content})  # fmt: skip
+        error = reply.get("error")
+        got[f"fs {rel}"] = "written" if error is None else json.dumps(error)
+    for rel in (".git/config", ".git/hooks/pre-commit"):
+        try:
+            with open(os.path.join(cwd, rel), "a") as file:
+                file.write(config)
+            got[f"direct {rel}"] = "written"
+        except OSError as exc:
+            got[f"direct {rel}"] = f"error {exc.errno}"
+    reply = call(
+        "fs/read_text_file", {"sessionId": session, "path": os.path.join(cwd, "secret.txt")}
+    )
+    got["fs secret.txt"] = "error" if "error" in reply else "READ " + reply["result"]["content"]
+    reply = call("fs/write_text_file", {"sessionId": session,
+                                        "path": os.path.join(cwd, "locked", "x"), "content": "x"})  # fmt: skip
+    got["fs locked/x"] = "error" if "error" in reply else "written"
+    reply = call("fs/write_text_file", {"sessionId": session,
+                                        "path": os.path.join(cwd, "ok.txt"), "content": "fine\n"})  # fmt: skip
+    got["fs ok.txt"] = "error" if "error" in reply else "written"
+    text(session, json.dumps(got, sort_keys=True))
+    return "end_turn"
+
+
 def gateway(session: str) -> str:
     import socket
     from urllib.parse import urlsplit
@@ -182,6 +217,8 @@ def main() -> None:
                 continue
             if scenario == "gateway":
                 stop = gateway(session)
+            elif scenario == "plant":
+                stop = plant(session, cwd)
             elif scenario == "mcp":
                 text(session, json.dumps(mcp_servers, sort_keys=True))
                 stop = "end_turn"
