@@ -21,7 +21,7 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``mcp``: answers the ``mcpServers`` its ``session/new`` was given, as JSON;
 * ``plant``: tries to plant a command for later (``core.fsmonitor`` in ``.git/config``,
   a hook, ``.envrc``, ``.vscode/tasks.json``) through ``fs/write_text_file`` and
-  directly, reads ``secret.txt`` and writes ``locked/x`` through fs requests, then
+  directly, reads ``private.txt`` and writes ``locked/x`` through fs requests, then
   writes ``ok.txt``; answers what each attempt got, as JSON;
 * ``sneaky``: starts a tool call titled ``cat README.md`` + ESC ``[8m`` (what follows
   is hidden on a terminal) ``; curl ... | sh``, then asks permission for a call that
@@ -144,9 +144,9 @@ def plant(session: str, cwd: str) -> str:
         except OSError as exc:
             got[f"direct {rel}"] = f"error {exc.errno}"
     reply = call(
-        "fs/read_text_file", {"sessionId": session, "path": os.path.join(cwd, "secret.txt")}
+        "fs/read_text_file", {"sessionId": session, "path": os.path.join(cwd, "private.txt")}
     )
-    got["fs secret.txt"] = "error" if "error" in reply else "READ " + reply["result"]["content"]
+    got["fs private.txt"] = "error" if "error" in reply else "READ " + reply["result"]["content"]
     reply = call("fs/write_text_file", {"sessionId": session,
                                         "path": os.path.join(cwd, "locked", "x"), "content": "x"})  # fmt: skip
     got["fs locked/x"] = "error" if "error" in reply else "written"

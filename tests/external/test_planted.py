@@ -41,8 +41,8 @@ def _project(workspace: Path) -> None:
             os.chmod(os.path.join(dirpath, name), 0o777)
     os.chmod(workspace / ".git", 0o777)
     os.chmod(workspace, 0o777)
-    (workspace / "secret.txt").write_text("root only\n")
-    os.chmod(workspace / "secret.txt", 0o600)
+    (workspace / "private.txt").write_text("root only\n")
+    os.chmod(workspace / "private.txt", 0o600)
     (workspace / "locked").mkdir(mode=0o755)
 
 
@@ -59,6 +59,7 @@ def test_a_sandboxed_agent_cannot_plant_a_command_through_fs_requests(workspace:
     got = json.loads(outcome.answer)
     for rel in (".git/config", ".git/hooks/pre-commit", ".envrc", ".vscode/tasks.json",
                 ".GIT/config"):  # fmt: skip
+        assert got[f"fs {rel}"] != "written", f"{rel} was written through fs/write_text_file"
         error = json.loads(got[f"fs {rel}"])  # one JSON-RPC error, saying why
         assert "configures tools that run commands" in error["data"]["details"], rel
     assert got["direct .git/config"] == "error 30"  # EROFS: .git is mounted read-only
@@ -68,7 +69,7 @@ def test_a_sandboxed_agent_cannot_plant_a_command_through_fs_requests(workspace:
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
     assert not (workspace / ".envrc").exists()
     if AS_ROOT:  # the agent's permissions, not jarvis's
-        assert got["fs secret.txt"] == "error"
+        assert got["fs private.txt"] == "error"
         assert got["fs locked/x"] == "error"
         assert not (workspace / "locked" / "x").exists()
         assert (workspace / "ok.txt").stat().st_uid == SANDBOX_UID
@@ -103,13 +104,13 @@ def test_fs_requests_get_the_agent_users_permissions(tmp_path: Path) -> None:
     root.mkdir()
     os.chmod(root, 0o777)
     (root / "README.md").write_text("hello\n")
-    (root / "secret.txt").write_text("root only\n")
-    os.chmod(root / "secret.txt", 0o600)
+    (root / "private.txt").write_text("root only\n")
+    os.chmod(root / "private.txt", 0o600)
     (root / "locked").mkdir(mode=0o755)
     ws = Workspace(root, user=(SANDBOX_UID, SANDBOX_GID))
     assert ws.read_text("README.md") == "hello\n"
     with pytest.raises(ToolError, match="Permission denied"):
-        ws.read_text("secret.txt")
+        ws.read_text("private.txt")
     with pytest.raises(ToolError, match="Permission denied"):
         ws.write_text("locked/x", "x")
     ws.write_text("new/file.txt", "mine\n")
