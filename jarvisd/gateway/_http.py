@@ -88,8 +88,14 @@ class HTTPServer:
     """Serves ``app`` on a listening asyncio server the caller starts with
     :meth:`connection` as its client callback; :meth:`aclose` ends every connection."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(
+        self,
+        app: App,
+        peer: Callable[[asyncio.StreamWriter], Awaitable[bool]] | None = None,
+    ) -> None:
         self.app = app
+        #: Checks who is connected before a byte is read (None: anyone may try).
+        self.peer = peer
         self._tasks: set[asyncio.Task[None]] = set()
         #: Connections not admitted yet, oldest first (a dict keeps insertion order).
         self._pending: dict[asyncio.Task[None], None] = {}
@@ -110,6 +116,8 @@ class HTTPServer:
         self._tasks.add(task)
         self._pending[task] = None
         try:
+            if self.peer is not None and not await self.peer(writer):
+                return
             await _Connection(
                 self.app, reader, writer, admitted=lambda: self._pending.pop(task, None)
             ).serve()
