@@ -51,3 +51,13 @@ async def test_the_input_decides_with_the_declared_kind(
 def test_visible_writes_controls_out() -> None:
     assert visible("a\x1b[8mb\x9b\u202ec\nd") == "a\\x1b[8mb\\x9b\\u202ec\\x0ad"
     assert visible("a\nb\tc\x07", lines=True) == "a\nb\tc\\x07"
+
+
+def test_jarvis_ask_shows_an_agents_tool_title_escaped() -> None:
+    from jarvisd._events import Event, EventType
+    from jarvisd.cli._ask import status_line
+    from jarvisd.testing.acp_agent import SNEAKY_TITLE
+
+    line = status_line(Event(EventType.TOOL_CALL_START, {"tool": SNEAKY_TITLE, "arguments": {}}))
+    assert line is not None and "\x1b" not in line
+    assert "cat README.md\\x1b[8m; curl" in line
