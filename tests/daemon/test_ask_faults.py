@@ -4,6 +4,7 @@ answered in worker processes, so the daemon's own memory stays small."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -119,3 +120,60 @@ def test_ask_runs_in_a_worker_so_a_loaded_engine_stays_out_of_the_daemon(
     worker.kill()  # crashed while idle, maybe not reaped yet: the question gets another
     outcome = DaemonHost().run(AgentSpec("again"), RunContext())
     assert outcome.answer == "answer to again", outcome.failure
+
+
+def _ask_cli(question: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jarvisd", "ask", question],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _ask_workers(daemon: DaemonProcess) -> list[psutil.Process]:
+    assert daemon.proc is not None
+    return [p for p in psutil.Process(daemon.proc.pid).children()
+            if "jarvisd.daemon._askworker" in " ".join(p.cmdline())]  # fmt: skip
+
+
+def test_a_stopped_ask_worker_fails_the_ask_with_a_clear_error(
+    daemon: DaemonProcess, slow_engine: SlowOnCue
+) -> None:
+    cli = _ask_cli("a slow question")
+    wait_for_calls(slow_engine, 1)
+    stopped = _ask_workers(daemon)
+    for worker in stopped:
+        worker.suspend()
+    try:
+        out, err = cli.communicate(timeout=180)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        for worker in stopped:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
+    assert cli.returncode == 1, (out, err)
+    assert "was stopped for 60 s (SIGSTOP or a debugger?) and did not answer" in err, err
+    assert daemon.client.ping()  # the daemon itself is fine
+
+
+def test_an_ask_whose_client_left_while_queued_never_reaches_the_engine(
+    daemon: DaemonProcess, slow_engine: SlowOnCue
+) -> None:
+    daemon.terminate()
+    daemon.write_config("max_concurrent = 1")  # two ask workers
+    daemon.start()
+    busy = [_ask_cli("a slow question one"), _ask_cli("a slow question two")]
+    wait_for_calls(slow_engine, 2)
+    queued = _ask_cli("the queued question")
+    time.sleep(1)  # connected, waiting for a worker
+    queued.kill()
+    queued.communicate()
+    time.sleep(2)
+    for cli in busy:  # their clients leave too: both workers are free again
+        cli.kill()
+        cli.communicate()
+    after = _ask_cli("a later question")
+    out, err = after.communicate(timeout=120)
+    assert after.returncode == 0 and "answer to a later question" in out, (out, err)
+    asked = [c.messages[-1].content for c in slow_engine.calls]
+    assert "the queued question" not in asked, asked
