@@ -138,23 +138,26 @@ def test_a_60s_stall_of_the_daemon_fails_no_running_task(slow_daemon: DaemonProc
         ids.append(done.stdout.strip())
     c = slow_daemon.client
     slow_daemon.wait_for(lambda: all(c.show(t).state == "running" for t in ids), what="running")
-    # A `task wait` that is following when the daemon stops says so, instead of hanging.
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "jarvisd", "task", "wait", ids[0]],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    # `task wait` and `task logs -f` following when the daemon stops say so, instead
+    # of hanging for the whole stall.
+    followers = [
+        subprocess.Popen([sys.executable, "-m", "jarvisd", "task", *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for args in (("wait", ids[0]), ("logs", "-f", ids[1]))
+    ]  # fmt: skip
     time.sleep(1)
     os.kill(slow_daemon.proc.pid, signal.SIGSTOP)
     time.sleep(60)
     # The follower gave up during the stall, saying why (checked once the tasks are).
-    follower_ended = follower.poll() is not None
+    ended = [f.poll() is not None for f in followers]
     os.kill(slow_daemon.proc.pid, signal.SIGCONT)
     final = {t: c.wait(t, timeout=120) for t in ids}
     assert {t: (i.state, i.reason) for t, i in final.items()} == {t: ("succeeded", "") for t in ids}
     answers = sorted(str(i.result and i.result["answer"]) for i in final.values())
     assert answers == ["answer to plain three", "done: 4", "done: 4"]
-    if not follower_ended:
-        follower.kill()
-    out, err = follower.communicate(timeout=30)
-    assert follower_ended and follower.returncode != 0, (out, err)
-    assert "jarvisd stopped answering" in err, err
+    for follower, follower_ended in zip(followers, ended, strict=True):
+        if not follower_ended:
+            follower.kill()
+        out, err = follower.communicate(timeout=30)
+        assert follower_ended and follower.returncode != 0, (out, err)
+        assert "jarvisd stopped answering" in err, err
