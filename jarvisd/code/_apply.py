@@ -50,7 +50,9 @@ class _Write:
 
 
 def _blob(git: Git, commit: str, path: str) -> _Version | None:
-    line = git.run("ls-tree", "-z", commit, "--", path).split(b"\0")[0]
+    # A literal path (git runs with GIT_LITERAL_PATHSPECS): a file named ":/x" is that
+    # file, never the pathspec "x at the top".
+    line = git.run("ls-tree", "-z", "--full-tree", commit, "--", path).split(b"\0")[0]
     if not line:
         return None
     meta, _, _name = line.partition(b"\t")
@@ -249,7 +251,7 @@ def apply(ref: str, store: CodeStore, state_dir: Path) -> Workspace:
     result = str(ws.outcome.get("result") or "")
     if not result or result == ws.base:
         raise WorkspaceError(f"workspace {ws.id} holds no change to apply")
-    git = Git(Path(ws.git_dir), Path(ws.path))
+    git = Git(Path(ws.git_dir))
     try:
         root_fd = os.open(ws.source, _DIR)
     except OSError as exc:
