@@ -107,7 +107,8 @@ def git_output(
         raise WorkspaceError("git is not installed (jarvis code needs it)") from exc
     if check and done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip()[-_STDERR_CHARS:]
-        raise WorkspaceError(f"git {args[0]} failed: {said or f'exit {done.returncode}'}")
+        command = next((a for i, a in enumerate(args) if i == 0 or args[i - 1] != "-c"), "")
+        raise WorkspaceError(f"git {command} failed: {said or f'exit {done.returncode}'}")
     return done
 
 

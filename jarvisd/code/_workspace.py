@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -83,15 +84,47 @@ def _project_repository(source: Path) -> tuple[str, Path | None, str]:
     """HEAD's commit, the object directory and the object format (``sha1``, ``sha256``)
     when ``source`` is the top of a git repository with a commit, else ("", None,
     "sha1") (it is then copied)."""
-    top = git_output(["rev-parse", "--show-toplevel"], cwd=source, check=False)
+    top = _project_git(source, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0 or Path(os.fsdecode(top.stdout.strip())).resolve() != source:
         return "", None, "sha1"
-    head = git_output(["rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=source, check=False)
+    head = _project_git(source, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
     if head.returncode != 0:
         return "", None, "sha1"
-    found = git_output(["rev-parse", "--path-format=absolute", "--git-common-dir",
-                        "--show-object-format"], cwd=source).stdout.decode().split("\n")  # fmt: skip
+    found = _project_git(source, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                         "--show-object-format").stdout.decode().split("\n")  # fmt: skip
     return head.stdout.decode().strip(), Path(found[0]) / "objects", found[1].strip() or "sha1"
+
+
+def _project_git(
+    project: Path, *args: str, git_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    """``git ARGS`` reading the user's project (its own repository, or ``git_dir`` with
+    the project as work tree): only its HEAD and the list of its files, which runs
+    nothing, with the safe settings. Its owner may be another user (jarvis as root):
+    its files are only read. The user's own ignore file still applies (a file the user
+    ignores everywhere stays out of the sandbox)."""
+    env = {} if git_dir is None else {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(project)}
+    options = ["-c", f"safe.directory={project}"]
+    excludes = _user_excludes_file()
+    if excludes:
+        options += ["-c", f"core.excludesFile={excludes}"]
+    return git_output([*options, *args], cwd=project, env=env, check=check)
+
+
+def _user_excludes_file() -> str:
+    """The user's global ignore file (``core.excludesFile``, else git's default place),
+    or "". Reading a config value runs nothing."""
+    home = os.path.expanduser("~")
+    said = subprocess.run(
+        ["git", "config", "--global", "--path", "--get", "core.excludesFile"],
+        capture_output=True, check=False, cwd=home,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+    )  # fmt: skip
+    if said.returncode == 0 and said.stdout.strip():
+        return os.fsdecode(said.stdout.strip())
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    default = os.path.join(xdg, "git", "ignore")
+    return default if os.path.isfile(default) else ""
 
 
 def _private_repository(git_dir: Path, objects: Path | None, algorithm: str) -> None:
@@ -180,9 +213,9 @@ def prepare(
         only: set[str] | None = None
         listing = ["ls-files", "-z", "--others", "--exclude-standard"]
         if head:  # the project's tracked and untracked files, not the ignored ones
-            only = set(_split(_in_project(real, *listing, "--cached")))
+            only = set(_split(_project_git(real, *listing, "--cached").stdout))
         elif respect_gitignore:
-            only = set(_split(_in_project(real, *listing, git_dir=git_dir)))
+            only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
         tree.mkdir()
         owner = _sandbox_owner()
         os.chmod(tree, 0o770)
@@ -190,8 +223,8 @@ def prepare(
             os.chown(tree, *owner)
         report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
         if only is not None:  # what is ignored, listed so nobody wonders where it went
-            ignored = _in_project(real, *listing, "--ignored", "--directory",
-                                  git_dir=None if head else git_dir)  # fmt: skip
+            ignored = _project_git(real, *listing, "--ignored", "--directory",
+                                   git_dir=None if head else git_dir).stdout  # fmt: skip
             for name in _split(ignored):
                 report.leave_out(name.rstrip("/"), "ignored by git")
         left = report.all_left_out
@@ -214,15 +247,6 @@ def prepare(
         more_left_out=report.more_left_out,
     )  # fmt: skip
     return store.put(ws)
-
-
-def _in_project(project: Path, *args: str, git_dir: Path | None = None) -> bytes:
-    """``git ARGS`` reading the user's project (its own repository, or ``git_dir`` with
-    the project as work tree): listing files runs nothing, and the safe settings hold.
-    The project's owner may be another user (jarvis as root): its files are only read."""
-    env = {} if git_dir is None else {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(project)}
-    args = ("-c", f"safe.directory={project}", *args)
-    return git_output(args, cwd=project, env=env).stdout
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,4 +375,4 @@ def _remove(
 
 
 def _in_project_quiet(project: Path, *args: str) -> None:
-    git_output(("-c", f"safe.directory={project}", *args), cwd=project, check=False)
+    _project_git(project, *args, check=False)

@@ -308,3 +308,16 @@ def test_bytecode_the_agent_wrote_never_stands_in_for_the_source(project: Path) 
     assert not result.passed, result.output
     assert "AssertionError" in result.output
     assert not cached.exists()
+
+
+def test_the_users_own_ignore_file_still_keeps_files_out(project: Path, home: Path) -> None:
+    """Global config is never read while recording, yet a file the user ignores
+    everywhere (``core.excludesFile``) still never reaches the workspace."""
+    (home / ".gitconfig").write_text(f"[core]\n\texcludesFile = {home / 'ignore'}\n")
+    (home / "ignore").write_text("private-notes.txt\n")
+    (project / "private-notes.txt").write_text("mine\n")
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="t")
+    assert not (Path(ws.path) / "private-notes.txt").exists()
+    assert {"path": "private-notes.txt", "reason": "ignored by git"} in [
+        dict(x) for x in ws.left_out
+    ]
