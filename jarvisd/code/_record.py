@@ -277,18 +277,23 @@ def record(
         _check_limits(changed, limits)
         inline: list[_Found] = []
         for found in changed:
+            if found.path not in old:
+                inline.append(found)  # new here: read once, named as it is sent
+                continue
+            # Touched, perhaps to the same bytes: named first, sent only when new.
             sha = _object_name(algorithm, top, found)
             new_manifest[found.path] = [found.mode, sha, *found.key]
             entries[found.path] = Entry(found.mode, sha)
             if sha not in known:
                 inline.append(found)
-        stamped: dict[str, list[object]] = {"": [walk_started], **new_manifest}
         if parent and not inline and entries == old:
-            return Recorded(parent, stamped)
-        commit = _fast_import(git, top, ref, message, parent, entries, inline)
+            return Recorded(parent, {"": [walk_started], **new_manifest})
+        commit, names = _fast_import(git, top, ref, message, parent, entries, inline, algorithm)
     finally:
         os.close(top)
-    return Recorded(commit, stamped)
+    for found in inline:
+        new_manifest[found.path] = [found.mode, names[found.path], *found.key]
+    return Recorded(commit, {"": [walk_started], **new_manifest})
 
 
 def load_manifest(path: Path) -> tuple[dict[str, list[object]], int]:
@@ -315,9 +320,10 @@ def _fast_import(
     parent: str | None,
     entries: Mapping[str, Entry],
     inline: list[_Found],
-) -> str:
+    algorithm: str,
+) -> tuple[str, dict[str, str]]:
     """One commit through ``git fast-import``: every entry by name, the new files'
-    bytes inline (read from the descriptors, hashed as they go)."""
+    bytes inline (read through descriptors, named as they go: the names returned)."""
     inline_paths = {f.path for f in inline}
     with (
         tempfile.TemporaryDirectory(prefix="jarvis-git-home-") as home,
@@ -329,11 +335,13 @@ def _fast_import(
             env=safe_environment(home, git.env()),
         )  # fmt: skip
         assert proc.stdin is not None
+        names: dict[str, str] = {}
         try:
-            _stream(proc.stdin, top_fd, ref, message, parent, entries, inline, inline_paths)
+            names = _stream(proc.stdin, top_fd, ref, message, parent, entries, inline,
+                            inline_paths, algorithm)  # fmt: skip
             proc.stdin.close()
         except BrokenPipeError:
-            pass
+            pass  # fast-import stopped: its exit status and words say why
         except BaseException:
             proc.kill()
             proc.wait()
@@ -343,7 +351,7 @@ def _fast_import(
             errors.seek(0)
             said = errors.read().decode("utf-8", "replace").strip()[-400:]
             raise WorkspaceError(f"git fast-import failed: {said or f'exit {code}'}")
-    return git.text("rev-parse", "--verify", "-q", f"{ref}^{{commit}}")
+    return git.text("rev-parse", "--verify", "-q", f"{ref}^{{commit}}"), names
 
 
 def _stream(
@@ -355,7 +363,8 @@ def _stream(
     entries: Mapping[str, Entry],
     inline: list[_Found],
     inline_paths: set[str],
-) -> None:
+    algorithm: str,
+) -> dict[str, str]:
     text = message.encode()
     name, email = IDENTITY["GIT_COMMITTER_NAME"], IDENTITY["GIT_COMMITTER_EMAIL"]
     ident = f"{name} <{email}> {int(time.time())} +0000".encode()
@@ -368,12 +377,18 @@ def _stream(
         if path not in inline_paths:
             out.write(b"M %s %s %s\n" % (entry.mode.encode(), entry.sha.encode(), _quote(path)))
 
-    def send(data: bytes) -> None:
-        out.write(data)
-
+    names = {}
     for found in inline:
         out.write(b"M %s inline %s\ndata %d\n" % (found.mode.encode(), _quote(found.path),
                                                  found.size))  # fmt: skip
+        hasher = _Hasher(algorithm, found.size)
+
+        def send(data: bytes, hasher: _Hasher = hasher) -> None:
+            hasher.update(data)
+            out.write(data)
+
         _read(top_fd, found, send)
         out.write(b"\n")
+        names[found.path] = hasher.hexdigest()
     out.write(b"\ndone\n")
+    return names
