@@ -2,8 +2,8 @@
 agent can name, shows what it applies, and stays bounded.
 
 Each case makes a workspace, writes into it what a hostile agent would (as the agent
-does from the sandbox: the files are all it controls), then records the change, shows
-it, applies or discards it through the same functions `jarvis code` uses. The end-to-end
+does from the sandbox: the files are all it controls), then records the change and
+applies or discards it through the same functions `jarvis code` uses. The end-to-end
 runs through the CLI and the real sandbox are in ``test_host_git_sandbox.py``.
 """
 
@@ -16,12 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from jarvisd._config import Config, parse_config
 from jarvisd._errors import WorkspaceError
 from jarvisd._paths import paths
-from jarvisd.cli import cli
 from jarvisd.code import CodeStore, Workspace, apply, discard, prepare
 from jarvisd.code._job import _snapshot
 
@@ -142,8 +140,6 @@ def test_no_key_anywhere_runs_a_command(
     ws = finish(ws)
     assert ws.outcome["failure"] is None, ws.outcome
     assert "+    return a + b" in ws.outcome["diff"]
-    shown = CliRunner().invoke(cli, ["code", "show", ws.id])
-    assert shown.exit_code == 0 and "+    return a + b" in shown.output
     (project / "calc.py").write_text("# changed meanwhile\n\n\n" + CALC)  # a three-way merge
     apply(ws.id, store(), paths().state)
     assert (project / "calc.py").read_text() == "# changed meanwhile\n\n\n" + FIXED
