@@ -223,7 +223,7 @@ async def _run_code(
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-        change, not_recorded = _snapshot(ws, config)
+        change, problem = _snapshot(ws, config)
         failure = None if outcome is None else outcome.failure
         record: dict[str, Any] = {
             "summary": "" if outcome is None else outcome.answer,
@@ -239,29 +239,35 @@ async def _run_code(
         if outcome is None:
             record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
                                  "message": run.cancel.reason or "the run stopped"}  # fmt: skip
-        if not_recorded is not None:
-            record["failure"] = Failure.of(not_recorded).to_dict()
-        state = "done" if outcome is not None and outcome.ok and not_recorded is None else "failed"
+        if problem is not None:
+            record["failure"] = Failure.of(problem).to_dict()
+        state = "done" if outcome is not None and outcome.ok and problem is None else "failed"
         ws = store.update(ws, state=state, outcome=record)
     metadata = {**dict(outcome.metadata), "code": _summary(ws)}
-    if not_recorded is not None and outcome.failure is None:
-        outcome = dataclasses.replace(outcome, failure=Failure.of(not_recorded))
+    if problem is not None and outcome.failure is None:
+        outcome = dataclasses.replace(outcome, failure=Failure.of(problem))
     return dataclasses.replace(
         outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
     )
 
 
 def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | None]:
-    """The change, or no change and why it could not be recorded (too large). Then
-    whatever ``.git`` the agent left in the workspace goes: the path jarvis shows must
-    hold no repository of the agent's making (git run there would obey its config)."""
+    """The change (or none, when it is too large to record), and the problem to report,
+    if any. Then whatever ``.git`` the agent left in the workspace goes: the path jarvis
+    shows must hold no repository of the agent's making (git run there would obey its
+    config); one that cannot be removed is reported."""
     limits = Limits(config.code.max_file_bytes, config.code.max_change_bytes)
     try:
         change = snapshot(ws, limits)
         error = None
     except WorkspaceError as exc:
         change, error = Change(ws.base, (), "", False), exc
-    remove_git_entries(Path(ws.path))
+    kept = remove_git_entries(Path(ws.path))
+    if kept and error is None:
+        error = WorkspaceError(
+            f"the agent left {', '.join(kept[:5])} in workspace {ws.id} and it could not be "
+            "removed: do not run git there (review with `jarvis code show`, then discard it)"
+        )
     return change, error
 
 

@@ -286,8 +286,9 @@ def snapshot(ws: Workspace, limits: Limits | None = None) -> Change:
 def remove_git_entries(tree: Path) -> list[str]:
     """Remove every ``.git`` below ``tree`` (jarvis puts none there: the agent did), so
     that git run in the workspace by a person finds no repository of the agent's
-    making. Nothing is followed through a symlink. The paths removed."""
-    removed = []
+    making. Nothing is followed through a symlink. The paths that could not be
+    removed (files the sandbox's user made, when jarvis is not root)."""
+    kept = []
     for dirpath, dirs, files in os.walk(tree):
         for name in [*dirs, *files]:
             if name.lower() != ".git":
@@ -298,9 +299,10 @@ def remove_git_entries(tree: Path) -> list[str]:
             else:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-            removed.append(os.path.relpath(path, tree))
+            if os.path.lexists(path):
+                kept.append(os.path.relpath(path, tree))
         dirs[:] = [d for d in dirs if d.lower() != ".git"]
-    return removed
+    return kept
 
 
 def remove_bytecode(tree: Path) -> None:

@@ -317,3 +317,20 @@ def test_the_users_own_ignore_file_still_keeps_files_out(project: Path, home: Pa
     assert {"path": "private-notes.txt", "reason": "ignored by git"} in [
         dict(x) for x in ws.left_out
     ]
+
+
+def test_a_git_entry_that_cannot_be_removed_is_reported(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a user other than root, jarvis may be unable to remove what the sandbox's user
+    made: the run then says so instead of showing the path as safe."""
+    from jarvisd.code import _workspace
+
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="t")
+    (Path(ws.path) / ".git").mkdir()
+    (Path(ws.path) / "calc.py").write_text(FIXED)
+    monkeypatch.setattr(_workspace.shutil, "rmtree", lambda *a, **kw: None)
+    ws = finish(ws)
+    assert ws.outcome["files"] == [{"status": "M", "path": "calc.py"}]
+    assert "left .git in workspace" in ws.outcome["failure"]["message"]
+    assert "do not run git there" in ws.outcome["failure"]["message"]
