@@ -253,8 +253,9 @@ def record(
     commit with the manifest of what was recorded. ``parent`` when nothing changed.
 
     A path ``excluded(path, is_dir)`` says is not the tree's: its entry (if any) stays
-    as in ``parent``. A file whose lstat matches ``manifest`` (taken at ``since_ns`` or
-    later: a file changed in the same clock tick is read again) is not read."""
+    as in ``parent``. A file whose lstat matches ``manifest`` and whose ctime is before
+    ``since_ns`` (when that manifest's walk started: a file changed in the tick it was
+    seen is read again) is taken as recorded there, unread."""
     walk_started = time.time_ns()
     old = read_tree(git, parent) if parent else {}
     known = {e.sha for e in old.values()}
