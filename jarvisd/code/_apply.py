@@ -254,7 +254,7 @@ def _apply_locked(
     result = str(ws.outcome.get("result") or "")
     if not result or result == ws.base:
         raise WorkspaceError(f"workspace {ws.id} holds no change to apply")
-    git = Git(Path(ws.git_dir), Path(ws.path))
+    git = Git(Path(ws.git_dir))
     try:
         root_fd = os.open(ws.source, DIR_FLAGS)
     except OSError as exc:
