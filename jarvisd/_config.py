@@ -156,6 +156,10 @@ class SandboxConfig:
     max_mount_entries: int = _num(20_000, 1)
     # Containers kept created (not started) for the code agents' sessions; 0: off.
     warm_pool: int = _num(0, 0, 32)
+    # Seconds the container engine has to answer one short API call (create, start,
+    # remove, a ping): past that it "stopped answering" and the run fails with
+    # sandbox_unavailable rather than hanging until the task's limit.
+    engine_timeout: float = _num(15.0, 0, above=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,10 +175,11 @@ class ReplSession:
         await self._send(channel, start)
         tasks: set[asyncio.Task[None]] = set()
         try:
-            return await self._serve_cell(channel, start.id, tasks)
-        except TimeoutError:
-            return await self._stop_cell(channel, start.id)
-        except BaseException:
+            try:
+                return await self._serve_cell(channel, start.id, tasks)
+            except TimeoutError:
+                return await self._stop_cell(channel, start.id)
+        except BaseException:  # the session is lost too (a stalled container engine)
             await self.close()
             raise
         finally:

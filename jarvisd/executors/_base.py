@@ -73,7 +73,8 @@ class ExecResult:
     stdout: str = ""
     stderr: str = ""
     timed_out: bool = False
-    #: "oom", "timeout", "killed", "cancelled" or "" (normal exit).
+    #: "oom", "timeout", "killed", "cancelled", "stalled" (the container engine stopped
+    #: answering) or "" (normal exit).
     reason: str = ""
     duration_s: float = 0.0
 

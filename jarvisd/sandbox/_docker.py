@@ -24,6 +24,13 @@ Engine traps handled here (measured on engine 20.10 / SDK 7.2):
   then force-removing the container; cleanup joins the watchdog to avoid 409 races.
 * the attach stream only closes the program's stdin with ``StdinOnce``, which the SDK's
   ``create`` does not take: it is set on the raw config.
+* an engine that stops answering (stopped, paused, wedged) would hang every call and
+  every stream. Short calls (create, start, inspect, remove, ping) have
+  ``sandbox.engine_timeout``; streams do not, so while a container's output is silent
+  the reader pings the engine every PROBE_AFTER_S. No answer in time: the channel fails
+  with SandboxUnavailable naming the engine, and what the run could not remove (a
+  container, or one whose create was under way: containers are named before they are
+  created) is removed by ``_reaper`` when the engine answers again.
 """
 
 from __future__ import annotations
@@ -32,13 +39,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import shutil
 import socket
 import tempfile
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -62,6 +72,7 @@ from ._policy import (
     prelude_argv,
 )
 from ._pool import WarmPool, warm_pool
+from ._reaper import remove_later
 from ._staging import can_stage, pid_alive, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -71,6 +82,9 @@ log = logging.getLogger(__name__)
 _STDERR_TAIL = 64 * 1024
 _REST_LIMIT = 8 * 1024 * 1024
 _QUEUE_CHUNKS = 256
+#: A container's output silent this long makes the reader ask whether the engine still
+#: answers (a ping: cheap, so an idle session may ask every few seconds).
+PROBE_AFTER_S = 5.0
 _NO_IMAGE = (
     "sandbox image {image!r} is not present on the engine: run `jarvis sandbox build` "
     "(it builds the image locally, no registry needed)"
@@ -91,6 +105,44 @@ def engine_address(config: Config, flavor: str = "docker") -> str:
         runtime = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"
         return f"unix://{runtime}/podman/podman.sock"
     return ""
+
+
+def engine_named(config: Config, flavor: str = "docker") -> str:
+    """Where the engine is, and which setting says so, for messages."""
+    address = engine_address(config, flavor)
+    if config.sandbox.docker_host:
+        return f"sandbox.docker_host={address}"
+    if address and os.environ.get("DOCKER_HOST") == address:
+        return f"DOCKER_HOST={address}"
+    return address or "the default Docker socket"
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """The engine a channel's container runs on, for telling and handling a stall."""
+
+    address: str
+    named: str
+    timeout: float
+    connect: Callable[[], Any]
+
+    def stalled(self, doing: str = "") -> SandboxUnavailable:
+        what = f" while trying to {doing}" if doing else ""
+        return SandboxUnavailable(
+            f"the container engine stopped answering ({self.named}): no reply within "
+            f"{self.timeout:g} s (sandbox.engine_timeout){what}; the run's containers are "
+            "removed when it answers again"
+        )
+
+    def remove_later(self, ref: str) -> None:
+        remove_later(self.address, self.connect, ref)
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` says the engine did not answer (rather than answered no)."""
+    import requests.exceptions
+
+    return isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout)
 
 
 def connect(config: Config, flavor: str = "docker", timeout: float = 60.0) -> Any:
@@ -136,6 +188,7 @@ def sweep_orphans(
     """Remove labelled containers whose owning process is gone (``everything``: all
     labelled containers). Returns the removed ids. The daemon calls this at start."""
     import docker.errors
+    import requests.exceptions
 
     own_client = client is None
     if client is None:
@@ -144,19 +197,21 @@ def sweep_orphans(
         config = config or load_config()
         # The engine of the configured backend: a podman socket is not DOCKER_HOST's.
         flavor = "podman" if config.sandbox.backend == "podman" else "docker"
-        client = connect(config, flavor)
+        client = connect(config, flavor, timeout=config.sandbox.engine_timeout)
     host = socket.gethostname()
     removed = []
     try:
         try:
             found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
-        except docker.errors.DockerException as exc:
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             raise SandboxUnavailable(f"cannot list sandbox containers: {exc}") from exc
         for info in found:
             owner = (info.get("Labels") or {}).get(OWNER_LABEL, "")
             if not everything and _owner_alive(owner, host):
                 continue
-            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+            with contextlib.suppress(
+                docker.errors.DockerException, requests.exceptions.RequestException
+            ):
                 client.api.remove_container(info["Id"], force=True)
                 removed.append(info["Id"])
     finally:
@@ -192,15 +247,25 @@ class DockerExecutor(CodeExecutor):
             extra_sensitive=[*sensitive, "/var/run/docker.sock", "/run/podman"],
             max_scan_entries=config.sandbox.max_mount_entries,
         )
+        self.engine = Engine(
+            self.address,
+            engine_named(config, flavor),
+            config.sandbox.engine_timeout,
+            self._connect,
+        )
         self._client: Any = None
         self._lock = threading.Lock()
         #: Whether mounts are staged for the engine (decided at the first mount).
         self.staging: bool | None = None
 
+    def _connect(self) -> Any:
+        # Every call but the streams is bounded: a stalled engine fails the run, not hangs it.
+        return connect(self.config, self.flavor, timeout=self.config.sandbox.engine_timeout)
+
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
-                self._client = connect(self.config, self.flavor)
+                self._client = self._connect()
             return self._client
 
     def close(self) -> None:
@@ -219,6 +284,10 @@ class DockerExecutor(CodeExecutor):
             self.client().api.inspect_image(self.policy.image)
         except docker.errors.ImageNotFound:
             raise SandboxUnavailable(_NO_IMAGE.format(image=self.policy.image)) from None
+        except Exception as exc:
+            if _no_answer(exc):
+                raise self.engine.stalled("look up the sandbox image") from exc
+            raise
 
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
@@ -338,7 +407,7 @@ class DockerExecutor(CodeExecutor):
         size = self.config.sandbox.warm_pool
         if not size:
             return None
-        return warm_pool(self.address, self.flavor, size, lambda: connect(self.config, self.flavor))
+        return warm_pool(self.address, self.flavor, size, self._connect)
 
     async def prepare(self, request: ExecRequest) -> None:
         if request.files or request.mounts or self.config.sandbox.warm_pool == 0:
@@ -376,7 +445,16 @@ class DockerExecutor(CodeExecutor):
                     )
                     container_id = pool.take(config) if pool is not None else None
                     if container_id is None:
-                        container_id = api.create_container_from_config(config, None)["Id"]
+                        # Named first: a create the engine finishes after we gave up on
+                        # it can still be found and removed.
+                        name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
+                        try:
+                            container_id = api.create_container_from_config(config, name)["Id"]
+                        except Exception as exc:
+                            if _no_answer(exc):
+                                self.engine.remove_later(name)
+                                raise self.engine.stalled("create a container") from exc
+                            raise
                 except docker.errors.ImageNotFound as exc:
                     raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
                 except docker.errors.DockerException as exc:
@@ -387,14 +465,21 @@ class DockerExecutor(CodeExecutor):
                     )
                     # The container's mounts are made here: staged ones may go after.
                     api.start(container_id)
-                except docker.errors.DockerException as exc:
+                except Exception as exc:
+                    if _no_answer(exc):
+                        self.engine.remove_later(container_id)
+                        raise self.engine.stalled("start a container") from exc
                     with contextlib.suppress(docker.errors.DockerException):
                         api.remove_container(container_id, force=True)
-                    raise _translate(exc, "start the sandbox container") from exc
+                    if isinstance(exc, docker.errors.DockerException):
+                        raise _translate(exc, "start the sandbox container") from exc
+                    raise
         except BaseException:
             _remove_tree(inputs)
             raise
-        return DockerChannel(loop, api, container_id, sock, request.timeout, inputs, policy)
+        return DockerChannel(
+            loop, api, container_id, sock, request.timeout, inputs, policy, self.engine
+        )
 
 
 def _translate(exc: Exception, doing: str) -> SandboxError:
@@ -448,8 +533,12 @@ class DockerChannel(Channel):
         timeout: float,
         inputs: Path | None,
         policy: SandboxPolicy,
+        engine: Engine,
     ) -> None:
         self.loop = loop
+        self.engine = engine
+        #: Set when the engine stopped answering: readline raises it from then on.
+        self.stalled: SandboxUnavailable | None = None
         self.api = api
         self.id = container_id
         self.policy = policy
@@ -480,6 +569,8 @@ class DockerChannel(Channel):
     def _recv_exact(self, n: int) -> bytes | None:
         chunks = []
         while n:
+            if not self._readable():
+                return None
             data = self._raw.recv(min(n, 1 << 16))
             if not data:
                 return None
@@ -505,6 +596,36 @@ class DockerChannel(Channel):
             pass
         finally:
             self._push(None)
+
+    def _readable(self) -> bool:
+        """Wait for output. While none comes, ask every PROBE_AFTER_S whether the engine
+        still answers: a stalled engine sends nothing, and the stream has no timeout of
+        its own. False: it stopped answering (``stalled`` is set)."""
+        while not select.select([self._raw], [], [], PROBE_AFTER_S)[0]:
+            if self._removed:
+                return True  # the socket is shut: recv says so
+            if not self._engine_answers():
+                return False
+        return True
+
+    def _engine_answers(self) -> bool:
+        import docker.errors
+        import requests.exceptions
+
+        try:
+            self.api.ping()  # bounded by sandbox.engine_timeout (the client's timeout)
+            return True
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            self._mark_stalled(exc)
+            return False
+
+    def _mark_stalled(self, exc: BaseException) -> None:
+        if self.stalled is None:
+            self.stalled = self.engine.stalled()
+            log.warning(
+                "sandbox container %s: the container engine stopped answering (%s): %s",
+                self.id[:12], self.engine.named, exc,
+            )  # fmt: skip
 
     def _push(self, item: bytes | None) -> bool:
         """Hand a chunk to the event loop, waiting while the queue is full. One put
@@ -537,7 +658,7 @@ class DockerChannel(Channel):
         while (delay := self.clock.due_in()) > 0:
             if self._done.wait(delay):
                 return
-        if not self._done.is_set():
+        if not self._done.is_set() and self.stalled is None:
             log.info("sandbox container %s timed out after %.1fs", self.id[:12], self.timeout)
             self._terminate("timeout")
 
@@ -554,12 +675,24 @@ class DockerChannel(Channel):
             # a removal with the attach stream open can hang.
             with contextlib.suppress(OSError):
                 self._raw.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(docker.errors.DockerException, OSError):
+            if self.stalled is not None:  # no use waiting for it again
+                self.engine.remove_later(self.id)
+                return
+            try:
                 self.api.remove_container(self.id, force=True)
+            except Exception as exc:
+                # (requests' errors are OSErrors too: look at them first)
+                if _no_answer(exc):
+                    self._mark_stalled(exc)
+                    self.engine.remove_later(self.id)
+                elif not isinstance(exc, docker.errors.DockerException | OSError):
+                    raise
 
     # -- Channel ---------------------------------------------------------------------
 
     async def write(self, data: bytes) -> None:
+        if self.stalled is not None:
+            raise self.engine.stalled()
         if self._stdin_closed or self._removed:
             raise SandboxError(
                 f"the sandboxed program's stdin is closed ({self.reason or 'ended'})"
@@ -595,6 +728,8 @@ class DockerChannel(Channel):
                 del self._buf[:limit]
                 return line
             if self._eof:
+                if self.stalled is not None:
+                    raise self.engine.stalled()
                 return b""
             start = len(self._buf)
             chunk = await self._queue.get()
@@ -620,7 +755,10 @@ class DockerChannel(Channel):
         reason = self.reason or ("oom" if oom else "")
         stderr = b"".join(self._stderr).decode("utf-8", "replace")
         note = ""
-        if reason == "oom":
+        if self.stalled is not None:
+            reason = "stalled"
+            note = f"[sandbox] {self.stalled}"
+        elif reason == "oom":
             note = (
                 f"[sandbox] out of memory: the program exceeded the sandbox memory limit of "
                 f"{self.policy.memory_text} (sandbox.memory) and was killed"
@@ -644,7 +782,7 @@ class DockerChannel(Channel):
         import requests.exceptions
 
         code, oom = 137, False
-        if not self._removed:
+        if not self._removed and self.stalled is None:
             try:
                 status = self.api.wait(self.id, timeout=self.timeout + 30)
                 code = int(status.get("StatusCode", 137))
