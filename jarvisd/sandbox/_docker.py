@@ -533,7 +533,7 @@ class DockerChannel(Channel):
         timeout: float,
         inputs: Path | None,
         policy: SandboxPolicy,
-        engine: Engine,
+        engine: Engine | None = None,
     ) -> None:
         self.loop = loop
         self.engine = engine
@@ -601,6 +601,8 @@ class DockerChannel(Channel):
         """Wait for output. While none comes, ask every PROBE_AFTER_S whether the engine
         still answers: a stalled engine sends nothing, and the stream has no timeout of
         its own. False: it stopped answering (``stalled`` is set)."""
+        if self.engine is None:  # nothing to ask (a channel made by hand)
+            return True
         while not select.select([self._raw], [], [], PROBE_AFTER_S)[0]:
             if self._removed:
                 return True  # the socket is shut: recv says so
@@ -621,11 +623,12 @@ class DockerChannel(Channel):
 
     def _mark_stalled(self, exc: BaseException) -> None:
         if self.stalled is None:
-            self.stalled = self.engine.stalled()
-            log.warning(
-                "sandbox container %s: the container engine stopped answering (%s): %s",
-                self.id[:12], self.engine.named, exc,
-            )  # fmt: skip
+            self.stalled = (
+                self.engine.stalled()
+                if self.engine is not None
+                else SandboxUnavailable("the container engine stopped answering")
+            )
+            log.warning("sandbox container %s: %s (%s)", self.id[:12], self.stalled, exc)
 
     def _push(self, item: bytes | None) -> bool:
         """Hand a chunk to the event loop, waiting while the queue is full. One put
@@ -676,7 +679,7 @@ class DockerChannel(Channel):
             with contextlib.suppress(OSError):
                 self._raw.shutdown(socket.SHUT_RDWR)
             if self.stalled is not None:  # no use waiting for it again
-                self.engine.remove_later(self.id)
+                self._remove_later()
                 return
             try:
                 self.api.remove_container(self.id, force=True)
@@ -684,15 +687,19 @@ class DockerChannel(Channel):
                 # (requests' errors are OSErrors too: look at them first)
                 if _no_answer(exc):
                     self._mark_stalled(exc)
-                    self.engine.remove_later(self.id)
+                    self._remove_later()
                 elif not isinstance(exc, docker.errors.DockerException | OSError):
                     raise
+
+    def _remove_later(self) -> None:
+        if self.engine is not None:
+            self.engine.remove_later(self.id)
 
     # -- Channel ---------------------------------------------------------------------
 
     async def write(self, data: bytes) -> None:
         if self.stalled is not None:
-            raise self.engine.stalled()
+            raise SandboxUnavailable(str(self.stalled))
         if self._stdin_closed or self._removed:
             raise SandboxError(
                 f"the sandboxed program's stdin is closed ({self.reason or 'ended'})"
@@ -729,7 +736,7 @@ class DockerChannel(Channel):
                 return line
             if self._eof:
                 if self.stalled is not None:
-                    raise self.engine.stalled()
+                    raise SandboxUnavailable(str(self.stalled))
                 return b""
             start = len(self._buf)
             chunk = await self._queue.get()

@@ -24,9 +24,11 @@ import pytest
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import SandboxUnavailable
+from jarvisd._run import RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import ExecRequest
+from jarvisd.runs import AgentSpec, run_spec
 from jarvisd.sandbox import DockerExecutor, engine_address
 from jarvisd.sandbox._reaper import pending
 
@@ -197,4 +199,29 @@ def test_a_create_under_way_when_the_engine_stalls_is_removed_after(
         proxy.resume()
     left = wait_until_gone(proxy)
     executor.close()
+    assert not left, [c["Id"][:12] for c in left]
+
+
+def test_a_sandboxed_agent_whose_engine_stalls_fails_naming_it(proxy: PausableProxy) -> None:
+    """``--sandbox``: the whole agent runs in the container; the engine stalls while the
+    host answers its inference request."""
+
+    def stall(messages: object, tools: object) -> Any:
+        proxy.pause()
+        return reply("never delivered")
+
+    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    started = time.monotonic()
+    outcome = asyncio.run(
+        asyncio.wait_for(
+            run_spec(spec, RunContext(), stall_config(proxy), ScriptedEngine([stall])), 120
+        )
+    )
+    took = time.monotonic() - started
+    assert outcome.failure is not None
+    assert outcome.failure.code == "sandbox_unavailable", outcome.failure
+    assert "container engine stopped answering" in outcome.failure.message
+    assert took < 90, f"the run took {took:.0f} s to fail"  # a hang bound
+    proxy.resume()
+    left = wait_until_gone(proxy)
     assert not left, [c["Id"][:12] for c in left]
