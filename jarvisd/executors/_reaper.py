@@ -10,7 +10,8 @@ The reaper is a child subreaper (``PR_SET_CHILD_SUBREAPER``): whatever the progr
 starts stays below it, however it detaches. It runs the program as its one child and,
 when that child exits or the reaper gets SIGTERM (how the channel stops a program),
 kills every process below it and reaps them, then exits as the program did. It keeps
-none of the program's pipes open, so their ends close with the last of those processes.
+none of the program's pipes open, so their ends close with the last of those processes,
+and is not dumpable (the program, of the same uid, cannot open its ``/proc/PID/fd``).
 
 The program itself can still kill the reaper (same user): not a security boundary, as
 the rest of this backend (see ``_subprocess``).
@@ -48,7 +49,9 @@ def kill_below(*_):
         except OSError:
             pass
 
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+libc = ctypes.CDLL(None)
+libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: the program (same uid) cannot open our fds
 signal.signal(signal.SIGTERM, kill_below)
 main = os.fork()
 if main == 0:
