@@ -56,6 +56,7 @@ signal.signal(signal.SIGTERM, kill_below)
 main = os.fork()
 if main == 0:
     try:
+        os.setpgid(0, 0)  # the program leads a group of its own, as it would unreaped
         os.execvp(sys.argv[1], sys.argv[1:])
     except OSError as exc:
         os.write(2, ("cannot start %s: %s\n" % (sys.argv[1], exc.strerror)).encode())
