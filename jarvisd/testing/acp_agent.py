@@ -13,7 +13,7 @@ tests of jarvis's ACP client without Node.js or a model.
   leaves a grandchild sleeping in its process group;
 * ``detach``: as ``deaf``, but its grandchild is detached (a session of its own)
   and holds the agent's stdout; its pid is written to the file named by the next
-  argument;
+  argument; it sleeps for the argument after that (default 120 s);
 * ``garbage``: answers initialize, then prints a line that is not JSON;
 * ``huge``: answers initialize, then prints one line of 9 MiB;
 * ``exit``: exits with status 3 on initialize, after a line on stderr;
@@ -166,8 +166,10 @@ def main() -> None:
             send({"id": ident, "result": {"sessionId": session}})
         elif method == "session/prompt":
             if scenario == "detach":
+                seconds = sys.argv[3] if len(sys.argv) > 3 else "120"
                 grandchild = subprocess.Popen(  # inherits stdin, stdout and stderr
-                    [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+                    [sys.executable, "-c", f"import time; time.sleep({float(seconds)})"],
+                    start_new_session=True,
                 )
                 with open(sys.argv[2], "w") as f:
                     f.write(str(grandchild.pid))
