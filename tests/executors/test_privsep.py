@@ -51,3 +51,35 @@ def test_a_runner_started_as_root_keeps_no_root_id_and_its_code_runs_as_the_code
 def test_a_runner_started_as_root_without_a_valid_plan_refuses_to_run(spec: str) -> None:
     done = run({"JARVIS_PRIVSEP": spec} if spec else {})
     assert done.returncode != 0 and "PrivsepError" in done.stderr
+
+
+LEFTOVER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from jarvisd.executors import ExecRequest, SubprocessExecutor, run_to_completion
+    from jarvisd.executors._privsep import drop_privileges
+    launcher = drop_privileges()
+    executor = SubprocessExecutor(launcher=launcher)
+    def run(*argv):
+        return asyncio.run(run_to_completion(executor, ExecRequest(argv=list(argv), timeout=20)))
+    # A code process leaves a detached (setsid) sleeper behind and ends.
+    left = run("sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
+    pid = int(left.stdout)
+    def alive():
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:  # gone when its session was reaped
+        time.sleep(0.05)
+    print("after the session", alive())
+""")
+
+
+def test_a_process_code_leaves_behind_is_killed_when_its_session_ends() -> None:
+    env = {"PATH": os.defpath, "PYTHONPATH": str(ROOT), "JARVIS_PRIVSEP": "10001:10001:10002"}
+    done = subprocess.run(
+        [sys.executable, "-c", LEFTOVER], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "after the session False\n"
