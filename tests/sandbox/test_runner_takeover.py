@@ -85,6 +85,7 @@ libc = ctypes.CDLL(None, use_errno=True)
 fd = libc.inotify_init()
 libc.inotify_add_watch(fd, b"/tmp", 0x100)  # IN_CREATE
 os.set_blocking(fd, False)
+open(os.path.join(marks, "planter-ready"), "w").close()
 seen = set()
 deadline = time.monotonic() + 60
 while time.monotonic() < deadline:
@@ -95,6 +96,15 @@ while time.monotonic() < deadline:
     for name in os.listdir("/tmp"):
         d = "/tmp/" + name
         if name.startswith("jarvis-exec-") and d not in seen and os.path.isdir(d):
+            # Made 0700, opened to the group a moment later: be there at that moment.
+            until = time.monotonic() + 2
+            while time.monotonic() < until:
+                try:
+                    with open(d + "/resource.py", "w") as f:
+                        f.write(body("resource") + RESOURCE)
+                    break
+                except OSError:
+                    pass
             if plant(d) >= 8:
                 seen.add(d)
 """
@@ -106,7 +116,10 @@ planter = open({marks!r} + "/planter.py", "w"); planter.write({planter!r}); plan
 subprocess.Popen([sys.executable, {marks!r} + "/planter.py", {marks!r}, {marks!r},
                   {marks!r} + "/module.txt"], start_new_session=True,
                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-import time; time.sleep(1)
+import time
+deadline = time.monotonic() + 30
+while not os.path.exists({marks!r} + "/planter-ready") and time.monotonic() < deadline:
+    time.sleep(0.05)  # the planter has planted what it could, and watches /tmp
 os.killpg(os.getpgid(0), signal.SIGKILL)  # the whole session: supervisor, kernel, cell
 """
 
