@@ -6,8 +6,12 @@ network as jarvis. What it does give: a fresh working directory, a minimal envir
 new session, and a timeout after which the whole process group is killed (also on
 cancellation). Each program runs under a subreaper (``_reaper``): whatever it starts,
 detached or not, is killed when it ends or is stopped, so nothing outlives the run and
-no grandchild holding its stdout keeps the run waiting. Use a sandbox backend (docker, podman, bwrap) for untrusted code; config
-``sandbox.backend = "none"`` selects this one and logs a warning on every run.
+no grandchild holding its stdout keeps the run waiting. Use a sandbox backend (docker,
+podman, bwrap) for untrusted code; config ``sandbox.backend = "none"`` selects this one
+and logs a warning on every run.
+
+Inside a separated sandbox runner (``_privsep``) programs are started by the runner's
+root launcher as the code user instead (``launcher=``; ``_launched``).
 """
 
 from __future__ import annotations
