@@ -39,6 +39,7 @@ from ..executors import CodeExecutor, ExecRequest
 from ..mcp import McpToolset, mcp_server_of
 from ..protocol import ErrorFrame, OfferedTool, ResultFrame, Start, jsonable
 from ..runs._outcome import Failure, RunOutcome
+from ._policy import CODE_ROOT
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -58,8 +59,16 @@ __all__ = [
 #: The most of a sandboxed program's error message that reaches the host's outcome.
 MAX_ERROR_CHARS = 4000
 
-# -S: no site module; -c rather than -m: no runpy. Both are start-up time in every run.
-RUNNER_ARGV = ("python3", "-S", "-B", "-c", "from runners.sandbox_runner import entry; entry()")
+#: -I: isolated, so nothing a sandboxed user can write is ever on the runner's import
+#: path (no working directory, no PYTHON* variables, no user site): the runner starts
+#: as root and its launcher stays root (executors._privsep). jarvis's own code is put
+#: on the path by hand, from its read-only mount. -S: no site module; -c rather than
+#: -m: no runpy. Both are start-up time in every run.
+RUNNER_ARGV = (
+    "python3", "-I", "-S", "-B", "-c",
+    f"import sys; sys.path.insert(0, {CODE_ROOT!r}); "
+    "from runners.sandbox_runner import entry; entry()",
+)  # fmt: skip
 
 #: Engine calls a sandboxed program may make per turn of its agent when the run sets no
 #: budget (a tool loop makes one or two; rlm's llm_batch makes one per chunk).

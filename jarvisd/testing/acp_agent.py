@@ -11,6 +11,9 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``open``: as ``hang``, after starting a tool call (``t-open``) it never ends;
 * ``deaf``: never ends its prompt, not even when cancelled (it must be killed); it
   leaves a grandchild sleeping in its process group;
+* ``detach``: as ``deaf``, but its grandchild is detached (a session of its own)
+  and holds the agent's stdout; its pid is written to the file named by the next
+  argument; it sleeps for the argument after that (default 120 s);
 * ``garbage``: answers initialize, then prints a line that is not JSON;
 * ``huge``: answers initialize, then prints one line of 9 MiB;
 * ``exit``: exits with status 3 on initialize, after a line on stderr;
@@ -225,6 +228,15 @@ def main() -> None:
             mcp_servers = params.get("mcpServers") or []
             send({"id": ident, "result": {"sessionId": session}})
         elif method == "session/prompt":
+            if scenario == "detach":
+                seconds = sys.argv[3] if len(sys.argv) > 3 else "120"
+                grandchild = subprocess.Popen(  # inherits stdin, stdout and stderr
+                    [sys.executable, "-c", f"import time; time.sleep({float(seconds)})"],
+                    start_new_session=True,
+                )
+                with open(sys.argv[2], "w") as f:
+                    f.write(str(grandchild.pid))
+                scenario = "deaf"
             if scenario in ("hang", "deaf", "open"):
                 if scenario == "open":
                     update(session, {"sessionUpdate": "tool_call", "toolCallId": "t-open",
