@@ -412,7 +412,10 @@ def run(env: BenchEnv) -> list[Row]:
     """For the harness: the CI-sized run, one row per model and category."""
     from jarvisd.evals import CATEGORIES
 
-    report = measure(env, MODELS, 2 if env.quick else DEFAULT_LIMIT, CATEGORIES)
+    if env.smoke:  # one case, the smallest model: does each system still run?
+        report = measure(env, MODELS[:1], 1, CATEGORIES[:1])
+    else:
+        report = measure(env, MODELS, 2 if env.quick else DEFAULT_LIMIT, CATEGORIES)
     rows = []
     for model, data in report["models"].items():
         for category, row in data["accuracy"].items():

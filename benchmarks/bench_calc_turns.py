@@ -99,16 +99,21 @@ def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(before: str, models: Sequence[str], runs: int, task: str = "chain") -> dict[str, Any]:
+def measure(
+    before: str | None, models: Sequence[str], runs: int, task: str = "chain"
+) -> dict[str, Any]:
+    """``before`` None: this tree only (the harness's smoke run)."""
     from tests.conftest import real_model_path
 
     text, expected = TASKS[task]
     report: dict[str, Any] = {"before": before, "task": text, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": _tree(before, Path(tmp)), "after": ROOT}
+        trees = {"after": ROOT}
+        if before is not None:
+            trees = {"before": _tree(before, Path(tmp)), **trees}
         for model in models:
             path = real_model_path(model)
-            done: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            done: dict[str, list[dict[str, Any]]] = {version: [] for version in trees}
             for _ in range(runs):
                 for version, tree in trees.items():
                     done[version].append(_once(tree, path, text))
@@ -125,7 +130,13 @@ def measure(before: str, models: Sequence[str], runs: int, task: str = "chain") 
 
 
 def run(env: BenchEnv) -> list[Row]:
-    """For the harness: before = where this tree left main (``git merge-base``)."""
+    """For the harness: before = where this tree left main (``git merge-base``). The
+    smoke run: this tree only, the one-call task on the smallest model, once."""
+    if env.smoke:
+        report = measure(None, MODELS[:1], 1, "percent")
+        data = report["models"][MODELS[0]]["after"]
+        return [Row(f"1-call calculator task ({MODELS[0]}), smoke", data["median_wall_s"], "s",
+                    notes=f"right: {data['right']}/1")]  # fmt: skip
     base = subprocess.run(
         ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
         capture_output=True, text=True, check=True,
