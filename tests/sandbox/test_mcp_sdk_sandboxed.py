@@ -35,16 +35,17 @@ def install(distribution: str, target: Path) -> None:
     """``distribution`` and what it requires, installed into ``target`` from this
     environment's own files (each distribution's RECORD): what ``pip install --target``
     would lay out, without the network."""
-    seen: set[str] = set()
-    todo = [distribution]
+    seen: set[tuple[str, str]] = set()
+    todo = [(distribution, "")]
     while todo:
-        name = todo.pop()
+        name, extra = todo.pop()
         key = re.sub(r"[-_.]+", "-", name).lower()
-        if key in seen:
+        if (key, extra) in seen:
             continue
-        seen.add(key)
+        copied = any(k == key for k, _ in seen)
+        seen.add((key, extra))
         dist = importlib.metadata.distribution(name)
-        for file in dist.files or ():
+        for file in () if copied else dist.files or ():
             source = Path(str(file.locate()))
             if not source.is_file() or ".." in file.parts:  # scripts live outside
                 continue
@@ -52,8 +53,9 @@ def install(distribution: str, target: Path) -> None:
             shutil.copy2(source, target / file)
         for text in dist.requires or ():
             requirement = Requirement(text)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
-                todo.append(requirement.name)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": extra}):
+                todo.append((requirement.name, ""))
+                todo.extend((requirement.name, wanted) for wanted in requirement.extras)
 
 
 @pytest.fixture(scope="module")
