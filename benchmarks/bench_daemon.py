@@ -229,6 +229,7 @@ def _ask_command_row(env: BenchEnv, url: str, proc_env: dict[str, str]) -> Row:
             "direct": [env.python, "-c", direct],
         },
         env.runs(20, 5),
+        env.warmups(),
         env=proc_env,
     )
     ours, base = percentile(times["jarvis"], 50) * 1000, percentile(times["direct"], 50) * 1000

@@ -69,6 +69,10 @@ class BenchEnv:
             return 1
         return quick if self.quick else full
 
+    def warmups(self, n: int = 1) -> int:
+        """Untimed runs first: none in the smoke run, which times nothing that counts."""
+        return 0 if self.smoke else n
+
     def jarvis_bin(self) -> str:
         return str(Path(self.python).parent / "jarvis")
 
