@@ -57,10 +57,14 @@ class FakeOllama(BaseHTTPRequestHandler):
                 "model_info": {"general.architecture": "qwen2", "qwen2.context_length": 32768},
             })  # fmt: skip
         if self.path == "/api/pull":
-            lines = [{"status": "pulling manifest"}] + [
-                {"status": "pulling abc", "digest": "abc", "total": 1000, "completed": c}
-                for c in (0, 250, 500, 1000)
-            ] + [{"status": "success"}]
+            lines = (
+                [{"status": "pulling manifest"}]
+                + [
+                    {"status": "pulling abc", "digest": "abc", "total": 1000, "completed": c}
+                    for c in (0, 250, 500, 1000)
+                ]
+                + [{"status": "success"}]
+            )
             data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
             self.models[name] = dict(MODEL, name=name, model=name)
             self.send_response(200)
