@@ -50,7 +50,7 @@ from jarvisd.engines import WrapperEngine
 from jarvisd.engines._llamacpp import LlamaCppEngine
 from jarvisd.tools import CalculatorTool
 
-path, task = sys.argv[1], sys.argv[2]
+path, task, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
 class Tokens(WrapperEngine):
@@ -69,7 +69,7 @@ async def main():
     await asyncio.to_thread(inner.load)
     engine = Tokens(inner)
     agent = AgentRegistry.create("orchestrator", engine, path, tools=[CalculatorTool()],
-                                 temperature=0, max_tokens=512, max_turns=6)
+                                 temperature=0, max_tokens=max_tokens, max_turns=6)
     start = time.perf_counter()
     result = await agent.arun(task)
     wall = time.perf_counter() - start
@@ -90,9 +90,9 @@ def _tree(commit: str, into: Path) -> Path:
     return into
 
 
-def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
+def _once(tree: Path, model_path: Path, task: str, max_tokens: int = 512) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(model_path), task],
+        [sys.executable, "-c", SCRIPT, str(model_path), task, str(max_tokens)],
         capture_output=True, text=True, check=False, timeout=900,
         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
     )  # fmt: skip
@@ -102,7 +102,11 @@ def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
 
 
 def measure(
-    before: str | None, models: Sequence[str], runs: int, task: str = "chain"
+    before: str | None,
+    models: Sequence[str],
+    runs: int,
+    task: str = "chain",
+    max_tokens: int = 512,
 ) -> dict[str, Any]:
     """``before`` None: this tree only (the harness's smoke run)."""
     from tests.conftest import real_model_path
@@ -118,7 +122,7 @@ def measure(
             done: dict[str, list[dict[str, Any]]] = {version: [] for version in trees}
             for _ in range(runs):
                 for version, tree in trees.items():
-                    done[version].append(_once(tree, path, text))
+                    done[version].append(_once(tree, path, text, max_tokens))
                     print(f"   {model} {version}: {done[version][-1]}", file=sys.stderr)
             report["models"][model] = {
                 version: {
@@ -135,7 +139,7 @@ def run(env: BenchEnv) -> list[Row]:
     """For the harness: before = where this tree left main (``git merge-base``). The
     smoke run: this tree only, the one-call task on the smallest model, once."""
     if env.smoke:
-        report = measure(None, (SMOKE_MODEL,), 1, "percent")
+        report = measure(None, (SMOKE_MODEL,), 1, "percent", max_tokens=48)
         data = report["models"][SMOKE_MODEL]["after"]
         return [Row(f"1-call calculator task ({SMOKE_MODEL}), smoke", data["median_wall_s"], "s",
                     notes=f"right: {data['right']}/1")]  # fmt: skip
