@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from benchmarks.harness import discover
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, REAL_MODELS_DIR, link_real_models
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Skips a CI machine may show: external agents are installed by their own tests' setup.
@@ -21,7 +21,9 @@ MAY_SKIP_IN_CI = ("is not installed (jarvis agents install",)
 
 
 def test_every_benchmark_module_runs_once_in_smoke_mode(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    link_real_models("smollm2-135m")  # the model rows' model, in this test's data dir
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "JARVIS_TEST_MODELS_DIR": str(REAL_MODELS_DIR),
+           "JARVIS_BENCH_MODELS_DIR": str(REAL_MODELS_DIR)}  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks.harness", "--smoke", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=900, cwd=ROOT, env=env,
