@@ -1,10 +1,10 @@
 """``jarvis code`` workspace setup on a 50,000-file git repository, against a plain
 ``git worktree add`` of the same repository (which checks the files out itself).
 
-Ours: ``jarvisd.code.prepare``: a worktree on a new branch (no checkout), every
-tracked and untracked, not ignored file copied through descriptors with blocked names
-and virtual environments left out, the ownership and modes the sandbox needs, and the
-base commit. Both are interleaved; each workspace is removed before the next. An
+Ours: ``jarvisd.code.prepare``: a private repository borrowing the project's objects,
+every tracked and untracked, not ignored file copied through descriptors with blocked
+names and virtual environments left out, the ownership and modes the sandbox needs, and
+the base commit (every file read by jarvis and named; only new content handed to git). Both are interleaved; each workspace is removed before the next. An
 informational row: the issue asks for the time to be reported, with no target.
 """
 

@@ -28,6 +28,7 @@ __all__ = [
     "AgentsConfig",
     "Bounds",
     "ClaudeCodeConfig",
+    "CodeConfig",
     "Config",
     "DaemonConfig",
     "EngineConfig",
@@ -219,6 +220,15 @@ class ClaudeCodeConfig:
     api_key_env: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class CodeConfig:
+    # What `jarvis code` records of an agent's change at most: one file, and all the
+    # files it touched together (bytes; a sparse file counts at its size). A larger
+    # change is not recorded, and the run fails saying so.
+    max_file_bytes: int = _num(50 * 1024 * 1024, 1)
+    max_change_bytes: int = _num(500 * 1024 * 1024, 1)
+
+
 #: A server's name is the first half of its tools' names (``NAME.tool``).
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
@@ -233,6 +243,7 @@ class Config:
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     mcp: McpConfig = field(default_factory=McpConfig)
     claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
+    code: CodeConfig = field(default_factory=CodeConfig)
     #: The file this was read from (None: defaults only).
     source: str | None = None
 

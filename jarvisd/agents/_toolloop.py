@@ -38,11 +38,15 @@ continues from it). A JSON object::
       "tool_results": [ToolResult.to_dict(), ...],
       "usage": {"prompt_tokens": .., "completion_tokens": .., "total_tokens": ..},
       "reprompts": 0,                          # corrective re-prompts in a row
-      "guard": {"max_repeats": 1, "counts": {...}, "last": {...}}
+      "guard": {"max_repeats": 1, "counts": {...}, "last": {...}},
+      "final": {"content": "...", "meta": {...}}   # only once the run has its answer
     }
 
 A state is written only after a turn's tool results are in ``messages``, so resuming
-never replays a call that already ran. Agents with process state (rlm's REPL) rebuild it
+never replays a call that already ran. The answer is written once, with ``final``, as
+the run ends: a run resumed from it returns that answer at once, with no more turns
+(a crash between the answer and the task's end must neither ask the model again with
+its own answer as the last message, nor re-run rlm's cells up to a repeated FINAL). Agents with process state (rlm's REPL) rebuild it
 in ``Dialect.resume``.
 """
 
@@ -155,9 +159,11 @@ class LoopState:
     usage: Usage = field(default_factory=Usage)
     reprompts: int = 0
     recovered_calls: int = 0
+    #: The run's answer and its metadata, once it has one (see the module docstring).
+    final: dict[str, Any] | None = None
 
     def to_dict(self, agent: str) -> dict[str, Any]:
-        return {
+        data = {
             "version": STATE_VERSION,
             "agent": agent,
             "input": self.input,
@@ -169,6 +175,9 @@ class LoopState:
             "recovered_calls": self.recovered_calls,
             "guard": self.guard.to_dict(),
         }
+        if self.final is not None:
+            data["final"] = self.final
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LoopState:
@@ -183,7 +192,16 @@ class LoopState:
             usage=Usage.from_dict(data.get("usage") or {}),
             reprompts=int(data.get("reprompts", 0)),
             recovered_calls=int(data.get("recovered_calls", 0)),
+            final=_final_of(data.get("final")),
         )
+
+
+def _final_of(data: Any) -> dict[str, Any] | None:
+    """A saved answer, or None when there is none (or it is not one)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("content"), str):
+        return None
+    meta = data.get("meta")
+    return {"content": data["content"], "meta": dict(meta) if isinstance(meta, Mapping) else {}}
 
 
 @dataclass(slots=True)
@@ -367,7 +385,8 @@ async def run_tool_loop(
     if run.resume is not None and run.resume.get("agent") == agent.agent_id:
         state = LoopState.from_dict(run.resume)
         resumed = True
-        await dialect.resume(state, run)
+        if state.final is None:  # an answered run needs nothing rebuilt (see below)
+            await dialect.resume(state, run)
     else:
         state = LoopState(input, list(setup.messages), LoopGuard(agent.max_repeats))
     agent._emit_turn_start(run, input, resumed=resumed)
@@ -401,6 +420,13 @@ async def run_tool_loop(
             run.checkpoint(state.to_dict(agent.agent_id))
 
     def finish(content: str, **meta: Any) -> AgentResult:
+        if held_so_far:  # a run that answered after a held call says it held one
+            meta.setdefault("held_calls", list(held_so_far))
+        if state.final is None:
+            # The answer is saved before anything says the run ended: from here on a
+            # resume returns it (no more turns), whatever happens before the task ends.
+            state.final = {"content": content, "meta": dict(meta)}
+            save()
         metadata = {
             "agent": agent.agent_id,
             "tool_calls": len(state.tool_results),
@@ -409,8 +435,6 @@ async def run_tool_loop(
             **setup.metadata,
             **meta,
         }
-        if held_so_far and "held_calls" not in metadata:
-            metadata["held_calls"] = list(held_so_far)
         if resumed:
             metadata["resumed"] = True
         agent._emit_turn_end(
@@ -423,6 +447,8 @@ async def run_tool_loop(
             gate.close(content)
         return AgentResult(content, list(state.tool_results), state.turns, metadata, state.usage)
 
+    if state.final is not None:  # resumed after the answer: end with it
+        return finish(state.final["content"], **state.final["meta"])
     while state.turns < agent.max_turns:
         run.cancel.raise_if_cancelled()
         for message in state.messages[indexed:]:
@@ -449,18 +475,17 @@ async def run_tool_loop(
         state.usage = state.usage + generation.usage
         step = dialect.parse(generation, executor)
         if step.kind == "final":
+            # Not saved before finish(): a state whose last message is the answer but
+            # not marked final would be resumed into one more turn (asked with its own
+            # answer). A crash before then re-asks this turn, which ran no tool.
             state.messages.append(Message.assistant(generation.content))
-            save()
             content, meta = await _grounded(
                 agent, run, state, dialect, executor, gate, step.content
             )
-            if meta:
-                save()
             return finish(content, **meta)
         if step.kind == "invalid":
             state.messages.append(Message.assistant(generation.content))
             if state.reprompts >= 1:
-                save()
                 return finish(
                     f"Error: the model's reply could not be used twice in a row ({step.error}). "
                     f"Last reply: {generation.content[:500]!r}",
@@ -492,12 +517,10 @@ async def run_tool_loop(
             held = held_so_far
             state.messages.append(Message.assistant(generation.content))
             if insisted or state.turns >= agent.max_turns:  # no answer will come of another
-                save()
                 return finish(held_message(held), held_calls=held)
             content, more = await _answer_turn(
                 agent, run, state, dialect, executor, held_note(held), gate
             )
-            save()
             if "error" in more:  # it called again: say what is missing instead
                 more.pop("error")
                 content = held_message(held)
@@ -521,12 +544,12 @@ async def run_tool_loop(
         known.update(r.content for r in results if r.success)
         state.tool_results.extend(results)
         state.messages.extend(dialect.result_messages(step, results))
+        final = dialect.final_from_results(results)
+        if final is not None and not run.cancel.cancelled:
+            return finish(final, final_from_tool=True)  # saved once, as the answer
         save()
         if run.cancel.cancelled:
             raise run.cancel.error()
-        final = dialect.final_from_results(results)
-        if final is not None:
-            return finish(final, final_from_tool=True)
         if no_progress:
             if state.turns >= agent.max_turns:
                 break
@@ -535,12 +558,9 @@ async def run_tool_loop(
             # the tool). One turn without tools asks for the answer instead.
             why = BLOCKED_NOTE if any(r.metadata.get("blocked") for r in results) else ""
             content, meta = await _answer_turn(agent, run, state, dialect, executor, why, gate)
-            save()
             if "error" not in meta:
                 content, more = await _grounded(agent, run, state, dialect, executor, gate, content)
-                if more:
-                    meta.update(more)
-                    save()
+                meta.update(more)
             return finish(content, **meta)
     result = agent._max_turns_result(list(state.tool_results), state.turns, usage=state.usage)
     result.metadata.update(

@@ -40,7 +40,9 @@ def terminal_approver() -> Any:
 
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[bool] = loop.create_future()
-        prompt = _for_terminal(f"jarvis: allow {request.tool} (kind {request.kind})?")
+        # The agent chose the title: its controls are shown, not obeyed (a bidi
+        # override or a hiding escape would make the question read otherwise).
+        prompt = f"jarvis: allow {visible(request.tool)} (kind {visible(request.kind)})?"
 
         def settle(allowed: bool) -> None:
             if not answer.done():
@@ -100,7 +102,7 @@ def status_line(event: Event) -> str | None:
     arguments = json.dumps(data.get("arguments"), ensure_ascii=False, default=str)
     if len(arguments) > 120:
         arguments = arguments[:117] + "..."
-    return f"· {data.get('tool')} {arguments}"
+    return visible(f"· {data.get('tool')} {arguments}")
 
 
 def render(outcome: RunOutcome, *, as_json: bool, streamed: bool, on_terminal: bool) -> None:
@@ -117,6 +119,12 @@ def render(outcome: RunOutcome, *, as_json: bool, streamed: bool, on_terminal: b
     if failure is not None:
         headline = _HEADLINES.get(failure.code, "error")
         click.echo(f"jarvis: {headline}: {_for_terminal(failure.message)}", err=True)
+
+
+def visible(text: object) -> str:
+    from ._terminal import visible
+
+    return visible(text)
 
 
 def _for_terminal(text: str) -> str:

@@ -46,7 +46,14 @@ def code() -> None:
     \b
     jarvis code PATH "TASK" [--agent A] [--test CMD]   (same as `jarvis code run`)
     jarvis code list | show ID | apply ID | discard ID
+
+    Every one of these first completes or rolls back an apply that was interrupted
+    (kill -9, a crash): see `jarvis code apply --help`.
     """
+    from ..code._recover import recover
+
+    for line in recover(_store(), _state_dir()):
+        click.echo(f"jarvis: {line}", err=True)
 
 
 def _store() -> CodeStore:
@@ -290,7 +297,11 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
 @click.argument("ws_id", metavar="ID")
 def apply_(ws_id: str) -> None:
     """Merge the workspace's change onto its project (three-way; refused, with nothing
-    written, when the project changed in a conflicting way), then remove the workspace."""
+    written, when the project changed in a conflicting way), then remove the workspace.
+
+    All or nothing, even when interrupted: Ctrl-C, SIGTERM or a full disk before the
+    commit point puts every file back; after it, the apply completes. After a kill -9
+    or a crash, the next `jarvis code` command completes or rolls it back."""
     from ..code import apply
 
     ws = apply(ws_id, _store(), _state_dir())

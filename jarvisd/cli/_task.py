@@ -11,6 +11,7 @@ import click
 from jarvisd._errors import UsageError
 
 from ._run_options import build_spec, run_options
+from ._terminal import visible
 
 __all__ = ["format_event", "task"]
 
@@ -29,7 +30,14 @@ def _when(ts: float | None) -> str:
 
 
 def format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
-    """One log line for a stored event (None: streamed text, printed as it is)."""
+    """One log line for a stored event (None: streamed text, printed through
+    ``visible``). What an agent chose (a tool's title, its arguments) is in it: every
+    control character is shown as an escape, never sent to the terminal."""
+    line = _format_event(seq, event, data)
+    return None if line is None else visible(line)
+
+
+def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
     if event == "inference_delta":
         return None
     if event == "tool_call_start":
@@ -58,15 +66,16 @@ def _state(info: Any) -> str:
 
 def _print_info(info: Any) -> None:
     click.echo(f"id:        {info.id}")
-    click.echo(f"state:     {_state(info)}" + (f" ({info.reason})" if info.reason else ""))
+    click.echo(f"state:     {_state(info)}" + (f" ({visible(info.reason)})" if info.reason else ""))
     if info.waiting is not None:
         left = max(0.0, info.waiting.until - time.time())
-        click.echo(f"waiting:   for approval of {info.waiting.tool} (kind {info.waiting.kind}), "
+        click.echo(f"waiting:   for approval of {visible(info.waiting.tool)} "
+                   f"(kind {visible(info.waiting.kind)}), "
                    f"denied in {left:.0f} s: jarvis task approve|deny {info.id}")  # fmt: skip
     click.echo(f"agent:     {info.spec.agent or '(default)'}"
                + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
                + ("  sandbox" if info.spec.sandbox else ""))  # fmt: skip
-    click.echo(f"input:     {info.spec.input[:200]}")
+    click.echo(f"input:     {visible(info.spec.input[:200])}")
     click.echo(f"created:   {_when(info.created_at)}   started: {_when(info.started_at)}   "
                f"finished: {_when(info.finished_at)}")  # fmt: skip
     click.echo(f"attempts:  {info.attempts}   checkpoints: {info.checkpoint_turns}   "
@@ -80,10 +89,11 @@ def _print_info(info: Any) -> None:
     if info.result is not None:
         failure = info.result.get("failure")
         if isinstance(failure, dict):
-            click.echo(f"failure:   {failure.get('code')}: {failure.get('message')}")
+            click.echo(visible(f"failure:   {failure.get('code')}: {failure.get('message')}",
+                               lines=True))  # fmt: skip
         else:
             click.echo("answer:")
-            click.echo(str(info.result.get("answer", "")))
+            click.echo(visible(info.result.get("answer", ""), lines=True))
 
 
 @click.group()
@@ -134,9 +144,10 @@ def list_(states: tuple[str, ...], limit: int, as_json: bool) -> None:
     click.echo(f"{'ID':<12}  {'STATE':<11}  {'CREATED':<19}  INPUT")
     for t in tasks:
         text = t.spec.input.replace("\n", " ")
-        click.echo(f"{t.id:<12}  {_state(t):<11}  {_when(t.created_at):<19}  {text[:60]}")
+        click.echo(f"{t.id:<12}  {_state(t):<11}  {_when(t.created_at):<19}  {visible(text[:60])}")
         if t.waiting is not None:
-            click.echo(f"{'':<12}  waits for approval: {t.waiting.tool} (kind {t.waiting.kind})")
+            click.echo(f"{'':<12}  waits for approval: {visible(t.waiting.tool)} "
+                       f"(kind {visible(t.waiting.kind)})")  # fmt: skip
 
 
 @task.command()
@@ -167,7 +178,7 @@ def logs(task_id: str, follow: bool, since: int, as_json: bool) -> None:
             continue
         line = format_event(ev.seq, ev.event, dict(ev.data))
         if line is None:
-            click.echo(str(ev.data.get("text", "")), nl=False)
+            click.echo(visible(ev.data.get("text", ""), lines=True), nl=False)
             in_text = True
             continue
         if in_text:
@@ -189,9 +200,11 @@ def wait(task_id: str, timeout: float | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(info.to_dict(), indent=2))
     elif info.state == "succeeded" and info.result is not None:
-        click.echo(str(info.result.get("answer", "")))
+        click.echo(visible(info.result.get("answer", ""), lines=True))
     else:
-        click.echo(f"{info.id}: {info.state}" + (f" ({info.reason})" if info.reason else ""))
+        click.echo(
+            f"{info.id}: {info.state}" + (f" ({visible(info.reason)})" if info.reason else "")
+        )
     raise click.exceptions.Exit(WAIT_EXIT.get(info.state, 6))
 
 

@@ -4,31 +4,52 @@ For every file the change touches, the merge has three versions: ``base`` (the f
 when the workspace was made), the project's file now, and the agent's ``result``. When
 the project's file is still the base, the result replaces it; when it already equals
 the result, nothing is done; when both changed a text file, ``git merge-file`` merges
-them, and any conflict refuses the whole apply. Every new content is written to a
-temporary file beside its target first; only when all are ready are they renamed into
-place (each rename is atomic), with the replaced files kept as hard links until the
-end, so a failure half way puts every file back. Nothing is written through a symlink:
+them, and any conflict refuses the whole apply. Nothing is written through a symlink:
 directories are walked with ``O_NOFOLLOW``.
+
+Writing is crash-safe. Under a lock, an intent journal is written first
+(``_journal``); then every new content goes to a temporary beside its target, fsynced,
+and every replaced file gets a hard-link backup (``_steps.stage``); the journal then
+says "committed", and only then are the temporaries renamed into place. A failure or a
+signal before that point rolls everything back, temporaries and new directories
+included; a kill at any point is completed or rolled back by the next ``jarvis code``
+command (``_recover``). The workspace is recorded as applied only after the commit.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import stat
 import tempfile
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import WorkspaceError
 from ._git import Git, git_output
+from ._journal import (
+    COMMITTED,
+    PREPARED,
+    ROLLING_BACK,
+    Entry,
+    Journal,
+    content_hash,
+    journal_dir,
+    locked,
+    side_names,
+)
+from ._recover import finish, recover_locked
+from ._signals import ApplyInterrupted, SignalGuard
+from ._steps import DIR_FLAGS, missing_dirs, roll_back, roll_forward, stage, walk_parent
 from ._store import CodeStore, Workspace
-from ._workspace import discard
 
 __all__ = ["apply"]
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+log = logging.getLogger(__name__)
+
+#: Seconds an apply waits for another one to end.
+_LOCK_WAIT_S = 30.0
 _FORBIDDEN = {"", ".", "..", ".git"}
 #: How many conflicting files a refusal names.
 _NAMED = 10
@@ -47,51 +68,39 @@ class _Write:
     path: str
     content: _Version | None  # None: delete
     keep_mode: int | None  # the project file's permission bits, when it exists
+    exists: bool  # whether the project has the file (or a symlink) now
 
 
-def _blob(git: Git, commit: str, path: str) -> _Version | None:
-    line = git.run("ls-tree", "-z", commit, "--", path).split(b"\0")[0]
-    if not line:
-        return None
-    meta, _, _name = line.partition(b"\t")
-    mode, kind, sha = meta.decode().split()
-    if kind != "blob":
-        return None
-    return _Version(git.run("cat-file", "blob", sha), mode)
-
-
-def _walk_parent(root_fd: int, path: str, create: bool) -> int | None:
-    """A descriptor on the directory holding ``path`` below the project, reached
-    without following a symlink; None when a directory on the way does not exist (and
-    ``create`` is false). WorkspaceError when a component is a link or not a directory."""
-    parts = path.split("/")
-    fd = os.dup(root_fd)
-    try:
-        for i, name in enumerate(parts[:-1]):
-            try:
-                child = os.open(name, _DIR, dir_fd=fd)
-            except FileNotFoundError:
-                if not create:
-                    os.close(fd)
-                    return None
-                os.mkdir(name, 0o777, dir_fd=fd)
-                child = os.open(name, _DIR, dir_fd=fd)
-            except OSError as exc:
-                raise WorkspaceError(
-                    f"{'/'.join(parts[: i + 1])} in the project is not a directory reached "
-                    f"without a symlink ({exc.strerror}): refused to write {path} there"
-                ) from exc
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+def _blobs(git: Git, commit: str, paths: set[str]) -> dict[str, _Version]:
+    """The blobs at ``paths`` in ``commit`` (a path that is absent, or not a blob, is
+    left out): one ls-tree and one cat-file for the whole change."""
+    wanted: dict[str, tuple[str, str]] = {}
+    for line in git.run("ls-tree", "-r", "-z", "--full-tree", commit).split(b"\0"):
+        meta, _, name = line.partition(b"\t")
+        path = os.fsdecode(name)
+        if path in paths:
+            mode, kind, sha = meta.decode().split()
+            if kind == "blob":
+                wanted[path] = (mode, sha)
+    shas = list(dict.fromkeys(sha for _, sha in wanted.values()))
+    data: dict[str, bytes] = {}
+    if shas:
+        out = git.run("cat-file", "--batch", stdin="".join(f"{s}\n" for s in shas).encode())
+        pos = 0
+        while pos < len(out):  # "<sha> <type> <size>\n<content>\n" per object
+            end = out.index(b"\n", pos)
+            header = out[pos:end].decode().split()
+            if len(header) != 3:
+                raise WorkspaceError(f"git cat-file said {out[pos:end][:200]!r}")
+            size = int(header[2])
+            data[header[0]] = out[end + 1 : end + 1 + size]
+            pos = end + 2 + size
+    return {path: _Version(data[sha], mode) for path, (mode, sha) in wanted.items()}
 
 
 def _current(root_fd: int, path: str) -> tuple[_Version | None, int | None]:
     """The project's file at ``path`` now (content, git mode) and its permission bits."""
-    parent = _walk_parent(root_fd, path, create=False)
+    parent = walk_parent(root_fd, path, create=False)
     if parent is None:
         return None, None
     name = path.rsplit("/", 1)[-1]
@@ -130,20 +139,23 @@ def _merge(path: str, base: _Version, ours: _Version, theirs: _Version) -> bytes
     return done.stdout
 
 
-def _plan(ws: Workspace, git: Git, result: str, root_fd: int) -> list[_Write]:
+def _plan(
+    ws: Workspace, git: Git, result: str, root_fd: int, check: Callable[[], None]
+) -> list[_Write]:
     names = git.run("diff", "--name-only", "-z", "--no-renames", ws.base, result)
     writes: list[_Write] = []
     conflicts: list[str] = []
-    for raw in names.split(b"\0"):
-        if not raw:
-            continue
-        path = os.fsdecode(raw)
+    paths = [os.fsdecode(raw) for raw in names.split(b"\0") if raw]
+    for path in paths:
         if any(part.lower() in _FORBIDDEN for part in path.split("/")):
             raise WorkspaceError(f"refused: the change names the path {path!r}")
-        base, theirs = _blob(git, ws.base, path), _blob(git, result, path)
+    bases, results = _blobs(git, ws.base, set(paths)), _blobs(git, result, set(paths))
+    for path in paths:
+        check()
+        base, theirs = bases.get(path), results.get(path)
         ours, keep_mode = _current(root_fd, path)
         if ours == base:
-            writes.append(_Write(path, theirs, keep_mode))
+            writes.append(_Write(path, theirs, keep_mode, ours is not None))
         elif ours == theirs:
             continue  # the project has this change already
         elif base is not None and ours is not None and theirs is not None:
@@ -151,7 +163,7 @@ def _plan(ws: Workspace, git: Git, result: str, root_fd: int) -> list[_Write]:
             if merged is None:
                 conflicts.append(path)
             else:
-                writes.append(_Write(path, _Version(merged, theirs.mode), keep_mode))
+                writes.append(_Write(path, _Version(merged, theirs.mode), keep_mode, True))
         else:
             conflicts.append(path)
     if conflicts:
@@ -180,68 +192,61 @@ def _umask() -> int:
     return mask
 
 
-def _commit_writes(root_fd: int, writes: list[_Write]) -> None:
-    """Stage every write beside its target, then rename them all into place; on any
-    failure, put back what was replaced and remove what was added."""
-    tag = uuid.uuid4().hex[:8]
-    staged: list[tuple[int, str, str | None]] = []  # (dir fd, name, temp name or None)
-    done: list[tuple[int, str, str | None]] = []  # (dir fd, name, backup name or None)
-    try:
-        for write in writes:
-            parent = _walk_parent(root_fd, write.path, create=write.content is not None)
-            if parent is None:  # deleting a file whose directory is gone already
-                continue
-            name = write.path.rsplit("/", 1)[-1]
-            temp = None
-            if write.content is not None:
-                temp = f".{name[:100]}.jarvis-{tag}"
-                if write.content.mode == "120000":
-                    os.symlink(os.fsdecode(write.content.data), temp, dir_fd=parent)
-                else:
-                    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                                 | os.O_CLOEXEC, 0o600, dir_fd=parent)  # fmt: skip
-                    with os.fdopen(fd, "wb") as handle:
-                        handle.write(write.content.data)
-                        os.fchmod(handle.fileno(), _file_mode(write))
-            staged.append((parent, name, temp))
-        for parent, name, temp in staged:
-            backup: str | None = f".{name[:100]}.jarvis-{tag}.orig"
-            try:
-                os.link(name, f".{name[:100]}.jarvis-{tag}.orig", src_dir_fd=parent,
-                        dst_dir_fd=parent, follow_symlinks=False)  # fmt: skip
-            except FileNotFoundError:
-                backup = None
-            done.append((parent, name, backup))
-            if temp is None:
-                os.unlink(name, dir_fd=parent)
-            else:
-                os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    except BaseException:
-        for parent, name, backup in reversed(done):
-            with contextlib.suppress(OSError):
-                if backup is None:
-                    os.unlink(name, dir_fd=parent)
-                else:
-                    os.replace(backup, name, src_dir_fd=parent, dst_dir_fd=parent)
-        for parent, _name, temp in staged:
-            if temp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(temp, dir_fd=parent)
-        raise
-    finally:
-        for parent, _name, backup in done:
-            if backup is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(backup, dir_fd=parent)
-        for parent, _name, _temp in staged:
-            os.close(parent)
+def _journal(ws: Workspace, root_fd: int, writes: list[_Write]) -> Journal:
+    entries = []
+    for write in writes:
+        name = write.path.rpartition("/")[2]
+        temp, backup = side_names(name, ws.id)
+        content = write.content
+        entries.append(Entry(path=write.path, temp=None if content is None else temp,
+                             backup=backup, existed=write.exists,
+                             sha256=None if content is None else content_hash(content.data)))  # fmt: skip
+    made = missing_dirs(root_fd, (w.path for w in writes if w.content is not None))
+    return Journal(ws.id, ws.source, entries, made)
+
+
+def _contents(writes: list[_Write]) -> dict[str, tuple[bytes, bool, int]]:
+    return {
+        w.path: (w.content.data, w.content.mode == "120000", _file_mode(w))
+        for w in writes
+        if w.content is not None
+    }
 
 
 def apply(ref: str, store: CodeStore, state_dir: Path) -> Workspace:
     """Merge workspace ``ref``'s change onto its project, then remove the workspace
-    (its record stays, state "applied"). WorkspaceError, with nothing written, when
-    it cannot."""
-    ws = store.get(ref)
+    (its record stays, state "applied"). WorkspaceError, with the project as it was,
+    when it cannot; ApplyInterrupted when SIGINT, SIGTERM or SIGHUP came before the
+    commit point (after it, the apply completes)."""
+    with (
+        SignalGuard() as signals,
+        locked(state_dir, wait_s=_LOCK_WAIT_S, check=signals.check) as held,
+    ):
+        if not held:
+            raise WorkspaceError(
+                f"another `jarvis code apply` still runs after {_LOCK_WAIT_S:.0f} s "
+                f"(it holds {journal_dir(state_dir) / 'lock'}); try again when it ends"
+            )
+        said, unresolved = recover_locked(store, state_dir)
+        for line in said:
+            log.warning("%s", line)
+        ws = store.get(ref)
+        if unresolved & {"", ws.source}:  # another project's trouble is no reason to stop
+            raise WorkspaceError(
+                f"not applied: an interrupted apply into {ws.source} could not be finished "
+                f"first ({said[-1]})"
+            )
+        return _apply_locked(ws, store, state_dir, signals)
+
+
+def _apply_locked(
+    ws: Workspace, store: CodeStore, state_dir: Path, signals: SignalGuard
+) -> Workspace:
+    if ws.state == "applied":
+        raise WorkspaceError(
+            f"workspace {ws.id} was applied already: its change is in {ws.source} "
+            f"(see `jarvis code show {ws.id}`); there is nothing left to apply"
+        )
     if ws.state not in ("done", "failed"):
         raise WorkspaceError(
             f"workspace {ws.id} is {ws.state}: only a workspace whose agent has run can be applied"
@@ -249,22 +254,92 @@ def apply(ref: str, store: CodeStore, state_dir: Path) -> Workspace:
     result = str(ws.outcome.get("result") or "")
     if not result or result == ws.base:
         raise WorkspaceError(f"workspace {ws.id} holds no change to apply")
-    git = Git(Path(ws.git_dir), Path(ws.path))
+    git = Git(Path(ws.git_dir))
     try:
-        root_fd = os.open(ws.source, _DIR)
+        root_fd = os.open(ws.source, DIR_FLAGS)
     except OSError as exc:
         raise WorkspaceError(f"cannot open the project {ws.source}: {exc.strerror}") from exc
     try:
-        writes = _plan(ws, git, result, root_fd)
         try:
-            _commit_writes(root_fd, writes)
+            writes = _plan(ws, git, result, root_fd, signals.check)
+        except Exception as exc:
+            if signals.received is None:
+                raise
+            # (a git child killed by the same Ctrl-C fails: the signal is the cause)
+            raise ApplyInterrupted(f"not applied: interrupted by {signals.name}; nothing was "
+                                   "written") from exc  # fmt: skip
+        journal = _journal(ws, root_fd, writes)
+        try:
+            journal.save(state_dir)  # before anything in the project changes
         except OSError as exc:
             raise WorkspaceError(
-                f"not applied: writing into {ws.source} failed ({exc.strerror}); every file "
-                "was put back as it was"
+                f"not applied: cannot write the apply journal in {journal_dir(state_dir)} "
+                f"({exc.strerror}); nothing was written"
             ) from exc
+        try:
+            stage(root_fd, journal, _contents(writes), signals.check)
+            signals.check()
+            journal.phase = COMMITTED
+            journal.save(state_dir)
+        except BaseException as exc:
+            journal.phase = PREPARED
+            _undo(root_fd, journal, state_dir, ws, exc, signals)
+            raise  # _undo raised unless the error is one of ours
+        # The commit point: from here on signals wait, and a kill is rolled forward.
+        try:
+            roll_forward(root_fd, journal)
+        except OSError as exc:
+            _undo_after_commit(root_fd, journal, state_dir, ws, exc, signals)
+            raise
     finally:
         os.close(root_fd)
-    applied = store.update(ws, state="applied")
-    discard(applied, store, state_dir, forget=False)
-    return applied
+    finish(journal, store, state_dir)
+    return store.get(ws.id)
+
+
+def _undo(
+    root_fd: int, journal: Journal, state_dir: Path, ws: Workspace, exc: BaseException,
+    signals: SignalGuard,
+) -> None:  # fmt: skip
+    """Roll back a failed or interrupted apply, then raise the error that says so."""
+    try:
+        left = roll_back(root_fd, journal)
+        journal.remove(state_dir)
+    except OSError as again:
+        raise WorkspaceError(
+            f"not applied: {_why(exc, signals)}, and undoing it failed too ({again.strerror}); "
+            f"the next `jarvis code` command finishes putting {ws.source} back"
+        ) from exc
+    kept = (
+        f" (the directories {', '.join(left)} now hold other files and were kept)" if left else ""
+    )
+    done = (f"every file was put back as it was, and every temporary file and new "
+            f"directory removed{kept}")  # fmt: skip
+    if isinstance(exc, ApplyInterrupted) or signals.received is not None:
+        raise ApplyInterrupted(f"not applied: {_why(exc, signals)}; {done}") from exc
+    if isinstance(exc, OSError):
+        raise WorkspaceError(f"not applied: {_why(exc, signals)}; {done}") from exc
+    if isinstance(exc, WorkspaceError):
+        raise WorkspaceError(f"not applied: {exc}; {done}") from exc
+
+
+def _undo_after_commit(
+    root_fd: int, journal: Journal, state_dir: Path, ws: Workspace, exc: OSError,
+    signals: SignalGuard,
+) -> None:  # fmt: skip
+    """A rename failed after the commit point: roll back from the backups. The journal
+    says so first, so a kill meanwhile rolls back too, not forward."""
+    journal.phase = ROLLING_BACK
+    try:
+        journal.save(state_dir)
+    except OSError:
+        pass  # still undone below; only a kill in the next instant would roll forward
+    _undo(root_fd, journal, state_dir, ws, exc, signals)
+
+
+def _why(exc: BaseException, signals: SignalGuard) -> str:
+    if signals.received is not None:
+        return f"interrupted by {signals.name}"
+    if isinstance(exc, OSError):
+        return f"writing into the project failed ({exc.strerror})"
+    return str(exc)

@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 from .._errors import JarvisError, UsageError, WorkspaceError
 from .._run import Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
+from ._record import Limits
 from ._store import CodeStore, Workspace, this_process
-from ._workspace import snapshot
+from ._workspace import Change, remove_bytecode, remove_git_entries, snapshot
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -117,7 +118,11 @@ async def _run_test(executor: CodeExecutor, ws: Workspace, limit_s: float) -> Te
     from ..executors import ExecRequest, run_to_completion
 
     argv = ["/bin/sh", "-c", 'cd "$1" && exec /bin/sh -c "$2"', "sh", ws.path, ws.test]
-    request = ExecRequest(argv=argv, timeout=limit_s, mounts=(ws.path,))
+    # Compiled Python is never part of a change, so never reviewed: what the agent left
+    # there must not stand in for the source the test imports (the workspace is a copy).
+    remove_bytecode(Path(ws.path))
+    request = ExecRequest(argv=argv, timeout=limit_s, mounts=(ws.path,),
+                          env={"PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
     started = time.perf_counter()
     result = await run_to_completion(executor, request)
     output = (result.stdout + result.stderr)[-MAX_TEST_OUTPUT:]
@@ -218,7 +223,7 @@ async def _run_code(
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-        change = snapshot(ws)
+        change, problem = _snapshot(ws, config)
         failure = None if outcome is None else outcome.failure
         record: dict[str, Any] = {
             "summary": "" if outcome is None else outcome.answer,
@@ -234,12 +239,36 @@ async def _run_code(
         if outcome is None:
             record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
                                  "message": run.cancel.reason or "the run stopped"}  # fmt: skip
-        state = "done" if outcome is not None and outcome.ok else "failed"
+        if problem is not None:
+            record["failure"] = Failure.of(problem).to_dict()
+        state = "done" if outcome is not None and outcome.ok and problem is None else "failed"
         ws = store.update(ws, state=state, outcome=record)
     metadata = {**dict(outcome.metadata), "code": _summary(ws)}
+    if problem is not None and outcome.failure is None:
+        outcome = dataclasses.replace(outcome, failure=Failure.of(problem))
     return dataclasses.replace(
         outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
     )
+
+
+def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | None]:
+    """The change (or none, when it is too large to record), and the problem to report,
+    if any. Then whatever ``.git`` the agent left in the workspace goes: the path jarvis
+    shows must hold no repository of the agent's making (git run there would obey its
+    config); one that cannot be removed is reported."""
+    limits = Limits(config.code.max_file_bytes, config.code.max_change_bytes)
+    try:
+        change = snapshot(ws, limits)
+        error = None
+    except WorkspaceError as exc:
+        change, error = Change(ws.base, (), "", False), exc
+    kept = remove_git_entries(Path(ws.path))
+    if kept and error is None:
+        error = WorkspaceError(
+            f"the agent left {', '.join(kept[:5])} in workspace {ws.id} and it could not be "
+            "removed: do not run git there (review with `jarvis code show`, then discard it)"
+        )
+    return change, error
 
 
 def _summary(ws: Workspace) -> Mapping[str, Any]:

@@ -1,17 +1,21 @@
 """Making a workspace, recording what the agent changed in it, and removing it.
 
-A git project (PATH is the top of a repository with at least one commit) gets a
-``git worktree`` on a new branch ``jarvis/code-ID`` at HEAD, filled with the project's
-working files as they are now (tracked and untracked, not ignored): its uncommitted
-changes come along. Any other directory is copied, with a private git directory beside
-the copy for its history. Either way the workspace's state is committed on the branch
-as ``base`` before the agent runs, and as ``result`` after: the change to review is
+The workspace is a copy of the project's files: for a git project (PATH is the top of
+a repository with at least one commit) its working files as they are now (tracked and
+untracked, not ignored), uncommitted changes included; any other directory whole. Its
+history is kept in a private bare repository beside the copy, never in the project:
+for a git project it borrows the project's objects (``objects/info/alternates``), so
+HEAD is the parent of ``base`` and nothing is written into the project's ``.git``. The
+workspace's state is committed on branch ``jarvis/code-ID`` of that repository as
+``base`` before the agent runs, and as ``result`` after: the change to review is
 ``base..result``, immutable objects whatever happens to the files later.
 
 Layout: ``$JARVIS_STATE_DIR/code/ID/`` holds ``tree/`` (the work tree, the only thing
-the sandbox sees), ``git/`` (a copy's repository), ``left-out`` (every path left out,
-NUL-separated) and the index files jarvis uses. Host-side git never trusts the tree:
-see ``_git``.
+the sandbox sees; it holds no ``.git``), ``git/`` (the private repository),
+``left-out`` (every path left out, NUL-separated) and ``manifest.json`` (what was
+recorded, to tell what the agent touched without reading the rest). Host-side git never
+reads the tree: jarvis reads the files and hands git their bytes (see ``_record`` and
+``_git``).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,6 +32,7 @@ from pathlib import Path
 from .._errors import UsageError, WorkspaceError
 from ._copy import NameFilter, copy_tree
 from ._git import Git, git_output
+from ._record import Limits, load_manifest, record, save_manifest
 from ._store import CodeStore, Workspace, new_workspace_id
 
 __all__ = [
@@ -35,6 +41,8 @@ __all__ = [
     "Change",
     "discard",
     "prepare",
+    "remove_bytecode",
+    "remove_git_entries",
     "snapshot",
     "workspace_root",
 ]
@@ -44,6 +52,8 @@ CACHE_PATTERNS = ("__pycache__", "*.pyc", ".pytest_cache", ".mypy_cache", ".ruff
 #: The most of a diff that is stored and shown (the files list is always complete).
 MAX_DIFF_BYTES = 2 * 1024 * 1024
 _LEFT_OUT = "left-out"
+_MANIFEST = "manifest.json"
+_FORMAT = "object-format"
 
 
 def workspace_root(state_dir: Path, ws_id: str) -> Path:
@@ -70,39 +80,98 @@ def _split(output: bytes) -> list[str]:
     return [os.fsdecode(p) for p in output.split(b"\0") if p]
 
 
-def _repository_head(source: Path) -> str:
-    """HEAD's commit when ``source`` is the top of a git repository with a commit,
-    else "" (it is then copied)."""
-    top = git_output(["rev-parse", "--show-toplevel"], cwd=source, check=False)
+def _project_repository(source: Path) -> tuple[str, Path | None, str]:
+    """HEAD's commit, the object directory and the object format (``sha1``, ``sha256``)
+    when ``source`` is the top of a git repository with a commit, else ("", None,
+    "sha1") (it is then copied)."""
+    top = _project_git(source, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0 or Path(os.fsdecode(top.stdout.strip())).resolve() != source:
-        return ""
-    head = git_output(["rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=source, check=False)
-    return head.stdout.decode().strip() if head.returncode == 0 else ""
+        return "", None, "sha1"
+    head = _project_git(source, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
+    if head.returncode != 0:
+        return "", None, "sha1"
+    found = _project_git(source, "rev-parse", "--path-format=absolute", "--git-common-dir",
+                         "--show-object-format").stdout.decode().split("\n")  # fmt: skip
+    return head.stdout.decode().strip(), Path(found[0]) / "objects", found[1].strip() or "sha1"
 
 
-def _pathspecs(left_out: Iterable[str]) -> bytes:
-    """Everything in the tree except caches, blocked names (the agent may have written
-    some) and what was left out: a change to those is never carried back."""
-    from ..sandbox import BLOCKED_PATTERNS
+def _project_git(
+    project: Path, *args: str, git_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[bytes]:
+    """``git ARGS`` reading the user's project (its own repository, or ``git_dir`` with
+    the project as work tree): only its HEAD and the list of its files, which runs
+    nothing, with the safe settings. Its owner may be another user (jarvis as root):
+    its files are only read. The user's own ignore file still applies (a file the user
+    ignores everywhere stays out of the sandbox)."""
+    env = {} if git_dir is None else {"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(project)}
+    options = ["-c", f"safe.directory={project}"]
+    excludes = _user_excludes_file()
+    if excludes:
+        options += ["-c", f"core.excludesFile={excludes}"]
+    return git_output([*options, *args], cwd=project, env=env, check=check)
 
-    specs = ["."]
-    for pattern in (*BLOCKED_PATTERNS, *CACHE_PATTERNS):
-        specs += [f":(exclude,glob,icase)**/{pattern}", f":(exclude,glob,icase)**/{pattern}/**"]
-    specs += [f":(exclude,literal){path}" for path in left_out]
-    return b"\0".join(os.fsencode(s) for s in specs) + b"\0"
+
+def _user_excludes_file() -> str:
+    """The user's global ignore file (``core.excludesFile``, else git's default place),
+    or "". Reading a config value runs nothing."""
+    home = os.path.expanduser("~")
+    said = subprocess.run(
+        ["git", "config", "--global", "--path", "--get", "core.excludesFile"],
+        capture_output=True, check=False, cwd=home,
+        env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+    )  # fmt: skip
+    if said.returncode == 0 and said.stdout.strip():
+        return os.fsdecode(said.stdout.strip())
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    default = os.path.join(xdg, "git", "ignore")
+    return default if os.path.isfile(default) else ""
 
 
-def _commit(git: Git, index: Path, left_out: Iterable[str], message: str, *parents: str) -> str:
-    """Stage the work tree (as ``_pathspecs`` says) into ``index`` and commit it."""
-    git.run("add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul", index=index,
-            stdin=_pathspecs(left_out))  # fmt: skip
-    tree = git.text("write-tree", index=index)
-    if parents and tree == git.text("rev-parse", f"{parents[0]}^{{tree}}"):
-        return parents[0]  # nothing changed
-    args = ["commit-tree", tree, "-m", message]
-    for parent in parents:
-        args += ["-p", parent]
-    return git.text(*args, identity=True)
+def _private_repository(git_dir: Path, objects: Path | None, algorithm: str) -> None:
+    """The workspace's own bare repository, borrowing the project's objects (nothing is
+    ever written into the project's ``.git``)."""
+    git_output(["init", "-q", "--bare", "--template=", f"--object-format={algorithm}",
+                str(git_dir)])  # fmt: skip
+    if objects is not None:
+        info = git_dir / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        (info / "alternates").write_bytes(os.fsencode(objects) + b"\n")
+
+
+class _Excluded:
+    """What is never part of a change: caches, blocked names (the agent may have
+    written some), what was left out of the workspace, nested repositories, and any
+    ``.git``. A path is excluded when it or a directory above it is."""
+
+    def __init__(self, left_out: Iterable[str]) -> None:
+        from ..sandbox import BLOCKED_PATTERNS
+
+        self._names = NameFilter((*BLOCKED_PATTERNS, *CACHE_PATTERNS))
+        self._paths = set(left_out)
+
+    def __call__(self, path: str, is_dir: bool) -> bool:
+        parts = path.split("/")
+        for i in range(1, len(parts) + 1):
+            if parts[i - 1].lower() == ".git" or "/".join(parts[:i]) in self._paths:
+                return True
+            if self._names.match(parts[:i]) is not None:
+                return True
+        return False
+
+
+def _record(
+    ws_root: Path, git: Git, tree: Path, *, ref: str, message: str, parent: str | None,
+    left_out: Iterable[str], algorithm: str, limits: Limits | None = None,
+) -> str:  # fmt: skip
+    """Commit the work tree on ``ref`` (see ``_record``); the manifest is kept beside."""
+    manifest, since = load_manifest(ws_root / _MANIFEST)
+    done = record(git, tree, ref=ref, message=message, parent=parent,
+                  excluded=_Excluded(left_out), algorithm=algorithm, manifest=manifest,
+                  since_ns=since, limits=limits)  # fmt: skip
+    save_manifest(ws_root / _MANIFEST, done.manifest)
+    if done.commit != parent:
+        git.run("update-ref", ref, done.commit)
+    return done.commit
 
 
 def prepare(
@@ -136,53 +205,39 @@ def prepare(
     root.mkdir(mode=0o700)
     root = root.resolve()
     tree = root / "tree"
+    git_dir = root / "git"
     branch = f"jarvis/code-{ws_id}"
     try:
-        head = _repository_head(real)
-        if head:
-            git_output(["worktree", "add", "--no-checkout", "-q", "-b", branch, str(tree), head],
-                       cwd=real)  # fmt: skip
-            git_dir = Path(git_output(["rev-parse", "--absolute-git-dir"], cwd=tree).stdout
-                           .decode().strip())  # fmt: skip
-            listed = git_output(["ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                                cwd=real).stdout  # fmt: skip
-            only: set[str] | None = set(_split(listed))
-        else:
-            git_dir = root / "git"
-            git_output(["init", "-q", "--bare", str(git_dir)])
-            tree.mkdir()
-            only = None
-            if respect_gitignore:
-                listed = Git(git_dir, real).run("ls-files", "-z", "--others", "--exclude-standard")
-                only = set(_split(listed))
+        head, objects, algorithm = _project_repository(real)
+        _private_repository(git_dir, objects, algorithm)
+        only: set[str] | None = None
+        listing = ["ls-files", "-z", "--others", "--exclude-standard"]
+        if head:  # the project's tracked and untracked files, not the ignored ones
+            only = set(_split(_project_git(real, *listing, "--cached").stdout))
+        elif respect_gitignore:
+            only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
+        tree.mkdir()
         owner = _sandbox_owner()
         os.chmod(tree, 0o770)
         if owner is not None:
             os.chown(tree, *owner)
         report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
         if only is not None:  # what is ignored, listed so nobody wonders where it went
-            ignored_args = ["ls-files", "-z", "--others", "--ignored", "--exclude-standard",
-                            "--directory"]  # fmt: skip
-            if head:
-                ignored = git_output(ignored_args, cwd=real).stdout
-            else:
-                ignored = Git(git_dir, real).run(*ignored_args)
+            ignored = _project_git(real, *listing, "--ignored", "--directory",
+                                   git_dir=None if head else git_dir).stdout  # fmt: skip
             for name in _split(ignored):
                 report.leave_out(name.rstrip("/"), "ignored by git")
         left = report.all_left_out
         (root / _LEFT_OUT).write_bytes(b"".join(os.fsencode(p) + b"\0" for p in left))
-        git = Git(git_dir, tree)
-        index = root / "index.base"
-        parents = [head] if head else []
-        if head:
-            git.run("read-tree", head, index=index)
-        base = _commit(git, index, left, f"jarvis code {ws_id}: the project as given", *parents)
-        if not head or base != head:
-            git.run("update-ref", f"refs/heads/{branch}", base)
-        if head:  # for `git status` in the worktree
-            git.run("read-tree", base)
+        (root / _FORMAT).write_text(algorithm)
+        base = _record(root, Git(git_dir), tree, ref=f"refs/heads/{branch}",
+                       message=f"jarvis code {ws_id}: the project as given",
+                       parent=head or None, left_out=left, algorithm=algorithm)  # fmt: skip
+        if base == head:
+            Git(git_dir).run("update-ref", f"refs/heads/{branch}", base)
+        Git(git_dir).run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
     except BaseException:
-        _remove(root, tree, real if _is_worktree(tree) else None, branch)
+        _remove(root, tree)
         raise
     ws = Workspace(
         id=ws_id, source=str(real), kind="git" if head else "copy", path=str(tree),
@@ -192,10 +247,6 @@ def prepare(
         more_left_out=report.more_left_out,
     )  # fmt: skip
     return store.put(ws)
-
-
-def _is_worktree(tree: Path) -> bool:
-    return os.path.lexists(tree / ".git")
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,27 +263,65 @@ class Change:
         return bool(self.files)
 
 
-def snapshot(ws: Workspace) -> Change:
+def snapshot(ws: Workspace, limits: Limits | None = None) -> Change:
     """Commit the work tree as it is now (the result) on the workspace's branch, and
-    say what changed since ``base``."""
+    say what changed since ``base``. WorkspaceError, with nothing recorded, when the
+    change is larger than ``limits``."""
     root = Path(ws.path).parent
-    git = Git(Path(ws.git_dir), Path(ws.path))
+    git = Git(Path(ws.git_dir))
     left = _split((root / _LEFT_OUT).read_bytes()) if (root / _LEFT_OUT).exists() else []
-    index = root / "index.result"
-    with contextlib.suppress(FileNotFoundError):
-        index.unlink()
-    git.run("read-tree", ws.base, index=index)
-    left = [*left, *_nested_repositories(Path(ws.path))]
-    result = _commit(git, index, left, f"jarvis code {ws.id}: {ws.task[:200]}", ws.base)
-    if result != ws.base:
-        git.run("update-ref", f"refs/heads/{ws.branch}", result)
-        if ws.kind == "git":
-            git.run("read-tree", result)
+    algorithm = (root / _FORMAT).read_text().strip() if (root / _FORMAT).exists() else "sha1"
+    tree = Path(ws.path)
+    left = [*left, *_nested_repositories(tree)]
+    result = _record(root, git, tree, ref=f"refs/heads/{ws.branch}",
+                     message=f"jarvis code {ws.id}: {ws.task[:200]}", parent=ws.base,
+                     left_out=left, algorithm=algorithm, limits=limits)  # fmt: skip
     names = git.run("diff", "--name-status", "-z", "--no-renames", ws.base, result)
     fields = _split(names)
     files = tuple((fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2))
     diff, truncated = _bounded_diff(git, ws.base, result)
     return Change(result, files, diff, truncated)
+
+
+def remove_git_entries(tree: Path) -> list[str]:
+    """Remove every ``.git`` below ``tree`` (jarvis puts none there: the agent did), so
+    that git run in the workspace by a person finds no repository of the agent's
+    making. Nothing is followed through a symlink. The paths that could not be
+    removed (files the sandbox's user made, when jarvis is not root)."""
+    kept = []
+    for dirpath, dirs, files in os.walk(tree):
+        for name in [*dirs, *files]:
+            if name.lower() != ".git":
+                continue
+            path = os.path.join(dirpath, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            if os.path.lexists(path):
+                kept.append(os.path.relpath(path, tree))
+        dirs[:] = [d for d in dirs if d.lower() != ".git"]
+    return kept
+
+
+def remove_bytecode(tree: Path) -> None:
+    """Remove the compiled Python the workspace holds (``__pycache__``, ``*.pyc``):
+    never part of a change, so never reviewed, yet Python would run it in place of the
+    source beside it. Nothing is followed through a symlink."""
+    for dirpath, dirs, files in os.walk(tree):
+        for name in dirs:
+            if name == "__pycache__":
+                path = os.path.join(dirpath, name)
+                if os.path.islink(path):
+                    os.unlink(path)
+                else:
+                    shutil.rmtree(path, ignore_errors=True)
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.lower().endswith((".pyc", ".pyo")):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(dirpath, name))
 
 
 def _nested_repositories(tree: Path) -> list[str]:
@@ -250,32 +339,42 @@ def _nested_repositories(tree: Path) -> list[str]:
 
 
 def _bounded_diff(git: Git, base: str, result: str) -> tuple[str, bool]:
-    data, truncated = git.head("diff", "--no-ext-diff", "--no-textconv", "--no-color", "--binary",
-                               base, result, limit=MAX_DIFF_BYTES)  # fmt: skip
+    # --text: every file is shown as text, whatever attributes or its content say (an
+    # attribute such as ``-diff`` would otherwise hide a text change as a binary one).
+    data, truncated = git.head("diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text",
+                               "--no-renames", base, result, limit=MAX_DIFF_BYTES)  # fmt: skip
     return data.decode("utf-8", "replace"), truncated
 
 
 def discard(ws: Workspace, store: CodeStore, state_dir: Path, *, forget: bool = True) -> None:
-    """Remove the workspace: its tree, its worktree entry and branch, its files; and,
-    with ``forget``, its record."""
+    """Remove the workspace: its tree, its private repository, its files; and, with
+    ``forget``, its record."""
     root = workspace_root(state_dir, ws.id)
-    source = Path(ws.source) if ws.kind == "git" else None
-    _remove(root, Path(ws.path), source, ws.branch, Path(ws.git_dir))
+    git_dir = Path(ws.git_dir)
+    legacy = git_dir.parent.name == "worktrees" and ws.kind == "git"
+    _remove(root, Path(ws.path), Path(ws.source) if legacy else None, ws.branch, git_dir)
     if forget:
         store.delete(ws.id)
 
 
 def _remove(
-    root: Path, tree: Path, source: Path | None, branch: str, git_dir: Path | None = None
+    root: Path,
+    tree: Path,
+    legacy_source: Path | None = None,
+    branch: str = "",
+    git_dir: Path | None = None,
 ) -> None:
     # rmtree never follows a symlink out of the tree (it works through descriptors).
     shutil.rmtree(tree, ignore_errors=True)
-    if source is not None and source.is_dir():
-        if git_dir is not None and git_dir.parent.name == "worktrees":
-            shutil.rmtree(git_dir, ignore_errors=True)
-        # Forget worktrees whose directories are gone (this one), then the branch.
-        git_output(["worktree", "prune"], cwd=source, check=False)
-        git_output(["update-ref", "-d", f"refs/heads/{branch}"], cwd=source, check=False)
+    if legacy_source is not None and legacy_source.is_dir() and git_dir is not None:
+        # A workspace made by an earlier jarvis: a worktree of the project.
+        shutil.rmtree(git_dir, ignore_errors=True)
+        _in_project_quiet(legacy_source, "worktree", "prune")
+        _in_project_quiet(legacy_source, "update-ref", "-d", f"refs/heads/{branch}")
     shutil.rmtree(root, ignore_errors=True)
     if os.path.lexists(root):
         raise WorkspaceError(f"could not remove {root} entirely")
+
+
+def _in_project_quiet(project: Path, *args: str) -> None:
+    _project_git(project, *args, check=False)

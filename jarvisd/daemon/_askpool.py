@@ -42,6 +42,23 @@ log = logging.getLogger(__name__)
 _FRAME_LIMIT = 64 * 1024 * 1024
 #: A warm worker answers a ping at once; one that does not is treated as gone.
 _READY_TIMEOUT_S = 10.0
+#: How often a busy worker that sent nothing is looked at, and how long it may be
+#: stopped (SIGSTOP, a debugger) before its question fails: the client is told, not
+#: kept waiting on the daemon's "alive" for ever.
+_PROBE_EVERY_S = 5.0
+STOPPED_LIMIT_S = 60.0
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T, or t under a tracer)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "pid (comm) S ...": the command may hold spaces and parentheses.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 @dataclass(eq=False)
@@ -159,6 +176,11 @@ class AskPool:
             # question never reached it, so another worker may take it.
             log.warning("ask worker %d is gone; using another", worker.proc.pid)
             await self._release(worker)
+        if cancel.cancelled:
+            # Its client went away while it waited for a worker: nothing is sent.
+            await self._release(worker)
+            yield RunOutcome(failure=Failure("cancelled", cancel.reason or "cancelled"))
+            return
         stdin, stdout = worker.proc.stdin, worker.proc.stdout
         assert stdin is not None and stdout is not None
         config = self._config()
@@ -166,17 +188,39 @@ class AskPool:
                                       "config_source": config.source or ""}  # fmt: skip
         cancelled = finished = False
         watcher = asyncio.create_task(cancel.wait())
+        reading: asyncio.Future[bytes] | None = None
+        stopped_for = 0.0
         try:
             stdin.write(encode(Start(task="ask", payload=payload)))
             while True:
-                reading = asyncio.ensure_future(stdout.readline())
-                await asyncio.wait({reading, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if reading is None:
+                    reading = asyncio.ensure_future(stdout.readline())
+                waits: set[asyncio.Future[Any]] = {reading} if cancelled else {reading, watcher}
+                done, _ = await asyncio.wait(waits, timeout=_PROBE_EVERY_S,
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if not done:
+                    stopped_for = stopped_for + _PROBE_EVERY_S if _stopped(worker.proc.pid) else 0
+                    if stopped_for >= STOPPED_LIMIT_S:
+                        log.error("ask worker %d stopped for %.0f s: ending it",
+                                  worker.proc.pid, stopped_for)  # fmt: skip
+                        with contextlib.suppress(ProcessLookupError):
+                            worker.proc.kill()
+                        await worker.proc.wait()
+                        finished = True
+                        yield RunOutcome(failure=Failure("internal",
+                            f"the ask worker (pid {worker.proc.pid}) was stopped for "
+                            f"{stopped_for:.0f} s (SIGSTOP or a debugger?) and did not answer; "
+                            "it was ended and the question was not sent again"))  # fmt: skip
+                        return
+                    continue
                 if watcher.done() and not cancelled:
                     cancelled = True
                     with contextlib.suppress(ConnectionError, RuntimeError):
                         stdin.write(encode(Cancel(reason=cancel.reason or "cancelled")))
+                if not reading.done():
+                    continue  # only the cancel came: keep reading
                 try:
-                    line = await reading
+                    line, reading = reading.result(), None
                 except ValueError:  # a line over the limit: the worker is broken
                     worker.proc.kill()
                     finished = True
@@ -209,6 +253,8 @@ class AskPool:
                     return
         finally:
             watcher.cancel()
+            if reading is not None:
+                reading.cancel()
             if not finished and worker.alive:
                 # Stopped half-way (the daemon is shutting down): its state is unknown.
                 with contextlib.suppress(ProcessLookupError):

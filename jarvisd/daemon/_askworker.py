@@ -173,6 +173,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stderr.flush()
-    os._exit(code)  # the reader thread sits in a read on stdin: no interpreter teardown
+    from ._worker import leave
+
+    # The reader thread sits in a read on stdin: no interpreter teardown, but the warm
+    # sandbox containers are removed (an idle unload must not leave them).
+    leave(main())

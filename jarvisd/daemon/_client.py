@@ -56,6 +56,14 @@ __all__ = ["Client", "raise_for_error"]
 
 _R = TypeVar("_R", bound=Reply)
 _MAX_REPLY_BYTES = 64 * 1024 * 1024
+#: How often a long wait (``task wait``, ``task logs -f``, ``jarvis code``) asks the
+#: daemon to say it is alive; a silence of three times as long (15 s) is an error.
+FOLLOW_KEEPALIVE_S = 5.0
+
+
+def _silence(keepalive: float | None) -> float | None:
+    """The longest silence a request with ``keepalive`` waits out (None: for ever)."""
+    return None if keepalive is None else max(3 * keepalive, keepalive + 1.0)
 
 
 def raise_for_error(reply: ErrorReply) -> None:
@@ -128,8 +136,8 @@ class Client:
                 except TimeoutError as exc:
                     waited = sock.gettimeout()
                     raise DaemonError(
-                        f"jarvisd did not answer for {waited:g} s (is it stopped or hung? "
-                        "`jarvis daemon status`)"
+                        f"jarvisd stopped answering: it did not answer for {waited:g} s (is "
+                        "it stopped or hung? `jarvis daemon status`)"
                     ) from exc
                 except OSError as exc:
                     raise DaemonError(
@@ -181,9 +189,8 @@ class Client:
         outcome. With a ``keepalive`` the daemon says it is alive that often, and a
         silence of three times as long is an error (a stopped daemon never hangs us).
         ``ask_id`` (unique) lets :meth:`cancel_ask` stop it from another connection."""
-        timeout = None if keepalive is None else max(3 * keepalive, keepalive + 1.0)
         request = Ask(id=ask_id, spec=spec, keepalive=keepalive)
-        for reply in self.stream(request, timeout=timeout):
+        for reply in self.stream(request, timeout=_silence(keepalive)):
             if isinstance(reply, Delta | EventReply | ResultReply):
                 yield reply
 
@@ -209,12 +216,27 @@ class Client:
         """Approve (``allow``) or deny the permission request ``task`` waits on."""
         return _task(self.call(TaskAnswer(task=task, allow=allow), TaskReply))
 
-    def wait(self, task: str, timeout: float | None = None) -> TaskInfo:
-        return _task(self.call(TaskWait(task=task, timeout=timeout), TaskReply, timeout=None))
+    def wait(
+        self, task: str, timeout: float | None = None, *, keepalive: float = FOLLOW_KEEPALIVE_S
+    ) -> TaskInfo:
+        """The task once it has ended (or at ``timeout``). A daemon that stops saying it
+        is alive (every ``keepalive`` seconds) for three times as long is an error."""
+        request = TaskWait(task=task, timeout=timeout, keepalive=keepalive)
+        return _task(self.call(request, TaskReply, timeout=_silence(keepalive)))
 
-    def logs(self, task: str, *, since: int = 0, follow: bool = False) -> Iterator[EventReply]:
-        for reply in self.stream(TaskLogs(task=task, since=since, follow=follow),
-                                 timeout=None if follow else -1.0):  # fmt: skip
+    def logs(
+        self,
+        task: str,
+        *,
+        since: int = 0,
+        follow: bool = False,
+        keepalive: float = FOLLOW_KEEPALIVE_S,
+    ) -> Iterator[EventReply]:
+        """The task's events after ``since``; with ``follow``, until it ends (a daemon
+        that stops answering is an error, as for :meth:`wait`)."""
+        request = TaskLogs(task=task, since=since, follow=follow,
+                           keepalive=keepalive if follow else None)  # fmt: skip
+        for reply in self.stream(request, timeout=_silence(keepalive) if follow else -1.0):
             if isinstance(reply, EventReply):
                 yield reply
 

@@ -24,8 +24,10 @@ ask.cancel ask (the ask's request id), reason?  ok (the ask ends with a cancelle
 task.submit spec, watch?, timeout?              task (at once; queued)
 task.list  states?, limit?                      tasks
 task.show  task                                 task
-task.logs  task, since? (seq), follow?          event* then ok (or ended when the task did)
-task.wait  task, timeout?                       task (when finished, or at the timeout)
+task.logs  task, since? (seq), follow?,        event*, alive*, then ok (or ended when the
+           keepalive?                           task did)
+task.wait  task, timeout?, keepalive?           alive*, task (when finished, or at the
+                                                timeout)
 task.cancel task                                task
 task.answer task, allow                         task (answers the approval it waits for)
 shutdown                                        ok
@@ -211,10 +213,7 @@ class Ask(Request):
 
     @classmethod
     def from_body(cls, id: str, data: Mapping[str, Any]) -> Ask:
-        keepalive = _opt_float(data, "keepalive")
-        if keepalive is not None and not 0.05 <= keepalive <= 3600:
-            raise ProtocolError("field 'keepalive' must be between 0.05 and 3600 seconds")
-        return cls(id=id, spec=_spec(data), keepalive=keepalive)
+        return cls(id=id, spec=_spec(data), keepalive=_keepalive(data))
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,16 +320,21 @@ class TaskLogs(Request):
     #: Replay events with a sequence number greater than this (0: from the start).
     since: int = 0
     follow: bool = False
+    #: While following, ``alive`` this often when no event came (None: never), so a
+    #: client can tell a quiet task from a stopped daemon.
+    keepalive: float | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"task": self.task, "since": self.since, "follow": self.follow}
+        return {"task": self.task, "since": self.since, "follow": self.follow,
+                "keepalive": self.keepalive}  # fmt: skip
 
     @classmethod
     def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskLogs:
         since = _int(data, "since", 0)
         if since < 0:
             raise ProtocolError("field 'since' must not be negative")
-        return cls(id=id, task=_str(data, "task"), since=since, follow=_bool(data, "follow"))
+        return cls(id=id, task=_str(data, "task"), since=since, follow=_bool(data, "follow"),
+                   keepalive=_keepalive(data))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,13 +342,23 @@ class TaskWait(Request):
     op: ClassVar[str] = "task.wait"
     task: str = ""
     timeout: float | None = None
+    #: ``alive`` this often while the task runs (None: never); see TaskLogs.
+    keepalive: float | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"task": self.task, "timeout": self.timeout}
+        return {"task": self.task, "timeout": self.timeout, "keepalive": self.keepalive}
 
     @classmethod
     def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskWait:
-        return cls(id=id, task=_str(data, "task"), timeout=_opt_float(data, "timeout"))
+        return cls(id=id, task=_str(data, "task"), timeout=_opt_float(data, "timeout"),
+                   keepalive=_keepalive(data))  # fmt: skip
+
+
+def _keepalive(data: Mapping[str, Any]) -> float | None:
+    keepalive = _opt_float(data, "keepalive")
+    if keepalive is not None and not 0.05 <= keepalive <= 3600:
+        raise ProtocolError("field 'keepalive' must be between 0.05 and 3600 seconds")
+    return keepalive
 
 
 REQUESTS: dict[str, type[Request]] = {

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import importlib
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
@@ -84,6 +86,25 @@ log = logging.getLogger(__name__)
 
 _CONFIG_WATCH = "config"
 _FOLLOW_POLL_S = 1.0
+#: How often sandbox containers whose owning process is gone are removed while the
+#: daemon runs (a worker killed mid-run, or by a stall, cannot remove its own).
+_SWEEP_EVERY_S = 60.0
+#: How often a running ask looks whether its client is still connected.
+_CLIENT_CHECK_S = 1.0
+#: The socket of the connection a request came on (set per connection task).
+_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("jarvisd_peer", default=None)
+
+
+def _peer_closed(sock: Any) -> bool:
+    """Whether the client closed its end of ``sock`` (a transport's socket): a read
+    would see end of file. Peeked through a duplicate, which leaves the stream as is."""
+    try:
+        with socket.fromfd(sock.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except (BlockingIOError, InterruptedError):
+        return False  # connected, nothing sent
+    except OSError:
+        return True
 
 
 class ExitCode(enum.IntEnum):
@@ -181,6 +202,8 @@ class Daemon:
         self._previous_handlers: dict[int, Any] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._asks: dict[str, CancelToken] = {}  # running asks by request id
+        self._sweeping = threading.Lock()
+        self._sweep_failed = False
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -246,7 +269,8 @@ class Daemon:
                 return ExitCode.FAILURE
             # Off the loop: an engine that is slow to answer must not hold up start-up,
             # and the sweep spares containers whose owner is alive, so it can run late.
-            threading.Thread(target=self._sweep_orphans, name="orphan-sweep", daemon=True).start()
+            self._start_sweep()
+            self._in_background(self._sweep_periodically())
             await self.asks.start()
             # Watching before serving: a config change made as soon as the daemon
             # answers (by a script, a test) must not be missed.
@@ -289,8 +313,29 @@ class Daemon:
                     self.paths.pid_file.unlink()
             self._restore_signal_handlers()
 
+    def _start_sweep(self) -> None:
+        """Sweep in a thread of its own (a daemon thread: an engine that hangs holds up
+        neither the loop nor shutdown); never two at once."""
+        if self._sweeping.locked():
+            return
+        threading.Thread(target=self._sweep_once, name="orphan-sweep", daemon=True).start()
+
+    async def _sweep_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_EVERY_S)
+            self._start_sweep()
+
+    def _sweep_once(self) -> None:
+        if not self._sweeping.acquire(blocking=False):
+            return
+        try:
+            self._sweep_orphans()
+        finally:
+            self._sweeping.release()
+
     def _sweep_orphans(self) -> None:
-        """Remove sandbox containers a previous daemon left (when the sandbox has it)."""
+        """Remove sandbox containers whose owning process is gone: those a previous
+        daemon left, and those of workers that were killed (when the sandbox has it)."""
         if self.config.sandbox.backend not in ("docker", "podman"):
             return
         try:
@@ -306,8 +351,12 @@ class Daemon:
         try:
             removed = sweep_orphans(self.config)
         except Exception as exc:  # no container engine must never stop the daemon
-            log.warning("orphan container sweep failed, continuing: %s", exc)
+            # Said once, not every minute, while it keeps failing.
+            level = logging.DEBUG if self._sweep_failed else logging.WARNING
+            self._sweep_failed = True
+            log.log(level, "orphan container sweep failed, continuing: %s", exc)
             return
+        self._sweep_failed = False
         if removed:
             log.warning("removed orphan sandbox containers: %s", removed)
 
@@ -426,6 +475,7 @@ class Daemon:
                              message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})"))  # fmt: skip
             return
         max_bytes = self.config.daemon.max_frame_bytes
+        _peer.set(sock)
         while True:
             try:
                 line = await reader.readuntil(b"\n")
@@ -512,7 +562,17 @@ class Daemon:
                 async for reply in replies:
                     yield reply
         elif isinstance(request, TaskWait):
-            yield TaskReply(id=rid, task=await self._wait(request))
+            waiting = asyncio.ensure_future(self._wait(request))
+            try:
+                # ``alive`` while it waits: the client tells a long task from a stopped
+                # daemon (one that stops answering is an error there, not a hang).
+                while not waiting.done():
+                    done, _ = await asyncio.wait({waiting}, timeout=request.keepalive)
+                    if not done:
+                        yield Alive(id=rid)
+                yield TaskReply(id=rid, task=waiting.result())
+            finally:
+                waiting.cancel()
         else:  # pragma: no cover - parse_request only builds the types above
             raise ProtocolError(f"unhandled op {request.op!r}")
 
@@ -583,13 +643,27 @@ class Daemon:
                 queue.put_nowait(None)
 
         worker = asyncio.create_task(go())
+        peer = _peer.get()
+        quiet = 0.0
         try:
             while True:
+                # Looked at every second: a client that went away while its question
+                # waited for a worker must not have it sent to the engine after all.
+                step = _CLIENT_CHECK_S if request.keepalive is None else min(
+                    request.keepalive, _CLIENT_CHECK_S)  # fmt: skip
                 try:
-                    reply = await asyncio.wait_for(queue.get(), request.keepalive)
+                    reply = await asyncio.wait_for(queue.get(), step)
                 except TimeoutError:
-                    yield Alive(id=request.id)
+                    if peer is not None and _peer_closed(peer):
+                        cancel.cancel("the client disconnected")
+                        log.info("ask %s: the client went away", request.id or "-")
+                        break
+                    quiet += step
+                    if request.keepalive is not None and quiet >= request.keepalive:
+                        quiet = 0.0
+                        yield Alive(id=request.id)
                     continue
+                quiet = 0.0
                 if reply is None:
                     break
                 yield reply
@@ -603,6 +677,7 @@ class Daemon:
     async def _logs(self, request: TaskLogs) -> AsyncGenerator[Reply, None]:
         task_id = self.store.resolve(request.task)
         since = request.since
+        quiet_since = time.monotonic()
         while True:
             changed = self.tasks.changed(task_id)
             state = self.store.get(task_id).state
@@ -612,12 +687,18 @@ class Daemon:
                 yield type(event)(id=request.id, seq=event.seq, event=event.event,
                                   data=event.data, timestamp=event.timestamp)  # fmt: skip
             if events:
+                quiet_since = time.monotonic()
                 continue  # there may be more than one page
             if not request.follow or state in TERMINAL_STATES:
                 yield Ok(id=request.id, message=state)
                 return
+            keepalive = request.keepalive
+            if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
+                yield Alive(id=request.id)
+                quiet_since = time.monotonic()
+            poll = _FOLLOW_POLL_S if keepalive is None else min(keepalive, _FOLLOW_POLL_S)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), _FOLLOW_POLL_S)
+                await asyncio.wait_for(changed.wait(), poll)
 
     async def _wait(self, request: TaskWait) -> Any:
         task_id = self.store.resolve(request.task)

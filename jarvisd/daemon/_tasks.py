@@ -35,6 +35,7 @@ from typing import Any
 
 from jarvisd._config import Config
 from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown, StoreError, UsageError
+from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import (
     Approval,
     Approve,
@@ -101,6 +102,14 @@ class _Running:
     #: Set once the worker has ended and its outcome is being stored.
     returncode: int | None = None
     approval: _Approval | None = None
+    #: The answer to its approval, held until a slot is free to give it back to.
+    answered: Approval | None = None
+
+    @property
+    def holds_slot(self) -> bool:
+        """A task waiting for a person (or for a slot after the answer) holds none of
+        ``max_concurrent``: other tasks start meanwhile."""
+        return self.approval is None and self.answered is None
 
 
 def _tree(pid: int) -> list[Any]:
@@ -404,11 +413,12 @@ class TaskManager:
     async def _schedule(self) -> None:
         while not self._stopping:
             limit = self._config().daemon.max_concurrent
-            while (
-                self._queue
-                and not self.store_error
-                and len(self._running) + len(self._starting) < limit
-            ):
+            # Answered approvals take their slot back first, then queued tasks start.
+            for rt in list(self._running.values()):
+                if rt.answered is not None and rt.approval is None and self._busy() < limit:
+                    answer, rt.answered = rt.answered, None
+                    self._write(rt, encode(answer))
+            while self._queue and not self.store_error and self._busy() < limit:
                 task_id = self._queue.popleft()
                 self._starting.add(task_id)
                 runner = asyncio.create_task(self._run(task_id), name=f"task-{task_id}")
@@ -416,6 +426,11 @@ class TaskManager:
                 runner.add_done_callback(self._runners.discard)
             self._wake.clear()
             await self._wake.wait()
+
+    def _busy(self) -> int:
+        """Slots of ``max_concurrent`` taken: starting tasks, running ones that do not
+        wait for an approval."""
+        return len(self._starting) + sum(rt.holds_slot for rt in self._running.values())
 
     async def _run(self, task_id: str) -> None:
         try:
@@ -566,6 +581,7 @@ class TaskManager:
         rt.timers.append(timer)
         rt.approval = _Approval(frame.id, waiting, timer)
         self._notify(rt.task_id)
+        self._wake.set()  # its slot is free while it waits
 
     def _answer_timeout(self, rt: _Running, why: str) -> None:
         with contextlib.suppress(StoreError):  # denied whether or not it can be recorded
@@ -583,7 +599,9 @@ class TaskManager:
                  "allowed": allowed, "by": by},
             )  # fmt: skip
         finally:
-            self._write(rt, encode(Approval(id=pending.frame_id, allowed=allowed, reason=by)))
+            # Given to the worker once the task has its slot back (the scheduler).
+            rt.answered = Approval(id=pending.frame_id, allowed=allowed, reason=by)
+            self._wake.set()
             self._notify(rt.task_id)
 
     def _observe(self, rt: _Running, procs: list[Any], cpu: float, mem: int) -> None:
@@ -629,6 +647,7 @@ class TaskManager:
         if rt.approval is not None:  # the worker denies it itself on the cancel
             rt.approval.timer.cancel()
             rt.approval = None
+        rt.answered = None
         log.info("task %s: cancelling (%s)", rt.task_id, reason)
         self._observe(rt, *snapshot_tree(rt.proc.pid))  # what runs now must end with it
         self._write(rt, encode(Cancel(reason=reason)))
@@ -651,6 +670,17 @@ class TaskManager:
         if rt.cancel_reason == SHUTDOWN_REASON and (outcome is None or outcome[0] != "succeeded"):
             self.store.set_usage(task_id, cpu, mem)
             self._settle_interrupted(task_id, "the daemon was shut down", crashed=False)
+            return
+        if outcome is None and returncode == EXIT_HOST_GONE and not rt.cancel_reason:
+            # The worker lost its link to the daemon (its pipe closed or broke): an
+            # interruption like a daemon crash, not the run's failure. Resumed as one,
+            # so a worker that keeps losing it is not resumed for ever (MAX_ATTEMPTS).
+            self.store.set_usage(task_id, cpu, mem)
+            self._settle_interrupted(task_id, "the worker lost its link to the daemon",
+                                     crashed=True)  # fmt: skip
+            if self.store.get(task_id).state == "queued" and task_id not in self._queue:
+                self._queue.append(task_id)
+                self._wake.set()
             return
         if outcome is None:
             how = f"signal {-returncode}" if returncode < 0 else f"code {returncode}"

@@ -20,8 +20,14 @@ down. The daemon writes to stdin, reads frames from stdout::
 Before a tool call runs, and after each checkpoint, the worker waits for the daemon to
 confirm it stored the events so far (a ping/pong barrier). So a tool can never have an
 effect the daemon has no record of, and a resumed task never starts before the state it
-resumes from. When the daemon goes away (stdin closes) the run is cancelled and the
-worker exits at once, so a restarted daemon can never find a task running twice.
+resumes from. The barrier has no deadline: a daemon that is stopped (SIGSTOP, a laptop
+asleep, a paused VM) is not the task's failure, and the run goes on once it answers
+again. When the daemon goes away (stdin closes) the run is cancelled and the worker
+exits at once with EXIT_HOST_GONE, so a restarted daemon can never find a task running
+twice; the daemon reads that code as "interrupted", never as the run's failure.
+
+A worker leaves through ``os._exit`` (its reader thread is blocked on stdin), which skips
+``atexit``: the warm sandbox pools are closed explicitly first (:func:`leave`).
 """
 
 from __future__ import annotations
@@ -62,7 +68,6 @@ log = logging.getLogger("jarvisd.worker")
 #: The worker's exit codes (the daemon reads them when no result arrived).
 EXIT_OK = 0
 EXIT_BAD_START = 64
-BARRIER_TIMEOUT_S = 30.0
 
 
 class _Host:
@@ -97,9 +102,9 @@ class _Host:
         with self._lock:
             self._waiting[ping.id] = event
         self.send(ping)
-        if not event.wait(BARRIER_TIMEOUT_S):
-            log.error("the daemon did not confirm within %.0f s: stopping", BARRIER_TIMEOUT_S)
-            self.gone()
+        # No deadline: a stopped daemon answers when it runs again, and a daemon that
+        # went away closes stdin, which ends this process (read_forever).
+        event.wait()
 
     async def approve(self, request: Any, cancel: CancelToken) -> bool:
         """Ask the daemon (and through it a person) whether the tool of ``request``
@@ -242,8 +247,25 @@ def main() -> int:
     return EXIT_OK
 
 
-if __name__ == "__main__":
-    code = main()
-    # The reader thread is blocked on stdin: leave without interpreter teardown.
+def leave(code: int) -> NoReturn:
+    """Exit without interpreter teardown (a reader thread is blocked on stdin), after
+    what ``atexit`` would have done that matters: warm sandbox containers removed."""
+    close_warm_pools()
     sys.stderr.flush()
     os._exit(code)
+
+
+def close_warm_pools() -> None:
+    """Remove this process's warm sandbox containers, if it made any (the pool module
+    is imported only by a run that used a sandbox)."""
+    pool = sys.modules.get("jarvisd.sandbox._pool")
+    if pool is None:
+        return
+    try:
+        pool.close_pools()
+    except Exception:  # leaving must not fail; the daemon's sweep removes what is left
+        log.exception("closing the warm sandbox pool failed")
+
+
+if __name__ == "__main__":
+    leave(main())

@@ -96,7 +96,18 @@ class ExternalAgent(BaseAgent):
         root = Path(self.workspace or os.getcwd())
         if not root.is_absolute() or not root.is_dir():
             raise UsageError(f"the agent's workspace {str(root)!r} is not an existing directory")
-        return Workspace(root)
+        return Workspace(root, user=self._agent_user())
+
+    def _agent_user(self) -> tuple[int, int] | None:
+        """Whose permissions the agent's fs requests get: the sandbox user's when
+        jarvis runs as root (the container's user); else jarvis's own, which the
+        container (or the host process) runs as anyway."""
+        if not self.sandboxed or os.geteuid() != 0:
+            return None
+        from ..sandbox._policy import SandboxPolicy
+
+        policy = SandboxPolicy.from_config(self.config)
+        return (policy.uid, policy.gid)
 
     async def _ensure_installed(self) -> Path:
         agent = self.definition

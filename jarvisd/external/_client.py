@@ -31,7 +31,14 @@ from ._mapping import (
     clip,
     map_update,
 )
-from ._permissions import Approver, PermissionPolicy, PermissionRequest, pick_option
+from ._permissions import (
+    Approver,
+    PermissionPolicy,
+    PermissionRequest,
+    input_facts,
+    pick_option,
+)
+from ._protected import protected_reason
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -160,9 +167,15 @@ class AcpClient:
         from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
         self._check_session(session_id)
-        kind = str(getattr(tool_call, "kind", None) or "other")
+        declared = str(getattr(tool_call, "kind", None) or "other")
         title = clip(str(getattr(tool_call, "title", None) or "tool"), 200)
-        decision = self.policy.decide(kind)
+        # Judged by what the call's input shows, not only the kind the agent declares.
+        shown, paths = input_facts(
+            getattr(tool_call, "raw_input", None), getattr(tool_call, "locations", None) or ()
+        )
+        kind, decision = self.policy.judge([declared, *sorted(shown)])
+        if declared not in ("read", "search") and any(self._protected(p) for p in paths):
+            kind, decision = "edit", "deny"
         allowed = decision == "allow"
         if decision == "ask":
             allowed = False
@@ -170,7 +183,7 @@ class AcpClient:
                 request = PermissionRequest(title, kind, getattr(tool_call, "raw_input", None))
                 allowed = bool(await self.approver(request))
         self.run.bus.publish(
-            EventType.PERMISSION, tool=title, kind=kind, decision=decision,
+            EventType.PERMISSION, tool=title, kind=kind, declared=declared, decision=decision,
             allowed=allowed, agent=self.agent, depth=self.run.depth,
         )  # fmt: skip
         option = pick_option(options, allowed)
@@ -180,6 +193,14 @@ class AcpClient:
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=option)
         )
+
+    def _protected(self, path: str) -> bool:
+        """Whether ``path`` is one the agent may not write (see :mod:`._protected`)."""
+        try:
+            parts = self.workspace.parts(path)
+        except ToolError:
+            return False
+        return protected_reason(parts) is not None
 
     # -- fs/* ------------------------------------------------------------------------
 

@@ -17,9 +17,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._errors import UsageError
+
+if TYPE_CHECKING:
+    from ..gateway import PeerBinding
 
 __all__ = [
     "BUILTIN",
@@ -40,6 +43,9 @@ class GatewayAccess:
     url: str
     token: str
     model: str
+    #: The gateway's binding to the run's container (sandboxed, jarvis as root): set
+    #: to the container once it runs, so a token read from /proc is no use elsewhere.
+    peers: PeerBinding | None = None
 
 
 @dataclass(frozen=True, slots=True)

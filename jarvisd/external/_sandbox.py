@@ -9,7 +9,10 @@ chosen here and never from the edge:
   runtime it links against);
 * its per-run home (config files, the gateway's socket), read-write, at /home/agent;
 * the workspace, read-write at its own path, through the mount allowlist like every
-  mount (``sandbox.allowed_roots`` must allow it with ``:rw``).
+  mount (``sandbox.allowed_roots`` must allow it with ``:rw``);
+* the workspace's own ``.git``, when it has one, read-only over it: a command the
+  agent wrote into ``.git/config`` or ``.git/hooks`` would run on the host at the
+  user's next ``git status`` or commit.
 
 Agents speak only TCP: ``runners.acp_forward`` listens on the container's own
 127.0.0.1 and relays to the gateway's socket, then starts the agent with the ACP
@@ -18,15 +21,17 @@ conversation on its stdio.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config import Config
-from .._errors import AgentNotInstalled, SandboxUnavailable
+from .._errors import AgentNotInstalled, SandboxError, SandboxUnavailable
 from ..executors import Channel, ExecRequest
 from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
@@ -100,11 +105,29 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw",),
+        mounts=(f"{workspace.root}:rw", *_git_read_only(workspace.root)),
         env=env,
         system_binds=tuple(binds),
     )
-    return await DockerExecutor(config, flavor=backend).open(request)
+    channel = await DockerExecutor(config, flavor=backend).open(request)
+    if access.peers is not None:
+        try:
+            access.peers.bind(await asyncio.to_thread(_container_pid, channel))
+        except Exception as exc:
+            await channel.kill("closed")
+            raise SandboxError(f"cannot bind the gateway to the agent's container: {exc}") from exc
+    return channel
+
+
+def _container_pid(channel: Channel) -> int:
+    """The host pid of the container's init (its pid namespace is the run's)."""
+    api, ident = getattr(channel, "api", None), getattr(channel, "id", None)
+    if api is None or ident is None:
+        raise SandboxError("the container engine gave no container to bind to")
+    pid = int(api.inspect_container(ident)["State"]["Pid"])
+    if pid <= 0:
+        raise SandboxError("the agent's container is not running")
+    return pid
 
 
 @contextlib.asynccontextmanager
@@ -114,20 +137,38 @@ async def sandbox_gateway(
 ) -> AsyncIterator[GatewayAccess]:  # fmt: skip
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
-    the block. ``tools``: the run's tools, served at its ``/mcp``."""
-    from ..gateway import Gateway
+    the block. ``tools``: the run's tools, served at its ``/mcp``.
+
+    As root, the socket belongs to the sandbox uid, which a host account may share:
+    the gateway then serves only peers in the run's container (``access.peers``,
+    bound by :func:`start_in_sandbox`), whatever token they hold."""
+    from ..gateway import Gateway, PeerBinding
 
     socket_path = home / name
+    peers = PeerBinding() if os.geteuid() == 0 else None
     async with Gateway(
-        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools
+        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools, peers=peers
     ) as gateway:
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 
             os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
         yield GatewayAccess(
-            f"unix:{socket_path}", gateway.token, gateway.model_name or model or default_model
-        )
+            f"unix:{socket_path}", gateway.token, gateway.model_name or model or default_model,
+            peers,
+        )  # fmt: skip
+
+
+def _git_read_only(root: Path) -> tuple[str, ...]:
+    """The mount request for ``root/.git`` read-only, when it is a directory or a
+    gitdir file of its own (a symlink would be mounted at its target's path, not
+    over ``.git``: the agent's fs requests are refused there all the same)."""
+    git = Path(os.path.realpath(root)) / ".git"
+    try:
+        mode = os.lstat(git).st_mode
+    except OSError:
+        return ()
+    return (str(git),) if stat.S_ISDIR(mode) or stat.S_ISREG(mode) else ()
 
 
 def _node_binary(agent: AgentDefinition) -> str:

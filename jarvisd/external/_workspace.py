@@ -6,6 +6,13 @@ component at a time from a descriptor of the workspace, never following a symlin
 (``O_NOFOLLOW``): a link planted anywhere on the way, or swapped in after a check, is
 refused rather than followed out of the workspace. Only regular files are read or
 written (a FIFO would block, a device would be worse), and sizes are bounded in bytes.
+
+Two more rules keep a sandboxed agent to what it could do itself:
+
+* with ``user`` (the sandbox's uid and gid, when jarvis runs as root) every read and
+  write is carried out with that user's permissions (:mod:`._asuser`), not jarvis's;
+* writes to paths that configure tools which run commands on the host (``.git/...``,
+  ``.envrc``, ``.vscode/...``: :mod:`._protected`) are refused.
 """
 
 from __future__ import annotations
@@ -13,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .._errors import ToolError
+from ._asuser import call_as
+from ._protected import protected_reason
 
 __all__ = ["MAX_READ_BYTES", "MAX_WRITE_BYTES", "Workspace"]
 
@@ -34,10 +43,13 @@ class Workspace:
         *,
         max_read_bytes: int = MAX_READ_BYTES,
         max_write_bytes: int = MAX_WRITE_BYTES,
+        user: tuple[int, int] | None = None,
     ) -> None:
         self.root = Path(os.path.abspath(root))
         self.max_read_bytes = max_read_bytes
         self.max_write_bytes = max_write_bytes
+        #: (uid, gid) whose permissions reads and writes get; None: jarvis's own.
+        self.user = user
 
     def parts(self, path: str) -> list[str]:
         """The components of ``path`` below the root, or ToolError when it is not a
@@ -54,11 +66,24 @@ class Workspace:
             raise ToolError(f"{path!r} goes up with '..': refused")
         return parts
 
+    def _as_agent(self, work: Callable[[int], bytes], limit: int) -> bytes:
+        """``work(root descriptor)`` with the agent's permissions (see ``user``)."""
+        root_fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            if self.user is None:
+                return work(root_fd)
+            return call_as(self.user, root_fd, work, limit)
+        finally:
+            os.close(root_fd)
+
     @contextlib.contextmanager
-    def _parent(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
+    def _parent(
+        self, parts: list[str], *, create: bool = False, root_fd: int | None = None
+    ) -> Iterator[int]:
         """A descriptor of the directory holding ``parts[-1]``, reached without
-        following any symlink (``create``: missing directories are made)."""
-        fd = os.open(self.root, _DIR_FLAGS)
+        following any symlink (``create``: missing directories are made), from
+        ``root_fd`` (None: the root opened afresh)."""
+        fd = os.open(self.root, _DIR_FLAGS) if root_fd is None else os.dup(root_fd)
         try:
             for name in parts[:-1]:
                 try:
@@ -79,16 +104,24 @@ class Workspace:
         parts = self.parts(path)
         if not parts:
             raise ToolError(f"{path!r} is the workspace itself, not a file")
+        limit_bytes = self.max_read_bytes + 1
+
+        def work(root_fd: int) -> bytes:
+            try:
+                with self._parent(parts, root_fd=root_fd) as parent:
+                    fd = os.open(
+                        parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                        dir_fd=parent,
+                    )  # fmt: skip
+                    with os.fdopen(fd, "rb") as file:
+                        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                            raise ToolError(f"{path!r} is not a regular file")
+                        return file.read(limit_bytes)
+            except OSError as exc:
+                raise ToolError(_os_error(path, exc)) from exc
+
         try:
-            with self._parent(parts) as parent:
-                fd = os.open(
-                    parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                    dir_fd=parent,
-                )  # fmt: skip
-                with os.fdopen(fd, "rb") as file:
-                    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                        raise ToolError(f"{path!r} is not a regular file")
-                    data = file.read(self.max_read_bytes + 1)
+            data = self._as_agent(work, limit_bytes)
         except OSError as exc:
             raise ToolError(_os_error(path, exc)) from exc
         if len(data) > self.max_read_bytes:
@@ -110,15 +143,26 @@ class Workspace:
         parts = self.parts(path)
         if not parts:
             raise ToolError(f"{path!r} is the workspace itself, not a file")
+        reason = protected_reason(parts)
+        if reason is not None:
+            raise ToolError(f"refused to write {path!r}: {reason}")
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+        def work(root_fd: int) -> bytes:
+            try:
+                with self._parent(parts, create=True, root_fd=root_fd) as parent:
+                    fd = os.open(parts[-1], flags, 0o644, dir_fd=parent)
+                    with os.fdopen(fd, "wb") as file:
+                        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                            raise ToolError(f"{path!r} is not a regular file")
+                        file.truncate(0)
+                        file.write(data)
+            except OSError as exc:
+                raise ToolError(_os_error(path, exc)) from exc
+            return b""
+
         try:
-            with self._parent(parts, create=True) as parent:
-                fd = os.open(parts[-1], flags, 0o644, dir_fd=parent)
-                with os.fdopen(fd, "wb") as file:
-                    if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                        raise ToolError(f"{path!r} is not a regular file")
-                    file.truncate(0)
-                    file.write(data)
+            self._as_agent(work, 0)
         except OSError as exc:
             raise ToolError(_os_error(path, exc)) from exc
 

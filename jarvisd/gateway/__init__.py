@@ -12,5 +12,14 @@ gateway serves them too, as an MCP server at ``MCP_PATH`` (``_mcp``).
 
 from ._common import BadRequest, ChatRequest, Dialect, StreamEncoder
 from ._gateway import MCP_PATH, Gateway
+from ._peer import PeerBinding
 
-__all__ = ["MCP_PATH", "BadRequest", "ChatRequest", "Dialect", "Gateway", "StreamEncoder"]
+__all__ = [
+    "MCP_PATH",
+    "BadRequest",
+    "ChatRequest",
+    "Dialect",
+    "Gateway",
+    "PeerBinding",
+    "StreamEncoder",
+]

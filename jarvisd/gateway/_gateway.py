@@ -12,6 +12,9 @@ A streamed reply's headers go out only once the engine produced its first chunk,
 engine that fails at once gets a real HTTP error status; a failure later (engine error,
 cancel, budget) ends the stream with the dialect's own error event.
 
+On a Unix socket, a :class:`PeerBinding` ties the token to one container: a peer
+outside the run's container is closed on, token or not (``_peer``).
+
 Given a :class:`ToolExecutor`, the gateway also serves the run's tools as an MCP server
 at ``POST /mcp`` (``_mcp``): every call goes through the executor with the run, so the
 run's ledger holds it as it holds a built-in agent's (tool-call cap, TOOL_CALL_START and
@@ -41,6 +44,7 @@ from .._run import RunContext, RunStopped
 from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
 from ._http import HTTPServer, Request, Response
+from ._peer import PeerBinding
 
 if TYPE_CHECKING:
     from ..engines import Engine
@@ -98,8 +102,11 @@ class Gateway:
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         tools: ToolExecutor | None = None,
+        peers: PeerBinding | None = None,
     ) -> None:
         self.engine = engine
+        #: On a Unix socket: only these peers are served, whatever token they hold.
+        self.peers = peers
         self.tools = tools
         self._names = _mcp.ToolNames(tools.names) if tools is not None else None
         self.run = run
@@ -121,7 +128,11 @@ class Gateway:
     # -- lifecycle ------------------------------------------------------------------
 
     async def __aenter__(self) -> Gateway:
-        self._http = HTTPServer(self)
+        peers = self.peers
+        self._http = HTTPServer(
+            self,
+            None if peers is None else lambda w: peers.admits(w.get_extra_info("socket")),
+        )
         if self.socket_path is None:
             self._server = await asyncio.start_server(self._http.connection, "127.0.0.1", 0)
             port = self._server.sockets[0].getsockname()[1]

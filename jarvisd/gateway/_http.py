@@ -7,6 +7,11 @@ run's token there): a request line and headers are bounded (``MAX_HEAD`` bytes,
 body is cut off when it passes it), and a client that is slow to send a request, or to
 read a reply, is dropped. A refused request's connection is closed, its body unread.
 
+Connections that have not yet shown the token are cheap to open and could starve the
+agent's own: each has only ``FIRST_HEAD_TIMEOUT`` for its first head, and at most
+``MAX_PENDING`` wait at once (a new one pushes out the oldest, so a client that sends
+its head at once always gets in). ``MAX_CONNECTIONS`` counts admitted connections.
+
 Replies are whole bodies or streams of byte chunks (server-sent events); a client that
 goes away mid-stream closes the stream, which stops the generation behind it.
 """
@@ -35,7 +40,13 @@ HEAD_TIMEOUT = 60.0
 BODY_TIMEOUT = 60.0
 #: For each write to drain: a client that stops reading is dropped.
 WRITE_TIMEOUT = 60.0
+#: Connections past their first admitted request, at once.
 MAX_CONNECTIONS = 64
+#: Connections still to send an admitted request head, at once (the oldest goes).
+MAX_PENDING = 16
+#: For a connection's first head: the agent sends its own at once; a stalling client
+#: without the token is dropped well before it could crowd anyone out.
+FIRST_HEAD_TIMEOUT = 5.0
 _READ = 64 * 1024
 
 
@@ -78,27 +89,49 @@ class HTTPServer:
     """Serves ``app`` on a listening asyncio server the caller starts with
     :meth:`connection` as its client callback; :meth:`aclose` ends every connection."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(
+        self,
+        app: App,
+        peer: Callable[[asyncio.StreamWriter], Awaitable[bool]] | None = None,
+    ) -> None:
         self.app = app
+        #: Checks who is connected before a byte is read (None: anyone may try).
+        self.peer = peer
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Connections not admitted yet, oldest first (a dict keeps insertion order).
+        self._pending: dict[asyncio.Task[None], None] = {}
+        self._evicted: set[asyncio.Task[None]] = set()
         self._closing = False
 
     async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._tasks) >= MAX_CONNECTIONS:
+        if len(self._pending) >= MAX_PENDING:
+            oldest = next(iter(self._pending))
+            del self._pending[oldest]
+            self._evicted.add(oldest)
+            oldest.cancel()
+        if len(self._tasks) - len(self._pending) >= MAX_CONNECTIONS:
             writer.close()
             return
         self._tasks.add(task)
+        self._pending[task] = None
         try:
-            await _Connection(self.app, reader, writer).serve()
+            if self.peer is not None and not await self.peer(writer):
+                return
+            await _Connection(
+                self.app, reader, writer, admitted=lambda: self._pending.pop(task, None)
+            ).serve()
         except asyncio.CancelledError:
             # asyncio's server logs a handler task that ends cancelled as an error;
-            # ours are cancelled only by ``aclose``, which is the normal way to end.
-            if not self._closing:
+            # ours are cancelled only by ``aclose`` or to make room for a newer pending
+            # connection, which are normal ways to end.
+            if not self._closing and task not in self._evicted:
                 raise
         finally:
             self._tasks.discard(task)
+            self._pending.pop(task, None)
+            self._evicted.discard(task)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
@@ -113,7 +146,11 @@ class HTTPServer:
 
 class _Connection:
     def __init__(
-        self, app: App, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        app: App,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        admitted: Callable[[], object] = lambda: None,
     ) -> None:
         import h11
 
@@ -122,6 +159,9 @@ class _Connection:
         self.reader = reader
         self.writer = writer
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        #: Called once, when a request of this connection is first admitted.
+        self.on_admitted = admitted
+        self.admitted = False
 
     async def serve(self) -> None:
         h11 = self.h11
@@ -134,6 +174,9 @@ class _Connection:
                 if refusal is not None:
                     await self._send(refusal, close=True)
                     return
+                if not self.admitted:
+                    self.admitted = True
+                    self.on_admitted()
                 request = await self._body(head)
                 if request is None:
                     return
@@ -207,8 +250,9 @@ class _Connection:
 
     async def _head(self) -> Request | None:
         h11 = self.h11
+        limit = HEAD_TIMEOUT if self.admitted else min(FIRST_HEAD_TIMEOUT, HEAD_TIMEOUT)
         try:
-            async with asyncio.timeout(HEAD_TIMEOUT):
+            async with asyncio.timeout(limit):
                 event = await self._event()
         except TimeoutError:
             if self.conn.their_state is h11.IDLE and not self.conn.trailing_data[0]:

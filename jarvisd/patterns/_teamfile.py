@@ -199,6 +199,8 @@ def parse_team(text: str, source: str = "team") -> TeamFile:
                 raise fail(where, key, f"[{where}] {key} must be one of {', '.join(allowed)}")
         if name in _refs(table, fields):
             raise fail(where, None, f"[{where}] refers to itself")
+        if kind == "parallel":
+            _check_synthesizer(where, table, fail)
     root = data.get("root")
     if not isinstance(root, str) or root not in names:
         raise fail("", "root", f"root must name an agent or pattern of this team, not {root!r}")
@@ -209,6 +211,21 @@ def parse_team(text: str, source: str = "team") -> TeamFile:
             where = f"patterns.{name}"
             raise fail(where, "agent", f"[{where}] agent must name an agent, not a pattern")
     return team
+
+
+def _check_synthesizer(where: str, table: Mapping[str, Any], fail: Any) -> None:
+    """A parallel pattern has a synthesizer exactly when its mode is "synthesize" (the
+    pattern refuses anything else when it runs: refused here, with the line, at submit)."""
+    mode = table.get("mode", "all")
+    if mode == "synthesize" and "synthesizer" not in table:
+        raise fail(where, "mode", f'[{where}] mode = "synthesize" needs a synthesizer')
+    if mode != "synthesize" and "synthesizer" in table:
+        raise fail(
+            where,
+            "synthesizer",
+            f"[{where}] synthesizer is used only with "
+            f'mode = "synthesize" (the mode is {mode!r}): set the mode, or remove it',
+        )
 
 
 def _tables(data: Mapping[str, Any], section: str, fail: Any) -> dict[str, dict[str, Any]]:

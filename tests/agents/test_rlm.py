@@ -383,3 +383,16 @@ def test_a_flood_of_sub_calls_is_bounded() -> None:
     assert f"more than {MAX_PENDING_SUB_CALLS} sub-calls" in result.tool_results[0].content
     assert peak[0] <= MAX_CONCURRENT_SUB_CALLS + 1  # the sub-calls, and no more
     assert len(engine.calls) < 500  # most of the flood was refused, not served
+
+
+def test_a_resume_after_final_returns_it_without_re_running_cells() -> None:
+    # rlm's FINAL comes from a cell: a resume from that checkpoint must neither re-run
+    # the cells (a repeated FINAL cell is blocked as a repeat) nor ask the model again.
+    states: list[Any] = []
+    first = rlm(ScriptedEngine([code("x = 41\nprint('set')"), code("FINAL(x + 1)")]))
+    assert arun(first, "q", run=RunContext(checkpoint=states.append)).content == "42"
+    assert states[-1]["final"]["content"] == "42"
+    engine = ScriptedEngine([])
+    result = arun(rlm(engine), "q", run=RunContext(resume=states[-1]))
+    assert result.content == "42" and engine.calls == []
+    assert result.metadata["resumed"] is True and result.metadata["final_from_tool"] is True

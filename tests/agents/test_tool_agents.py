@@ -594,3 +594,19 @@ def test_a_missing_sandbox_is_reported_before_any_model_turn(agent: str) -> None
     with pytest.raises(SandboxUnavailable, match="no container engine"):
         asyncio.run(built.arun("what is 6*7?", AgentContext(metadata={"context": "c"})))
     assert engine.calls == []
+
+
+def test_the_answer_is_checkpointed_as_final_and_a_resume_ends_with_it() -> None:
+    # A crash between the answer and the task's end resumes from the last checkpoint:
+    # it must return that answer, not ask the model again with its own answer last.
+    states: list[dict[str, Any]] = []
+    scripted = ScriptedEngine([CALL["orchestrator"]("1+2"), reply("The sum is 3")])
+    run = RunContext(checkpoint=lambda s: states.append(dict(s)))
+    arun(make("orchestrator", scripted), "sum 1+2", run)
+    assert states[-1]["final"]["content"] == "The sum is 3"
+    # No state but the last holds the answer: every earlier one ends in a tool result.
+    assert all(LoopState.from_dict(s).messages[-1].role is Role.TOOL for s in states[:-1])
+    again = ScriptedEngine([])  # any model call would fail: the script is empty
+    result = arun(make("orchestrator", again), "sum 1+2", RunContext(resume=states[-1]))
+    assert result.content == "The sum is 3" and result.metadata["resumed"] is True
+    assert again.calls == [] and [r.content for r in result.tool_results] == ["3"]

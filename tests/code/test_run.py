@@ -95,7 +95,7 @@ def test_the_fix_comes_back_as_a_diff_and_applies(project: Path) -> None:
 def test_discard_leaves_no_worktree_or_branch(project: Path) -> None:
     before = tree_hashes(project)
     ws = make(project)
-    assert git(project, "branch", "--list", "jarvis/*") != ""
+    assert git(project, "--git-dir", ws.git_dir, "branch", "--list", "jarvis/*") != ""
     run(ws, fixing_engine(ws))
     discard(store().get(ws.id), store(), paths().state)
     assert git(project, "worktree", "list", "--porcelain").count("worktree ") == 1

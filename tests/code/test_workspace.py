@@ -101,7 +101,7 @@ def test_a_tracked_blocked_file_is_left_out_without_becoming_a_deletion(project:
     ws = make(project)
     assert not (Path(ws.path) / "credentials.json").exists()
     assert finish(ws).outcome["files"] == []
-    assert git(project, "show", f"{ws.base}:credentials.json") == "{}"
+    assert git(project, "--git-dir", ws.git_dir, "show", f"{ws.base}:credentials.json") == "{}"
 
 
 def test_host_git_never_follows_a_git_file_the_sandbox_wrote(project: Path) -> None:

@@ -11,6 +11,8 @@ their pids to PIDS_FILE, then waits for ``cancel``. MODE:
 * ``stubborn``: reports a tool call start, then ignores cancel and SIGTERM.
 * ``late``: no tool call; on cancel answers with a result, as a run that finished
   before it saw the cancel.
+* ``lost``: the first time (no PIDS_FILE yet), exits 75 at once, as a worker that lost
+  its pipe to the daemon; the next time, answers "done after all" and exits.
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ def main() -> int:
     reader = FrameReader(sys.stdin.buffer)
     if not isinstance(reader.read(), Start):
         return 64
+    if mode == "lost":
+        if not pids_file.exists():
+            pids_file.write_text("")
+            return 75
+        out.write(encode(ResultFrame(result=RunOutcome(answer="done after all").to_dict())))
+        out.flush()
+        return 0
     if mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Like the real worker, keep the frame pipes to itself (its frames go to a private,

@@ -4,20 +4,25 @@ answered in worker processes, so the daemon's own memory stays small."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from jarvisd._errors import DaemonError
+from jarvisd._messages import Generation, Message
 from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, DaemonHost, RunOutcome
 from jarvisd.testing import OllamaStandIn
 
@@ -49,7 +54,7 @@ def daemon(isolated_dirs: Path, slow_standin: OllamaStandIn) -> Iterator[DaemonP
         process.proc.wait(10)
 
 
-def wait_for_calls(engine: SlowOnCue, count: int) -> None:
+def wait_for_calls(engine: ScriptedEngine, count: int) -> None:
     deadline = time.monotonic() + 30
     while len(engine.calls) < count:
         assert time.monotonic() < deadline, "the question never reached the engine"
@@ -119,3 +124,82 @@ def test_ask_runs_in_a_worker_so_a_loaded_engine_stays_out_of_the_daemon(
     worker.kill()  # crashed while idle, maybe not reaped yet: the question gets another
     outcome = DaemonHost().run(AgentSpec("again"), RunContext())
     assert outcome.answer == "answer to again", outcome.failure
+
+
+def _ask_cli(question: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "jarvisd", "ask", question],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _ask_workers(daemon: DaemonProcess) -> list[psutil.Process]:
+    assert daemon.proc is not None
+    return [p for p in psutil.Process(daemon.proc.pid).children()
+            if "jarvisd.daemon._askworker" in " ".join(p.cmdline())]  # fmt: skip
+
+
+def test_a_stopped_ask_worker_fails_the_ask_with_a_clear_error(
+    daemon: DaemonProcess, slow_engine: SlowOnCue
+) -> None:
+    cli = _ask_cli("a slow question")
+    wait_for_calls(slow_engine, 1)
+    stopped = _ask_workers(daemon)
+    for worker in stopped:
+        worker.suspend()
+    try:
+        out, err = cli.communicate(timeout=180)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+        for worker in stopped:
+            with contextlib.suppress(psutil.Error):
+                worker.kill()
+    assert cli.returncode == 1, (out, err)
+    assert "was stopped for 60 s (SIGSTOP or a debugger?) and did not answer" in err, err
+    assert daemon.client.ping()  # the daemon itself is fine
+
+
+class Medium(ScriptedEngine):
+    """Answers "medium" questions after 3 s: the workers free up before the daemon's
+    first keepalive to a queued ask (5 s), which used to be how it noticed a client
+    that went away."""
+
+    def __init__(self) -> None:
+        super().__init__(fallback=script)
+        self.started: list[str] = []
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        self.started.append(messages[-1].content)
+        if "medium" in messages[-1].content:
+            await asyncio.sleep(3)
+        return await super().generate(messages, **kwargs)
+
+
+def test_an_ask_whose_client_left_while_queued_never_reaches_the_engine(
+    isolated_dirs: Path,
+) -> None:
+    engine = Medium()
+    with OllamaStandIn(engine) as server:
+        daemon = DaemonProcess(isolated_dirs, server.url)
+        daemon.write_config("max_concurrent = 1")  # two ask workers
+        daemon.start()
+        try:
+            busy = [_ask_cli("a medium question one"), _ask_cli("a medium question two")]
+            deadline = time.monotonic() + 60
+            while len(engine.started) < 2:  # both workers are busy
+                assert time.monotonic() < deadline, daemon.log_text()
+                time.sleep(0.02)
+            queued = _ask_cli("the queued question")
+            time.sleep(1)  # connected, waiting for a worker
+            queued.kill()
+            queued.communicate()
+            for cli in busy:
+                out, err = cli.communicate(timeout=120)
+                assert cli.returncode == 0, (out, err)
+            after = _ask_cli("a later question")
+            out, err = after.communicate(timeout=120)
+            assert after.returncode == 0 and "answer to a later question" in out, (out, err)
+        finally:
+            daemon.terminate()
+    assert "the queued question" not in engine.started, engine.started

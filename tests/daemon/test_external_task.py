@@ -168,3 +168,35 @@ def test_cancel_while_waiting_ends_the_task(jarvisd: DaemonProcess, tmp_path: Pa
     assert not (tmp_path / "out.txt").exists()
     with pytest.raises(UsageError, match="not waiting for approval"):
         c.answer(info.id, False)
+
+
+def test_a_waiting_approval_releases_its_slot_and_takes_it_back_when_answered(
+    jarvisd: DaemonProcess, tmp_path: Path
+) -> None:
+    # One slot: a task waiting for a person must not keep the others queued, and its
+    # answer must wait for the slot to be free again.
+    (tmp_path / "README.md").write_text("MARKER-1\n")
+    jarvisd.write_config(
+        "max_concurrent = 1",
+        _agents("work", "hang") + '[agents]\napproval_timeout = 600\n'
+        '[agents.permissions]\nedit = "ask"\n',
+    )  # fmt: skip
+    jarvisd.start()
+    c = jarvisd.client
+    asking = c.submit(_spec("work", tmp_path))
+    _waiting(jarvisd, asking.id)
+    plain = c.submit(AgentSpec(input="hello"))
+    done = c.wait(plain.id, timeout=60)
+    assert done.state == "succeeded", (done, c.show(asking.id))
+    assert c.show(asking.id).waiting is not None  # it still waits, unanswered
+    # Another task takes the free slot; the answer then waits for it.
+    holder = c.submit(_spec("hang", tmp_path))
+    jarvisd.wait_for(lambda: c.show(holder.id).state == "running", timeout=60, what="holder")
+    assert CliRunner().invoke(cli, ["task", "approve", asking.id]).exit_code == 0
+    time.sleep(2)
+    assert not (tmp_path / "out.txt").exists(), "the approved task ran without a slot"
+    assert c.show(asking.id).state == "running"
+    c.cancel(holder.id)
+    finished = c.wait(asking.id, timeout=60)
+    assert finished.state == "succeeded", (finished, jarvisd.log_text())
+    assert (tmp_path / "out.txt").read_text() == "written by the agent\n"

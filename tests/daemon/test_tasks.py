@@ -196,3 +196,32 @@ def test_a_run_that_cannot_resume_is_interrupted_not_restarted(tmp_path: Path) -
         assert "a sandboxed run cannot be resumed" in info.reason
     finally:
         store.close()
+
+
+def test_a_worker_that_lost_the_daemon_is_an_interruption_not_a_failure(
+    tmp_path: Path,
+) -> None:
+    # Exit 75 (EX_TEMPFAIL) says the worker lost its link to the daemon: the task is
+    # resumed, as after a crash, not failed "before a result".
+    python, _ = standin(tmp_path, "lost")
+    store = TaskStore(tmp_path / "tasks.db")
+    store.open()
+
+    async def scenario() -> str:
+        manager = TaskManager(store, Config, python=python, cancel_grace=1.0)
+        await manager.start()
+        try:
+            task = manager.submit(AgentSpec(input="x"))
+            await until(lambda: store.get(task.id).finished, what="the task to end")
+            return task.id
+        finally:
+            await manager.stop()
+
+    try:
+        task_id = asyncio.run(scenario())
+        info = store.get(task_id)
+        assert info.state == "succeeded", info.reason
+        resumed = [e.data for e in store.events(task_id) if e.event == "task_resumed"]
+        assert [r["reason"] for r in resumed] == ["the worker lost its link to the daemon"]
+    finally:
+        store.close()

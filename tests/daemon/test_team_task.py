@@ -39,3 +39,15 @@ def test_task_submit_team(jarvisd: DaemonProcess, tmp_path: Path) -> None:
     assert shown["state"] == "succeeded"
     logs = _jarvis("task", "logs", task_id).stdout
     assert "both" in logs and "member" in logs, logs
+
+
+def test_a_synthesizer_without_its_mode_is_refused_at_submit_with_the_line(
+    jarvisd: DaemonProcess, tmp_path: Path
+) -> None:
+    path = tmp_path / "team.toml"
+    path.write_text(TEAM + 'synthesizer = "a"\n')  # mode left out: "all"
+    jarvisd.start()
+    submitted = _jarvis("task", "submit", "--team", str(path), "hello")
+    assert submitted.returncode != 0, submitted.stdout
+    assert f"{path}:12: [patterns.both] synthesizer is used only with" in submitted.stderr
+    assert jarvisd.client.list_tasks() == []  # nothing was queued

@@ -213,7 +213,9 @@ except OSError as e:
     start = time.monotonic()
     result = run_py(roots, bomb, timeout=2, pids=64)
     assert result.timed_out and result.reason == "timeout"
-    assert time.monotonic() - start < 6
+    # A bound on a hang, not a speed target: the kill must not wait for the bomb to end
+    # (it never does); a loaded CI machine may take several seconds to tear it down.
+    assert time.monotonic() - start < 30
     assert not our_containers()
 
 
