@@ -121,7 +121,9 @@ class LlamaCppEngine(Engine):
 
             path = resolve_model_path(self.default_model(), self.models_dir)
             try:
-                import llama_cpp
+                from ._llama_import import import_llama_cpp
+
+                llama_cpp = import_llama_cpp()
             except ImportError as exc:
                 raise EngineUnavailable(
                     "the embedded engine needs llama-cpp-python: run `make setup` (it builds"
