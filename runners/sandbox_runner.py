@@ -55,7 +55,8 @@ from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd._run import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
-from jarvisd.executors._privsep import PrivsepError, drop_privileges
+from jarvisd.executors._launcher import drop_privileges
+from jarvisd.executors._privsep import PrivsepError
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,

@@ -40,9 +40,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ._privsep import CodeUser, PrivsepError, drop_to, set_dumpable
+from ._privsep import ENV, CodeUser, PrivsepError, drop_to, parse_plan, set_dumpable
 
-__all__ = ["Launcher", "split"]
+__all__ = ["Launcher", "drop_privileges", "split"]
 
 #: A request or reply datagram: argv and environment of one program.
 _MAX_MESSAGE = 1 << 20
@@ -268,3 +268,18 @@ def _kill_as(code: CodeUser, targets: Sequence[int]) -> None:
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
+
+
+def drop_privileges() -> Launcher | None:
+    """Separate as ``JARVIS_PRIVSEP`` says (when started as root; the launcher parent
+    never returns from here), and become not dumpable in any case. Returns the
+    launcher's handle for code processes, or None when this process was started
+    unprivileged (bwrap, a host process): its children then share its uid."""
+    spec = os.environ.pop(ENV, "")
+    launcher: Launcher | None = None
+    if os.geteuid() == 0:
+        uid, gid, code = parse_plan(spec)
+        launcher = split(uid, gid, code)
+    # After the uid change (which resets it), and in every case.
+    set_dumpable(False)
+    return launcher

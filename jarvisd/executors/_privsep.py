@@ -7,7 +7,7 @@ as root inside the container, with every capability dropped but CAP_SETUID and
 CAP_SETGID, no-new-privileges on, and ``JARVIS_PRIVSEP="UID:GID:CODE_UID"`` in its
 environment. The program is started isolated (``python3 -I``: no working directory,
 no ``PYTHON*`` variables and no user site on its import path, so nothing a sandboxed
-user can write is ever imported) and calls :func:`drop_privileges` first thing:
+user can write is ever imported) and calls :func:`._launcher.drop_privileges` first thing:
 
 * it forks. The parent stays root as the **launcher** (``_launcher``): it has
   imported all it will ever need, runs no other code, and on the runner's request
@@ -32,16 +32,11 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ._launcher import Launcher
 
 __all__ = [
     "ENV",
     "CodeUser",
     "PrivsepError",
-    "drop_privileges",
     "drop_to",
     "parse_plan",
     "set_dumpable",
@@ -108,20 +103,3 @@ def verify_dropped(uid: int, gid: int) -> None:
         for line in status:
             if line.startswith(_HELD_CAPS) and int(line.split()[1], 16) != 0:
                 raise PrivsepError(f"a capability survived the drop: {line.strip()!r}")
-
-
-def drop_privileges() -> Launcher | None:
-    """Separate as ``JARVIS_PRIVSEP`` says (when started as root; the launcher parent
-    never returns from here), and become not dumpable in any case. Returns the
-    launcher's handle for code processes, or None when this process was started
-    unprivileged (bwrap, a host process): its children then share its uid."""
-    spec = os.environ.pop(ENV, "")
-    launcher: Launcher | None = None
-    if os.geteuid() == 0:
-        from ._launcher import split
-
-        uid, gid, code = parse_plan(spec)
-        launcher = split(uid, gid, code)
-    # After the uid change (which resets it), and in every case.
-    set_dumpable(False)
-    return launcher

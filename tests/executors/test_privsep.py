@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting as root need
 PROGRAM = textwrap.dedent("""
     import asyncio, os, sys
     from jarvisd.executors import ExecRequest, SubprocessExecutor, run_to_completion
-    from jarvisd.executors._privsep import drop_privileges
+    from jarvisd.executors._launcher import drop_privileges
     launcher = drop_privileges()
     executor = SubprocessExecutor(launcher=launcher)
     request = ExecRequest(argv=["cat", "/proc/self/status"], timeout=20)
@@ -56,7 +56,7 @@ def test_a_runner_started_as_root_without_a_valid_plan_refuses_to_run(spec: str)
 LEFTOVER = textwrap.dedent("""
     import asyncio, os, sys, time
     from jarvisd.executors import ExecRequest, SubprocessExecutor, run_to_completion
-    from jarvisd.executors._privsep import drop_privileges
+    from jarvisd.executors._launcher import drop_privileges
     launcher = drop_privileges()
     executor = SubprocessExecutor(launcher=launcher)
     def run(*argv):
