@@ -47,14 +47,20 @@ class _RawClient:
         ).encode() + body
 
     async def __aenter__(self) -> _RawClient:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer: asyncio.StreamWriter | None = None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
+        if self.writer is not None:
+            self.writer.close()
+            await self.writer.wait_closed()
 
     async def post(self) -> bytes:
+        if self.writer is None:
+            # Connected at the first request, as an agent's client does: the gateway
+            # closes a connection that sends no request head within 5 s, and the first
+            # direct call (a model load) may take longer than that.
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.write(self.request)
         await self.writer.drain()
         head = await self.reader.readuntil(b"\r\n\r\n")
