@@ -70,9 +70,16 @@ class ExternalAgent(BaseAgent):
         approver: Approver | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
         own_tools: tuple[str, ...] = (),
+        max_turns: int | None = None,
+        mounts: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
+        #: ``--mount`` requests: more host paths in its container, checked there like
+        #: every mount (``sandbox.allowed_roots``).
+        self.mounts = mounts
+        #: The run's turn cap (``--max-turns``): its gateway counts model calls.
+        self.max_turns = max_turns
         from .._config import Config
 
         self.config = config or Config()
@@ -113,6 +120,17 @@ class ExternalAgent(BaseAgent):
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
     ) -> AgentResult:
         run = self._run_context(run)
+        # The turn's start and end name and close the run's trace (agent, input,
+        # answer), as a built-in agent's do; a run that raises is closed by its caller.
+        self._emit_turn_start(run, input)
+        result = await self._converse(input, run)
+        self._emit_turn_end(
+            run, turns=result.turns, content=result.content,
+            **({"error": result.metadata["error"]} if result.metadata.get("error") else {}),
+        )  # fmt: skip
+        return result
+
+    async def _converse(self, input: str, run: RunContext) -> AgentResult:
         run.cancel.raise_if_cancelled()
         if run.resume is not None:
             raise ExternalAgentError(str(run.resume.get("reason") or NOT_RESUMABLE))
@@ -223,11 +241,14 @@ class ExternalAgent(BaseAgent):
 
             async with sandbox_gateway(
                 self.engine, run, self.model, home, max_tokens=self.max_tokens,
-                default_model=model,
+                default_model=model, temperature=self.temperature, max_turns=self.max_turns,
             ) as access:  # fmt: skip
                 yield access
         else:
-            async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gw:
+            async with Gateway(
+                self.engine, run, self.model, max_tokens=self.max_tokens,
+                temperature=self.temperature, max_turns=self.max_turns,
+            ) as gw:  # fmt: skip
                 assert gw.url is not None  # TCP: it has one
                 yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
 
@@ -243,8 +264,9 @@ class ExternalAgent(BaseAgent):
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
-                agent, where, home, access, workspace, self.config, self._launch
-            )
+                agent, where, home, access, workspace, self.config, self._launch,
+                mounts=self.mounts,
+            )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home
 

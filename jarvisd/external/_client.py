@@ -75,6 +75,9 @@ class AcpClient:
         self.session_id: str | None = None
         self.answer: list[str] = []
         self.answer_chars = 0
+        #: Where the answer starts in ``answer``: after the last tool call (the text
+        #: before it was the agent's narration, not its answer).
+        self.answer_start = 0
         self.tool_results: list[ToolResult] = []
         #: Tool calls started and not yet ended (call id -> title), for their synthetic
         #: ends when the conversation stops under them.
@@ -110,6 +113,7 @@ class AcpClient:
             if run.on_delta is not None:
                 run.on_delta(text)
         elif isinstance(item, ToolStarted):
+            self.answer_start = len(self.answer)
             run.bus.publish(
                 EventType.TOOL_CALL_START, tool=item.title, arguments=item.arguments,
                 call_id=item.call_id, kind=item.kind, agent=self.agent, depth=depth,
@@ -285,4 +289,11 @@ class AcpClient:
             await self.terminals.close()
 
     def answer_text(self) -> str:
-        return "".join(self.answer)
+        """The agent's answer: what it said after its last tool call (``_answer``)."""
+        from ._answer import clean_answer
+
+        # An agent that answered and then called one more tool (a to-do list) still
+        # has an answer: all it said, cleaned.
+        return clean_answer("".join(self.answer[self.answer_start :])) or clean_answer(
+            "".join(self.answer)
+        )

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config import Config
-from .._errors import AgentNotInstalled, SandboxUnavailable
+from .._errors import AgentNotInstalled, MountRefused, SandboxUnavailable
 from ..executors import Channel, ExecRequest
 from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
@@ -68,18 +68,32 @@ async def start_in_sandbox(
     config: Config,
     prepare: Prepare,
     extra_binds: Sequence[tuple[str, str]] = (),
+    *,
+    mounts: Sequence[str] = (),
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
     home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
     ``extra_binds`` are more read-only (host path, container path) binds the agent's
-    program needs (chosen by jarvis, never from the edge)."""
+    program needs (chosen by jarvis, never from the edge). ``mounts``: the run's
+    ``--mount`` requests, through the mount allowlist like the workspace."""
     from ..sandbox import DockerExecutor
+    from ..sandbox._covers import unreachable
 
     backend = config.sandbox.backend
     if backend not in ("docker", "podman"):
         raise SandboxUnavailable(
             f'external agents run in a container: sandbox.backend must be "docker" or '
             f'"podman" (it is {backend!r}), or run them with --no-sandbox'
+        )
+    executor = DockerExecutor(config, flavor=backend)
+    private = unreachable(workspace.root, executor.policy.uid, executor.policy.gid)
+    if private:
+        # Refused before anything starts: in the container the agent would fail to
+        # enter it, with nothing saying why.
+        raise MountRefused(
+            f"the agent's workspace {private}: give it access (chmod o+rx "
+            f"{workspace.root}), let `jarvis code --agent {agent.name}` work on a copy of "
+            "it, or run with --no-sandbox (not isolated)"
         )
     socket_path = Path(access.url.removeprefix("unix:"))
     inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model)
@@ -100,17 +114,18 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw",),
+        mounts=(f"{workspace.root}:rw", *mounts),
         env=env,
         system_binds=tuple(binds),
     )
-    return await DockerExecutor(config, flavor=backend).open(request)
+    return await executor.open(request)
 
 
 @contextlib.asynccontextmanager
 async def sandbox_gateway(
     engine: Engine, run: RunContext, model: str, home: Path, *, max_tokens: int,
     name: str = "gateway.sock", default_model: str = "local", tools: ToolExecutor | None = None,
+    temperature: float | None = None, max_turns: int | None = None,
 ) -> AsyncIterator[GatewayAccess]:  # fmt: skip
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
@@ -119,8 +134,9 @@ async def sandbox_gateway(
 
     socket_path = home / name
     async with Gateway(
-        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools
-    ) as gateway:
+        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools,
+        temperature=temperature, max_turns=max_turns,
+    ) as gateway:  # fmt: skip
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 

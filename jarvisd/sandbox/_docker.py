@@ -47,6 +47,7 @@ from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
 from ..executors._privsep import ENV as PRIVSEP_ENV
 from ..protocol import MAX_FRAME_BYTES
+from ._covers import COVER_OPTIONS, covers
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
@@ -303,7 +304,15 @@ class DockerExecutor(CodeExecutor):
         host_config = api.create_host_config(
             network_mode="none",
             read_only=True,
-            tmpfs={"/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777"},
+            tmpfs={
+                "/tmp": f"rw,nosuid,nodev,size={policy.tmp_bytes},mode=1777",
+                # Private directories above a mount (root's 0700 home): an empty
+                # traversable tmpfs over each, so the sandbox user reaches the mount.
+                **dict.fromkeys(
+                    covers([str(m.target) for m in mounts], policy.uid, policy.gid, ["/tmp"]),
+                    COVER_OPTIONS,
+                ),
+            },
             cap_drop=["ALL"],
             cap_add=cap_add,
             security_opt=["no-new-privileges"],
