@@ -110,7 +110,7 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         in_own_sandbox = definition is not None and definition.protocol == "acp"
         if spec.no_sandbox or not in_own_sandbox:
             raise UsageError(
-                f"--mount only applies in a sandbox: run agent {key!r} with --sandbox"
+                f"--mount only applies with --sandbox (agent {key!r} runs on the host without it)"
                 if not spec.no_sandbox
                 else "--mount only applies in a sandbox, not with --no-sandbox"
             )
