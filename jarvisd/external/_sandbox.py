@@ -114,11 +114,18 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw", *mounts),
+        mounts=(f"{workspace.root}:rw", *_besides(mounts, workspace.root)),
         env=env,
         system_binds=tuple(binds),
     )
     return await executor.open(request)
+
+
+def _besides(mounts: Sequence[str], root: Path) -> list[str]:
+    """``mounts`` but the workspace (mounted read-write anyway: `jarvis code` names it)."""
+    from ..sandbox._mounts import parse_mount_request
+
+    return [m for m in mounts if os.path.abspath(parse_mount_request(m)[0]) != str(root)]
 
 
 @contextlib.asynccontextmanager

@@ -4,10 +4,12 @@ A checked mount is bound at its own host path inside the container. When a direc
 above it is private (``/root`` is 0700, on the host and in the image; so is a
 ``mktemp -d`` directory), the sandbox user, who is not its owner, cannot pass it, and
 the mount is unreachable: the prelude cannot even ``lstat`` it. A cover is an empty
-tmpfs, mode 0711 and owned by root, put over the topmost such directory in the
-container: the engine makes the directories on the way to the mount inside it
-(root-owned, 0755), so the user can walk to the mount but list or write nothing of
-the cover itself, and nothing of the host directory it hides is in the container.
+directory, mode 0711 and owned by root, made on the host for one container and bound
+over the topmost such directory in it: the engine makes the directories on the way to
+the mount inside it (root-owned, 0755), so the user can walk to the mount but list or
+write nothing of the cover itself, and nothing of the host directory it hides is in
+the container. (Not a tmpfs: runc gives a tmpfs the mode of the directory it covers,
+0700 for the image's /root.)
 
 Only the directories *above* a mount are covered: a mount that is itself private
 keeps its owner and mode (see :func:`unreachable`).
@@ -16,14 +18,13 @@ keeps its owner and mode (see :func:`unreachable`).
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["COVER_OPTIONS", "covers", "unreachable"]
-
-#: The tmpfs a cover is: nothing to run, nothing to store, traversable only.
-COVER_OPTIONS = "rw,nosuid,nodev,noexec,size=64k,mode=0711"
+__all__ = ["covers", "make_covers", "unreachable"]
 
 
 def _passable(path: Path, uid: int, gid: int) -> bool:
@@ -56,6 +57,29 @@ def covers(targets: Iterable[str], uid: int, gid: int, keep: Iterable[str] = ())
                 chosen.append(ancestor)
                 break
     return sorted(str(c) for c in chosen)
+
+
+def make_covers(paths: Iterable[str]) -> tuple[Path | None, list[tuple[str, str, bool]]]:
+    """One host directory holding an empty 0711 directory per cover path, and the
+    binds (source, target, read_only) that put them over ``paths``; (None, []) when
+    there are none. The caller removes the directory once the container is gone."""
+    targets = list(paths)
+    if not targets:
+        return None, []
+    root = Path(tempfile.mkdtemp(prefix="jarvis-cover-"))
+    binds = []
+    try:
+        for i, target in enumerate(targets):
+            cover = root / str(i)
+            cover.mkdir()
+            os.chmod(cover, 0o711)  # whatever the umask
+            # Read-write for the engine, which makes the mount points in it; the
+            # sandbox user, not its owner, can write nothing there.
+            binds.append((str(cover), target, False))
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root, binds
 
 
 def unreachable(path: Path, uid: int, gid: int) -> str:

@@ -1,0 +1,117 @@
+"""External agents as a new user meets them (issue 30): the `jarvis` CLI, as root,
+with jarvis's default directories under a home directory that is private (0700, as
+/root is), in a 0700 project directory inside it, the sandbox on by default. The model
+is a scripted engine behind an Ollama stand-in: opencode reads README.md with its own
+tool and answers with what it read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from jarvisd._messages import Generation, Message, ToolSpec
+from jarvisd._paths import ENV_VARS
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.testing import OllamaStandIn
+from tests.conftest import require
+
+from .test_real_agents import _ready, real_agents_dir  # noqa: F401 - fixture
+from .test_sandboxed import IMAGE
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_agents_dir")]
+
+MARKER = "amber-heron-31"
+AGENTS_DIR = os.environ.get("JARVIS_TEST_AGENTS_DIR") or os.path.expanduser(
+    "~/.cache/jarvis/agents"
+)
+
+
+class User:
+    """A home directory under the real one (0700, inside /root), jarvis's default
+    directories in it, a config naming the stand-in engine and the sandbox image."""
+
+    def __init__(self, home: Path, engine_url: str) -> None:
+        self.home = home
+        self.project = home / "project"
+        self.project.mkdir(mode=0o700)
+        (self.project / "README.md").write_text(f"{MARKER}\nA tiny demo project.\n")
+        (self.project / "main.py").write_text('print("hello")\n')
+        config = home / ".config/jarvis/config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(
+            f'[engine]\ndefault = "ollama"\n[engine.ollama]\nhost = "{engine_url}"\n'
+            f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{home}:rw"]\n'
+        )
+        self.env = {k: v for k, v in os.environ.items() if k not in ENV_VARS.values()}
+        self.env |= {"HOME": str(home), "JARVIS_AGENTS_DIR": AGENTS_DIR}
+        self.env.pop("XDG_RUNTIME_DIR", None)
+
+    def jarvis(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "jarvisd", *args], capture_output=True, text=True,
+            cwd=cwd or self.project, env=self.env, timeout=600,
+        )  # fmt: skip
+
+    def traces(self) -> list[dict[str, object]]:
+        listed = self.jarvis("trace", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        return list(json.loads(listed.stdout))
+
+
+def _opencode_script(path: str) -> ScriptedEngine:
+    """Title calls (no tools) get a title; the first turn with tools reads ``path``
+    with opencode's read tool; once its result is back, the answer quotes it."""
+
+    def answer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
+        if not tools:
+            return reply("Reading the marker")
+        if messages[-1].role == "tool":
+            return reply(f"The marker is {messages[-1].content.strip()[:400]}")
+        return reply("", ("read", {"filePath": path}))
+
+    return ScriptedEngine(fallback=answer)
+
+
+@pytest.fixture
+def user() -> Iterator[Iterator[User]]:
+    require(os.geteuid() == 0, "the case of the issue: jarvis run as root")
+    _ready("opencode")
+    home = Path(tempfile.mkdtemp(prefix="jv-home-", dir=os.path.expanduser("~")))
+    assert os.stat(home).st_mode & 0o777 == 0o700
+
+    def make(path: str) -> Iterator[User]:
+        with OllamaStandIn(_opencode_script(path)) as standin:
+            yield User(home, standin.url)
+
+    try:
+        yield make  # type: ignore[misc]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _ok(out: subprocess.CompletedProcess[str]) -> None:
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+
+
+def test_code_with_opencode_in_a_private_home(user: object) -> None:
+    """Item 1: `jarvis code --agent opencode` on the default state directory (under a
+    0700 home): the agent reaches its tree; item 3: the run is in `trace list`, ok,
+    with its agent and input."""
+    for me in user("README.md"):  # type: ignore[operator]
+        out = me.jarvis("code", "run", "--no-daemon", "--agent", "opencode", str(me.project),
+                        "What is the marker in README.md?")  # fmt: skip
+        _ok(out)
+        assert "cannot be inspected" not in out.stderr, out.stderr
+        (trace,) = me.traces()
+        assert trace["agent"] == "opencode" and trace["error"] == ""
+        assert "What is the marker in README.md?" in str(trace["input"])
+        assert MARKER in str(trace["content"])
