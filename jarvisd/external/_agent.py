@@ -160,13 +160,13 @@ class ExternalAgent(BaseAgent):
             run, workspace, agent=agent.name, policy=self.policy(),
             approver=self.approver or run.approver,
         )  # fmt: skip
-        async with _temporary_home() as home:
+        async with _temporary_home() as home, self._mirror(workspace) as copy:
             if not self.sandboxed:
                 from ._terminals import Terminals
 
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
-                channel = await self._start(agent, where, home, access, workspace)
+                channel = await self._start(agent, where, home, access, workspace, copy)
                 stop_reason = await converse(
                     channel, client, cwd=workspace.root, prompt=input, run=run,
                     mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
@@ -252,6 +252,30 @@ class ExternalAgent(BaseAgent):
                 assert gw.url is not None  # TCP: it has one
                 yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
 
+    @contextlib.asynccontextmanager
+    async def _mirror(self, workspace: Workspace) -> AsyncIterator[Path | None]:
+        """A copy of the workspace for the sandbox user when it cannot enter the
+        workspace itself (``_mirror``), written back when the block ends; else None."""
+        from ..sandbox._covers import unreachable
+        from ..sandbox._policy import SandboxPolicy
+
+        policy = SandboxPolicy.from_config(self.config) if self.sandboxed else None
+        if policy is None or not unreachable(workspace.root, policy.uid, policy.gid):
+            yield None
+            return
+        from ._mirror import Mirror
+
+        mirror = Mirror(workspace.root, (policy.uid, policy.gid))
+        try:
+            copy = await asyncio.to_thread(mirror.start)
+            log.info("workspace %s is private: the agent works on a copy", workspace.root)
+            yield copy
+            written = await asyncio.to_thread(mirror.write_back)
+            if written:
+                log.info("written back from the agent's copy: %s", ", ".join(written))
+        finally:
+            await asyncio.to_thread(mirror.close)
+
     async def _start(
         self,
         agent: AgentDefinition,
@@ -259,13 +283,14 @@ class ExternalAgent(BaseAgent):
         home: Path,
         access: GatewayAccess,
         workspace: Workspace,
+        copy: Path | None = None,
     ) -> Channel:
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
                 agent, where, home, access, workspace, self.config, self._launch,
-                mounts=self.mounts,
+                mounts=self.mounts, copy=copy,
             )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home

@@ -18,7 +18,7 @@ __all__ = ["clean_answer"]
 #: stream as if it were the model's (codex, for a model it has no metadata for: jarvis
 #: writes that metadata, this is the fallback for an agent version that ignores it).
 _NOISE = (
-    re.compile(r"<system-reminder>.*?(</system-reminder>|\Z)", re.DOTALL),
+    re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL),
     re.compile(r"Model metadata for `[^`\n]{0,200}` not found\.[^\n]*?issues\.\s*"),
 )
 

@@ -18,6 +18,7 @@ conversation on its stdio.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -70,12 +71,15 @@ async def start_in_sandbox(
     extra_binds: Sequence[tuple[str, str]] = (),
     *,
     mounts: Sequence[str] = (),
+    copy: Path | None = None,
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
     home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
     ``extra_binds`` are more read-only (host path, container path) binds the agent's
     program needs (chosen by jarvis, never from the edge). ``mounts``: the run's
-    ``--mount`` requests, through the mount allowlist like the workspace."""
+    ``--mount`` requests, through the mount allowlist like the workspace. ``copy``:
+    a copy of the workspace the sandbox user owns (``_mirror``), mounted at the
+    workspace's path once the workspace itself passed the allowlist."""
     from ..sandbox import DockerExecutor
     from ..sandbox._covers import unreachable
 
@@ -87,6 +91,10 @@ async def start_in_sandbox(
         )
     executor = DockerExecutor(config, flavor=backend)
     private = unreachable(workspace.root, executor.policy.uid, executor.policy.gid)
+    if copy is not None:
+        # The workspace is what the allowlist checks; its copy is what is mounted.
+        await asyncio.to_thread(executor.mounts.check, f"{workspace.root}:rw")
+        private = ""
     if private:
         # Refused before anything starts: in the container the agent would fail to
         # enter it, with nothing saying why.
@@ -105,6 +113,8 @@ async def start_in_sandbox(
     if agent.needs_node:
         binds.append((_node_binary(agent), NODE_PATH, True))
     binds.extend((source, target, True) for source, target in extra_binds)
+    if copy is not None:
+        binds.append((str(copy), str(workspace.root), False))
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
     argv = (
         "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
@@ -114,7 +124,10 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw", *_besides(mounts, workspace.root)),
+        mounts=(
+            *([] if copy is not None else [f"{workspace.root}:rw"]),
+            *_besides(mounts, workspace.root),
+        ),
         env=env,
         system_binds=tuple(binds),
     )

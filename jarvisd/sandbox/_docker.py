@@ -369,9 +369,8 @@ class DockerExecutor(CodeExecutor):
         inputs = _write_inputs(request.files, policy) if request.files else None
         # Private directories above a mount (root's 0700 home): a traversable empty
         # directory over each, so the sandbox user reaches the mount (``_covers``).
-        cover_dir, cover_binds = make_covers(
-            covers([str(m.target) for m in mounts], policy.uid, policy.gid, ["/tmp"])
-        )
+        targets = [*(str(m.target) for m in mounts), *(t for _, t, _ in request.system_binds)]
+        cover_dir, cover_binds = make_covers(covers(targets, policy.uid, policy.gid, ["/tmp"]))
         try:
             with self._engine_sources(mounts) as sources:
                 try:

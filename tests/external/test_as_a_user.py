@@ -6,6 +6,7 @@ tool and answers with what it read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,17 +39,24 @@ class User:
     """A home directory under the real one (0700, inside /root), jarvis's default
     directories in it, a config naming the stand-in engine and the sandbox image."""
 
-    def __init__(self, home: Path, engine_url: str) -> None:
+    def __init__(
+        self, home: Path, engine_url: str = "", *, project_mode: int = 0o700, more: str = ""
+    ) -> None:
         self.home = home
         self.project = home / "project"
-        self.project.mkdir(mode=0o700)
+        self.project.mkdir()
+        os.chmod(self.project, project_mode)
         (self.project / "README.md").write_text(f"{MARKER}\nA tiny demo project.\n")
         (self.project / "main.py").write_text('print("hello")\n')
         config = home / ".config/jarvis/config.toml"
         config.parent.mkdir(parents=True)
-        config.write_text(
+        engine = (
             f'[engine]\ndefault = "ollama"\n[engine.ollama]\nhost = "{engine_url}"\n'
-            f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{home}:rw"]\n'
+            if engine_url
+            else ""  # the embedded default
+        )
+        config.write_text(
+            f'{engine}[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{home}:rw"]\n{more}'
         )
         self.env = {k: v for k, v in os.environ.items() if k not in ENV_VARS.values()}
         self.env |= {"HOME": str(home), "JARVIS_AGENTS_DIR": AGENTS_DIR}
@@ -81,20 +89,23 @@ def _opencode_script(path: str) -> ScriptedEngine:
 
 
 @pytest.fixture
-def user() -> Iterator[Iterator[User]]:
+def home() -> Iterator[Path]:
+    """A private home under the real one (mkdtemp: 0700; /root is 0700 too)."""
     require(os.geteuid() == 0, "the case of the issue: jarvis run as root")
     _ready("opencode")
-    home = Path(tempfile.mkdtemp(prefix="jv-home-", dir=os.path.expanduser("~")))
-    assert os.stat(home).st_mode & 0o777 == 0o700
-
-    def make(path: str) -> Iterator[User]:
-        with OllamaStandIn(_opencode_script(path)) as standin:
-            yield User(home, standin.url)
-
+    path = Path(tempfile.mkdtemp(prefix="jv-home-", dir=os.path.expanduser("~")))
+    assert os.stat(path).st_mode & 0o777 == 0o700
     try:
-        yield make  # type: ignore[misc]
+        yield path
     finally:
-        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scripted_user(home: Path, read: str, more: str = "") -> Iterator[User]:
+    """The user of ``home``, whose engine makes opencode read ``read``."""
+    with OllamaStandIn(_opencode_script(read)) as standin:
+        yield User(home, standin.url, more=more)
 
 
 def _ok(out: subprocess.CompletedProcess[str]) -> None:
@@ -102,16 +113,40 @@ def _ok(out: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in out.stderr
 
 
-def test_code_with_opencode_in_a_private_home(user: object) -> None:
+def test_code_with_opencode_in_a_private_home(home: Path) -> None:
     """Item 1: `jarvis code --agent opencode` on the default state directory (under a
     0700 home): the agent reaches its tree; item 3: the run is in `trace list`, ok,
     with its agent and input."""
-    for me in user("README.md"):  # type: ignore[operator]
+    with scripted_user(home, "README.md") as me:
         out = me.jarvis("code", "run", "--no-daemon", "--agent", "opencode", str(me.project),
                         "What is the marker in README.md?")  # fmt: skip
         _ok(out)
         assert "cannot be inspected" not in out.stderr, out.stderr
         (trace,) = me.traces()
-        assert trace["agent"] == "opencode" and trace["error"] == ""
+        assert trace["agent"] == "opencode" and trace["error"] == "", trace
         assert "What is the marker in README.md?" in str(trace["input"])
         assert MARKER in str(trace["content"])
+
+
+def test_ask_opencode_in_a_private_project_with_a_mount(home: Path) -> None:
+    """Items 1, 3 and 5: `jarvis ask --agent opencode` in a 0700 project (the agent
+    works on a copy it may enter), with `--mount` of a directory in the private home
+    (no --sandbox: the agent is sandboxed anyway); it reads the mounted file, and the run
+    is in `trace list`, ok, with its agent and input."""
+    data = home / "data"  # readable by all, but inside the private home (covered)
+    data.mkdir()
+    os.chmod(data, 0o755)
+    (data / "notes.txt").write_text("slate-finch-77\n")
+    os.chmod(data / "notes.txt", 0o644)
+    # Outside its workspace: opencode asks first (kind "other"), and this user allows it.
+    allow = '[agents.permissions]\nother = "allow"\n'
+    with scripted_user(home, str(data / "notes.txt"), allow) as me:
+        question = "What do the notes say?"
+        out = me.jarvis("ask", "--no-daemon", "--agent", "opencode", "--mount", str(data),
+                        question)  # fmt: skip
+        _ok(out)
+        assert "slate-finch-77" in out.stdout
+        (trace,) = me.traces()
+        assert trace["agent"] == "opencode" and trace["error"] == "", trace
+        assert trace["input"] == question
+        assert os.stat(me.project).st_mode & 0o777 == 0o700  # left as it was
