@@ -62,10 +62,12 @@ class User:
         self.env |= {"HOME": str(home), "JARVIS_AGENTS_DIR": AGENTS_DIR}
         self.env.pop("XDG_RUNTIME_DIR", None)
 
-    def jarvis(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def jarvis(
+        self, *args: str, cwd: Path | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "jarvisd", *args], capture_output=True, text=True,
-            cwd=cwd or self.project, env=self.env, timeout=600,
+            cwd=cwd or self.project, env=self.env, timeout=timeout,
         )  # fmt: skip
 
     def traces(self) -> list[dict[str, object]]:

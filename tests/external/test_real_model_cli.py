@@ -23,7 +23,7 @@ from .test_as_a_user import User
 from .test_real_agents import _ready, real_agents_dir  # noqa: F401 - fixture
 
 pytestmark = [
-    pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(2400),
+    pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(2500),
     pytest.mark.usefixtures("real_agents_dir"),
 ]  # fmt: skip
 
@@ -44,7 +44,7 @@ def test_agent_answers_about_a_project_on_the_default_model(name: str) -> None:
         (data / "models").symlink_to(models, target_is_directory=True)
         (me.project / "main.py").write_text('from config import NAME\n\nprint("hello", NAME)\n')
         (me.project / "config.py").write_text('NAME = "demo"\n')
-        out = me.jarvis("ask", "--no-daemon", "--agent", name, QUESTION)
+        out = me.jarvis("ask", "--no-daemon", "--agent", name, QUESTION, timeout=2300)
         assert out.returncode == 0, (out.stdout, out.stderr)
         answer = out.stdout.strip()
         assert answer, out.stderr
