@@ -43,14 +43,17 @@ def _passable(path: Path, uid: int, gid: int) -> bool:
 def covers(targets: Iterable[str], uid: int, gid: int, keep: Iterable[str] = ()) -> list[str]:
     """The directories to cover so that ``uid`` reaches every one of ``targets`` (host
     paths, mounted at the same path): for each, the topmost of its ancestors it cannot
-    pass. ``keep``: paths the container has of its own (``/tmp``), never covered."""
+    pass. ``keep``: directories the container has of its own (its ``/tmp`` tmpfs):
+    what lies below them is made there, passable, and never covered."""
     kept = {Path(k) for k in keep}
     chosen: list[Path] = []
     for target in targets:
         path = Path(target)
         for ancestor in reversed(path.parents):  # from / down
-            if ancestor == Path("/") or ancestor in kept:
+            if ancestor == Path("/"):
                 continue
+            if any(ancestor.is_relative_to(k) for k in kept):
+                break  # the container's own (a fresh tmpfs): the engine makes it, 0755
             if any(ancestor.is_relative_to(c) for c in chosen):
                 break  # already inside a cover: everything below it is made passable
             if not _passable(ancestor, uid, gid):
