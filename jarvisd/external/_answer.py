@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_answer"]
+__all__ = ["clean_answer", "strip_notice"]
 
 #: Harness text an agent's model may echo into its reply, and a notice an agent may
 #: stream as if it were the model's (codex, for a model it has no metadata for: jarvis
 #: writes that metadata, this is the fallback for an agent version that ignores it).
-_NOISE = (
-    re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL),
-    re.compile(r"Model metadata for `[^`\n]{0,200}` not found\.[^\n]*?issues\.\s*"),
-)
+_NOTICE = re.compile(r"Model metadata for `[^`\n]{0,200}` not found\.[^\n]*?issues\.\s*")
+_NOISE = (re.compile(r"<system-reminder>.*?</system-reminder>", re.DOTALL), _NOTICE)
+
+
+def strip_notice(text: str) -> str:
+    """``text`` (one streamed chunk) without the agent's own notice: never shown as
+    the model's words (codex sends it as one chunk, before the reply)."""
+    return _NOTICE.sub("", text)
 
 
 def clean_answer(text: str) -> str:

@@ -22,6 +22,7 @@ from .._errors import ToolError
 from .._events import EventType
 from .._messages import ToolResult
 from .._run import BudgetExceeded, RunContext
+from ._answer import strip_notice
 from ._mapping import (
     PlanChanged,
     TextDelta,
@@ -105,7 +106,7 @@ class AcpClient:
         run, depth = self.run, self.run.depth
         if isinstance(item, TextDelta):
             room = MAX_ANSWER_CHARS - self.answer_chars
-            text = item.text[: max(room, 0)]
+            text = strip_notice(item.text)[: max(room, 0)]
             if not text:
                 return
             self.answer.append(text)

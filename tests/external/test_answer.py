@@ -1,7 +1,7 @@
 """Only the agent's answer is the run's answer (issue 30, item 4): not its narration
-before a tool call, not codex's "Model metadata ... not found" notice, not the
-``<system-reminder>`` text opencode's prompt makes a small model echo. All of it still
-streams to the user as it comes."""
+before a tool call, not codex's "Model metadata ... not found" notice (not even
+streamed), not the ``<system-reminder>`` text opencode's prompt makes a small model
+echo. The rest streams to the user as it comes."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_the_answer_is_what_follows_the_last_tool_call(workspace: Path) -> None:
     ):  # fmt: skip
         client._apply(item)
     assert client.answer_text() == "The project prints hello."
-    assert "".join(deltas).startswith(NOTICE)  # the user saw everything live
+    streamed = "".join(deltas)  # the user saw everything live, but the agent's notice
+    assert streamed.startswith("Let me read the file.") and NOTICE not in streamed
 
 
 def test_a_notice_glued_onto_an_answer_without_tool_calls_is_cut(workspace: Path) -> None:
