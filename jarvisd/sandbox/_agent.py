@@ -166,7 +166,13 @@ class SandboxedAgent(BaseAgent):
         mcp_names = {*self._mcp_names(), *self._host_side()}
         tools = tuple(name for name in self.spec.tools if name not in mcp_names)
         inner = dataclasses.replace(
-            self.spec, input=input, sandbox=False, context_file=None, tools=tools
+            # Inside, the mounts are made already: the inner run names none.
+            self.spec,
+            input=input,
+            sandbox=False,
+            context_file=None,
+            tools=tools,
+            mounts=(),
         )
         payload: dict[str, Any] = {
             "spec": inner.to_dict(),
