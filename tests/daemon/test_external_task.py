@@ -52,7 +52,7 @@ def test_events_reach_task_logs(jarvisd: DaemonProcess, tmp_path: Path) -> None:
     done = c.wait(info.id, timeout=60)
     assert done.state == "succeeded", (done, jarvisd.log_text())
     assert done.result is not None
-    assert done.result["answer"] == "Reading. read: MARKER-1; edit: allowed"
+    assert done.result["answer"] == "read: MARKER-1; edit: allowed"  # after its last tool call
     kinds = [k for k, _ in events_of(c, info.id)]
     for kind in ("tool_call_start", "tool_call_end", "agent_plan", "permission"):
         assert kind in kinds, kinds
