@@ -38,7 +38,9 @@ def _spec(scenario: str, workspace: Path) -> AgentSpec:
 def _fake_agents() -> list[int]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
-        if "jarvisd.testing.acp_agent" in " ".join(proc.info["cmdline"] or ()):
+        line = " ".join(proc.info["cmdline"] or ())
+        # Not the reaper a host agent runs under (its argv ends with the agent's).
+        if "jarvisd.testing.acp_agent" in line and "PR_SET_CHILD_SUBREAPER" not in line:
             found.append(proc.pid)
     return found
 
