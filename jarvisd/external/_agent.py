@@ -280,11 +280,14 @@ class ExternalAgent(BaseAgent):
         try:
             copy = await asyncio.to_thread(mirror.start)
             log.info("workspace %s is private: the agent works on a copy", workspace.root)
+            workspace.tree = copy  # its fs requests too: written back with the rest
             yield copy
+            workspace.tree = None
             written = await asyncio.to_thread(mirror.write_back)
             if written:
                 log.info("written back from the agent's copy: %s", ", ".join(written))
         finally:
+            workspace.tree = None
             await asyncio.to_thread(mirror.close)
 
     async def _start(
