@@ -41,6 +41,10 @@ from benchmarks.harness import OPENJARVIS_VERSION, BenchEnv, Row, ensure_openjar
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+#: The smoke run's model: the smallest, so that it checks the code, not the model.
+SMOKE_MODEL = "smollm2-135m"
+#: ...and its replies' length: enough for a call, not for a model that rambles.
+SMOKE_TOKENS = 48
 #: Cases per category in the CI-sized run: 5 categories x 3 systems x 2 models.
 DEFAULT_LIMIT = 2
 SEED = 17
@@ -116,7 +120,9 @@ def _progress(i: int, n: int) -> None:
     print(f"     case {i}/{n} at {time.strftime('%H:%M:%S')}", file=sys.stderr, flush=True)
 
 
-def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
+def run_jarvis(
+    model_path: Path, cases: Sequence[Any], max_tokens: int = MAX_TOKENS
+) -> dict[str, list[Any]]:
     from jarvisd._errors import JarvisError
     from jarvisd.engines._llamacpp import LlamaCppEngine
     from jarvisd.evals import jarvis_calls
@@ -128,7 +134,7 @@ def run_jarvis(model_path: Path, cases: Sequence[Any]) -> dict[str, list[Any]]:
             for i, case in enumerate(cases, 1):
                 _progress(i, len(cases))
                 try:
-                    made[case.id] = await jarvis_calls(engine, "", case, max_tokens=MAX_TOKENS)
+                    made[case.id] = await jarvis_calls(engine, "", case, max_tokens=max_tokens)
                 except JarvisError as exc:  # e.g. a prompt longer than the window: no call
                     print(f"   {case.id}: {exc}", file=sys.stderr)
                     made[case.id] = []
@@ -157,7 +163,7 @@ def _llama_cpp_worker(model_path: str) -> None:
         try:
             reply = llama.create_chat_completion(
                 messages=request["messages"], tools=request["tools"], tool_choice="auto",
-                temperature=0, max_tokens=MAX_TOKENS,
+                temperature=0, max_tokens=request.get("max_tokens", MAX_TOKENS),
             )  # fmt: skip
         except ValueError as exc:  # a prompt longer than the window: no call
             error = str(exc)[:300]
@@ -225,7 +231,9 @@ def _read_lines(out: Any, into: queue.Queue[str]) -> None:
     into.put("")
 
 
-def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> tuple[dict[str, list[Any]], list[str]]:
+def run_llama_cpp(
+    model_path: Path, cases: Sequence[Any], max_tokens: int = MAX_TOKENS
+) -> tuple[dict[str, list[Any]], list[str]]:
     """llama-cpp-python's own tool calling, each case stopped at ``CASE_SECONDS``."""
     from jarvisd.evals import tool_specs
 
@@ -238,6 +246,7 @@ def run_llama_cpp(model_path: Path, cases: Sequence[Any]) -> tuple[dict[str, lis
             request = {
                 "messages": [{"role": m.role.value, "content": m.content} for m in case.messages],
                 "tools": [s.to_openai() for s in tool_specs(case.functions)],
+                "max_tokens": max_tokens,
             }
             reply = worker.ask(request, CASE_SECONDS)
             if isinstance(reply, str):
@@ -314,6 +323,8 @@ def measure(
     limit: int | None,
     categories: Sequence[str],
     done: Callable[[dict[str, Any]], None] | None = None,
+    max_tokens: int = MAX_TOKENS,
+    systems: Sequence[str] = SYSTEMS,
 ) -> dict[str, Any]:
     """Accuracy per model, system and category; ``done`` is given the report so far
     after each system of each model (a long run keeps what it measured if stopped)."""
@@ -326,14 +337,14 @@ def measure(
         made: dict[str, dict[str, list[Any]]] = {}
         seconds: dict[str, float] = {}
         errors: list[str] = []
-        for system in SYSTEMS:
+        for system in systems:
             print(f"   {model}: {system} on {len(cases)} cases", file=sys.stderr, flush=True)
             start = time.perf_counter()
             failed: list[str] = []
             if system == "jarvis":
-                made[system] = run_jarvis(path, cases)
+                made[system] = run_jarvis(path, cases, max_tokens)
             elif system == "llama-cpp-python":
-                made[system], failed = run_llama_cpp(path, cases)
+                made[system], failed = run_llama_cpp(path, cases, max_tokens)
             else:
                 try:
                     made[system], failed = run_openjarvis(env, model, cases)
@@ -412,14 +423,18 @@ def run(env: BenchEnv) -> list[Row]:
     """For the harness: the CI-sized run, one row per model and category."""
     from jarvisd.evals import CATEGORIES
 
-    report = measure(env, MODELS, 2 if env.quick else DEFAULT_LIMIT, CATEGORIES)
+    if env.smoke:  # one case, the smallest model, jarvis alone: does the module still run?
+        report = measure(env, (SMOKE_MODEL,), 1, CATEGORIES[:1], max_tokens=SMOKE_TOKENS,
+                         systems=("jarvis",))  # fmt: skip
+    else:
+        report = measure(env, MODELS, 2 if env.quick else DEFAULT_LIMIT, CATEGORIES)
     rows = []
     for model, data in report["models"].items():
         for category, row in data["accuracy"].items():
-            oj = row["openjarvis"]
+            oj, base = row["openjarvis"], row["llama-cpp-python"]
             rows.append(Row(
                 f"BFCL {category} accuracy ({model}, n={row['n']})", 100 * row["jarvis"], "%",
-                100 * row["llama-cpp-python"], "llama-cpp-python tool calling",
+                None if base is None else 100 * base, "llama-cpp-python tool calling",
                 notes=f"OpenJarvis {'-' if oj is None else f'{100 * oj:.0f}%'}; "
                 f"leaderboard: {data['leaderboard']}",
             ))  # fmt: skip

@@ -29,6 +29,8 @@ from benchmarks.harness import BenchEnv, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
+#: The smoke run's model: the smallest, so that it checks the code, not the model.
+SMOKE_MODEL = "smollm2-135m"
 #: name -> (the task, its answer). ``chain``: two dependent calls, then the answer.
 #: ``percent``: one call, which 0.5B writes again and again in its second reply until
 #: the 512-token limit unless generation stops at the first complete call.
@@ -48,7 +50,7 @@ from jarvisd.engines import WrapperEngine
 from jarvisd.engines._llamacpp import LlamaCppEngine
 from jarvisd.tools import CalculatorTool
 
-path, task = sys.argv[1], sys.argv[2]
+path, task, max_tokens = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
 
 class Tokens(WrapperEngine):
@@ -67,7 +69,7 @@ async def main():
     await asyncio.to_thread(inner.load)
     engine = Tokens(inner)
     agent = AgentRegistry.create("orchestrator", engine, path, tools=[CalculatorTool()],
-                                 temperature=0, max_tokens=512, max_turns=6)
+                                 temperature=0, max_tokens=max_tokens, max_turns=6)
     start = time.perf_counter()
     result = await agent.arun(task)
     wall = time.perf_counter() - start
@@ -88,9 +90,9 @@ def _tree(commit: str, into: Path) -> Path:
     return into
 
 
-def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
+def _once(tree: Path, model_path: Path, task: str, max_tokens: int = 512) -> dict[str, object]:
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(model_path), task],
+        [sys.executable, "-c", SCRIPT, str(model_path), task, str(max_tokens)],
         capture_output=True, text=True, check=False, timeout=900,
         env={"PYTHONPATH": str(tree), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
     )  # fmt: skip
@@ -99,19 +101,28 @@ def _once(tree: Path, model_path: Path, task: str) -> dict[str, object]:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(before: str, models: Sequence[str], runs: int, task: str = "chain") -> dict[str, Any]:
+def measure(
+    before: str | None,
+    models: Sequence[str],
+    runs: int,
+    task: str = "chain",
+    max_tokens: int = 512,
+) -> dict[str, Any]:
+    """``before`` None: this tree only (the harness's smoke run)."""
     from tests.conftest import real_model_path
 
     text, expected = TASKS[task]
     report: dict[str, Any] = {"before": before, "task": text, "models": {}}
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {"before": _tree(before, Path(tmp)), "after": ROOT}
+        trees = {"after": ROOT}
+        if before is not None:
+            trees = {"before": _tree(before, Path(tmp)), **trees}
         for model in models:
             path = real_model_path(model)
-            done: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+            done: dict[str, list[dict[str, Any]]] = {version: [] for version in trees}
             for _ in range(runs):
                 for version, tree in trees.items():
-                    done[version].append(_once(tree, path, text))
+                    done[version].append(_once(tree, path, text, max_tokens))
                     print(f"   {model} {version}: {done[version][-1]}", file=sys.stderr)
             report["models"][model] = {
                 version: {
@@ -125,7 +136,13 @@ def measure(before: str, models: Sequence[str], runs: int, task: str = "chain") 
 
 
 def run(env: BenchEnv) -> list[Row]:
-    """For the harness: before = where this tree left main (``git merge-base``)."""
+    """For the harness: before = where this tree left main (``git merge-base``). The
+    smoke run: this tree only, the one-call task on the smallest model, once."""
+    if env.smoke:
+        report = measure(None, (SMOKE_MODEL,), 1, "percent", max_tokens=48)
+        data = report["models"][SMOKE_MODEL]["after"]
+        return [Row(f"1-call calculator task ({SMOKE_MODEL}), smoke", data["median_wall_s"], "s",
+                    notes=f"right: {data['right']}/1")]  # fmt: skip
     base = subprocess.run(
         ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
         capture_output=True, text=True, check=True,

@@ -15,7 +15,7 @@ def _help_row(env: BenchEnv) -> list[Row]:
     commands = {"jarvis": [env.jarvis_bin(), "--help"]}
     if env.openjarvis_python:
         commands["openjarvis"] = [str(Path(env.openjarvis_python).parent / "jarvis"), "--help"]
-    times = time_commands(commands, env.runs(15, 5))
+    times = time_commands(commands, env.runs(15, 5), env.warmups())
     ours = median(times["jarvis"]) * 1000
     if "openjarvis" not in times:
         return [Row("`jarvis --help` start-up", ours, "ms", target="< 150 ms",
@@ -67,6 +67,7 @@ def _ask_rows(env: BenchEnv) -> list[Row]:
                 "direct": [env.python, "-c", direct],
             },
             env.runs(15, 5),
+            env.warmups(),
             env=process_env,
         )
     ours, base = median(times["jarvis"]) * 1000, median(times["direct"]) * 1000
@@ -113,6 +114,7 @@ def _embedded_row(env: BenchEnv) -> list[Row]:
             "direct": [sys.executable, "-c", direct],
         },
         env.runs(7, 3),
+        env.warmups(),
         env=process_env,
     )  # fmt: skip
     ours, base = median(times["jarvis"]), median(times["direct"])

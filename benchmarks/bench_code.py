@@ -51,7 +51,8 @@ def run(env: BenchEnv) -> list[Row]:
     from jarvisd.code import CodeStore, discard, prepare
 
     runs = env.runs(3, 1)
-    project = make_repository(env.tmp / "code-bench" / "project", FILES)
+    files = 500 if env.smoke else FILES
+    project = make_repository(env.tmp / "code-bench" / "project", files)
     state = env.tmp / "code-bench" / "state"
     store = CodeStore(state / "code.db")
     ours: list[float] = []
@@ -72,7 +73,7 @@ def run(env: BenchEnv) -> list[Row]:
     shutil.rmtree(env.tmp / "code-bench", ignore_errors=True)
     return [
         Row(
-            f"`jarvis code` workspace of a {FILES:,}-file repository",
+            f"`jarvis code` workspace of a {files:,}-file repository",
             statistics.median(ours),
             "s",
             baseline=statistics.median(base),

@@ -17,15 +17,18 @@ TARGET_MS = 5.0
 
 
 async def _paired(
-    direct: Callable[[], Awaitable[object]], gateway: Callable[[], Awaitable[object]], runs: int
+    direct: Callable[[], Awaitable[object]],
+    gateway: Callable[[], Awaitable[object]],
+    runs: int,
+    warmups: int = 3,
 ) -> tuple[list[float], list[float]]:
     base: list[float] = []
     ours: list[float] = []
-    for i in range(runs + 3):  # the first three warm both paths up
+    for i in range(runs + warmups):  # the first ones warm both paths up
         for fn, sink in ((direct, base), (gateway, ours)):
             start = time.perf_counter()
             await fn()
-            if i >= 3:
+            if i >= warmups:
                 sink.append((time.perf_counter() - start) * 1000)
     return base, ours
 
@@ -44,14 +47,20 @@ class _RawClient:
         ).encode() + body
 
     async def __aenter__(self) -> _RawClient:
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        self.writer: asyncio.StreamWriter | None = None
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.writer.close()
-        await self.writer.wait_closed()
+        if self.writer is not None:
+            self.writer.close()
+            await self.writer.wait_closed()
 
     async def post(self) -> bytes:
+        if self.writer is None:
+            # Connected at the first request, as an agent's client does: the gateway
+            # closes a connection that sends no request head within 5 s, and the first
+            # direct call (a model load) may take longer than that.
+            self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
         self.writer.write(self.request)
         await self.writer.drain()
         head = await self.reader.readuntil(b"\r\n\r\n")
@@ -65,7 +74,9 @@ class _RawClient:
         return await self.reader.readexactly(length)
 
 
-async def _measure(engine: object, runs: int, max_tokens: int) -> tuple[list[float], list[float]]:
+async def _measure(
+    engine: object, runs: int, max_tokens: int, warmups: int = 3
+) -> tuple[list[float], list[float]]:
     from jarvisd import Message, SamplingOptions
     from jarvisd._run import RunContext
     from jarvisd.engines import Engine
@@ -85,7 +96,7 @@ async def _measure(engine: object, runs: int, max_tokens: int) -> tuple[list[flo
             async def direct() -> object:
                 return await engine.generate(messages, options=options)
 
-            return await _paired(direct, client.post, runs)
+            return await _paired(direct, client.post, runs, warmups)
 
 
 def _row(name: str, base: list[float], ours: list[float], baseline_name: str) -> Row:
@@ -111,7 +122,7 @@ def run(env: BenchEnv) -> list[Row]:
 
     rows = []
     scripted = ScriptedEngine(fallback=reply("Red, yellow and blue."))
-    base, ours = asyncio.run(_measure(scripted, env.runs(200, 30), 64))
+    base, ours = asyncio.run(_measure(scripted, env.runs(200, 30), 64, env.warmups(3)))
     rows.append(_row("gateway overhead per inference call, scripted engine (p50)", base, ours,
                      "engine.generate called directly"))  # fmt: skip
     rows.append(_model_row(env))
@@ -132,7 +143,7 @@ def _model_row(env: BenchEnv) -> Row:
 
     async def measure() -> tuple[list[float], list[float]]:
         try:
-            return await _measure(engine, env.runs(30, 8), 8)
+            return await _measure(engine, env.runs(30, 8), 8, env.warmups(3))
         finally:
             await engine.aclose()
 

@@ -6,8 +6,13 @@ row measures jarvis and its baseline (OpenJarvis, a raw engine call, a plain
 are noisy: only ratios measured side by side are compared with the targets.
 
     python -m benchmarks.harness [--only NAME ...] [--quick] [--out DIR]
+    python -m benchmarks.harness --smoke
 
 writes ``DIR/results.md`` and ``DIR/results.json`` (default ``benchmarks/results``).
+
+``--smoke`` (CI) runs every module once, at its smallest (one iteration each, no
+OpenJarvis install), into a temporary directory: it checks that each module still
+runs, not how fast; it fails when a module crashes, never on a speed target.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -56,9 +62,16 @@ class BenchEnv:
     quick: bool = False
     openjarvis_python: str | None = None  # interpreter of OpenJarvis's own venv
     openjarvis_error: str = ""
+    smoke: bool = False  # one iteration of everything: does each module still run?
 
     def runs(self, full: int, quick: int = 3) -> int:
+        if self.smoke:
+            return 1
         return quick if self.quick else full
+
+    def warmups(self, n: int = 1) -> int:
+        """Untimed runs first: none in the smoke run, which times nothing that counts."""
+        return 0 if self.smoke else n
 
     def jarvis_bin(self) -> str:
         return str(Path(self.python).parent / "jarvis")
@@ -168,22 +181,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--no-openjarvis", action="store_true", help="skip installing OpenJarvis")
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="every module once, one iteration, no OpenJarvis; fails only on a crash",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.quick = args.no_openjarvis = True
+        if args.out == parser.get_default("out"):  # never over the committed results
+            args.out = tempfile.mkdtemp(prefix="jarvis-bench-smoke-")
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    cache = Path(os.environ.get("JARVIS_BENCH_CACHE", ROOT / ".bench-venvs"))
-    cache.mkdir(parents=True, exist_ok=True)
-    oj_python, oj_error = (None, "skipped") if args.no_openjarvis else ensure_openjarvis(cache)
+    oj_python, oj_error = None, "skipped"
+    if not args.no_openjarvis:
+        cache = Path(os.environ.get("JARVIS_BENCH_CACHE", ROOT / ".bench-venvs"))
+        cache.mkdir(parents=True, exist_ok=True)
+        oj_python, oj_error = ensure_openjarvis(cache)
     tmp = out / "tmp"
     tmp.mkdir(exist_ok=True)
-    env = BenchEnv(sys.executable, tmp, args.quick, oj_python, oj_error)
+    env = BenchEnv(sys.executable, tmp, args.quick, oj_python, oj_error, smoke=args.smoke)
 
     rows: list[Row] = []
     failures = 0
     for name in args.only or discover():
         print(f"== {name}", file=sys.stderr, flush=True)
         environ = dict(os.environ)
+        began = time.perf_counter()
         try:
             module = importlib.import_module(f"benchmarks.{name}")
             new_rows = module.run(env)
@@ -197,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             # not move them for the next: the next would find no models or agents.
             os.environ.clear()
             os.environ.update(environ)
+            print(f"   ({time.perf_counter() - began:.1f} s)", file=sys.stderr, flush=True)
         for row in new_rows:
             print(f"   {row.name}: {fmt(row.ours, row.unit)} vs {fmt(row.baseline, row.unit)}"
                   f" -> {row.passed}", file=sys.stderr, flush=True)  # fmt: skip
@@ -212,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dumps({"meta": meta, "rows": [asdict(r) | {"ratio": r.ratio} for r in rows]}, indent=2)
     )
     print((out / "results.md").read_text())
+    if args.smoke:
+        return 1 if failures else 0
     failed = [r for r in rows if r.passed is False]
     return 1 if failed or failures else 0
 

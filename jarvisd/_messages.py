@@ -245,10 +245,15 @@ class SamplingOptions:
     #: stream stop generating there (see ``engines.Cutoff``). Like ``stop``, but for
     #: ends no fixed string marks, such as a complete tool call. Not sent on any wire.
     stop_when: Callable[[str], int | None] | None = field(default=None, compare=False)
+    #: The reply must be one JSON object (Ollama's ``"format": "json"``, OpenAI's
+    #: ``response_format``): llama.cpp constrains it with its JSON grammar.
+    json_format: bool = False
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI chat-completions sampling fields (llama.cpp takes the same)."""
         fields: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.json_format:
+            fields["response_format"] = {"type": "json_object"}
         if self.top_p is not None:
             fields["top_p"] = self.top_p
         if self.seed is not None:

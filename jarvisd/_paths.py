@@ -4,7 +4,6 @@ variable, so tests (and unusual installs) can point all of them somewhere else."
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,31 +54,15 @@ class Paths:
         }
 
 
-#: The XDG base directories (variable, default) that platformdirs uses on Linux.
-_XDG = {
-    "config": ("XDG_CONFIG_HOME", "~/.config"),
-    "data": ("XDG_DATA_HOME", "~/.local/share"),
-    "cache": ("XDG_CACHE_HOME", "~/.cache"),
-    "state": ("XDG_STATE_HOME", "~/.local/state"),
-}
-
-
 def _defaults() -> dict[str, str]:
-    if sys.platform in ("darwin", "win32"):
-        import platformdirs
+    # platformdirs on every OS: on Linux its XDG rules ($XDG_CONFIG_HOME, else
+    # ~/.config, and so on), on macOS and Windows their own places.
+    import platformdirs
 
-        dirs = platformdirs.PlatformDirs(APP, appauthor=False)
-        found = {"config": dirs.user_config_dir, "data": dirs.user_data_dir,
-                 "cache": dirs.user_cache_dir, "state": dirs.user_state_dir}  # fmt: skip
-        runtime = dirs.user_runtime_dir if os.environ.get("XDG_RUNTIME_DIR") else ""
-    else:
-        # What platformdirs answers on Linux, without importing it on every command.
-        found = {
-            key: os.path.join(os.environ.get(var, "").strip() or os.path.expanduser(home), APP)
-            for key, (var, home) in _XDG.items()
-        }
-        xdg_runtime = os.environ.get("XDG_RUNTIME_DIR", "").strip()
-        runtime = os.path.join(xdg_runtime, APP) if xdg_runtime else ""
+    dirs = platformdirs.PlatformDirs(APP, appauthor=False)
+    found = {"config": dirs.user_config_dir, "data": dirs.user_data_dir,
+             "cache": dirs.user_cache_dir, "state": dirs.user_state_dir}  # fmt: skip
+    runtime = dirs.user_runtime_dir if os.environ.get("XDG_RUNTIME_DIR", "").strip() else ""
     # Without XDG_RUNTIME_DIR (root in a container, CI) there is no private runtime
     # directory: keep the socket under the private state dir, never a shared /tmp path.
     found["runtime"] = runtime or str(Path(found["state"]) / "run")

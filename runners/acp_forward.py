@@ -76,7 +76,14 @@ def entry() -> None:
     listener.bind(("127.0.0.1", port))
     listener.listen(MAX_CONNECTIONS)
     threading.Thread(target=serve, args=(listener, path), daemon=True).start()
-    os.chdir(cwd)
+    try:
+        os.chdir(cwd)
+    except OSError as exc:  # one line the host shows, not a traceback
+        print(
+            f"acp_forward: the sandbox user cannot enter the workspace {cwd}: {exc.strerror}",
+            file=sys.stderr,
+        )
+        sys.exit(126)
     try:
         agent = subprocess.Popen(argv)
     except OSError as exc:

@@ -4,8 +4,10 @@ Standard library only (it runs in the bare python3 sandbox image, with jarvis's 
 packages mounted read-only on PYTHONPATH). It speaks frame protocol v1
 (``jarvisd.protocol``) on its stdin and stdout:
 
-Started as ``python3 -S -B -c "from runners.sandbox_runner import entry; entry()"``
-(or ``-m runners.sandbox_runner``).
+Started as ``python3 -I -S -B -c "import sys; sys.path.insert(0, '/opt/jarvis'); ..."``
+(``jarvisd.sandbox.RUNNER_ARGV``): isolated, so that no directory a sandboxed user can
+write (the working directory, ``PYTHON*`` variables, a user site) is ever on its
+import path.
 
 1. The host sends ``start`` with ``task="agent"`` and the payload::
 
@@ -31,9 +33,10 @@ Anything else the agent prints goes to stderr: file descriptor 1 carries frames 
 
 Before anything else the runner separates itself from the code it will run for the model
 (``jarvisd.executors._privsep``): started as root inside the container (the docker
-backend does so for this runner only), it becomes the sandbox user at once and runs
-model-written code as a second user; in every case it is not dumpable, so that code
-cannot open ``/proc/<runner>/fd`` and write frames of its own on the runner's stdout.
+backend does so for this runner only), it leaves root to a launcher parent, becomes the
+sandbox user for good (no saved root uid) and has model-written code started as a
+second user by the launcher; in every case it is not dumpable, so that code cannot
+open ``/proc/<runner>/fd`` and write frames of its own on the runner's stdout.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
 from jarvisd._run import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
-from jarvisd.executors._privsep import CodeUser, PrivsepError, drop_privileges
+from jarvisd.executors._launcher import drop_privileges
+from jarvisd.executors._privsep import PrivsepError
 from jarvisd.protocol import (
     Cancel,
     ErrorFrame,
@@ -77,6 +81,7 @@ from jarvisd.runs._failures import to_wire
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
+    from jarvisd.executors._launcher import Launcher
     from jarvisd.runs import AgentSpec
     from jarvisd.tools import BaseTool
 
@@ -186,25 +191,26 @@ def _forward_events(link: FrameLink, event: Event) -> None:
 
 
 def _in_container_extra(
-    spec: AgentSpec, config: Config, code_user: CodeUser | None = None
+    spec: AgentSpec, config: Config, launcher: Launcher | None = None
 ) -> dict[str, Any]:
     """What agents that run code need in here: left to the runtime they would get the
     host's configured backend (a container engine), which does not exist inside the
     container. Their code runs as a plain process here (the container is the sandbox),
-    as ``code_user`` when the runner is separated, and has no network."""
+    started by ``launcher`` as the code user when the runner is separated, and has no
+    network."""
     from jarvisd.agents import AgentRegistry
     from jarvisd.executors import SubprocessExecutor
 
     extra: dict[str, Any] = {}
     agent_cls = AgentRegistry.get(spec.agent or config.agent.default)
     if agent_cls.runs_code:
-        extra["executor"] = SubprocessExecutor(user=code_user)
+        extra["executor"] = SubprocessExecutor(launcher=launcher)
     if agent_cls.fetches_urls:
         extra["allow_network"] = False
     return extra
 
 
-async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | None = None) -> Frame:
+async def run_agent_task(start: Start, link: FrameLink, launcher: Launcher | None = None) -> Frame:
     from jarvisd._config import parse_config
     from jarvisd.agents import AgentContext
     from jarvisd.runs import AgentSpec, run_spec
@@ -235,14 +241,14 @@ async def run_agent_task(start: Start, link: FrameLink, code_user: CodeUser | No
     link.start(asyncio.get_running_loop(), run)
     outcome = await run_spec(
         spec, run, config, ProxyEngine(link), context=context,
-        extra=_in_container_extra(spec, config, code_user), trace=False, tools=host_tools,
+        extra=_in_container_extra(spec, config, launcher), trace=False, tools=host_tools,
     )  # fmt: skip
     return ResultFrame(result=jsonable(outcome.to_dict()))
 
 
 def main() -> int:
     try:
-        code_user = drop_privileges()
+        launcher = drop_privileges()
     except (PrivsepError, OSError) as exc:
         # Nothing has run yet: say why on stderr and stop, never run unseparated as root.
         print(f"sandbox runner: cannot drop privileges: {exc}", file=sys.stderr)
@@ -264,7 +270,7 @@ def main() -> int:
     try:
         if start.task != "agent":
             raise ProtocolError(f"unknown task {start.task!r} (this runner runs: agent)")
-        reply = asyncio.run(run_agent_task(start, link, code_user))
+        reply = asyncio.run(run_agent_task(start, link, launcher))
     except (JarvisError, RunStopped) as exc:
         reply = ErrorFrame(*to_wire(exc))
     except Exception as exc:

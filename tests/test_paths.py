@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import platformdirs
@@ -35,10 +34,24 @@ def test_defaults_are_platformdirs_own(
         assert found.runtime == found.state / "run"
 
 
-def test_the_environment_wins_and_platformdirs_is_not_imported_on_linux(tmp_path: Path) -> None:
-    import subprocess
+def test_platformdirs_gives_the_defaults_on_every_os(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Linux too: its rules are platformdirs', not a copy of them kept by hand.
+    class Dirs:
+        def __init__(self, app: str, appauthor: bool) -> None:
+            assert (app, appauthor) == ("jarvis", False)
+            self.user_config_dir, self.user_data_dir = "/pd/config", "/pd/data"
+            self.user_cache_dir, self.user_state_dir = "/pd/cache", "/pd/state"
+            self.user_runtime_dir = "/pd/run"
 
-    code = "import sys, jarvisd._paths as p; p.paths(); print('platformdirs' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str(sys.platform in ("darwin", "win32"))
+    for var in ENV_VARS.values():
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(platformdirs, "PlatformDirs", Dirs)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/pd/xdg")
+    found = paths()
+    assert (found.config, found.data, found.cache, found.state, found.runtime) == tuple(
+        Path(f"/pd/{name}") for name in ("config", "data", "cache", "state", "run")
+    )
+
+
+def test_the_environment_wins() -> None:
     assert paths().config == Path(__import__("os").environ["JARVIS_CONFIG_DIR"])

@@ -222,7 +222,7 @@ class BaseAgent(abc.ABC):
             messages.append(Message.system(prompt))
         if context is not None:
             messages.extend(context.conversation)
-        messages.append(Message.user(input))
+        messages.append(Message.user(with_context_file(input, context)))
         return messages
 
     def _options(self, **overrides: Any) -> SamplingOptions:
@@ -271,3 +271,15 @@ class BaseAgent(abc.ABC):
         )
 
     strip_think_tags = staticmethod(strip_think_tags)
+
+
+def with_context_file(input: str, context: AgentContext | None) -> str:
+    """``input`` with the text ``--context FILE`` gave placed before it: an agent that
+    has no place of its own for it (rlm keeps it in its REPL) reads it in the prompt,
+    rather than running without it and without a word."""
+    text = None if context is None else context.metadata.get("context")
+    if not isinstance(text, str) or not text:
+        return input
+    source = context.metadata.get("context_file") if context is not None else None
+    label = f"Context (from {source})" if source else "Context"
+    return f"{label}:\n{text.rstrip()}\n\n{input}"

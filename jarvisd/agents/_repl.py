@@ -98,11 +98,15 @@ class ReplSession:
         self.restarts = 0
 
     def _request(self) -> ExecRequest:
+        from ..sandbox._policy import CODE_ROOT
+
         python = "python3" if self.executor.isolated else sys.executable
-        env = {} if self.executor.isolated else {"PYTHONPATH": str(_ROOT)}
-        return ExecRequest(
-            argv=[python, "-m", "runners.repl"], env=env, timeout=self.session_timeout
-        )
+        root = CODE_ROOT if self.executor.isolated else str(_ROOT)
+        # -I: the session's working directory, which its code (and whatever that code
+        # left running) can write, is never on its import path; nor are PYTHON*
+        # variables or a user site. jarvis's own code is put there by hand.
+        boot = f"import sys; sys.path.insert(0, {root!r}); from runners.repl import main; sys.exit(main())"
+        return ExecRequest(argv=[python, "-I", "-B", "-c", boot], timeout=self.session_timeout)
 
     async def prepare(self) -> None:
         """Let the backend get the session's sandbox ready while the model writes the

@@ -56,7 +56,7 @@ import abc
 import dataclasses
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -411,12 +411,17 @@ async def run_tool_loop(
     # Streaming runs pass their answer through the gate; a turn is generated as a
     # stream when some of it may go out while it is generated.
     gate = None if run.on_delta is None else AnswerGate(run.on_delta, dialect.answer_so_far)
+    # Tools a held call named: not offered again, and a later call to one is held too.
+    withheld: set[str] = set()
+    held_so_far: list[dict[str, Any]] = []
 
     def save() -> None:
         if run.checkpoint is not None:
             run.checkpoint(state.to_dict(agent.agent_id))
 
     def finish(content: str, **meta: Any) -> AgentResult:
+        if held_so_far:  # a run that answered after a held call says it held one
+            meta.setdefault("held_calls", list(held_so_far))
         if state.final is None:
             # The answer is saved before anything says the run ended: from here on a
             # resume returns it (no more turns), whatever happens before the task ends.
@@ -451,6 +456,7 @@ async def run_tool_loop(
                 sources.add(message.content)
         indexed = len(state.messages)
         messages = list(state.messages)
+        offered = [s for s in specs if s.name not in withheld] if withheld else specs
         if budget:
             for message in messages[counted[0] :]:  # size only what was appended since
                 counted[1] += estimate_tokens(message)
@@ -459,11 +465,11 @@ async def run_tool_loop(
                 messages = fit_messages(messages, budget)
         if gate is None or not gate.streams:
             generation = await engine.generate(
-                messages, model=agent.model, tools=specs, options=sampling
+                messages, model=agent.model, tools=offered, options=sampling
             )
         else:
             generation = await gate.turn(
-                engine.stream(messages, model=agent.model, tools=specs, options=sampling)
+                engine.stream(messages, model=agent.model, tools=offered, options=sampling)
             )
         state.turns += 1
         state.usage = state.usage + generation.usage
@@ -491,13 +497,26 @@ async def run_tool_loop(
             continue
         state.reprompts = 0
         step = _unique_calls(step)
-        held = _held(step.calls, executor, sources) if dialect.holds_ungrounded else []
+        held = _held(step.calls, executor, sources, withheld) if dialect.holds_ungrounded else []
         if held:
             # Not run: a call on values nobody gave, or on a tool foreign to the request,
             # answers nothing (a "last world cup" looked up for a made-up team, a
-            # hexagon's sides as a boiling point). One turn without tools answers instead.
+            # hexagon's sides as a boiling point). Once, the turn is asked again with the
+            # other tools (one may need no made-up value: the current time, not a
+            # conversion of an invented one); then one turn without tools answers.
+            first_hold = not withheld
+            withheld.update(h["tool"] for h in held)
+            held_so_far.extend(held)
+            others = [s for s in specs if s.name not in withheld]
+            if first_hold and others and state.turns < agent.max_turns:
+                # The held reply stays out of the history: it holds the made-up values.
+                state.messages.append(Message.user(retry_note(held, others)))
+                save()
+                continue
+            insisted = not first_hold and all("withheld" in h for h in held)
+            held = held_so_far
             state.messages.append(Message.assistant(generation.content))
-            if state.turns >= agent.max_turns:
+            if insisted or state.turns >= agent.max_turns:  # no answer will come of another
                 return finish(held_message(held), held_calls=held)
             content, more = await _answer_turn(
                 agent, run, state, dialect, executor, held_note(held), gate
@@ -552,17 +571,24 @@ async def run_tool_loop(
 
 
 def _held(
-    calls: Sequence[ToolCall], executor: ToolExecutor, sources: Sources
+    calls: Sequence[ToolCall],
+    executor: ToolExecutor,
+    sources: Sources,
+    withheld: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """The calls of a reply not to run, each as ``{"tool": name, "invented": {argument:
-    value}}`` (values the run was never given, see :func:`invented`) or ``{"tool":
+    value}}`` (values the run was never given, see :func:`invented`), ``{"tool":
     name, "unrelated": True}`` (a name passed to a tool foreign to the request, see
-    :func:`unrelated`)."""
+    :func:`unrelated`) or ``{"tool": name, "withheld": True}`` (a tool an earlier held
+    call named, no longer offered)."""
     held: list[dict[str, Any]] = []
     for call in calls:
         tool = executor.tools.get(call.name)
         if tool is None:
             continue  # an unknown tool gets the executor's own error
+        if call.name in withheld:
+            held.append({"tool": call.name, "withheld": True})
+            continue
         values = invented(call, tool.spec, sources)
         if values:
             held.append({"tool": call.name, "invented": values})
@@ -571,7 +597,12 @@ def _held(
     return held
 
 
-def _why_held(held: Sequence[Mapping[str, Any]], max_chars: int = 80) -> str:
+def _why_held(
+    held: Sequence[Mapping[str, Any]], max_chars: int = 80, *, values: bool = True
+) -> str:
+    """Why ``held`` were not made; ``values=False`` names the arguments without their
+    values (for the model: a made-up value read back is a value it then states)."""
+
     def shown(value: Any) -> str:
         text = repr(value)
         return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
@@ -579,18 +610,38 @@ def _why_held(held: Sequence[Mapping[str, Any]], max_chars: int = 80) -> str:
     reasons = []
     for h in held:
         if "invented" in h:
-            values = ", ".join(f"{k}={shown(v)}" for k, v in h["invented"].items())
-            reasons.append(f"the request does not give the values of {h['tool']}({values})")
+            if values:
+                given = ", ".join(f"{k}={shown(v)}" for k, v in h["invented"].items())
+                reason = f"the request does not give the values of {h['tool']}({given})"
+            else:
+                names = ", ".join(h["invented"])
+                reason = f"the request does not give the {names} that {h['tool']} needs"
+        elif "withheld" in h:
+            reason = f"{h['tool']} was held before and is not offered"
         else:
-            reasons.append(f"{h['tool']} does not do what the request asks")
+            reason = f"{h['tool']} does not do what the request asks"
+        if reason not in reasons:
+            reasons.append(reason)
     return "; ".join(reasons)
 
 
 def held_note(held: Sequence[Mapping[str, Any]]) -> str:
-    """Why the answer turn is asked after held calls (see :func:`_held`)."""
+    """Why the answer turn is asked after held calls (see :func:`_held`); without the
+    values held, which the model would otherwise state as its answer."""
     return (
-        f"Your tool call was not made: {_why_held(held)}. Do not make up values. If you "
-        "need a value, ask for it; otherwise answer from what you know.\n\n"
+        f"Your tool call was not made: {_why_held(held, values=False)}. Do not make up "
+        "values. If you need a value, ask for it; otherwise answer from what you know.\n\n"
+    )
+
+
+def retry_note(held: Sequence[Mapping[str, Any]], others: Sequence[ToolSpec]) -> str:
+    """The turn asked again after held calls, with the tools not held still offered:
+    why (without the values held), and what is left."""
+    names = ", ".join(spec.name for spec in others[:20])
+    return (
+        f"Your tool call was not made: {_why_held(held, values=False)}. Do not make up "
+        f"values. If one of the tools still offered ({names}) answers the request "
+        "without them, call it; otherwise answer in plain text."
     )
 
 

@@ -75,8 +75,10 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
     options stay text: the run types them against what the agent declares."""
     from ..runs import AgentSpec, parse_option_flags
 
-    if values["mounts"] and not values["sandbox"]:
-        raise UsageError("--mount only applies with --sandbox")
+    if values["mounts"] and values["no_sandbox"]:
+        # Whether an agent without --sandbox runs sandboxed anyway (external agents do)
+        # is known once the agent is: the run checks it (runs._build).
+        raise UsageError("--mount only applies in a sandbox, not with --no-sandbox")
     if values["sandbox"] and values["no_sandbox"]:
         raise UsageError("--sandbox and --no-sandbox contradict each other")
     options = parse_option_flags(values["agent_options"])

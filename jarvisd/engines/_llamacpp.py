@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -31,8 +32,11 @@ from .._messages import (
 from .._toolcalls import recover_tool_calls
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
 from ._cutoff import Cutoff
+from ._window import grown_window, kv_bytes_per_token, memory_available, no_room, requested_tokens
 
 __all__ = ["LlamaCppEngine", "llama_cpp_available"]
+
+log = logging.getLogger(__name__)
 
 _DONE = object()
 # Characters that can open a tool call written as text: a JSON object, a ``` fence, a
@@ -121,7 +125,9 @@ class LlamaCppEngine(Engine):
 
             path = resolve_model_path(self.default_model(), self.models_dir)
             try:
-                import llama_cpp
+                from ._llama_import import import_llama_cpp
+
+                llama_cpp = import_llama_cpp()
             except ImportError as exc:
                 raise EngineUnavailable(
                     "the embedded engine needs llama-cpp-python: run `make setup` (it builds"
@@ -184,8 +190,14 @@ class LlamaCppEngine(Engine):
                         break
                 reason = choice.get("finish_reason") or reason
         except ValueError as exc:
-            # llama.cpp raises ValueError when the prompt exceeds the context window.
-            raise EngineResponseError(f"llama.cpp: {exc}", 400) from exc
+            # llama.cpp raises ValueError when the prompt exceeds the context window:
+            # the window grows when the model and memory allow (``_window``), once.
+            requested = requested_tokens(str(exc))
+            if requested is None or pieces:
+                raise EngineResponseError(f"llama.cpp: {exc}", 400) from exc
+            if not self._grow(llama, requested + (options.max_tokens or 0)):
+                raise EngineResponseError(no_room(requested, self.n_ctx), 400) from exc
+            return self._run(messages, tools, options, emit, stop)
         content = "".join(pieces) if cutoff is None else cutoff.kept()[0]
         calls: tuple[ToolCall, ...] = ()
         if tools:
@@ -201,6 +213,36 @@ class LlamaCppEngine(Engine):
             model=self.default_model(),
             latency_s=time.perf_counter() - start,
         )
+
+    def _grow(self, llama: Any, needed: int) -> bool:
+        """Reload the model with a window of ``needed`` tokens or more, if it was
+        trained for them and memory allows; False when it cannot grow. Called with
+        ``_generating`` held: nothing else uses the model meanwhile."""
+        from ..catalog import CATALOG
+
+        # The catalog knows each model's real limit (by name, or by its file's name).
+        model = self.default_model()
+        trained = next(
+            (e.context_length for e in CATALOG if model in (e.name, e.filename)
+             or Path(model).name == e.filename), 0,
+        )  # fmt: skip
+        with contextlib.suppress(Exception):
+            trained = trained or int(llama.n_ctx_train())
+        size = grown_window(
+            self.n_ctx, needed, trained, kv_bytes_per_token(getattr(llama, "metadata", {}) or {}),
+            memory_available(),
+        )  # fmt: skip
+        if size is None:
+            return False
+        log.warning("the context window of %s grows from %d to %d tokens for a request of %d",
+                    self.default_model(), self.n_ctx, size, needed)  # fmt: skip
+        with self._load_lock:
+            self._llama = None
+            self.n_ctx = size
+        with contextlib.suppress(Exception):
+            llama.close()
+        self.load()
+        return True
 
     async def stream(
         self,

@@ -291,6 +291,8 @@ class OllamaEngine(Engine):
         }
         if tools:
             body["tools"] = [t.to_openai() for t in tools]
+        if options.json_format:
+            body["format"] = "json"
         return body
 
     async def generate(

@@ -58,8 +58,9 @@ class ExecRequest:
     #: The program runs code of its own that it must not trust (the in-container agent
     #: runner: model-written code). A container backend then starts it as root inside
     #: the container with only CAP_SETUID and CAP_SETGID, telling it in JARVIS_PRIVSEP
-    #: the user to become at once and the second user for that code
-    #: (``runners.privsep``). Backends that cannot (bwrap, subprocess) ignore it.
+    #: the user to become at once and the second user for that code (its root launcher
+    #: parent starts that code: ``executors._privsep``). Start such a program with
+    #: ``python3 -I``. Backends that cannot (bwrap, subprocess) ignore it.
     separate_code: bool = False
     #: Paths jarvis itself chose to show the program, (host path, path inside, read
     #: only): an external agent's npm tree, Node.js, its per-run home. Never from the

@@ -1,22 +1,28 @@
 """Privilege separation inside a sandbox: the agent runner and the code it runs for the
-model under two different users, so that code cannot reach the runner's frame pipe.
+model under two different users, so that code cannot reach the runner's frame pipe,
+and neither of them can become root again.
 
 A container backend starts a program that asked for it (``ExecRequest.separate_code``)
 as root inside the container, with every capability dropped but CAP_SETUID and
 CAP_SETGID, no-new-privileges on, and ``JARVIS_PRIVSEP="UID:GID:CODE_UID"`` in its
-environment. The program calls :func:`drop_privileges` first thing:
+environment. The program is started isolated (``python3 -I``: no working directory,
+no ``PYTHON*`` variables and no user site on its import path, so nothing a sandboxed
+user can write is ever imported) and calls :func:`._launcher.drop_privileges` first thing:
 
-* it becomes UID:GID (real and effective), keeping root only as its *saved* uid: its
-  capabilities are no longer effective, but it can still start a child as CODE_UID
-  and signal that child (:func:`become`, :func:`kill_group_as`);
-* it marks itself not dumpable (``PR_SET_DUMPABLE=0``): no process without
-  CAP_SYS_PTRACE, of whatever uid, may open ``/proc/<pid>/fd`` or ptrace it;
+* it forks. The parent stays root as the **launcher** (``_launcher``): it has
+  imported all it will ever need, runs no other code, and on the runner's request
+  starts each code process as CODE_UID (dropping in the child, then checking that no
+  id and no capability is left) and stops it, and stops every process of CODE_UID
+  that outlives its session;
+* the child, the **runner**, becomes UID:GID for good (real, effective *and saved*
+  ids), checks that, and is not dumpable (``PR_SET_DUMPABLE=0``): no process without
+  CAP_SYS_PTRACE may open ``/proc/<pid>/fd`` or ptrace it;
 * the container's init (``docker-init``, which holds the same stdin and stdout) stays
   root, out of reach of both.
 
-Model-written code then runs as CODE_UID with the runner's group: it has no
-capabilities (all its uids are non-root), cannot signal, trace or read the runner or
-init, and cannot regain the saved root uid, which only the runner holds.
+So model-written code runs as CODE_UID with the runner's group: it has no
+capabilities, cannot signal, trace or read the runner, the launcher or init, and even
+code that took the runner over would hold no saved root uid to regain.
 
 Standard library only: this runs inside the bare python3 sandbox image.
 """
@@ -25,13 +31,22 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 from dataclasses import dataclass
 
-__all__ = ["ENV", "CodeUser", "PrivsepError", "become", "drop_privileges", "kill_group_as"]
+__all__ = [
+    "ENV",
+    "CodeUser",
+    "PrivsepError",
+    "drop_to",
+    "parse_plan",
+    "set_dumpable",
+    "verify_dropped",
+]
 
 ENV = "JARVIS_PRIVSEP"
 _PR_SET_DUMPABLE = 4
+#: The capability sets of /proc/self/status that must be empty once dropped.
+_HELD_CAPS = (b"CapPrm:", b"CapEff:", b"CapAmb:")
 
 
 class PrivsepError(RuntimeError):
@@ -52,51 +67,39 @@ def set_dumpable(dumpable: bool) -> None:
         raise PrivsepError(f"prctl(PR_SET_DUMPABLE) failed: {os.strerror(ctypes.get_errno())}")
 
 
-def drop_privileges() -> CodeUser | None:
-    """Separate as ``JARVIS_PRIVSEP`` says (when started as root), and become not
-    dumpable in any case. Returns the user for code children, or None when this process
-    was started unprivileged (bwrap, a host process): its children then share its uid."""
-    spec = os.environ.pop(ENV, "")
-    code: CodeUser | None = None
-    if os.geteuid() == 0:
-        try:
-            uid, gid, code_uid = (int(part) for part in spec.split(":"))
-        except ValueError:
-            raise PrivsepError(
-                f"started as root without a valid {ENV} (UID:GID:CODE_UID): refusing to run"
-            ) from None
-        if 0 in (uid, gid, code_uid) or uid == code_uid:
-            raise PrivsepError(f"{ENV}={spec!r}: the two users must differ and not be root")
-        os.setgroups([])
-        os.setresgid(gid, gid, gid)
-        # Root stays only as the saved uid: effective capabilities are cleared now, the
-        # permitted ones (SETUID, SETGID) kept for starting and stopping code children.
-        os.setresuid(uid, uid, 0)
-        code = CodeUser(code_uid, gid)
-    # After the uid change (which resets it), and in every case.
-    set_dumpable(False)
-    return code
+def parse_plan(spec: str) -> tuple[int, int, CodeUser]:
+    """``UID:GID:CODE_UID`` -> (runner uid, gid, code user), or PrivsepError."""
+    try:
+        uid, gid, code_uid = (int(part) for part in spec.split(":"))
+    except ValueError:
+        raise PrivsepError(
+            f"started as root without a valid {ENV} (UID:GID:CODE_UID): refusing to run"
+        ) from None
+    if 0 in (uid, gid, code_uid) or uid == code_uid:
+        raise PrivsepError(f"{ENV}={spec!r}: the two users must differ and not be root")
+    return uid, gid, CodeUser(code_uid, gid)
 
 
-def become(user: CodeUser) -> None:
-    """Turn this process (a fresh child of a separated runner) into ``user`` for good:
-    every uid non-root, so every capability is gone. In a child only, before exec."""
-    os.seteuid(0)  # the saved root uid: CAP_SETUID and CAP_SETGID are effective again
+def drop_to(uid: int, gid: int) -> None:
+    """Become ``uid``:``gid`` for good (real, effective and saved ids; no
+    supplementary groups), then :func:`verify_dropped`."""
     os.setgroups([])
-    os.setresgid(user.gid, user.gid, user.gid)
-    os.setresuid(user.uid, user.uid, user.uid)
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    verify_dropped(uid, gid)
 
 
-def kill_group_as(user: CodeUser, pgid: int, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` to process group ``pgid`` of ``user``: a runner of another uid may
-    not signal it itself, so a forked child becomes ``user`` and does."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 0
-        try:
-            become(user)
-            os.killpg(pgid, sig)
-        except OSError:
-            code = 1
-        os._exit(code)
-    os.waitpid(pid, 0)
+def verify_dropped(uid: int, gid: int) -> None:
+    """PrivsepError unless every id is ``uid``/``gid`` and no capability is held:
+    a drop that half worked must never go on to run anything."""
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid):
+        raise PrivsepError(
+            f"ids after the drop are {os.getresuid()}/{os.getresgid()}, not {uid}/{gid}"
+        )
+    if os.getgroups() not in ([], [gid]):
+        raise PrivsepError(f"supplementary groups survived the drop: {os.getgroups()}")
+    # Bytes: decoding text could import a codec, and nothing is imported after a drop.
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(_HELD_CAPS) and int(line.split()[1], 16) != 0:
+                raise PrivsepError(f"a capability survived the drop: {line.strip()!r}")

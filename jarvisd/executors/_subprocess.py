@@ -4,22 +4,31 @@ NOT A SECURITY BOUNDARY. The program runs as the same user, on the same filesyst
 network as jarvis. What it does give: a fresh working directory, a minimal environment
 (no inherited secrets), rlimits on CPU time, address space, processes and file size, a
 new session, and a timeout after which the whole process group is killed (also on
-cancellation). Use a sandbox backend (docker, podman, bwrap) for untrusted code; config
-``sandbox.backend = "none"`` selects this one and logs a warning on every run.
+cancellation). Each program runs under a subreaper (``_reaper``): whatever it starts,
+detached or not, is killed when it ends or is stopped, so nothing outlives the run and
+no grandchild holding its stdout keeps the run waiting. Use a sandbox backend (docker,
+podman, bwrap) for untrusted code; config ``sandbox.backend = "none"`` selects this one
+and logs a warning on every run.
+
+Inside a separated sandbox runner (``_privsep``) programs are started by the runner's
+root launcher as the code user instead (``launcher=``; ``_launched``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
+import resource
 import shutil
 import signal
 import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -27,9 +36,12 @@ from typing import ClassVar
 from .._errors import SandboxError
 from ..protocol import MAX_FRAME_BYTES
 from ._base import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
-from ._privsep import CodeUser, become, kill_group_as
+from ._launched import LaunchedProcess
+from ._launcher import Launcher
+from ._privsep import PrivsepError
+from ._reaper import REAPER
 
-__all__ = ["Limits", "SubprocessChannel", "SubprocessExecutor"]
+__all__ = ["Limits", "SubprocessChannel", "SubprocessExecutor", "spawn_reaped"]
 
 log = logging.getLogger(__name__)
 
@@ -47,34 +59,93 @@ class Limits:
     file_bytes: int = 64 * 1024 * 1024
 
 
-def _preexec(limits: Limits, timeout: float, user: CodeUser | None = None) -> None:
-    import resource
-
-    if user is not None:
-        become(user)
-
+def _rlimits(limits: Limits, timeout: float) -> list[tuple[int, int]]:
     cpu = limits.cpu_seconds or int(timeout) + 1
-    for kind, value in (
+    return [
         (resource.RLIMIT_CPU, cpu),
         (resource.RLIMIT_AS, limits.memory_bytes),
         (resource.RLIMIT_NPROC, limits.processes),
         (resource.RLIMIT_FSIZE, limits.file_bytes),
         (resource.RLIMIT_CORE, 0),
-    ):
+    ]
+
+
+def _preexec(rlimits: list[tuple[int, int]]) -> None:
+    # Runs in the forked child: everything it uses was imported before the fork.
+    for kind, value in rlimits:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(kind, (value, value))
+
+
+async def _exited(process: asyncio.subprocess.Process | LaunchedProcess) -> int:
+    """The program's exit status, as soon as it has exited. Not ``Process.wait()``:
+    on Python 3.11 that also waits until its pipes close, which a grandchild holding
+    stdout can put off for ever."""
+    if isinstance(process, LaunchedProcess):
+        return await process.wait()
+    delay = 0.01
+    while process.returncode is None:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.2)
+    return process.returncode
+
+
+async def spawn_reaped(
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    limit: int,
+    preexec_fn: Callable[[], None] | None = None,
+) -> asyncio.subprocess.Process:
+    """Start ``argv`` under the reaper (``_reaper``), in a new session, with pipes for
+    its stdin, stdout and stderr. OSError, as exec would give it, when it cannot start.
+    Hand the process to a :class:`SubprocessChannel` with ``reaper=True``."""
+    _check_runnable(argv[0], env.get("PATH", os.defpath), cwd)
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-S", "-c", REAPER, *argv,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=dict(env),
+        start_new_session=True, preexec_fn=preexec_fn, limit=limit,
+    )  # fmt: skip
+
+
+def _check_runnable(program: str, path: str, cwd: Path) -> None:
+    """OSError as exec would give it: under the reaper a program that cannot start
+    would only exit 127, and callers are told at once instead."""
+    if os.sep in program:
+        program = str(cwd / program)
+    found = shutil.which(program, mode=os.F_OK, path=path)
+    if found is None:
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise OSError(errno.EACCES, os.strerror(errno.EACCES), program)
+
+
+def _close_pipes(process: asyncio.subprocess.Process | LaunchedProcess) -> None:
+    if isinstance(process, LaunchedProcess):
+        process.close()
+        return
+    transport = getattr(process, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 class SubprocessChannel(Channel):
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        process: asyncio.subprocess.Process | LaunchedProcess,
         workdir: Path,
         timeout: float,
-        user: CodeUser | None = None,
+        launcher: Launcher | None = None,
+        *,
+        reaper: bool = False,
     ) -> None:
         self.process = process
-        self.user = user
+        self.launcher = launcher
+        #: The process is ``_reaper``, which stops what is below it on SIGTERM.
+        self.reaper = reaper
         self.workdir = workdir
         self.reason = ""
         self.start = time.monotonic()
@@ -109,11 +180,17 @@ class SubprocessChannel(Channel):
         self._signal_group()
 
     def _signal_group(self) -> None:
+        if self.launcher is not None:  # the code user's group: the launcher stops it
+            with contextlib.suppress(PrivsepError, OSError):
+                self.launcher.kill(self.process.pid)
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            if self.user is None:
+            if self.reaper and self.process.returncode is None:
+                # The reaper first, alone: it kills everything below it, detached or
+                # not, then exits (the group's SIGKILL would kill it too soon).
+                os.kill(self.process.pid, signal.SIGTERM)
+            else:
                 os.killpg(self.process.pid, signal.SIGKILL)
-            else:  # another uid's group: only that uid may signal it
-                kill_group_as(self.user, self.process.pid)
 
     async def write(self, data: bytes) -> None:
         stdin = self.process.stdin
@@ -148,7 +225,7 @@ class SubprocessChannel(Channel):
             return await stdout.read(limit)
 
     async def _reap(self) -> ExecResult:
-        code = await self.process.wait()
+        code = await _exited(self.process)
         self._watchdog.cancel()
         rest = b""
         if self.process.stdout is not None:
@@ -156,8 +233,11 @@ class SubprocessChannel(Channel):
                 rest = await asyncio.wait_for(_read_bounded(self.process.stdout), 1.0)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._stderr_task, 1.0)
-        # Children left in the group (daemonised helpers) go with it.
+        # Children left in the group (daemonised helpers) go with it; whatever still
+        # holds a pipe no longer keeps anything here waiting.
         self._signal_group()
+        _close_pipes(self.process)
+        self._stderr_task.cancel()
         shutil.rmtree(self.workdir, ignore_errors=True)
         reason = self.reason
         if not reason and code == -signal.SIGKILL:
@@ -191,12 +271,13 @@ class SubprocessExecutor(CodeExecutor):
     isolated: ClassVar[bool] = False
 
     def __init__(
-        self, limits: Limits | None = None, *, warn: bool = False, user: CodeUser | None = None
+        self, limits: Limits | None = None, *, warn: bool = False, launcher: Launcher | None = None
     ) -> None:
         self.limits = limits or Limits()
         self.warn = warn
-        #: Run programs as this user (a separated runner's code user; see _privsep).
-        self.user = user
+        #: Programs are started by this launcher as the code user (a separated
+        #: runner's; see _privsep), not as children of this process.
+        self.launcher = launcher
 
     async def open(self, request: ExecRequest) -> Channel:
         if self.warn:
@@ -214,29 +295,31 @@ class SubprocessExecutor(CodeExecutor):
                 raise SandboxError(f"refused to write {name!r} outside the working directory")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
-        if self.user is not None:  # the code user shares our group, and works in here
+        if self.launcher is not None:  # the code user shares our group, and works in here
             os.chmod(workdir, 0o770)
         env = {k: os.environ[k] for k in _ENV_KEEP if k in os.environ}
         env.setdefault("PATH", os.defpath)
         env.update(HOME=str(workdir), TMPDIR=str(workdir), PYTHONDONTWRITEBYTECODE="1")
         env.update(request.env)
-        limits, timeout, user = self.limits, request.timeout, self.user
+        rlimits = _rlimits(self.limits, request.timeout)
+        process: asyncio.subprocess.Process | LaunchedProcess
         try:
-            process = await asyncio.create_subprocess_exec(
-                *request.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=str(workdir),
-                env=env,
-                start_new_session=True,
-                preexec_fn=lambda: _preexec(limits, timeout, user),
-                limit=MAX_FRAME_BYTES + 2,
-            )
-        except OSError as exc:
+            if self.launcher is not None:
+                process = await LaunchedProcess.start(
+                    self.launcher, request.argv, env, str(workdir), rlimits, MAX_FRAME_BYTES + 2
+                )
+            else:
+                process = await spawn_reaped(
+                    request.argv, cwd=workdir, env=env, limit=MAX_FRAME_BYTES + 2,
+                    preexec_fn=lambda: _preexec(rlimits),
+                )  # fmt: skip
+        except (OSError, PrivsepError) as exc:
             shutil.rmtree(workdir, ignore_errors=True)
-            raise SandboxError(f"cannot start {request.argv[0]}: {exc.strerror}") from exc
-        return SubprocessChannel(process, workdir, timeout, user)
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            raise SandboxError(f"cannot start {request.argv[0]}: {why}") from exc
+        return SubprocessChannel(
+            process, workdir, request.timeout, self.launcher, reaper=self.launcher is None
+        )
 
 
 def python_executable() -> str:

@@ -70,9 +70,16 @@ class ExternalAgent(BaseAgent):
         approver: Approver | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
         own_tools: tuple[str, ...] = (),
+        max_turns: int | None = None,
+        mounts: tuple[str, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(engine, model, **kwargs)
+        #: ``--mount`` requests: more host paths in its container, checked there like
+        #: every mount (``sandbox.allowed_roots``).
+        self.mounts = mounts
+        #: The run's turn cap (``--max-turns``): its gateway counts model calls.
+        self.max_turns = max_turns
         from .._config import Config
 
         self.config = config or Config()
@@ -124,6 +131,17 @@ class ExternalAgent(BaseAgent):
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
     ) -> AgentResult:
         run = self._run_context(run)
+        # The turn's start and end name and close the run's trace (agent, input,
+        # answer), as a built-in agent's do; a run that raises is closed by its caller.
+        self._emit_turn_start(run, input)
+        result = await self._converse(input, run)
+        self._emit_turn_end(
+            run, turns=result.turns, content=result.content,
+            **({"error": result.metadata["error"]} if result.metadata.get("error") else {}),
+        )  # fmt: skip
+        return result
+
+    async def _converse(self, input: str, run: RunContext) -> AgentResult:
         run.cancel.raise_if_cancelled()
         if run.resume is not None:
             raise ExternalAgentError(str(run.resume.get("reason") or NOT_RESUMABLE))
@@ -153,13 +171,13 @@ class ExternalAgent(BaseAgent):
             run, workspace, agent=agent.name, policy=self.policy(),
             approver=self.approver or run.approver,
         )  # fmt: skip
-        async with _temporary_home() as home:
+        async with _temporary_home() as home, self._mirror(workspace) as copy:
             if not self.sandboxed:
                 from ._terminals import Terminals
 
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
-                channel = await self._start(agent, where, home, access, workspace)
+                channel = await self._start(agent, where, home, access, workspace, copy)
                 stop_reason = await converse(
                     channel, client, cwd=workspace.root, prompt=input, run=run,
                     mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
@@ -234,13 +252,43 @@ class ExternalAgent(BaseAgent):
 
             async with sandbox_gateway(
                 self.engine, run, self.model, home, max_tokens=self.max_tokens,
-                default_model=model,
+                default_model=model, temperature=self.temperature, max_turns=self.max_turns,
             ) as access:  # fmt: skip
                 yield access
         else:
-            async with Gateway(self.engine, run, self.model, max_tokens=self.max_tokens) as gw:
+            async with Gateway(
+                self.engine, run, self.model, max_tokens=self.max_tokens,
+                temperature=self.temperature, max_turns=self.max_turns,
+            ) as gw:  # fmt: skip
                 assert gw.url is not None  # TCP: it has one
                 yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
+
+    @contextlib.asynccontextmanager
+    async def _mirror(self, workspace: Workspace) -> AsyncIterator[Path | None]:
+        """A copy of the workspace for the sandbox user when it cannot enter the
+        workspace itself (``_mirror``), written back when the block ends; else None."""
+        from ..sandbox._covers import unreachable
+        from ..sandbox._policy import SandboxPolicy
+
+        policy = SandboxPolicy.from_config(self.config) if self.sandboxed else None
+        if policy is None or not unreachable(workspace.root, policy.uid, policy.gid):
+            yield None
+            return
+        from ._mirror import Mirror
+
+        mirror = Mirror(workspace.root, (policy.uid, policy.gid))
+        try:
+            copy = await asyncio.to_thread(mirror.start)
+            log.info("workspace %s is private: the agent works on a copy", workspace.root)
+            workspace.tree = copy  # its fs requests too: written back with the rest
+            yield copy
+            workspace.tree = None
+            written = await asyncio.to_thread(mirror.write_back)
+            if written:
+                log.info("written back from the agent's copy: %s", ", ".join(written))
+        finally:
+            workspace.tree = None
+            await asyncio.to_thread(mirror.close)
 
     async def _start(
         self,
@@ -249,13 +297,15 @@ class ExternalAgent(BaseAgent):
         home: Path,
         access: GatewayAccess,
         workspace: Workspace,
+        copy: Path | None = None,
     ) -> Channel:
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
-                agent, where, home, access, workspace, self.config, self._launch
-            )
+                agent, where, home, access, workspace, self.config, self._launch,
+                mounts=self.mounts, copy=copy,
+            )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home
 

@@ -22,6 +22,7 @@ from .._errors import ToolError
 from .._events import EventType
 from .._messages import ToolResult
 from .._run import BudgetExceeded, RunContext
+from ._answer import strip_notice
 from ._mapping import (
     PlanChanged,
     TextDelta,
@@ -82,6 +83,9 @@ class AcpClient:
         self.session_id: str | None = None
         self.answer: list[str] = []
         self.answer_chars = 0
+        #: Where the answer starts in ``answer``: after the last tool call (the text
+        #: before it was the agent's narration, not its answer).
+        self.answer_start = 0
         self.tool_results: list[ToolResult] = []
         #: Tool calls started and not yet ended (call id -> title), for their synthetic
         #: ends when the conversation stops under them.
@@ -109,7 +113,7 @@ class AcpClient:
         run, depth = self.run, self.run.depth
         if isinstance(item, TextDelta):
             room = MAX_ANSWER_CHARS - self.answer_chars
-            text = item.text[: max(room, 0)]
+            text = strip_notice(item.text)[: max(room, 0)]
             if not text:
                 return
             self.answer.append(text)
@@ -117,6 +121,7 @@ class AcpClient:
             if run.on_delta is not None:
                 run.on_delta(text)
         elif isinstance(item, ToolStarted):
+            self.answer_start = len(self.answer)
             run.bus.publish(
                 EventType.TOOL_CALL_START, tool=item.title, arguments=item.arguments,
                 call_id=item.call_id, kind=item.kind, agent=self.agent, depth=depth,
@@ -306,4 +311,11 @@ class AcpClient:
             await self.terminals.close()
 
     def answer_text(self) -> str:
-        return "".join(self.answer)
+        """The agent's answer: what it said after its last tool call (``_answer``)."""
+        from ._answer import clean_answer
+
+        # An agent that answered and then called one more tool (a to-do list) still
+        # has an answer: all it said, cleaned.
+        return clean_answer("".join(self.answer[self.answer_start :])) or clean_answer(
+            "".join(self.answer)
+        )

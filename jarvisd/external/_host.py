@@ -1,20 +1,20 @@
 """Starting an external agent as a host process (``--no-sandbox``): NOT isolated.
 
 The agent runs as the same user, with the host's network and files. It gets what it
-would get in the sandbox otherwise: its own process group (killed whole at the end),
+would get in the sandbox otherwise: its own session under a subreaper (everything it
+starts, detached or not, is killed at the end: ``executors._reaper``),
 its own HOME (removed at the end), the workspace as its working directory, and an
 environment built from nothing (no inherited secrets).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .._errors import AgentNotInstalled
 from ..executors import Channel
-from ..executors._subprocess import SubprocessChannel
+from ..executors._subprocess import SubprocessChannel, spawn_reaped
 from ._transport import MAX_LINE_BYTES
 
 __all__ = ["start_on_host"]
@@ -29,16 +29,7 @@ async def start_on_host(
 ) -> Channel:
     """Start ``argv`` in its own session; ``home`` is removed when the channel ends."""
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(cwd),
-            env=dict(env),
-            start_new_session=True,
-            limit=MAX_LINE_BYTES + 2,
-        )
+        process = await spawn_reaped(argv, cwd=cwd, env=env, limit=MAX_LINE_BYTES + 2)
     except OSError as exc:
         raise AgentNotInstalled(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-    return SubprocessChannel(process, home, HOST_TIMEOUT_S)
+    return SubprocessChannel(process, home, HOST_TIMEOUT_S, reaper=True)

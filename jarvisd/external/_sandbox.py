@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._config import Config
-from .._errors import AgentNotInstalled, SandboxError, SandboxUnavailable
+from .._errors import AgentNotInstalled, MountRefused, SandboxError, SandboxUnavailable
 from ..executors import Channel, ExecRequest
 from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
@@ -73,18 +73,39 @@ async def start_in_sandbox(
     config: Config,
     prepare: Prepare,
     extra_binds: Sequence[tuple[str, str]] = (),
+    *,
+    mounts: Sequence[str] = (),
+    copy: Path | None = None,
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
     home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
     ``extra_binds`` are more read-only (host path, container path) binds the agent's
-    program needs (chosen by jarvis, never from the edge)."""
+    program needs (chosen by jarvis, never from the edge). ``mounts``: the run's
+    ``--mount`` requests, through the mount allowlist like the workspace. ``copy``:
+    a copy of the workspace the sandbox user owns (``_mirror``), mounted at the
+    workspace's path once the workspace itself passed the allowlist."""
     from ..sandbox import DockerExecutor
+    from ..sandbox._covers import unreachable
 
     backend = config.sandbox.backend
     if backend not in ("docker", "podman"):
         raise SandboxUnavailable(
             f'external agents run in a container: sandbox.backend must be "docker" or '
             f'"podman" (it is {backend!r}), or run them with --no-sandbox'
+        )
+    executor = DockerExecutor(config, flavor=backend)
+    private = unreachable(workspace.root, executor.policy.uid, executor.policy.gid)
+    if copy is not None:
+        # The workspace is what the allowlist checks; its copy is what is mounted.
+        await asyncio.to_thread(executor.mounts.check, f"{workspace.root}:rw")
+        private = ""
+    if private:
+        # Refused before anything starts: in the container the agent would fail to
+        # enter it, with nothing saying why.
+        raise MountRefused(
+            f"the agent's workspace {private}: give it access (chmod o+rx "
+            f"{workspace.root}), let `jarvis code --agent {agent.name}` work on a copy of "
+            "it, or run with --no-sandbox (not isolated)"
         )
     socket_path = Path(access.url.removeprefix("unix:"))
     inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model)
@@ -96,6 +117,8 @@ async def start_in_sandbox(
     if agent.needs_node:
         binds.append((_node_binary(agent), NODE_PATH, True))
     binds.extend((source, target, True) for source, target in extra_binds)
+    if copy is not None:
+        binds.append((str(copy), str(workspace.root), False))
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
     argv = (
         "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
@@ -105,11 +128,15 @@ async def start_in_sandbox(
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
-        mounts=(f"{workspace.root}:rw", *_git_read_only(workspace.root)),
+        mounts=(
+            *([] if copy is not None else [f"{workspace.root}:rw"]),
+            *_git_read_only(workspace.root),
+            *_besides(mounts, workspace.root),
+        ),
         env=env,
         system_binds=tuple(binds),
     )
-    channel = await DockerExecutor(config, flavor=backend).open(request)
+    channel = await executor.open(request)
     if access.peers is not None:
         try:
             access.peers.bind(await asyncio.to_thread(_container_pid, channel))
@@ -130,10 +157,18 @@ def _container_pid(channel: Channel) -> int:
     return pid
 
 
+def _besides(mounts: Sequence[str], root: Path) -> list[str]:
+    """``mounts`` but the workspace (mounted read-write anyway: `jarvis code` names it)."""
+    from ..sandbox._mounts import parse_mount_request
+
+    return [m for m in mounts if os.path.abspath(parse_mount_request(m)[0]) != str(root)]
+
+
 @contextlib.asynccontextmanager
 async def sandbox_gateway(
     engine: Engine, run: RunContext, model: str, home: Path, *, max_tokens: int,
     name: str = "gateway.sock", default_model: str = "local", tools: ToolExecutor | None = None,
+    temperature: float | None = None, max_turns: int | None = None,
 ) -> AsyncIterator[GatewayAccess]:  # fmt: skip
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
@@ -147,8 +182,9 @@ async def sandbox_gateway(
     socket_path = home / name
     peers = PeerBinding() if os.geteuid() == 0 else None
     async with Gateway(
-        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools, peers=peers
-    ) as gateway:
+        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools,
+        temperature=temperature, max_turns=max_turns, peers=peers,
+    ) as gateway:  # fmt: skip
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 

@@ -50,6 +50,10 @@ class Workspace:
         self.max_write_bytes = max_write_bytes
         #: (uid, gid) whose permissions reads and writes get; None: jarvis's own.
         self.user = user
+        #: Where requests are carried out when not in ``root`` itself: the copy of a
+        #: private workspace the agent works on (``_mirror``), so that its requests
+        #: and its own tools see and change the same files.
+        self.tree: Path | None = None
 
     def parts(self, path: str) -> list[str]:
         """The components of ``path`` below the root, or ToolError when it is not a
@@ -68,7 +72,7 @@ class Workspace:
 
     def _as_agent(self, work: Callable[[int], bytes], limit: int) -> bytes:
         """``work(root descriptor)`` with the agent's permissions (see ``user``)."""
-        root_fd = os.open(self.root, _DIR_FLAGS)
+        root_fd = os.open(self.tree or self.root, _DIR_FLAGS)
         try:
             if self.user is None:
                 return work(root_fd)
@@ -83,7 +87,7 @@ class Workspace:
         """A descriptor of the directory holding ``parts[-1]``, reached without
         following any symlink (``create``: missing directories are made), from
         ``root_fd`` (None: the root opened afresh)."""
-        fd = os.open(self.root, _DIR_FLAGS) if root_fd is None else os.dup(root_fd)
+        fd = os.open(self.tree or self.root, _DIR_FLAGS) if root_fd is None else os.dup(root_fd)
         try:
             for name in parts[:-1]:
                 try:

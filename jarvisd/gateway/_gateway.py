@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import EngineError, JarvisError, UsageError
 from .._messages import StreamChunk, ToolCall
-from .._run import RunContext, RunStopped
+from .._run import BudgetExceeded, RunContext, RunStopped
 from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
 from ._http import HTTPServer, Request, Response
@@ -103,10 +103,17 @@ class Gateway:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         tools: ToolExecutor | None = None,
         peers: PeerBinding | None = None,
+        temperature: float | None = None,
+        max_turns: int | None = None,
     ) -> None:
         self.engine = engine
         #: On a Unix socket: only these peers are served, whatever token they hold.
         self.peers = peers
+        #: The run's sampling temperature and turn cap (``--temperature``,
+        #: ``--max-turns``): they hold whatever the agent asks; None leaves its own.
+        self.temperature = temperature
+        self.max_turns = max_turns
+        self.turns = 0
         self.tools = tools
         self._names = _mcp.ToolNames(tools.names) if tools is not None else None
         self.run = run
@@ -299,6 +306,15 @@ class Gateway:
         options = chat.options
         if options.max_tokens > self.max_tokens:
             options = replace(options, max_tokens=self.max_tokens)
+        if self.temperature is not None:
+            options = replace(options, temperature=self.temperature)
+        self.turns += 1
+        if self.max_turns is not None and self.turns > self.max_turns:
+            # An agent's turn is one model call: past the cap the whole run stops, as
+            # a built-in agent's does, instead of the agent retrying a refused call.
+            reason = f"the agent reached the run's max turns ({self.max_turns})"
+            self.run.cancel.cancel(reason, stop=BudgetExceeded)
+            raise BudgetExceeded(reason)
         model = self.model or self.engine.default_model()
         if not chat.stream:
             generation = await engine.generate(

@@ -23,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -341,7 +342,9 @@ class _Connection:
         if close:
             headers.append(("connection", "close"))
         try:
-            head = h11.Response(status_code=response.status, headers=headers)
+            head = h11.Response(
+                status_code=response.status, headers=headers, reason=_reason(response.status)
+            )
             if response.stream is None:  # one write: head, body and end together
                 await self._write(head, h11.Data(data=response.body), h11.EndOfMessage())
                 return
@@ -362,3 +365,11 @@ class _Connection:
             closer: Callable[[], Awaitable[None]] | None = getattr(stream, "aclose", None)
             if closer is not None:
                 await closer()
+
+
+def _reason(status: int) -> bytes:
+    """The status line's reason phrase ("400 Bad Request"): h11 sends none by default."""
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""

@@ -49,8 +49,11 @@ _MAX_PAGES = 32
 #: How a backend says a program (or the file it was told to run) is not there: the
 #: engine's exec, bubblewrap's execvp, the sandbox prelude's, python3's own.
 _MISSING = re.compile(
-    r"executable file not found|no such file or directory|can't open file", re.IGNORECASE
+    r"executable file not found|no such file or directory|can't open file|no module named",
+    re.IGNORECASE,
 )
+#: A command that is a Python interpreter by path: the sandbox runs its own python3.
+_HOST_PYTHON = re.compile(r"python(?:\d+(?:\.\d+)?)?")
 
 
 class McpError(ToolError):
@@ -215,11 +218,23 @@ class McpServer:
         if not self.executor.isolated or not _MISSING.search(said):
             return ""
         system = "the host's /usr" if self.executor.name == "bwrap" else "the sandbox image"
-        return (
+        where = (
             f". It runs in the sandbox ({self.executor.name}), where its command must "
             f"exist: in {system}, or in a directory given in mcp.servers.{self.name}.mounts "
             "(within sandbox.allowed_roots)"
         )
+        program = self.config.command[0] if self.config.command else ""
+        if "/" in program and _HOST_PYTHON.fullmatch(program.rsplit("/", 1)[1]):
+            # A venv's python is a link to the host's interpreter, with the venv's
+            # packages found from its path: in the sandbox it is the image's python3.
+            where += (
+                f". Its python ({program}) runs there as the sandbox's python3, without "
+                "that environment's packages: install the server's packages into a "
+                f"directory (pip install --target DIR ...), give DIR in "
+                f"mcp.servers.{self.name}.mounts and PYTHONPATH=DIR in "
+                f"mcp.servers.{self.name}.env, and run it with python3"
+            )
+        return where
 
     def _why(self) -> str:
         """The tail of what the server wrote on stderr, when it said anything."""

@@ -105,6 +105,15 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    if spec.mounts and not spec.sandbox:
+        # An ACP agent runs in its sandbox unless --no-sandbox: it takes mounts there.
+        in_own_sandbox = definition is not None and definition.protocol == "acp"
+        if spec.no_sandbox or not in_own_sandbox:
+            raise UsageError(
+                f"--mount only applies with --sandbox (agent {key!r} runs on the host without it)"
+                if not spec.no_sandbox
+                else "--mount only applies in a sandbox, not with --no-sandbox"
+            )
     return agent_cls, options
 
 
@@ -167,7 +176,8 @@ def build_agent(
         return agent_cls(
             engine, spec.model, config=config, spec=spec,
             mcp_servers=_acp_servers(spec, config),
-            own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names), **kwargs,
+            own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
+            max_turns=spec.max_turns, mounts=spec.mounts, **kwargs,
         )  # fmt: skip
     if getattr(agent_cls, "own_sandbox", False):  # claude_code: a container of its own
         kwargs.update(config=config, sandboxed=not spec.no_sandbox)

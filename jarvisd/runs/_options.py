@@ -22,8 +22,11 @@ __all__ = ["Option", "check_options", "declared_options", "parse_option_flags"]
 #: Set by the runtime from flags, the config and the run: never an ``--option``.
 RESERVED = frozenset({
     "engine", "model", "tools", "bus", "executor", "allow_network", "temperature",
-    "max_tokens", "system_prompt", "max_turns", "spec", "config",
+    "max_tokens", "system_prompt", "max_turns", "spec", "config", "sandboxed",
 })  # fmt: skip
+#: Options a user may try that flags decide: the flag to use instead (a silent
+#: overwrite would leave the user believing the option held).
+FLAG_CHOSEN = {"sandboxed": "--sandbox / --no-sandbox"}
 _PLAIN = {"int": int, "float": float, "bool": bool, "str": str}
 _TRUE, _FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -142,6 +145,10 @@ def check_options(agent: str, agent_cls: type, values: Mapping[str, object]) -> 
     checked: dict[str, object] = {}
     for name, value in values.items():
         option = declared.get(name)
+        if name in FLAG_CHOSEN:
+            raise UsageError(
+                f"option {name!r} of agent {agent!r} is chosen by {FLAG_CHOSEN[name]}, not --option"
+            )
         if option is None:
             known = ", ".join(o.describe() for o in declared.values()) or "none"
             raise UsageError(f"agent {agent!r} has no option {name!r} (its options: {known})")

@@ -39,6 +39,7 @@ from ..executors import CodeExecutor, ExecRequest
 from ..mcp import McpToolset, mcp_server_of
 from ..protocol import ErrorFrame, OfferedTool, ResultFrame, Start, jsonable
 from ..runs._outcome import Failure, RunOutcome
+from ._policy import CODE_ROOT
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -57,9 +58,20 @@ __all__ = [
 
 #: The most of a sandboxed program's error message that reaches the host's outcome.
 MAX_ERROR_CHARS = 4000
+#: Built-in tools that read host state the container does not have: the host runs
+#: them, as it runs MCP tools, and the agent in here calls them through its frames.
+HOST_SIDE_TOOLS = frozenset({"retrieval"})
 
-# -S: no site module; -c rather than -m: no runpy. Both are start-up time in every run.
-RUNNER_ARGV = ("python3", "-S", "-B", "-c", "from runners.sandbox_runner import entry; entry()")
+#: -I: isolated, so nothing a sandboxed user can write is ever on the runner's import
+#: path (no working directory, no PYTHON* variables, no user site): the runner starts
+#: as root and its launcher stays root (executors._privsep). jarvis's own code is put
+#: on the path by hand, from its read-only mount. -S: no site module; -c rather than
+#: -m: no runpy. Both are start-up time in every run.
+RUNNER_ARGV = (
+    "python3", "-I", "-S", "-B", "-c",
+    f"import sys; sys.path.insert(0, {CODE_ROOT!r}); "
+    "from runners.sandbox_runner import entry; entry()",
+)  # fmt: skip
 
 #: Engine calls a sandboxed program may make per turn of its agent when the run sets no
 #: budget (a tool loop makes one or two; rlm's llm_batch makes one per chunk).
@@ -147,6 +159,11 @@ class SandboxedAgent(BaseAgent):
     def _mcp_names(self) -> list[str]:
         return [name for name in self.spec.tools if mcp_server_of(name, self.config)]
 
+    def _host_side(self) -> list[str]:
+        """The run's tools the host runs for it (like MCP tools): those that need what
+        only the host has (the memory database is not in the container)."""
+        return [name for name in self.spec.tools if name.strip() in HOST_SIDE_TOOLS]
+
     def _payload(
         self,
         input: str,
@@ -155,10 +172,16 @@ class SandboxedAgent(BaseAgent):
         host_tools: Sequence[OfferedTool] = (),
     ) -> dict[str, Any]:
         # The MCP tools go as host tools: inside, the config names no server.
-        mcp_names = set(self._mcp_names())
+        mcp_names = {*self._mcp_names(), *self._host_side()}
         tools = tuple(name for name in self.spec.tools if name not in mcp_names)
         inner = dataclasses.replace(
-            self.spec, input=input, sandbox=False, context_file=None, tools=tools
+            # Inside, the mounts are made already: the inner run names none.
+            self.spec,
+            input=input,
+            sandbox=False,
+            context_file=None,
+            tools=tools,
+            mounts=(),
         )
         payload: dict[str, Any] = {
             "spec": inner.to_dict(),
@@ -194,6 +217,10 @@ class SandboxedAgent(BaseAgent):
         # (their containers removed) when the toolset closes, however the run ends.
         async with McpToolset(self.config, executor) as toolset:
             host_tools = await toolset.tools(self._mcp_names())
+            if self._host_side():
+                from ..tools import build_tools
+
+                host_tools += build_tools(self._host_side(), self.config, self.engine)
             channel = await executor.open(request)
             session = FrameSession(
                 channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,

@@ -38,7 +38,7 @@ from typing import ClassVar
 from .._config import Config
 from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, CodeExecutor, ExecRequest
-from ..executors._subprocess import Limits, SubprocessChannel, _preexec
+from ..executors._subprocess import Limits, SubprocessChannel, _preexec, _rlimits
 from ..protocol import MAX_FRAME_BYTES
 from ._docker import _write_inputs
 from ._mounts import Mount, MountPolicy
@@ -155,6 +155,7 @@ class BwrapExecutor(CodeExecutor):
                 file_bytes=self.policy.tmp_bytes,
             )
             timeout = request.timeout
+            rlimits = _rlimits(limits, timeout)
             # As root, run bubblewrap as the sandbox uid: RLIMIT_NPROC does not bind root,
             # and an unprivileged user namespace is all bwrap needs.
             user = self.policy.uid if os.getuid() == 0 else None
@@ -167,7 +168,7 @@ class BwrapExecutor(CodeExecutor):
                 cwd="/",
                 env={"PATH": os.environ.get("PATH", os.defpath)},
                 start_new_session=True,
-                preexec_fn=lambda: _preexec(limits, timeout),
+                preexec_fn=lambda: _preexec(rlimits),
                 user=user,
                 group=group,
                 extra_groups=[] if user is not None else None,

@@ -57,6 +57,7 @@ from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
 from ..executors._privsep import ENV as PRIVSEP_ENV
 from ..protocol import MAX_FRAME_BYTES
+from ._covers import covers, make_covers
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
@@ -345,8 +346,10 @@ class DockerExecutor(CodeExecutor):
         mounts: Sequence[Mount],
         sources: Sequence[str],
         inputs: Path | None,
+        extra: Sequence[tuple[str, str, bool]] = (),
     ) -> dict[str, Any]:
-        """The engine's container configuration for ``request`` (no I/O)."""
+        """The engine's container configuration for ``request`` (no I/O); ``extra``:
+        more binds of jarvis's own (covers)."""
         from docker.types import LogConfig, Ulimit
 
         api = self.client().api
@@ -384,7 +387,7 @@ class DockerExecutor(CodeExecutor):
             ipc_mode="private",
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            mounts=self._mount_specs(mounts, sources, inputs, request.system_binds),
+            mounts=self._mount_specs(mounts, sources, inputs, [*request.system_binds, *extra]),
         )
         container_config: dict[str, Any] = api.create_container_config(
             policy.image,
@@ -433,10 +436,14 @@ class DockerExecutor(CodeExecutor):
         api = self.client().api
         policy = self.policy
         inputs = _write_inputs(request.files, policy) if request.files else None
+        # Private directories above a mount (root's 0700 home): a traversable empty
+        # directory over each, so the sandbox user reaches the mount (``_covers``).
+        targets = [*(str(m.target) for m in mounts), *(t for _, t, _ in request.system_binds)]
+        cover_dir, cover_binds = make_covers(covers(targets, policy.uid, policy.gid, ["/tmp"]))
         try:
             with self._engine_sources(mounts) as sources:
                 try:
-                    config = self._configure(request, mounts, sources, inputs)
+                    config = self._configure(request, mounts, sources, inputs, cover_binds)
                     # A pooled container fits only a request with nothing of its own.
                     pool = (
                         self.pool()
@@ -476,10 +483,13 @@ class DockerExecutor(CodeExecutor):
                     raise
         except BaseException:
             _remove_tree(inputs)
+            _remove_tree(cover_dir)
             raise
-        return DockerChannel(
+        channel = DockerChannel(
             loop, api, container_id, sock, request.timeout, inputs, policy, self.engine
         )
+        channel.scratch = cover_dir
+        return channel
 
 
 def _translate(exc: Exception, doing: str) -> SandboxError:
@@ -549,6 +559,8 @@ class DockerChannel(Channel):
         self._sock = sock
         self._raw: socket.socket = getattr(sock, "_sock", sock)
         self._inputs = inputs
+        #: A host directory of this container's own (its covers), removed with it.
+        self.scratch: Path | None = None
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(_QUEUE_CHUNKS)
         self._buf = bytearray()
         self._eof = False
@@ -813,6 +825,7 @@ class DockerChannel(Channel):
         with contextlib.suppress(OSError):
             self._raw.close()
         _remove_tree(self._inputs)
+        _remove_tree(self.scratch)
         return code, oom
 
     async def kill(self, reason: str = "killed") -> None:

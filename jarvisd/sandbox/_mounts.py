@@ -9,7 +9,9 @@ passes; otherwise :class:`MountRefused` says which check failed and why:
    blocked-name check to the path as written as well).
 3. No component of the path matches a blocked pattern (``.ssh``, ``*.pem``,
    ``token*``...; case-insensitive globs; multi-component patterns such as
-   ``.config/gcloud`` match consecutive components).
+   ``.config/gcloud`` match consecutive components). A source file whose name matches
+   only a name pattern (``token.py``) is judged by its first bytes instead: refused
+   when they look like a key (``jarvisd._blocked``).
 4. The path does not CONTAIN anything sensitive: it is not ``/``, a home directory,
    an ancestor of one, or a system directory (``/etc``, ``/proc``, ``/run``...), and a
    bounded walk of the tree finds no blocked name. A tree too large to walk completely
@@ -40,7 +42,6 @@ files); entries added to an allowed tree after the check.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 import pwd
 import stat
@@ -48,6 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 
+from .._blocked import CONTENT_BYTES, blocked_component, excusable, looks_like_key
 from .._errors import MountRefused
 
 __all__ = [
@@ -157,18 +159,6 @@ def _refuse_bad_chars(path: str, shown: str) -> None:
         raise MountRefused(f"mount path {shown!r} contains ',' (refused: ambiguous in mount specs)")
 
 
-def _blocked_component(parts: Sequence[str], patterns: Sequence[str]) -> str | None:
-    """The first pattern matching a component (or run of components), or None."""
-    lowered = [p.lower() for p in parts]
-    for pattern in patterns:
-        pieces = pattern.lower().split("/")
-        n = len(pieces)
-        for i in range(len(lowered) - n + 1):
-            if all(fnmatch.fnmatchcase(lowered[i + k], pieces[k]) for k in range(n)):
-                return pattern
-    return None
-
-
 def _is_within(path: Path, parent: Path) -> bool:
     return path == parent or path.is_relative_to(parent)
 
@@ -258,8 +248,8 @@ class MountPolicy:
         except OSError as exc:
             raise MountRefused(f"{written} cannot be inspected: {exc.strerror}") from exc
         del info
-        pattern = _blocked_component(written.parts, self.blocked)
-        if pattern is not None:
+        pattern = blocked_component(written.parts, self.blocked)
+        if pattern is not None and not excusable(written.parts, self.blocked):
             raise MountRefused(f"{written} is blocked: it matches {pattern!r}")
         try:
             real = Path(os.path.realpath(written, strict=True))
@@ -269,15 +259,18 @@ class MountPolicy:
         _refuse_bad_chars(str(real), shown)
         if ":" in str(real):
             raise MountRefused(f"{shown} contains ':' (refused: ambiguous in mount specs)")
-        pattern = _blocked_component(real.parts, self.blocked)
-        if pattern is not None:
-            raise MountRefused(f"{shown} is blocked: it matches {pattern!r}")
+        named = blocked_component(real.parts, self.blocked)
+        if named is not None and not excusable(real.parts, self.blocked):
+            raise MountRefused(f"{shown} is blocked: it matches {named!r}")
+        pattern = named or pattern  # a source file so named: judged once opened
         # From here on, the object itself: reached without following any symlink, so a
         # path swapped since realpath() is refused rather than followed.
         with _opened(real, shown) as fd:
             info = os.fstat(fd)
             if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
                 raise MountRefused(f"{shown} is neither a regular file nor a directory")
+            if pattern is not None:  # a source file so named: its contents decide
+                _refuse_key(fd, None, pattern, shown, info.st_mode)
             self._refuse_sensitive(real, shown)
             root = self._allowed_root(real, shown)
             if wants_rw and not root.writable:
@@ -349,8 +342,8 @@ class MountPolicy:
                         "verify that it contains no secrets (mount a narrower directory)"
                     )
                 path = rel / entry.name
-                pattern = _blocked_component(path.parts, self.blocked)
-                if pattern is not None:
+                pattern = blocked_component(path.parts, self.blocked)
+                if pattern is not None and not excusable(path.parts, self.blocked):
                     raise MountRefused(
                         f"{shown} is refused: it contains {real / path}, which matches {pattern!r}"
                     )
@@ -362,6 +355,10 @@ class MountPolicy:
                     raise MountRefused(
                         f"{shown} cannot be verified: {real / path} ({exc.strerror})"
                     ) from exc
+                if pattern is not None:  # a source file so named: its contents decide
+                    _refuse_key(
+                        dir_fd, entry.name, pattern, f"{shown} is refused: {real / path}", mode
+                    )
                 kind = _special_kind(mode)
                 if kind:
                     raise MountRefused(
@@ -400,6 +397,33 @@ class MountPolicy:
         finally:
             for dir_fd, _rel, _pending in stack:
                 os.close(dir_fd)
+
+
+def _refuse_key(dir_fd: int, name: str | None, pattern: str, shown: str, mode: int) -> None:
+    """Refuse a file whose name matches the name pattern ``pattern`` unless it is a
+    regular file whose first bytes do not look like a key (``jarvisd._blocked``):
+    ``name`` in the directory ``dir_fd``, or ``dir_fd`` itself (an O_PATH descriptor)
+    when ``name`` is None. Opened without following a symlink, without blocking."""
+    blocked = f"{shown} matches {pattern!r}"
+    if not stat.S_ISREG(mode):
+        raise MountRefused(f"{blocked} and is not a regular file")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        if name is None:  # reopens the very object the O_PATH descriptor names
+            fd = os.open(f"/proc/self/fd/{dir_fd}", flags & ~os.O_NOFOLLOW)
+        else:
+            fd = os.open(name, flags, dir_fd=dir_fd)
+    except OSError as exc:
+        raise MountRefused(f"{blocked} and cannot be read to check it ({exc.strerror})") from exc
+    try:
+        data = os.read(fd, CONTENT_BYTES)
+    except OSError as exc:
+        raise MountRefused(f"{blocked} and cannot be read to check it ({exc.strerror})") from exc
+    finally:
+        os.close(fd)
+    why = looks_like_key(data)
+    if why:
+        raise MountRefused(f"{blocked}: {why}")
 
 
 _DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

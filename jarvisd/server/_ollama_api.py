@@ -10,7 +10,8 @@ Endpoints: ``GET /``, ``GET /api/version``, ``GET /api/tags``, ``POST /api/show`
 default as in Ollama, or one JSON object with ``"stream": false``). For OpenAI clients
 also ``GET /v1/models`` and ``POST /v1/chat/completions`` (server-sent events when
 ``"stream": true``). Errors are
-``{"error": "..."}`` bodies with Ollama's status codes; an error after streaming began is
+``{"error": "..."}`` bodies with Ollama's status codes (OpenAI's ``{"error": {"message",
+"type", "code"}}`` under ``/v1/``); an error after streaming began is
 sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
 
 Before anything else, a request is refused (403, a JSON error) unless its Host and
@@ -45,7 +46,15 @@ from .._errors import (
     ModelNotFound,
     UsageError,
 )
-from .._messages import Message, Role, SamplingOptions, StreamChunk, ToolCall, ToolSpec
+from .._messages import (
+    Generation,
+    Message,
+    Role,
+    SamplingOptions,
+    StreamChunk,
+    ToolCall,
+    ToolSpec,
+)
 from .._toolcalls import calls_end
 from ..engines import Engine, ModelInfo
 from ..gateway import _openai_chat as openai_chat
@@ -322,6 +331,41 @@ class OllamaServer:
         return name
 
 
+def _gguf_metadata(engine: Engine, name: str) -> dict[str, Any]:
+    """The GGUF metadata of model ``name`` when ``engine`` runs it from a file ({}
+    otherwise: the engine is not llama.cpp, or the file cannot be read)."""
+    from ..catalog import resolve_model_path
+    from ..catalog._gguf import read_gguf_metadata
+    from ..engines._llamacpp import LlamaCppEngine, LlamaCppPool
+
+    inner = engine.engines.get(name) if isinstance(engine, LlamaCppPool) else engine
+    if not isinstance(inner, LlamaCppEngine):
+        return {}
+    try:
+        path = resolve_model_path(inner.model or name, inner.models_dir)
+    except JarvisError:
+        return {}
+    return read_gguf_metadata(path)
+
+
+def _beside_calls(generation: Generation) -> Generation:
+    """``generation`` without the stray text a small model leaves beside its tool calls
+    (a lone "{" of a call it began twice): text with no letter or digit says nothing."""
+    text = generation.content
+    if generation.tool_calls and text and not any(ch.isalnum() for ch in text):
+        return replace(generation, content="")
+    return generation
+
+
+def _wants_json(value: Any) -> bool:
+    """Ollama's ``format``: "json", or a JSON schema (answered as JSON, unchecked)."""
+    if value in (None, ""):
+        return False
+    if value == "json" or isinstance(value, dict):
+        return True
+    raise BadRequest(f'format must be "json" or a JSON schema, not {str(value)[:40]!r}')
+
+
 def _stop_at_calls(options: SamplingOptions, tools: Sequence[ToolSpec]) -> SamplingOptions:
     """With tools offered, generation stops once the reply holds its complete calls
     (``calls_end``): a model that writes one call a dozen times, or prose after its
@@ -353,8 +397,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _send_error(self, status: int, message: str) -> None:
-        self._send_json(status, {"error": message})
+    def _send_error(self, status: int, message: str, *, close: bool = False) -> None:
+        """An error in the caller's dialect: OpenAI's ``{"error": {"message", "type",
+        "code"}}`` under ``/v1/`` (its clients read nothing else), Ollama's
+        ``{"error": "..."}`` elsewhere."""
+        if self.path.startswith("/v1/"):
+            self._send_json(status, openai_chat.error(status, message), close=close)
+        else:
+            self._send_json(status, {"error": message}, close=close)
 
     def _body_length(self) -> int:
         """The request's Content-Length, checked before a byte of the body is read."""
@@ -418,7 +468,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _Refused as exc:
             log.info("refused %s %s from %s: %s", method, path, self.address_string(), exc)
             self.close_connection = True
-            self._send_json(exc.status, {"error": str(exc)}, close=True)
+            self._send_error(exc.status, str(exc), close=True)
         except BadRequest as exc:
             self._send_error(400, str(exc))
         except (EngineError, JarvisError) as exc:
@@ -471,15 +521,24 @@ class _Handler(BaseHTTPRequestHandler):
         name = self.api.resolve_model(body.get("model") or body.get("name"), use=False)
         models = {m.name: m for m in self.api.call(self.api.engine.list_models())}
         info = models.get(name, ModelInfo(name))
-        context = self.api.call(self.api.engine.context_length(name)) or info.context_length
-        arch = info.family or "llama"
+        window = self.api.call(self.api.engine.context_length(name)) or info.context_length
+        # A GGUF file says what the model is, as Ollama reports it: its architecture,
+        # the context it was trained for (the window this server gives is num_ctx),
+        # its chat template. Other engines: what they list.
+        meta = _gguf_metadata(self.api.engine, name)
+        arch = str(meta.get("general.architecture") or info.family or "llama")
+        context = meta.get(f"{arch}.context_length") or window
+        details = _model_entry(info)["details"]
+        if meta:
+            details.update(format="gguf", family=arch, families=[arch],
+                           parameter_size=str(meta.get("general.size_label") or ""))  # fmt: skip
         self._send_json(
             200,
             {
                 "modelfile": f"FROM {name}",
-                "parameters": "",
-                "template": "",
-                "details": _model_entry(info)["details"],
+                "parameters": f"num_ctx {window}" if window else "",
+                "template": str(meta.get("tokenizer.chat_template") or ""),
+                "details": details,
                 "model_info": {"general.architecture": arch, f"{arch}.context_length": context},
                 "capabilities": ["completion", "tools"],
                 "modified_at": _now(),
@@ -491,6 +550,8 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         model = self.api.resolve_model(body.get("model"))
         options = _stop_at_calls(_parse_options(body.get("options")), tools)
+        if _wants_json(body.get("format")):
+            options = replace(options, json_format=True)
         engine = self.api.engine
         chunks = self.api.iterate(
             lambda: engine.stream(messages, model=model, tools=tools, options=options)
@@ -550,6 +611,7 @@ class _Handler(BaseHTTPRequestHandler):
         g = chunk.generation
         if g is None:
             raise EngineResponseError("engine ended its stream without a result")
+        g = _beside_calls(g)
         total = time.perf_counter_ns() - start_ns
         body: dict[str, Any] = {
             "model": _tag(model),
@@ -620,10 +682,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _openai_chat(self) -> None:
         # The translation is the gateway's OpenAI dialect: one copy for both servers.
-        chat = openai_chat.parse(self._body(), 1024)
+        raw = self._body()
+        chat = openai_chat.parse(raw, 1024)
         requested = chat.model or self.api.engine.default_model() or "default"
         model = self.api.resolve_model(requested)
         options = _stop_at_calls(chat.options, chat.tools)
+        wanted = raw.get("response_format")
+        if isinstance(wanted, dict) and wanted.get("type") in ("json_object", "json_schema"):
+            options = replace(options, json_format=True)
         engine = self.api.engine
         chunks = self.api.iterate(
             lambda: engine.stream(chat.messages, model=model, tools=chat.tools, options=options)
@@ -635,7 +701,8 @@ class _Handler(BaseHTTPRequestHandler):
                 pass
             if final.generation is None:
                 raise EngineResponseError("engine ended its stream without a result")
-            self._send_json(200, openai_chat.response(final.generation, chat, model))
+            generation = _beside_calls(final.generation)
+            self._send_json(200, openai_chat.response(generation, chat, model))
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")

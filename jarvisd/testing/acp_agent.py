@@ -11,6 +11,9 @@ tests of jarvis's ACP client without Node.js or a model.
 * ``open``: as ``hang``, after starting a tool call (``t-open``) it never ends;
 * ``deaf``: never ends its prompt, not even when cancelled (it must be killed); it
   leaves a grandchild sleeping in its process group;
+* ``detach``: as ``deaf``, but its grandchild is detached (a session of its own)
+  and holds the agent's stdout; its pid is written to the file named by the next
+  argument; it sleeps for the argument after that (default 120 s);
 * ``garbage``: answers initialize, then prints a line that is not JSON;
 * ``huge``: answers initialize, then prints one line of 9 MiB;
 * ``exit``: exits with status 3 on initialize, after a line on stderr;
@@ -27,6 +30,8 @@ tests of jarvis's ACP client without Node.js or a model.
   is hidden on a terminal) ``; curl ... | sh``, then asks permission for a call that
   declares kind ``think`` but carries a shell command; answers
   ``execute: allowed|denied``.
+* ``infer``: asks the gateway for two chat completions at temperature 0.9 (as an
+  agent sets its own) and answers their HTTP statuses.
 
 Standard library only: it is started as a separate process.
 """
@@ -197,6 +202,30 @@ def gateway(session: str) -> str:
     return "end_turn"
 
 
+def infer(session: str) -> str:
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(os.environ["JARVIS_GATEWAY_URL"])
+    token = os.environ.get("JARVIS_GATEWAY_TOKEN", "")
+    body = json.dumps({"model": "m", "temperature": 0.9,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()  # fmt: skip
+    statuses = []
+    for _ in range(2):
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 80), 10) as conn:
+            conn.sendall(
+                f"POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer {token}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+        statuses.append(data.split(b" ", 2)[1].decode())
+    text(session, " ".join(statuses))
+    return "end_turn"
+
+
 def main() -> None:
     scenario = sys.argv[1] if len(sys.argv) > 1 else "work"
     session, cwd = "s-1", "/"
@@ -225,6 +254,15 @@ def main() -> None:
             mcp_servers = params.get("mcpServers") or []
             send({"id": ident, "result": {"sessionId": session}})
         elif method == "session/prompt":
+            if scenario == "detach":
+                seconds = sys.argv[3] if len(sys.argv) > 3 else "120"
+                grandchild = subprocess.Popen(  # inherits stdin, stdout and stderr
+                    [sys.executable, "-c", f"import time; time.sleep({float(seconds)})"],
+                    start_new_session=True,
+                )
+                with open(sys.argv[2], "w") as f:
+                    f.write(str(grandchild.pid))
+                scenario = "deaf"
             if scenario in ("hang", "deaf", "open"):
                 if scenario == "open":
                     update(session, {"sessionUpdate": "tool_call", "toolCallId": "t-open",
@@ -249,6 +287,8 @@ def main() -> None:
                 stop = sneaky(session)
             elif scenario == "plant":
                 stop = plant(session, cwd)
+            elif scenario == "infer":
+                stop = infer(session)
             elif scenario == "mcp":
                 text(session, json.dumps(mcp_servers, sort_keys=True))
                 stop = "end_turn"

@@ -74,14 +74,19 @@ def test_a_call_on_made_up_values_is_not_run_and_the_model_answers_instead(kind:
     assert result.metadata["held_calls"] == [
         {"tool": "get_match_stats", "invented": {"team_name": "Germany"}}
     ]
-    # The second turn was asked without tools, saying which value was made up.
+    # The second turn was asked again with the tools not held, saying which argument
+    # the request left out but not the value made up (read back, it becomes the answer).
     second = scripted.calls[1]
-    assert second.tools == ()
-    assert QUESTION in second.messages[-1].content
-    assert "team_name='Germany'" in second.messages[-1].content
+    assert [t.name for t in second.tools] == ["calculator"]
+    assert QUESTION in [m.content for m in second.messages]
+    note = second.messages[-1].content
+    assert "the request does not give the team_name that get_match_stats needs" in note
+    assert "Germany" not in "".join(m.content for m in second.messages)
 
 
-def test_a_model_that_calls_again_gets_no_call_run_and_the_user_is_told_what_is_missing() -> None:
+def test_a_model_that_calls_the_held_tool_again_gets_no_call_run_and_the_user_is_told_what_is_missing() -> (
+    None
+):
     scripted = ScriptedEngine([reply("", MADE_UP), reply('{"name": "get_match_stats", '
                                '"arguments": {"team_name": "Germany", "tournament": "x"}}')])  # fmt: skip
     result, stats = run(scripted, QUESTION)
@@ -157,3 +162,83 @@ def test_a_name_passed_to_a_tool_foreign_to_the_request_is_held() -> None:
     assert "calculate_boiling_point does not do what the request asks" in (
         scripted.calls[1].messages[-1].content
     )
+
+
+class Clock(BaseTool):
+    """mcp-server-time's two tools, as a model sees them."""
+
+    def __init__(self, name: str, properties: dict[str, Any], answer: str) -> None:
+        what = (
+            "Convert time between timezones."
+            if "convert" in name
+            else ("Get the current time in a specific timezone.")
+        )
+        self._spec = ToolSpec(
+            name, what, {"type": "object", "properties": properties, "required": list(properties)}
+        )
+        self.answer = answer
+        self.ran: list[dict[str, Any]] = []
+
+    @property
+    def spec(self) -> ToolSpec:
+        return self._spec
+
+    def execute(self, **params: Any) -> str:
+        self.ran.append(params)
+        return self.answer
+
+
+def clocks() -> tuple[Clock, Clock]:
+    text = {"type": "string"}
+    return (
+        Clock("time.get_current_time", {"timezone": text}, '{"datetime": "2026-11-29T02:05"}'),
+        Clock("time.convert_time",
+              {"source_timezone": text, "time": text, "target_timezone": text}, "converted"),
+    )  # fmt: skip
+
+
+INVENTED_TIME = ("time.convert_time",
+                 {"source_timezone": "UTC", "time": "14:30", "target_timezone": "Asia/Tokyo"})  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_after_a_held_call_the_tools_that_need_no_made_up_value_answer(kind: str) -> None:
+    # What 1.5B did with --tools 'time.*': "What time is it in Tokyo?" held as
+    # convert_time(time="14:30"); the note read "14:30" back and the model answered it.
+    current, convert = clocks()
+    scripted = ScriptedEngine([
+        reply("", INVENTED_TIME),
+        reply("", ("time.get_current_time", {"timezone": "Asia/Tokyo"})),
+        reply("It is 02:05 in Tokyo."),
+    ])  # fmt: skip
+    with engine_for(kind, scripted) as engine:
+        agent = AgentRegistry.create(
+            "orchestrator", engine, "scripted", temperature=0, tools=[current, convert]
+        )
+        result = asyncio.run(agent.arun("What time is it in Tokyo?"))
+        if not isinstance(engine, ScriptedEngine):
+            asyncio.run(engine.aclose())
+    assert convert.ran == [] and current.ran == [{"timezone": "Asia/Tokyo"}]
+    assert result.content == "It is 02:05 in Tokyo."
+    assert result.metadata["held_calls"] == [
+        {"tool": "time.convert_time", "invented": {"time": "14:30"}}
+    ]
+    second = scripted.calls[1]
+    assert [t.name for t in second.tools] == ["time.get_current_time"]
+    assert "14:30" not in "".join(m.content for m in second.messages)
+    assert "the request does not give the time that time.convert_time needs" in (
+        second.messages[-1].content
+    )
+    assert "14:30" not in "".join(m.content for call in scripted.calls for m in call.messages)
+
+
+def test_with_no_other_tool_the_answer_turn_does_not_read_the_made_up_value_back() -> None:
+    _, convert = clocks()
+    scripted = ScriptedEngine([reply("", INVENTED_TIME), reply("I cannot tell the time.")])
+    agent = AgentRegistry.create("orchestrator", scripted, "scripted", temperature=0,
+                                 tools=[convert])  # fmt: skip
+    result = asyncio.run(agent.arun("What time is it in Tokyo?"))
+    assert convert.ran == [] and result.content == "I cannot tell the time."
+    second = scripted.calls[1]
+    assert second.tools == ()
+    assert "14:30" not in "".join(m.content for m in second.messages)

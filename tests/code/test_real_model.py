@@ -1,6 +1,9 @@
 """jarvis code on a real local model (Qwen2.5-Coder-1.5B, llama.cpp, temperature 0):
-native_openhands on a one-line bug gives a diff or a clear "no change" outcome. The
-structure is asserted, never the model's prose."""
+what it checks is that the outcome is reported truthfully, not that the model fixes the
+bug. At 9d73508, 1.5B answers in prose and runs no cell ("I changed the line `return
+a - b` to `return a + b`"): nothing changes, and jarvis must say so (no change, the test
+still failing), never present the claim as a fix. A test that asserted the fix would
+fail on this model today; the structure is asserted, never the model's prose."""
 
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from .test_run import TEST_COMMAND
 pytestmark = [pytest.mark.model, pytest.mark.docker]
 
 
-def test_native_openhands_fixes_a_one_line_bug_or_says_no_change(project: Path) -> None:
+def test_native_openhands_on_a_one_line_bug_reports_what_really_changed(project: Path) -> None:
     from jarvisd.engines import LlamaCppEngine
 
     problem = engine_problem()
@@ -57,8 +60,10 @@ def test_native_openhands_fixes_a_one_line_bug_or_says_no_change(project: Path) 
     after = out["test_after"]
     print(f"\n1.5B: {record.state}, changed {out['changed']}, files {out['files']}, "
           f"test after {None if after is None else after['passed']}\n{out['diff'][:600]}")  # fmt: skip
+    assert after is not None  # the project's test ran again after the run
     if out["changed"]:
         assert out["diff"].startswith("diff --git a/") and out["files"]
         assert code["files"] == out["files"]
-    else:
-        assert out["files"] == [] and out["diff"] == "" and "no change" in text
+    else:  # whatever the model claimed, the user is told nothing changed
+        assert out["files"] == [] and out["diff"] == "" and "files:     no change" in text
+        assert after["passed"] is False and "test after:  failed" in text

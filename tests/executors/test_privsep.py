@@ -16,13 +16,16 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starting as root needs root")
 
 PROGRAM = textwrap.dedent("""
-    import os, subprocess, sys
-    from jarvisd.executors._privsep import become, drop_privileges
-    user = drop_privileges()
-    child = subprocess.run(["cat", "/proc/self/status"], preexec_fn=lambda: become(user),
-                           capture_output=True, text=True, check=True)
+    import asyncio, os, sys
+    from jarvisd.executors import ExecRequest, SubprocessExecutor, run_to_completion
+    from jarvisd.executors._launcher import drop_privileges
+    launcher = drop_privileges()
+    executor = SubprocessExecutor(launcher=launcher)
+    request = ExecRequest(argv=["cat", "/proc/self/status"], timeout=20)
+    child = asyncio.run(run_to_completion(executor, request))
     ids = [line.split()[1:4] for line in child.stdout.splitlines() if line[:4] in ("Uid:", "Gid:")]
-    print(os.getresuid(), ids)
+    caps = [line.split()[1] for line in child.stdout.splitlines() if line[:6] in ("CapEff", "CapPrm")]
+    print(os.getresuid(), ids, caps, child.exit_code)
 """)
 
 
@@ -33,12 +36,14 @@ def run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_runner_started_as_root_keeps_root_only_as_its_saved_uid() -> None:
+def test_a_runner_started_as_root_keeps_no_root_id_and_its_code_runs_as_the_code_user() -> None:
     done = run({"JARVIS_PRIVSEP": "10001:10001:10002"})
     assert done.returncode == 0, done.stderr
-    # The runner: real and effective 10001, saved 0; its child: 10002 throughout.
+    # The runner: 10001 throughout (no saved root uid: its launcher parent holds root);
+    # its code, started by the launcher: 10002 throughout, no capability.
     assert done.stdout == (
-        "(10001, 10001, 0) [['10002', '10002', '10002'], ['10001', '10001', '10001']]\n"
+        "(10001, 10001, 10001) [['10002', '10002', '10002'], ['10001', '10001', '10001']] "
+        "['0000000000000000', '0000000000000000'] 0\n"
     )
 
 
@@ -46,3 +51,35 @@ def test_a_runner_started_as_root_keeps_root_only_as_its_saved_uid() -> None:
 def test_a_runner_started_as_root_without_a_valid_plan_refuses_to_run(spec: str) -> None:
     done = run({"JARVIS_PRIVSEP": spec} if spec else {})
     assert done.returncode != 0 and "PrivsepError" in done.stderr
+
+
+LEFTOVER = textwrap.dedent("""
+    import asyncio, os, sys, time
+    from jarvisd.executors import ExecRequest, SubprocessExecutor, run_to_completion
+    from jarvisd.executors._launcher import drop_privileges
+    launcher = drop_privileges()
+    executor = SubprocessExecutor(launcher=launcher)
+    def run(*argv):
+        return asyncio.run(run_to_completion(executor, ExecRequest(argv=list(argv), timeout=20)))
+    # A code process leaves a detached (setsid) sleeper behind and ends.
+    left = run("sh", "-c", "setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
+    pid = int(left.stdout)
+    def alive():
+        try:
+            return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    deadline = time.monotonic() + 10
+    while alive() and time.monotonic() < deadline:  # gone when its session was reaped
+        time.sleep(0.05)
+    print("after the session", alive())
+""")
+
+
+def test_a_process_code_leaves_behind_is_killed_when_its_session_ends() -> None:
+    env = {"PATH": os.defpath, "PYTHONPATH": str(ROOT), "JARVIS_PRIVSEP": "10001:10001:10002"}
+    done = subprocess.run(
+        [sys.executable, "-c", LEFTOVER], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "after the session False\n"

@@ -49,8 +49,8 @@ def test_a_config_agent_runs_on_the_host_through_the_run_contract(
     )
     outcome, deltas, _ = _run(spec, config)
     assert outcome.ok, outcome.failure
-    assert outcome.answer == f"Reading. read: {MARKER}; edit: denied"
-    assert "".join(deltas) == outcome.answer
+    assert outcome.answer == f"read: {MARKER}; edit: denied"  # after its last tool call
+    assert "".join(deltas) == "Reading. " + outcome.answer  # all of it streamed
     assert outcome.agent == "fake"
     assert outcome.tool_results[0].content == MARKER
     assert outcome.metadata["sandboxed"] is False

@@ -118,3 +118,35 @@ def test_fs_requests_get_the_agent_users_permissions(tmp_path: Path) -> None:
     assert (root / "new").stat().st_uid == SANDBOX_UID
     with pytest.raises(ToolError, match="larger than"):
         Workspace(root, user=(SANDBOX_UID, SANDBOX_GID), max_read_bytes=3).read_text("README.md")
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="only root's private workspace is worked on as a copy")
+def test_in_a_private_workspace_fs_requests_change_the_copy_and_plants_stay_out(
+    tmp_path: Path,
+) -> None:
+    """jarvis as root in a 0700 project: the agent works on a copy it owns. Its fs
+    requests go to that copy too (as its own tools do), so a write it may make lands in
+    the project when the run ends, and a tool-configuring path is refused all the
+    same: the write-back never carries one."""
+    require(_docker_ok(), "needs a container engine (DOCKER_HOST)")
+    workspace = tmp_path / "private"
+    workspace.mkdir(mode=0o700)
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    (workspace / "private.txt").write_text("root only\n")
+    (workspace / "locked").mkdir(mode=0o755)
+    before = (workspace / ".git" / "config").read_text()
+    config = _config("plant", workspace, python="python3", image=IMAGE)
+    spec = AgentSpec(input="go", agent="fake", options={"workspace": str(workspace)})
+    outcome = asyncio.run(
+        run_spec(spec, RunContext(), config, ScriptedEngine.from_replies(["unused"]), trace=False)
+    )
+    assert outcome.ok, outcome.failure
+    got = json.loads(outcome.answer)
+    assert got["fs ok.txt"] == "written"
+    assert (workspace / "ok.txt").is_file()  # written back from the copy
+    for rel in (".git/config", ".git/hooks/pre-commit", ".envrc", ".vscode/tasks.json"):
+        assert got[f"fs {rel}"] != "written", rel
+    assert (workspace / ".git" / "config").read_text() == before
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert not (workspace / ".envrc").exists() and not (workspace / ".vscode").exists()
+    assert os.stat(workspace).st_mode & 0o777 == 0o700  # left as it was

@@ -120,7 +120,7 @@ async def test_a_sandboxed_agent_works_in_the_workspace(
         _fake("work"), Path("."), home, access, Workspace(workspace), sandbox_config, _prepare
     )
     await converse(channel, client, cwd=workspace, prompt="go", run=run)
-    assert client.answer_text() == f"Reading. read: {MARKER}; edit: allowed"
+    assert client.answer_text() == f"read: {MARKER}; edit: allowed"  # after its last tool call
     assert (workspace / "out.txt").exists()
 
 

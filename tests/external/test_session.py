@@ -52,8 +52,8 @@ async def test_a_turn_maps_text_tools_plan_and_permission(workspace: Path, tmp_p
     stop = await converse(channel, client, cwd=workspace, prompt="go", run=run)
     assert stop == "end_turn"
     answer = client.answer_text()
-    assert answer == f"Reading. read: {MARKER}; edit: allowed"
-    assert "".join(deltas) == answer
+    assert answer == f"read: {MARKER}; edit: allowed"  # after its last tool call
+    assert "".join(deltas) == "Reading. " + answer  # all of it streamed
     (start,) = of_type(events, "tool_call_start")
     assert start.data["tool"] == "read README.md" and start.data["kind"] == "read"
     (end,) = of_type(events, "tool_call_end")

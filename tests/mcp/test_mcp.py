@@ -36,7 +36,8 @@ def demo_servers() -> list[psutil.Process]:
     found = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if SERVER in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE:
+            # The server itself, not the reaper it runs under (whose argv holds its own).
+            if child.cmdline()[1:2] == [SERVER] and child.status() != psutil.STATUS_ZOMBIE:
                 found.append(child)
         except psutil.NoSuchProcess:
             continue

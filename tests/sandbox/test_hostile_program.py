@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("engine")]
 # is started as root with SETUID/SETGID for that), reads the start frame, and sends.
 HEAD = textwrap.dedent("""
     import os, sys, threading, time
-    from jarvisd.executors._privsep import drop_privileges
+    from jarvisd.executors._launcher import drop_privileges
     drop_privileges()
     from jarvisd.protocol import (EventFrame, FrameReader, Infer, InferResult, ResultFrame,
                                   encode)

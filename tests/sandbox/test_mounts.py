@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 from pathlib import Path
@@ -234,3 +235,69 @@ def test_parse_mount_request() -> None:
         parse_mount_request("/data:rw:rw")
     with pytest.raises(MountRefused):
         parse_mount_request("/da\x00ta")
+
+
+# -- a name that says "secret", on a source file -------------------------------------------
+
+KEYS = {
+    "pem": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n",
+    "openai": 'API_KEY = "sk-proj-' + "Ab3dE" * 8 + '"\n',
+    "github": 'TOKEN = "ghp_' + "aB3dEfGh1J" * 4 + '"\n',
+    "aws": 'KEY_ID = "AKIA' + "ABCDEFGH12345678" + '"\n',
+    "random": 'SECRET = "' + "q8ZkP2vR7nX4tY1wL9sJ3mB6cH0fD5gA+/Ue" + '"\n',
+}
+
+
+@pytest.mark.parametrize("name", ["token.py", "client_secret.ts", "password_hasher.js",
+                                  "token.cpython-311.pyc"])  # fmt: skip
+def test_a_source_file_named_like_a_secret_is_mounted_when_it_holds_no_key(
+    tree: Path, name: str
+) -> None:
+    package = tree / "ro" / "pkg" / "auth"
+    package.mkdir(parents=True)
+    (package / name).write_text("def handle(token: str) -> str:\n    return token.strip()\n")
+    assert policy(tree).check(str(tree / "ro" / "pkg")).source == tree / "ro" / "pkg"
+    assert policy(tree).check(str(package / name)).source == package / name  # the file alone
+
+
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_a_source_file_named_like_a_secret_that_holds_a_key_is_refused(
+    tree: Path, kind: str
+) -> None:
+    package = tree / "ro" / "pkg"
+    package.mkdir()
+    (package / "tokens.py").write_text("import os\n\n" + KEYS[kind])
+    with pytest.raises(MountRefused, match=r"tokens\.py matches 'token\*'"):
+        policy(tree).check(str(package))
+    with pytest.raises(MountRefused, match="key"):
+        policy(tree).check(str(package / "tokens.py"))
+
+
+@pytest.mark.parametrize(
+    ("path", "pattern"),
+    [("tokens/mod.py", "token*"), ("token.txt", "token*"), ("secret.pem.py", None),
+     (".env.py", ".env*"), ("id_rsa.py", "id_rsa*")],
+)  # fmt: skip
+def test_only_name_patterns_on_a_source_files_own_name_are_judged_by_content(
+    tree: Path, path: str, pattern: str | None
+) -> None:
+    target = tree / "ro" / "pkg" / path
+    target.parent.mkdir(parents=True)
+    target.write_text("x = 1\n")
+    if pattern is None:  # *secret* on a source name: its content decides, and it is clean
+        policy(tree).check(str(tree / "ro" / "pkg"))
+        return
+    with pytest.raises(MountRefused, match=re.escape(repr(pattern))):
+        policy(tree).check(str(tree / "ro" / "pkg"))
+
+
+def test_a_source_name_that_is_a_fifo_or_a_link_to_a_key_is_refused(tree: Path) -> None:
+    package = tree / "ro" / "pkg"
+    package.mkdir()
+    (package / "token.py").symlink_to(tree / "home" / ".ssh" / "id_rsa")
+    with pytest.raises(MountRefused, match="not a regular file"):
+        policy(tree).check(str(package))
+    (package / "token.py").unlink()
+    os.mkfifo(package / "token.py")
+    with pytest.raises(MountRefused, match="not a regular file"):
+        policy(tree).check(str(package))

@@ -76,8 +76,16 @@ def test_list_show_ps(client: ollama.Client) -> None:
     assert names == {"smollm2-135m:latest", "qwen2.5-coder-0.5b:latest"}
     shown = client.show("smollm2-135m")
     assert shown.modelinfo is not None
-    assert any(k.endswith(".context_length") and v == 4096 for k, v in shown.modelinfo.items())
+    assert any(k.endswith(".context_length") and v == 8192 for k, v in shown.modelinfo.items())
     assert client.ps().models == []  # shown, not run
+    # From the GGUF file, as Ollama reports it: the architecture, the context the model
+    # was trained for (this server's window is num_ctx), the chat template.
+    qwen = client.show("qwen2.5-coder-0.5b")
+    assert qwen.modelinfo == {"general.architecture": "qwen2", "qwen2.context_length": 32768}
+    assert qwen.details is not None and qwen.details.family == "qwen2"
+    assert qwen.details.parameter_size == "0.5B"
+    assert qwen.template and "<|im_start|>" in qwen.template
+    assert qwen.parameters == "num_ctx 4096"
 
 
 def test_chat_non_streaming_and_streaming(client: ollama.Client) -> None:
