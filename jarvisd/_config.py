@@ -182,6 +182,9 @@ class ExternalAgentConfig:
     command: tuple[str, ...] = ()
     protocol: Literal["acp", "frames"] = "acp"
     description: str = ""
+    # The context window (tokens) its first prompt needs: the embedded engine is sized
+    # for it before the agent starts (0: as the engine is; it still grows on demand).
+    context: int = _num(0, 0, 1_048_576)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,5 +86,10 @@ class Engine(abc.ABC):
     def default_model(self) -> str:
         return ""
 
+    async def reserve_context(self, tokens: int) -> None:  # noqa: B027 - optional hook
+        """Make the context window at least ``tokens`` where the engine sizes its own
+        (the embedded one), as far as the model and memory allow: a run that knows its
+        first prompt is large says so before it starts. Others ignore it."""
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release connections, processes or loaded weights."""

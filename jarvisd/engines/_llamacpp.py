@@ -365,6 +365,18 @@ class LlamaCppEngine(Engine):
             infos.append(ModelInfo(self.model, size=_file_size(self.model), family="gguf"))
         return infos
 
+    async def reserve_context(self, tokens: int) -> None:
+        if tokens <= self.n_ctx:
+            return
+
+        def grow() -> None:
+            with self._generating:  # as _grow requires: nothing else uses the model
+                if tokens > self.n_ctx and not self._grow(self.load(), tokens):
+                    log.info("the context window of %s stays at %d tokens (%d asked)",
+                             self.default_model(), self.n_ctx, tokens)  # fmt: skip
+
+        await asyncio.to_thread(grow)
+
     async def aclose(self) -> None:
         # A generation still running in its thread (a request cancelled on the way out)
         # is told to stop, and the model is freed only once it has: freeing it under a

@@ -171,6 +171,10 @@ class ExternalAgent(BaseAgent):
             run, workspace, agent=agent.name, policy=self.policy(),
             approver=self.approver or run.approver,
         )  # fmt: skip
+        if agent.context:
+            # Sized for the agent before it starts, rather than grown (a reload) when
+            # its first prompt does not fit.
+            await self.engine.reserve_context(agent.context)
         async with _temporary_home() as home, self._mirror(workspace) as copy:
             if not self.sandboxed:
                 from ._terminals import Terminals

@@ -58,6 +58,7 @@ def configured_agents(config: Config) -> dict[str, AgentDefinition]:
             protocol=entry.protocol,
             needs_node=False,
             command=tuple(entry.command),
+            context=entry.context,
         )
         for name, entry in config.agents.external.items()
     }

@@ -93,6 +93,10 @@ class AgentDefinition:
     prepare: Prepare | None = None
     #: Whether jarvis can hold it to some of its own tools (``--tools read,grep``).
     limits_tools: bool = False
+    #: The context window its first prompt needs (its own system prompt and tools:
+    #: 7,341 tokens for opencode, 8,397 for codex), with room for the work: the run's
+    #: engine is asked for this many before the agent starts (``reserve_context``).
+    context: int = 0
     #: A config agent's command (argv) and extra environment.
     command: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
@@ -217,12 +221,13 @@ BUILTIN: Mapping[str, AgentDefinition] = {
         "opencode", "opencode (sst) over ACP, on the run's model (OpenAI chat completions)",
         packages=(("opencode-ai", "1.18.33"),), binary="node_modules/.bin/opencode",
         needs_node=False, dialect="openai-chat", prepare=_opencode, limits_tools=True,
+        context=16384,
     ),
     "codex": AgentDefinition(
         "codex", "OpenAI Codex through codex-acp, on the run's model (OpenAI Responses)",
         packages=(("@openai/codex", "0.169.0"), ("@zed-industries/codex-acp", "0.16.0")),
         binary="node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp",
-        needs_node=False, dialect="openai-responses", prepare=_codex,
+        needs_node=False, dialect="openai-responses", prepare=_codex, context=16384,
     ),
     "claude": AgentDefinition(
         "claude", "Claude Code through claude-agent-acp, on the run's model (Anthropic Messages)",
