@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import ConfigError
+from ._errors import ConfigError, JarvisError
 from ._paths import paths
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "LlamaCppConfig",
     "McpConfig",
     "McpServerConfig",
+    "NetworkConfig",
     "OllamaConfig",
     "OpenAIConfig",
     "SandboxConfig",
@@ -142,6 +143,19 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """``[sandbox.network]``: the hosts every sandboxed run may reach through its egress
+    proxy (``jarvisd.netpolicy``). Entries are exact hosts or ``*.suffix``, with an
+    optional ``:PORT`` (default 443 and 80); a deny entry wins over an allow entry;
+    ``hosts`` maps a name to the address the proxy connects to (a mirror on the LAN).
+    Empty (the default): no network at all."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxConfig:
     backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
@@ -160,6 +174,8 @@ class SandboxConfig:
     # remove, a ping): past that it "stopped answering" and the run fails with
     # sandbox_unavailable rather than hanging until the task's limit.
     engine_timeout: float = _num(15.0, 0, above=True)
+    # Egress: what a sandboxed run may reach (nothing by default).
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +213,9 @@ class AgentsConfig:
     # Seconds a daemon task waits for `jarvis task approve|deny` before it is denied.
     approval_timeout: float = _num(600.0, 0, above=True)
     external: Mapping[str, ExternalAgentConfig] = field(default_factory=dict)
+    # Hosts one agent's sandbox may reach besides [sandbox.network]'s: agent key ->
+    # allow entries (``[agents.network] codex = ["api.openai.com"]``).
+    network: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +325,8 @@ def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
 
 def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> None:
     """Checks beyond a value's type, for the few keys that need them."""
+    if cls is NetworkConfig or (cls is AgentsConfig and key == "network"):
+        _check_network(cls, key, value, file, dotted)
     if cls is McpConfig and key == "servers":
         for name, server in value.items():
             if not MCP_SERVER_NAME.fullmatch(name):
@@ -316,6 +337,24 @@ def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> Non
                 raise ConfigError(
                     file, f"{dotted}.{name}.command", "a list: the program and its arguments"
                 )
+
+
+def _check_network(cls: type, key: str, value: Any, file: str, dotted: str) -> None:
+    """Egress entries parse as the proxy will read them (jarvisd.netpolicy)."""
+    from .netpolicy import NetPolicy
+
+    checks: list[tuple[str, dict[str, Any]]]
+    if cls is AgentsConfig:
+        checks = [(f"{dotted}.{name}", {"allow": list(entries)}) for name, entries in value.items()]
+    elif key == "hosts":
+        checks = [(dotted, {"hosts": dict(value)})]
+    else:
+        checks = [(f"{dotted}[{i}]", {key: [entry]}) for i, entry in enumerate(value)]
+    for where, kwargs in checks:
+        try:
+            NetPolicy.parse(source=where, **kwargs)
+        except (JarvisError, ValueError, TypeError) as exc:
+            raise ConfigError(file, where, f"a valid entry ({exc})") from None
 
 
 def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
