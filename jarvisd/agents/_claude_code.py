@@ -257,7 +257,7 @@ class ClaudeCodeAgent(BaseAgent):
             yield await box.start_in_sandbox(
                 sdk, sdk_dir, home, access,
                 Workspace(Path(workspace)), self.config or Config(), lambda *_: launch,
-                extra_binds=((str(bridge_dir()), bridge),),
+                extra_binds=((str(bridge_dir()), bridge),), egress=run.egress,
             )  # fmt: skip
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:

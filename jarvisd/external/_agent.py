@@ -181,7 +181,9 @@ class ExternalAgent(BaseAgent):
 
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
-                channel = await self._start(agent, where, home, access, workspace, copy)
+                channel = await self._start(
+                    agent, where, home, access, workspace, copy, egress=run.egress
+                )
                 stop_reason = await converse(
                     channel, client, cwd=workspace.root, prompt=input, run=run,
                     mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
@@ -220,7 +222,7 @@ class ExternalAgent(BaseAgent):
             access = GatewayAccess(
                 f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
             )
-            channel = await self._start(agent, where, home, access, workspace)
+            channel = await self._start(agent, where, home, access, workspace, egress=run.egress)
             session = FrameSession(
                 channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
                 name=f"agent {agent.name}",
@@ -302,13 +304,15 @@ class ExternalAgent(BaseAgent):
         access: GatewayAccess,
         workspace: Workspace,
         copy: Path | None = None,
+        *,
+        egress: str = "",
     ) -> Channel:
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
                 agent, where, home, access, workspace, self.config, self._launch,
-                mounts=self.mounts, copy=copy,
+                mounts=self.mounts, copy=copy, egress=egress,
             )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home

@@ -1,0 +1,252 @@
+"""A run's network policy in the real sandbox, through the path a user takes:
+``jarvis sandbox run --allow-net ...`` on the real engine, with the real egress proxy.
+
+One container does it all (the CI budget): ``pip install`` from a PEP 503 index served
+on the host (a tiny wheel built here) through the proxy with the index allowed, then the
+escape battery, then pip again against a host that is not allowed. A second, plain run
+checks the default: no --allow-net, no proxy, nothing mounted, no proxy variables.
+
+Refusals that reach the proxy (a denied CONNECT, an IP literal, a host not allowed, a
+program's own request naming the metadata address) are ``net_connect`` events, printed
+by ``jarvis sandbox run`` as ``jarvis: net: REFUSED HOST:PORT``. Those the kernel
+refuses (raw TCP and UDP, DNS, IPv6, a program that ignores the proxy variables) never
+reach it: the sandbox has no route, and the test asserts the errno.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jarvisd._config import SandboxConfig
+from tests.conftest import require
+
+from .conftest import engine_problem
+
+pytestmark = pytest.mark.usefixtures("engine")
+
+IMAGE = os.environ.get("JARVIS_TEST_SANDBOX_IMAGE", SandboxConfig().image)
+PACKAGE = "jarvis_tinypkg"
+
+
+def _wheel(directory: Path) -> Path:
+    """A pure-Python wheel of PACKAGE 0.1, built by hand (no build backend needed)."""
+    dist = f"{PACKAGE}-0.1.dist-info"
+    files = {
+        f"{PACKAGE}/__init__.py": b"VALUE = 42\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: 0.1\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: jarvis-test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = directory / f"{PACKAGE}-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+    return path
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[int]:
+    """A PEP 503 simple index with one project on the host's loopback; its port."""
+    root = tmp_path / "index"
+    project = root / "simple" / PACKAGE.replace("_", "-")
+    project.mkdir(parents=True)
+    wheel = _wheel(root)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    (root / "simple" / "index.html").write_text(f'<a href="{project.name}/">{project.name}</a>')
+    (project / "index.html").write_text(
+        f'<a href="../../{wheel.name}#sha256={digest}">{wheel.name}</a>'
+    )
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Quiet, directory=str(root))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# Runs in the sandbox: pip through the proxy, then each escape; one JSON line at the end.
+PROGRAM = r"""
+import json, os, socket, subprocess, sys, urllib.request
+port = int(sys.argv[1])
+out = {}
+
+def pip(index):
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check",
+         "--retries", "0", "--timeout", "30", "--target", "/tmp/site", "--index-url",
+         f"http://{index}:{port}/simple/", "--trusted-host", index, "jarvis-tinypkg"],
+        capture_output=True, text=True)
+    return done.returncode, (done.stdout + done.stderr)[-3000:]
+
+code, text = pip("pypi.test")
+out["pip_allowed"] = [code, text]
+if code == 0:
+    sys.path.insert(0, "/tmp/site")
+    import jarvis_tinypkg
+    out["imported"] = jarvis_tinypkg.VALUE
+
+def errno_of(fn):
+    try:
+        fn()
+        return "connected"
+    except OSError as exc:
+        return exc.errno or str(exc)
+
+def tcp(host, port, family=socket.AF_INET):
+    def go():
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect((host, port))
+    return go
+
+def udp(host, port):
+    def go():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.sendto(b"x", (host, port))
+    return go
+
+# The kernel's refusals: there is no route out of the sandbox at all.
+out["tcp_allowed_address"] = errno_of(tcp("127.0.0.1", port))   # its own loopback
+out["tcp_outside"] = errno_of(tcp("10.0.0.1", port))
+out["udp_outside"] = errno_of(udp("10.0.0.1", 53))
+out["dns"] = errno_of(lambda: socket.getaddrinfo("pypi.test", port))
+out["ipv6"] = errno_of(tcp("2001:db8::1", 443, socket.AF_INET6))
+ifaces = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
+out["interfaces"] = ifaces
+
+def fetch(url, proxies=None):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler(proxies)) \
+        if proxies is not None else urllib.request.build_opener()
+    try:
+        with opener.open(url, timeout=30) as reply:
+            return [reply.status, reply.read(200).decode("utf-8", "replace")]
+    except urllib.error.HTTPError as exc:
+        return [exc.code, exc.read(400).decode("utf-8", "replace")]
+    except OSError as exc:
+        return ["error", str(exc)]
+
+# A program that ignores (unsets) the proxy variables: no route.
+out["no_proxy_vars"] = fetch(f"http://pypi.test:{port}/simple/", proxies={})
+# Through the proxy: an IP literal, the metadata address, a host only mapped, not allowed.
+out["ip_literal"] = fetch(f"http://127.0.0.1:{port}/simple/")
+out["metadata"] = fetch("http://169.254.169.254/latest/meta-data/")
+
+def connect(target):
+    with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        return s.recv(400).decode("utf-8", "replace")
+
+out["connect_denied"] = connect("evil.test:443")
+out["connect_allowed_tunnel"] = connect(f"pypi.test:{port}")[:12]
+code, text = pip("other.test")
+out["pip_refused"] = [code, text]
+print(json.dumps(out))
+"""
+
+
+def _jarvis(tmp_path: Path, args: list[str], config: str = "") -> subprocess.CompletedProcess[str]:
+    file = tmp_path / "config.toml"
+    file.write_text(f'[sandbox]\nimage = "{IMAGE}"\nmemory = "256m"\n{config}')
+    env = {**os.environ, "JARVIS_CONFIG": str(file)}
+    return subprocess.run(
+        [sys.executable, "-m", "jarvisd", "sandbox", "run", *args],
+        capture_output=True, text=True, env=env, timeout=300, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_allow_net_pip_install_and_escape_battery(tmp_path: Path, index: int) -> None:
+    require(not engine_problem(), engine_problem())
+    config = (
+        "[sandbox.network]\n"
+        'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1" }\n'
+        'deny = ["evil.test"]\n'
+    )
+    done = _jarvis(
+        tmp_path,
+        ["--allow-net", f"pypi.test:{index}", "--", "python3", "-c", PROGRAM, str(index)],
+        config,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    net = [line for line in done.stderr.splitlines() if line.startswith("jarvis: net: ")]
+
+    # The allowed index: pip installs from it, through the proxy.
+    assert out["pip_allowed"][0] == 0, out["pip_allowed"][1]
+    assert out["imported"] == 42
+    assert any(line.startswith(f"jarvis: net: allowed pypi.test:{index}") for line in net), net
+
+    # The kernel's refusals (no route; they never reach the proxy).
+    assert out["interfaces"] == ["lo"]
+    assert out["tcp_allowed_address"] == 111  # ECONNREFUSED: the sandbox's own loopback
+    assert out["tcp_outside"] == 101  # ENETUNREACH
+    assert out["udp_outside"] == 101
+    assert out["dns"] in (-2, -3, -5)  # EAI_NONAME / EAI_AGAIN / EAI_NODATA: no resolver
+    assert out["ipv6"] in (99, 101)  # EADDRNOTAVAIL / ENETUNREACH
+    assert out["no_proxy_vars"][0] == "error", out["no_proxy_vars"]
+
+    # The proxy's refusals, each an event naming the host.
+    assert out["ip_literal"][0] == 403, out["ip_literal"]
+    assert out["metadata"][0] == 403, out["metadata"]
+    assert out["connect_denied"].startswith("HTTP/1.1 403"), out["connect_denied"]
+    assert "evil.test" in out["connect_denied"]
+    assert out["connect_allowed_tunnel"].startswith("HTTP/1.1 200"), out
+    assert out["pip_refused"][0] != 0
+    assert "other.test" in out["pip_refused"][1]
+    refused = " ".join(line for line in net if "REFUSED" in line)
+    for target in (f"127.0.0.1:{index}", "169.254.169.254:80", "evil.test:443",
+                   f"other.test:{index}"):  # fmt: skip
+        assert target in refused, (target, net)
+    # Nothing the kernel refused showed up at the proxy.
+    assert "10.0.0.1" not in " ".join(net) and "2001:db8" not in " ".join(net)
+    summary = done.stderr.splitlines()[-1]
+    assert summary.startswith("jarvis: sandbox: network: "), done.stderr
+    assert "refused (" in summary
+
+
+# The default: no proxy, nothing mounted, no proxy variables, no forwarder.
+DEFAULT_PROGRAM = r"""
+import json, os, socket
+listening = socket.socket().connect_ex(("127.0.0.1", 3128))
+print(json.dumps({
+    "proxy_env": sorted(k for k in os.environ if "proxy" in k.lower() or k.startswith("GIT_C")),
+    "mounted": os.path.exists("/opt/jarvis-net"),
+    "forwarder": listening,
+}))
+"""
+
+
+def test_no_allow_net_no_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require(not engine_problem(), engine_problem())
+    done = _jarvis(tmp_path, ["--", "python3", "-c", DEFAULT_PROGRAM])
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"proxy_env": [], "mounted": False, "forwarder": 111}
+    assert "jarvis: net:" not in done.stderr and "network:" not in done.stderr
