@@ -31,11 +31,8 @@ from pathlib import Path
 import pytest
 
 from jarvisd._config import SandboxConfig
+from jarvisd.sandbox._bwrap import bwrap_path
 from tests.conftest import require
-
-from .conftest import engine_problem
-
-pytestmark = pytest.mark.usefixtures("engine")
 
 IMAGE = os.environ.get("JARVIS_TEST_SANDBOX_IMAGE", SandboxConfig().image)
 PACKAGE = "jarvis_tinypkg"
@@ -106,12 +103,14 @@ def pip(index):
         capture_output=True, text=True)
     return done.returncode, (done.stdout + done.stderr)[-3000:]
 
-code, text = pip("pypi.test")
-out["pip_allowed"] = [code, text]
-if code == 0:
-    sys.path.insert(0, "/tmp/site")
-    import jarvis_tinypkg
-    out["imported"] = jarvis_tinypkg.VALUE
+with_pip = sys.argv[2] == "pip"
+if with_pip:
+    code, text = pip("pypi.test")
+    out["pip_allowed"] = [code, text]
+    if code == 0:
+        sys.path.insert(0, "/tmp/site")
+        import jarvis_tinypkg
+        out["imported"] = jarvis_tinypkg.VALUE
 
 def errno_of(fn):
     try:
@@ -155,26 +154,34 @@ def fetch(url, proxies=None):
 
 # A program that ignores (unsets) the proxy variables: no route.
 out["no_proxy_vars"] = fetch(f"http://pypi.test:{port}/simple/", proxies={})
-# Through the proxy: an IP literal, the metadata address, a host only mapped, not allowed.
-out["ip_literal"] = fetch(f"http://127.0.0.1:{port}/simple/")
-out["metadata"] = fetch("http://169.254.169.254/latest/meta-data/")
-
-def connect(target):
+def proxy(method, target, host):
+    # Straight to the forwarder (NO_PROXY would keep urllib off it for 127.0.0.1).
     with socket.create_connection(("127.0.0.1", 3128), timeout=30) as s:
-        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        s.sendall(f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         return s.recv(400).decode("utf-8", "replace")
 
-out["connect_denied"] = connect("evil.test:443")
-out["connect_allowed_tunnel"] = connect(f"pypi.test:{port}")[:12]
-code, text = pip("other.test")
-out["pip_refused"] = [code, text]
+# Through the proxy: IP literals (the allowed host's address among them), the metadata
+# address, a denied CONNECT; and an allowed one, which opens.
+out["ip_literal"] = proxy("GET", f"http://127.0.0.1:{port}/simple/", f"127.0.0.1:{port}")
+out["ip_literal_urllib"] = fetch(f"http://10.1.2.3:{port}/simple/")
+out["metadata"] = fetch("http://169.254.169.254/latest/meta-data/")
+out["connect_denied"] = proxy("CONNECT", "evil.test:443", "evil.test:443")
+out["connect_allowed_tunnel"] = proxy("CONNECT", f"pypi.test:{port}", f"pypi.test:{port}")[:12]
+if with_pip:
+    out["pip_refused"] = list(pip("other.test"))
+else:  # the same refusal, by a plain client (bwrap: the host's /usr may lack pip)
+    out["pip_refused"] = fetch(f"http://other.test:{port}/simple/")
 print(json.dumps(out))
 """
 
 
-def _jarvis(tmp_path: Path, args: list[str], config: str = "") -> subprocess.CompletedProcess[str]:
+def _jarvis(
+    tmp_path: Path, args: list[str], config: str = "", backend: str = "docker"
+) -> subprocess.CompletedProcess[str]:
     file = tmp_path / "config.toml"
-    file.write_text(f'[sandbox]\nimage = "{IMAGE}"\nmemory = "256m"\n{config}')
+    file.write_text(
+        f'[sandbox]\nbackend = "{backend}"\nimage = "{IMAGE}"\nmemory = "256m"\n{config}'
+    )
     env = {**os.environ, "JARVIS_CONFIG": str(file)}
     return subprocess.run(
         [sys.executable, "-m", "jarvisd", "sandbox", "run", *args],
@@ -182,26 +189,29 @@ def _jarvis(tmp_path: Path, args: list[str], config: str = "") -> subprocess.Com
     )  # fmt: skip
 
 
-def test_allow_net_pip_install_and_escape_battery(tmp_path: Path, index: int) -> None:
-    require(not engine_problem(), engine_problem())
-    config = (
-        "[sandbox.network]\n"
-        'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1" }\n'
-        'deny = ["evil.test"]\n'
-    )
+CONFIG = (
+    "[sandbox.network]\n"
+    'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1" }\n'
+    'deny = ["evil.test"]\n'
+)
+
+
+def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     done = _jarvis(
         tmp_path,
-        ["--allow-net", f"pypi.test:{index}", "--", "python3", "-c", PROGRAM, str(index)],
-        config,
-    )
+        ["--allow-net", f"pypi.test:{port}", "--", "python3", "-c", PROGRAM, str(port),
+         "pip" if with_pip else "-"],
+        CONFIG,
+        backend,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     net = [line for line in done.stderr.splitlines() if line.startswith("jarvis: net: ")]
 
-    # The allowed index: pip installs from it, through the proxy.
-    assert out["pip_allowed"][0] == 0, out["pip_allowed"][1]
-    assert out["imported"] == 42
-    assert any(line.startswith(f"jarvis: net: allowed pypi.test:{index}") for line in net), net
+    if with_pip:  # the allowed index: pip installs from it, through the proxy
+        assert out["pip_allowed"][0] == 0, out["pip_allowed"][1]
+        assert out["imported"] == 42
+    assert any(line.startswith(f"jarvis: net: allowed pypi.test:{port}") for line in net), net
 
     # The kernel's refusals (no route; they never reach the proxy).
     assert out["interfaces"] == ["lo"]
@@ -213,22 +223,33 @@ def test_allow_net_pip_install_and_escape_battery(tmp_path: Path, index: int) ->
     assert out["no_proxy_vars"][0] == "error", out["no_proxy_vars"]
 
     # The proxy's refusals, each an event naming the host.
-    assert out["ip_literal"][0] == 403, out["ip_literal"]
+    assert out["ip_literal"].startswith("HTTP/1.1 403"), out["ip_literal"]
+    assert out["ip_literal_urllib"][0] == 403, out["ip_literal_urllib"]
     assert out["metadata"][0] == 403, out["metadata"]
     assert out["connect_denied"].startswith("HTTP/1.1 403"), out["connect_denied"]
     assert "evil.test" in out["connect_denied"]
     assert out["connect_allowed_tunnel"].startswith("HTTP/1.1 200"), out
     assert out["pip_refused"][0] != 0
-    assert "other.test" in out["pip_refused"][1]
+    assert "other.test" in str(out["pip_refused"][1])
     refused = " ".join(line for line in net if "REFUSED" in line)
-    for target in (f"127.0.0.1:{index}", "169.254.169.254:80", "evil.test:443",
-                   f"other.test:{index}"):  # fmt: skip
+    for target in (f"127.0.0.1:{port}", f"10.1.2.3:{port}", "169.254.169.254:80",
+                   "evil.test:443", f"other.test:{port}"):  # fmt: skip
         assert target in refused, (target, net)
     # Nothing the kernel refused showed up at the proxy.
-    assert "10.0.0.1" not in " ".join(net) and "2001:db8" not in " ".join(net)
+    assert "10.0.0.1:" not in " ".join(net) and "2001:db8" not in " ".join(net)
     summary = done.stderr.splitlines()[-1]
     assert summary.startswith("jarvis: sandbox: network: "), done.stderr
     assert "refused (" in summary
+
+
+@pytest.mark.usefixtures("engine")
+def test_docker_pip_install_and_escape_battery(tmp_path: Path, index: int) -> None:
+    _battery(tmp_path, index, "docker", with_pip=True)
+
+
+def test_bwrap_escape_battery(tmp_path: Path, index: int) -> None:
+    require(bwrap_path() is not None, "bubblewrap is not installed (apt-get install bubblewrap)")
+    _battery(tmp_path, index, "bwrap", with_pip=False)
 
 
 # The default: no proxy, nothing mounted, no proxy variables, no forwarder.
@@ -243,8 +264,8 @@ print(json.dumps({
 """
 
 
-def test_no_allow_net_no_proxy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require(not engine_problem(), engine_problem())
+@pytest.mark.usefixtures("engine")
+def test_no_allow_net_no_proxy(tmp_path: Path) -> None:
     done = _jarvis(tmp_path, ["--", "python3", "-c", DEFAULT_PROGRAM])
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
