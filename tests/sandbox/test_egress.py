@@ -209,6 +209,9 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     net = [line for line in done.stderr.splitlines() if line.startswith("jarvis: net: ")]
 
     if with_pip:  # the allowed index: pip installs from it, through the proxy
+        assert "No module named pip" not in out["pip_allowed"][1], (
+            f"the sandbox image {IMAGE} predates pip in it: rebuild it (`jarvis sandbox build`)"
+        )
         assert out["pip_allowed"][0] == 0, out["pip_allowed"][1]
         assert out["imported"] == 42
     assert any(line.startswith(f"jarvis: net: allowed pypi.test:{port}") for line in net), net
