@@ -25,14 +25,21 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from jarvisd._config import SandboxConfig
+from jarvisd._events import Event, EventType
+from jarvisd._run import RunContext
+from jarvisd.engines import ScriptedEngine
 from jarvisd.sandbox._bwrap import bwrap_path
+from jarvisd.traces import TraceStore
 from tests.conftest import require
+
+from .conftest import engine_problem
+from .test_hostile_program import ask
 
 IMAGE = os.environ.get("JARVIS_TEST_SANDBOX_IMAGE", SandboxConfig().image)
 PACKAGE = "jarvis_tinypkg"
@@ -274,3 +281,31 @@ def test_no_allow_net_no_proxy(tmp_path: Path) -> None:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"proxy_env": [], "mounted": False, "forwarder": 111}
     assert "jarvis: net:" not in done.stderr and "network:" not in done.stderr
+
+
+def test_a_sandboxed_agents_run_gets_the_proxy_and_its_events(
+    roots: tuple[Path, Path], hostile: Callable[[str], None]
+) -> None:
+    """``--sandbox --allow-net``: the agent's container reaches the run's proxy (the
+    runner, model-written code's parent, asks for a denied host), each connection is a
+    net_connect event on the run's bus and in its trace, and the outcome sums them."""
+    require(not engine_problem(), engine_problem())
+    hostile("""
+        import urllib.request
+        send(EventFrame(type="agent_turn_start", data={"agent": "simple", "input": "hi"}))
+        try:
+            urllib.request.urlopen("http://evil.test/x", timeout=30)
+            finish("reached")
+        except urllib.error.HTTPError as exc:
+            finish(f"{exc.code} {exc.read(300).decode()}")
+    """)
+    run = RunContext()
+    events: list[Event] = []
+    run.bus.subscribe(events.append, EventType.NET_CONNECT)
+    outcome = ask(roots, ScriptedEngine([]), run, allow_net=("pypi.test",))
+    assert outcome.ok, outcome.failure
+    assert outcome.answer.startswith("403 ") and "evil.test" in outcome.answer
+    assert [(e.data["host"], e.data["allowed"]) for e in events] == [("evil.test", False)]
+    assert outcome.metadata["network"]["line"] == "network: 1 connection, 1 refused (evil.test:80)"
+    trace = TraceStore().get(TraceStore().list(1)[0].id)
+    assert "net_connect" in [e["type"] for e in trace.events]
