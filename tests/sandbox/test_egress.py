@@ -27,6 +27,7 @@ import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -309,3 +310,56 @@ def test_a_sandboxed_agents_run_gets_the_proxy_and_its_events(
     assert outcome.metadata["network"]["line"] == "network: 1 connection, 1 refused (evil.test:80)"
     trace = TraceStore().get(TraceStore().list(1)[0].id)
     assert "net_connect" in [e["type"] for e in trace.events]
+
+
+def test_an_external_agents_container_reaches_the_runs_proxy(tmp_path: Path) -> None:
+    """An external agent's container (``start_in_sandbox``, which runs acp_forward
+    for the gateway) also gets the egress forwarder when its run allows hosts: the
+    scripted ACP agent, pointed at 127.0.0.1:3128, is answered by the run's proxy."""
+    require(not engine_problem(), engine_problem())
+    import asyncio
+
+    from jarvisd._config import parse_config
+    from jarvisd.external import converse
+    from jarvisd.external._registry import AgentDefinition, GatewayAccess, Launch
+    from jarvisd.external._sandbox import start_in_sandbox
+    from jarvisd.external._workspace import Workspace
+    from jarvisd.sandbox._netrun import RunNetwork, network_policy
+    from jarvisd.sandbox._policy import SandboxPolicy
+    from tests.external.conftest import make_client
+
+    workspace, home = tmp_path / "ws", tmp_path / "home"
+    for directory in (workspace, home):
+        directory.mkdir()
+        directory.chmod(0o777)
+    config = parse_config({"sandbox": {"image": IMAGE, "allowed_roots": [f"{tmp_path}:rw"]}})
+    agent = AgentDefinition(
+        "fake", "scripted", needs_node=False,
+        command=("python3", "-m", "jarvisd.testing.acp_agent", "gateway"),
+    )  # fmt: skip
+
+    def prepare(agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess) -> Launch:
+        # Its "gateway" request goes to the egress forwarder instead.
+        env = {"HOME": str(home), "PYTHONPATH": "/opt/jarvis",
+               "JARVIS_GATEWAY_URL": "http://127.0.0.1:3128", "JARVIS_GATEWAY_TOKEN": "t"}  # fmt: skip
+        return Launch(agent.command, env)
+
+    async def go() -> tuple[str, list[Any]]:
+        events: list[Any] = []
+        client, run, _, _ = make_client(workspace)
+        access = GatewayAccess(f"unix:{home / 'gateway.sock'}", "t", "local")
+        sandbox = SandboxPolicy.from_config(config)
+        policy = network_policy(config, ("pypi.test",))
+        async with RunNetwork(
+            policy, uid=sandbox.uid, gid=sandbox.gid, publish=events.append
+        ) as net:
+            channel = await start_in_sandbox(
+                agent, Path("."), home, access, Workspace(workspace), config, prepare,
+                egress=net.socket_path,
+            )  # fmt: skip
+            await converse(channel, client, cwd=workspace, prompt="go", run=run)
+        return client.answer_text(), events
+
+    answer, events = asyncio.run(go())
+    assert answer.startswith("HTTP/1.1 400 Bad Request | jarvis refused the request"), answer
+    assert len(events) == 1 and not events[0].allowed
