@@ -110,6 +110,8 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    if spec.allow_net:
+        _check_allow_net(spec.allow_net)
     if spec.allow_net and not _in_sandbox(spec, agent_cls):
         raise UsageError(
             "--allow-net opens hosts to a sandboxed run (--sandbox, an external agent, "
@@ -126,6 +128,17 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
                 else "--mount only applies in a sandbox, not with --no-sandbox"
             )
     return agent_cls, options
+
+
+def _check_allow_net(entries: Sequence[str]) -> None:
+    """``--allow-net`` entries parse (checked before a task is queued, not when it runs)."""
+    from .._errors import ConfigError
+    from ..netpolicy import NetPolicy
+
+    try:
+        NetPolicy.parse(allow=list(entries), source="--allow-net")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _in_sandbox(spec: AgentSpec, agent_cls: type[BaseAgent]) -> bool:
