@@ -7,7 +7,7 @@ mounted from the host, never copied in), pip, venv, git and the CA bundle (see
 :data:`PACKAGES`), with their dependencies from Debian's mirror, running no maintainer scripts; the extract hook
 writes what those scripts would have (users, /tmp) and precompiles the standard library
 (the read-only root could never cache bytecode at run time); the engine then imports the
-tarball as the image. About 30 s, about 170 MB (see PACKAGES). jarvis's own code is NOT in the image: it
+tarball as the image. About 10 to 30 s, about 140 MB (see PACKAGES). jarvis's own code is NOT in the image: it
 is bind-mounted read-only from the installed package at run time, so the host and the
 image never disagree on version.
 """
@@ -52,6 +52,9 @@ mkdir -p "$root/etc/ssl/certs"
 cat "$root"/usr/share/ca-certificates/mozilla/*.crt >"$root/etc/ssl/certs/ca-certificates.crt"
 # Nothing in the sandbox reads documentation or translations (about 50 MB).
 rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale"
+# Perl's full library (about 47 MB) comes with git, whose everyday commands are C: only
+# its perl scripts (send-email, svn) would need it. perl-base (dpkg's) stays.
+rm -rf "$root/usr/share/perl" "$root"/usr/lib/*-linux-gnu/perl
 chroot "$root" /usr/bin/python3 -m compileall -q -j 0 /usr/lib/python3.11 \\
     /usr/lib/python3/dist-packages >/dev/null 2>&1 || \\
     chroot "$root" /usr/bin/python3 -m compileall -q /usr/lib/python3.11 \\
