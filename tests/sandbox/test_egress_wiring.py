@@ -169,3 +169,12 @@ def test_backend_none_says_no_policy_applies(monkeypatch: pytest.MonkeyPatch) ->
     spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("pypi.org",))
     outcome = asyncio.run(_execute.run_spec(spec, RunContext(), config))
     assert "no network policy applies" in outcome.metadata["network"]["warning"]
+
+
+def test_task_logs_show_a_connection() -> None:
+    from jarvisd.cli._task import format_event
+
+    data = {"host": "evil.test", "port": 443, "allowed": False, "reason": "not in the allowlist",
+            "bytes_up": 0, "bytes_down": 0}  # fmt: skip
+    line = format_event(7, "net_connect", data)
+    assert line == "[7] net REFUSED evil.test:443 (not in the allowlist) up 0 B, down 0 B"
