@@ -19,6 +19,7 @@ Inside a tunnel the first bytes are looked at before anything is relayed:
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from ._proxy import _Budget
 
 __all__ = ["Session"]
+
+log = logging.getLogger(__name__)
 
 #: Response heads from upstream may be larger than a client's request heads.
 UPSTREAM_HEAD_BYTES: Final = 64 * 1024
@@ -112,6 +115,9 @@ class Session:
                 self.reason = (self.reason + "; " if self.reason else "") + (
                     f"connection lost ({type(exc).__name__})"
                 )
+        except Exception as exc:  # a bug here ends this connection, never the proxy
+            log.exception("egress proxy: connection to %s:%s failed", self.host, self.port)
+            self.allowed, self.reason = False, f"internal error ({type(exc).__name__})"
         finally:
             self.close()
             self.emit(self.event())
