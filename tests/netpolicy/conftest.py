@@ -43,8 +43,7 @@ class LocalCA:
     server: ssl.SSLContext
 
     def client(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca_file))
-        return context
+        return ssl.create_default_context(cafile=str(self.ca_file))
 
 
 def _name(text: str) -> x509.Name:
@@ -76,7 +75,7 @@ def make_ca(directory: Path) -> LocalCA:
                 decipher_only=False,
             ),
             critical=True,
-        )  # fmt: skip
+        )
         .add_extension(
             x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
         )

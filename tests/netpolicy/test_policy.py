@@ -127,9 +127,9 @@ def test_bad_entries_name_the_entry_and_the_source(entry: str, words: str) -> No
 
 
 def test_bad_shapes_and_hosts_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match="config.toml: deny"):
+    with pytest.raises(ConfigError, match=r"config\.toml: deny"):
         NetPolicy.parse(deny=[3], source="config.toml")  # type: ignore[list-item]
-    with pytest.raises(ConfigError, match="hosts.mirror.lan: expected an IP address"):
+    with pytest.raises(ConfigError, match=r"hosts\.mirror\.lan: expected an IP address"):
         NetPolicy.parse(hosts={"mirror.lan": "not-an-ip"}, source="x")
     with pytest.raises(ConfigError, match="a host name"):
         NetPolicy.parse(hosts={"10.0.0.1": "10.0.0.2"}, source="x")
