@@ -314,6 +314,7 @@ class Forwarder:
         self.port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
@@ -321,18 +322,24 @@ class Forwarder:
                 dst.write(chunk)
                 await dst.drain()
         with contextlib.suppress(OSError):
-            if dst.can_write_eof():
+            if dst.can_write_eof() and not dst.is_closing():
                 dst.write_eof()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        up_writer: asyncio.StreamWriter | None = None
         try:
             up_reader, up_writer = await asyncio.open_unix_connection(str(self.path))
+            await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
         except OSError:
-            writer.close()
-            return
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-        writer.close()
-        up_writer.close()
+            pass
+        finally:
+            self._tasks.discard(task)
+            for w in (writer, up_writer):
+                if w is not None:
+                    w.close()
 
     def __enter__(self) -> Forwarder:
         self._thread.start()
@@ -343,8 +350,16 @@ class Forwarder:
         self.port = server.sockets[0].getsockname()[1]
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    async def _close(self) -> None:
         self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
+        await self._server.wait_closed()
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self._loop).result(20)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()
@@ -359,10 +374,10 @@ def tls_through(
 ) -> Callable[[bytes], bytes]:
     """TLS over an open tunnel; returns a function that sends a request and reads
     the whole reply."""
-    tls = context.wrap_socket(sock, server_hostname=server_hostname)
 
     def exchange(request: bytes) -> bytes:
-        tls.sendall(request)
-        return read_all(tls)
+        with context.wrap_socket(sock, server_hostname=server_hostname) as tls:
+            tls.sendall(request)
+            return read_all(tls)
 
     return exchange
