@@ -46,6 +46,12 @@ _TOKEN_SP: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}[ \t]")
 _TOKEN_SO_FAR: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{0,32}\Z")
 
 
+def _head_size(request: h11.Request) -> int:
+    """The size of ``request``'s head as sent (request line, headers, line breaks)."""
+    size = len(request.method) + len(request.target) + 12
+    return size + sum(len(k) + len(v) + 4 for k, v in request.headers.raw_items()) + 2
+
+
 class _End(Exception):
     """Ends a session. ``refused``: ``reason`` refuses it in its event; otherwise
     an allowed connection ended for ``reason`` (idle, budget)."""
@@ -196,6 +202,16 @@ class Session:
                 conn.receive_data(await self.read(self.reader))
                 continue
             if isinstance(event, h11.Request):
+                # h11 bounds a head that arrives in pieces; one that came in a single
+                # read is measured here, so the bound holds however it was sent.
+                if _head_size(event) > self.limits.max_head_bytes:
+                    self.refuse(
+                        Refusal(
+                            431,
+                            str(Target(self.host, self.port)) if self.host else "",
+                            f"a request head larger than {self.limits.max_head_bytes} bytes",
+                        )
+                    )
                 return event
             if isinstance(event, h11.ConnectionClosed):
                 return None
