@@ -55,6 +55,14 @@ def test_decisions(host: str, port: int, allowed: bool) -> None:
     assert decision.reason
 
 
+@pytest.mark.parametrize("host", ["127.1", "0x7f000001", "2130706433", "0x7f.1", "10.1"])
+def test_numeric_names_are_refused_as_names(host: str) -> None:
+    # Even under an entry that would match them: resolvers read them as addresses.
+    decision = NetPolicy.parse(allow=["*.lan.example"]).decide(host, 80)
+    assert not decision.allowed
+    assert "resolvers read as an IPv4 address" in decision.reason
+
+
 def test_a_refusal_says_why_and_what_would_allow_it() -> None:
     denied = POLICY.decide("evil.pythonhosted.org", 443)
     assert "deny entry 'evil.pythonhosted.org'" in denied.reason
