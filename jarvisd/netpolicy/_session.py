@@ -19,6 +19,7 @@ Inside a tunnel the first bytes are looked at before anything is relayed:
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from ._connect import ConnectFailed, Refused, open_upstream
 from ._events import NetEvent, NetLimits
 from ._http import BadTarget, Refusal, Target, authority, forward_headers, refusal_bytes, url_target
 from ._policy import NetPolicy, normalize_host
+from ._splice import splice
 from ._tls import NEED_MORE, ClientHelloError, client_hello_sni
 
 if TYPE_CHECKING:
@@ -37,10 +39,18 @@ if TYPE_CHECKING:
 
 __all__ = ["Session"]
 
+log = logging.getLogger(__name__)
+
 #: Response heads from upstream may be larger than a client's request heads.
 UPSTREAM_HEAD_BYTES: Final = 64 * 1024
 _TOKEN_SP: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}[ \t]")
 _TOKEN_SO_FAR: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{0,32}\Z")
+
+
+def _head_size(request: h11.Request) -> int:
+    """The size of ``request``'s head as sent (request line, headers, line breaks)."""
+    size = len(request.method) + len(request.target) + 12
+    return size + sum(len(k) + len(v) + 4 for k, v in request.headers.raw_items()) + 2
 
 
 class _End(Exception):
@@ -112,6 +122,9 @@ class Session:
                 self.reason = (self.reason + "; " if self.reason else "") + (
                     f"connection lost ({type(exc).__name__})"
                 )
+        except Exception as exc:  # a bug here ends this connection, never the proxy
+            log.exception("egress proxy: connection to %s:%s failed", self.host, self.port)
+            self.allowed, self.reason = False, f"internal error ({type(exc).__name__})"
         finally:
             self.close()
             self.emit(self.event())
@@ -150,15 +163,9 @@ class Session:
     async def send(self, writer: asyncio.StreamWriter, data: bytes, *, up: bool) -> None:
         if not data:
             return
-        if not self.budget.spend(len(data)):
-            raise _End(
-                f"the run's network budget of {self.limits.max_total_bytes} bytes is spent",
-                refused=False,
-            )
-        if up:
-            self.up += len(data)
-        else:
-            self.down += len(data)
+        stop = self.count(len(data), up=up)
+        if stop:
+            raise _End(stop, refused=False)
         writer.write(data)
         try:
             async with asyncio.timeout(self.limits.idle_timeout):
@@ -190,6 +197,16 @@ class Session:
                 conn.receive_data(await self.read(self.reader))
                 continue
             if isinstance(event, h11.Request):
+                # h11 bounds a head that arrives in pieces; one that came in a single
+                # read is measured here, so the bound holds however it was sent.
+                if _head_size(event) > self.limits.max_head_bytes:
+                    self.refuse(
+                        Refusal(
+                            431,
+                            str(Target(self.host, self.port)) if self.host else "",
+                            f"a request head larger than {self.limits.max_head_bytes} bytes",
+                        )
+                    )
                 return event
             if isinstance(event, h11.ConnectionClosed):
                 return None
@@ -506,7 +523,7 @@ class Session:
             return
         await self.send(writer, data, up=True)
         await self.send(self.writer, from_upstream or b"", up=False)
-        await self._relay(reader, writer)
+        await self._splice(reader, writer)
 
     def _kind(self, data: bytes, target: Target) -> str:
         """What the tunnel carries: "tls" (checked), "http", "opaque" or "more"."""
@@ -558,20 +575,37 @@ class Session:
             raise _End("the upstream closed before the client spoke", refused=False)
         return got[0], got[1]
 
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, up: bool) -> None:
-            while chunk := await self.read(src):
-                await self.send(dst, chunk, up=up)
-            if dst.can_write_eof() and not dst.transport.is_closing():
-                dst.write_eof()  # a half-close: the other way may still carry an answer
-
-        tasks = (
-            asyncio.ensure_future(pump(self.reader, writer, True)),
-            asyncio.ensure_future(pump(reader, self.writer, False)),
+    async def _splice(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The rest of the tunnel, relayed at transport level (see ``_splice``)."""
+        await self.send(writer, _take_buffered(self.reader), up=True)
+        await self.send(self.writer, _take_buffered(reader), up=False)
+        stop = await splice(
+            self.writer.transport,  # type: ignore[arg-type]
+            writer.transport,  # type: ignore[arg-type]
+            self,
+            self.limits.idle_timeout,
+            client_eof=self.reader.at_eof(),
+            upstream_eof=reader.at_eof(),
         )
-        try:
-            for next_done in asyncio.as_completed(tasks):
-                await next_done  # the first failure ends both ways
-        finally:
-            for task in tasks:
-                task.cancel()
+        if stop:
+            raise _End(stop, refused=False)
+
+    def count(self, n: int, *, up: bool) -> str:
+        """Counts ``n`` relayed bytes; returns why to stop when the budget is spent."""
+        if not self.budget.spend(n):
+            return f"the run's network budget of {self.limits.max_total_bytes} bytes is spent"
+        if up:
+            self.up += n
+        else:
+            self.down += n
+        return ""
+
+
+def _take_buffered(reader: asyncio.StreamReader) -> bytes:
+    """What ``reader`` holds past the last read. StreamReader has no public way to
+    take it without waiting for more, so its buffer is read directly (CPython's
+    ``_buffer``, a bytearray, present since 3.4)."""
+    buffer: bytearray = reader._buffer  # type: ignore[attr-defined]
+    data = bytes(buffer)
+    buffer.clear()
+    return data

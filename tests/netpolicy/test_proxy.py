@@ -1,0 +1,126 @@
+"""The egress proxy against real upstreams on loopback: plain HTTP and HTTPS through
+it work for allowed hosts and are events; its socket is private."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import httpx
+import pytest
+
+from jarvisd._errors import UsageError
+from jarvisd.netpolicy import EgressProxy, NetPolicy
+
+from .conftest import (
+    Forwarder,
+    LocalCA,
+    Proxies,
+    Upstream,
+    ask,
+    mapped,
+    open_tunnel,
+    read_all,
+    wait_events,
+)
+
+
+def test_plain_http_to_an_allowed_host(proxies: Proxies, http_upstream: Upstream) -> None:
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"))
+    reply = ask(proxy.socket_path, f"GET http://upstream.test:{port}/hello HTTP/1.1\r\n"
+                f"Host: upstream.test:{port}\r\nConnection: close\r\n\r\n".encode())  # fmt: skip
+    assert reply.status == 200
+    assert reply.body == f"hello; Host=upstream.test:{port}".encode()
+    [event] = wait_events(proxy, 1)
+    assert (event.host, event.port, event.address, event.allowed, event.method) == (
+        "upstream.test", port, "127.0.0.1", True, "GET")  # fmt: skip
+    assert event.bytes_up > 0 and event.bytes_down > len(reply.body)
+    assert event.duration >= 0 and event.started > 0
+    assert event.to_dict()["reason"] == f"allowed by 'upstream.test:{port}'"
+
+
+def test_keep_alive_to_the_same_host_and_a_request_body(
+    proxies: Proxies, http_upstream: Upstream
+) -> None:
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"))
+    with (
+        Forwarder(proxy.socket_path) as fwd,
+        httpx.Client(proxy=fwd.url, trust_env=False) as client,
+    ):
+        first = client.get(f"http://upstream.test:{port}/hello")
+        second = client.post(f"http://upstream.test:{port}/echo", content=b"x" * 100_000)
+    assert first.status_code == 200 and first.text.startswith("hello")
+    assert second.status_code == 200 and second.content == b"echo:" + b"x" * 100_000
+    [event] = wait_events(proxy, 1)  # one connection, two requests
+    assert event.allowed and event.bytes_up > 100_000
+
+
+def test_https_through_connect_with_a_test_ca(
+    proxies: Proxies, https_upstream: Upstream, test_ca: LocalCA
+) -> None:
+    port = https_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"))
+    with (
+        Forwarder(proxy.socket_path) as fwd,
+        httpx.Client(proxy=fwd.url, verify=test_ca.client(), trust_env=False) as client,
+    ):
+        reply = client.get(f"https://upstream.test:{port}/bytes?n=300000")
+    assert reply.status_code == 200 and len(reply.content) == 300_000
+    [event] = wait_events(proxy, 1)
+    assert (event.method, event.allowed, event.address) == ("CONNECT", True, "127.0.0.1")
+    assert event.bytes_down > 300_000
+
+
+def test_an_exact_entry_naming_a_private_address_allows_exactly_it(
+    proxies: Proxies, http_upstream: Upstream
+) -> None:
+    port = http_upstream.port
+    proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
+    sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+    assert reply.status == 200
+    with sock:
+        sock.sendall(b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert b"hello; Host=127.0.0.1" in read_all(sock)
+    _, other = open_tunnel(proxy.socket_path, "127.0.0.1", port + 1 if port < 65535 else 1)
+    assert other.status == 403
+
+
+def test_the_socket_is_private_never_reused_and_removed(tmp_path: Path) -> None:
+    path = tmp_path / "egress.sock"
+    proxy = EgressProxy(NetPolicy(), path).start()
+    try:
+        mode = os.lstat(path).st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+        with pytest.raises(UsageError, match="something is already there"):
+            EgressProxy(NetPolicy(), path).start()
+    finally:
+        proxy.stop()
+    assert not path.exists()
+    proxy.stop()  # idempotent
+    (tmp_path / "taken").write_text("")
+    with pytest.raises(UsageError, match="already there"):
+        EgressProxy(NetPolicy(), tmp_path / "taken").start()
+    assert (tmp_path / "taken").read_text() == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
+def test_the_socket_is_handed_to_the_sandbox_uid(tmp_path: Path) -> None:
+    with EgressProxy(NetPolicy(), tmp_path / "s.sock", owner_uid=10001) as proxy:
+        info = os.lstat(proxy.socket_path)
+        assert info.st_uid == 10001 and stat.S_IMODE(info.st_mode) == 0o600
+
+
+def test_an_empty_policy_refuses_everything_with_events(proxies: Proxies) -> None:
+    proxy = proxies(NetPolicy())
+    reply = ask(
+        proxy.socket_path, b"GET http://pypi.org/simple/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n"
+    )
+    assert reply.status == 403
+    assert reply.headers["x-jarvis-refused"] == "pypi.org:80: not in the allowlist"
+    assert "--allow-net pypi.org" in reply.body.decode()
+    assert '[sandbox.network] allow = ["pypi.org"]' in reply.body.decode()
+    [event] = wait_events(proxy, 1)
+    assert not event.allowed and event.reason == "not in the allowlist"
