@@ -76,7 +76,7 @@ def test_allow_net_refused_for_a_run_on_the_host() -> None:
             AgentSpec(input="x", agent="opencode", no_sandbox=True, allow_net=("a.org",)), config
         )
     validate_spec(AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("a.org",)), config)
-    with pytest.raises(UsageError, match="--allow-net: allow: .*'http://a.org/'"):
+    with pytest.raises(UsageError, match=r"--allow-net: allow: .*'http://a\.org/'"):
         validate_spec(
             AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("http://a.org/",)),
             config,
