@@ -175,10 +175,10 @@ out["ip_literal_urllib"] = fetch(f"http://10.1.2.3:{port}/simple/")
 out["metadata"] = fetch("http://169.254.169.254/latest/meta-data/")
 out["connect_denied"] = proxy("CONNECT", "evil.test:443", "evil.test:443")
 out["connect_allowed_tunnel"] = proxy("CONNECT", f"pypi.test:{port}", f"pypi.test:{port}")[:12]
+# A host not allowed: the refusal says what would allow it.
+out["not_allowed"] = fetch(f"http://other.test:{port}/simple/")
 if with_pip:
     out["pip_refused"] = list(pip("other.test"))
-else:  # the same refusal, by a plain client (bwrap: the host's /usr may lack pip)
-    out["pip_refused"] = fetch(f"http://other.test:{port}/simple/")
 print(json.dumps(out))
 """
 
@@ -240,8 +240,11 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     assert out["connect_denied"].startswith("HTTP/1.1 403"), out["connect_denied"]
     assert "evil.test" in out["connect_denied"]
     assert out["connect_allowed_tunnel"].startswith("HTTP/1.1 200"), out
-    assert out["pip_refused"][0] != 0
-    assert "other.test" in str(out["pip_refused"][1])
+    assert out["not_allowed"][0] == 403
+    assert f"--allow-net other.test:{port}" in out["not_allowed"][1], out["not_allowed"]
+    if with_pip:
+        assert out["pip_refused"][0] != 0
+        assert "other.test" in out["pip_refused"][1]
     refused = " ".join(line for line in net if "REFUSED" in line)
     for target in (f"127.0.0.1:{port}", f"10.1.2.3:{port}", "169.254.169.254:80",
                    "evil.test:443", f"other.test:{port}"):  # fmt: skip
