@@ -127,6 +127,7 @@ async def _run(
     from .._config import Config
     from ..sandbox._netrun import RunNetwork, network_policy
     from ..sandbox._policy import SandboxPolicy
+    from ._terminal import visible
 
     assert isinstance(config, Config)
     policy = network_policy(config, allow_net)
@@ -141,7 +142,7 @@ async def _run(
         code = await _run_program(config, argv, mounts, seconds, socket_path)
         if not policy.empty:
             await stack.aclose()  # the proxy's last events, then the summary
-            click.echo(f"jarvis: sandbox: {network.summary.line()}", err=True)
+            click.echo(visible(f"jarvis: sandbox: {network.summary.line()}"), err=True)
     return code
 
 
@@ -150,7 +151,10 @@ def _say_net(event: Any) -> None:
     verdict = "allowed" if event.allowed else "REFUSED"
     size = f", {event.bytes_up} B up, {event.bytes_down} B down" if event.allowed else ""
     reason = f" ({event.reason})" if event.reason else ""
-    click.echo(f"jarvis: net: {verdict} {event.host}:{event.port}{reason}{size}", err=True)
+    from ._terminal import visible
+
+    # The host and the reason quote what the sandboxed program sent: escaped.
+    click.echo(visible(f"jarvis: net: {verdict} {event.host}:{event.port}{reason}{size}"), err=True)
 
 
 async def _run_program(

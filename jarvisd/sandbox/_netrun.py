@@ -103,7 +103,9 @@ class NetSummary:
         if not event.allowed:
             self.refused += 1
             if len(self.refused_hosts) < MAX_NAMED_REFUSALS:
-                self.refused_hosts.append(f"{event.host}:{event.port}")
+                # A request too malformed to name a host says so instead.
+                target = f"{event.host}:{event.port}" if event.host else "a malformed request"
+                self.refused_hosts.append(target)
 
     def line(self) -> str:
         """``network: 3 connections, 1 refused (evil.com:443)``."""

@@ -174,6 +174,9 @@ out["ip_literal"] = proxy("GET", f"http://127.0.0.1:{port}/simple/", f"127.0.0.1
 out["ip_literal_urllib"] = fetch(f"http://10.1.2.3:{port}/simple/")
 out["metadata"] = fetch("http://169.254.169.254/latest/meta-data/")
 out["connect_denied"] = proxy("CONNECT", "evil.test:443", "evil.test:443")
+# A host name with a terminal escape in it: refused, and never raw on the host's terminal
+# (the proxy refuses the request line; ``jarvis sandbox run`` escapes what it prints too).
+out["connect_escape"] = proxy("CONNECT", "\x1b[2Jx.test:443", "x.test:443")
 out["connect_allowed_tunnel"] = proxy("CONNECT", f"pypi.test:{port}", f"pypi.test:{port}")[:12]
 # A host not allowed: the refusal says what would allow it.
 out["not_allowed"] = fetch(f"http://other.test:{port}/simple/")
@@ -251,6 +254,8 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
         assert target in refused, (target, net)
     # Nothing the kernel refused showed up at the proxy.
     assert "10.0.0.1:" not in " ".join(net) and "2001:db8" not in " ".join(net)
+    assert out["connect_escape"].startswith("HTTP/1.1 4"), out["connect_escape"]
+    assert "\x1b" not in done.stderr and "\\x1b" in done.stderr
     summary = done.stderr.splitlines()[-1]
     assert summary.startswith("jarvis: sandbox: network: "), done.stderr
     assert "refused (" in summary
