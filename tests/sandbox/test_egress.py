@@ -302,18 +302,31 @@ def test_a_sandboxed_agents_run_gets_the_proxy_and_its_events(
     hostile("""
         import urllib.request
         send(EventFrame(type="agent_turn_start", data={"agent": "simple", "input": "hi"}))
+        # The container started as root (the runner separates itself): the forwarder
+        # the prelude left behind must not be root.
+        PRELUDE = b"/opt/jarvis/jarvisd/sandbox/_prelude.py"
+        uids = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\\0")
+                if args[0].endswith(b"python3") and args[3:4] == [PRELUDE]:
+                    status = open(f"/proc/{pid}/status").read().splitlines()
+                    uids += [l.split()[1:] for l in status if l.startswith("Uid:")]
+            except OSError:
+                pass
         try:
             urllib.request.urlopen("http://evil.test/x", timeout=30)
             finish("reached")
         except urllib.error.HTTPError as exc:
-            finish(f"{exc.code} {exc.read(300).decode()}")
+            finish(f"{exc.code} {uids} {exc.read(300).decode()}")
     """)
     run = RunContext()
     events: list[Event] = []
     run.bus.subscribe(events.append, EventType.NET_CONNECT)
     outcome = ask(roots, ScriptedEngine([]), run, allow_net=("pypi.test",))
     assert outcome.ok, outcome.failure
-    assert outcome.answer.startswith("403 ") and "evil.test" in outcome.answer
+    assert outcome.answer.startswith("403 [['10001', '10001', '10001', '10001']] ")
+    assert "evil.test" in outcome.answer
     assert [(e.data["host"], e.data["allowed"]) for e in events] == [("evil.test", False)]
     assert outcome.metadata["network"]["line"] == "network: 1 connection, 1 refused (evil.test:80)"
     trace = TraceStore().get(TraceStore().list(1)[0].id)
