@@ -80,7 +80,10 @@ async def run_spec(
     whole length (``jarvisd.sandbox._netrun``): its sandboxes mount the proxy's socket
     (``run.egress``), each connection is a ``net_connect`` event, and the outcome's
     metadata carries ``network`` (a summary). Nothing allowed: no proxy, as before."""
-    policy = _network_policy(spec, run, config)
+    try:
+        policy = _network_policy(spec, run, config)
+    except JarvisError as exc:  # a bad entry, an unknown agent: the run's failure
+        return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
     if policy is None:
         return await _run_spec(
             spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
@@ -97,19 +100,23 @@ async def run_spec(
     from ..sandbox._netrun import RunNetwork
     from ..sandbox._policy import SandboxPolicy
 
-    sandbox = SandboxPolicy.from_config(config)
-
     def publish(event: NetEvent) -> None:
         run.bus.publish(EventType.NET_CONNECT, **event.to_dict())
 
-    async with RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=publish) as network:
-        run.egress = network.socket_path
-        try:
-            outcome = await _run_spec(
-                spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
-            )
-        finally:
-            run.egress = ""
+    try:
+        sandbox = SandboxPolicy.from_config(config)
+        network = RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=publish)
+        await network.__aenter__()
+    except (JarvisError, OSError) as exc:  # the proxy could not start: nothing ran
+        return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
+    run.egress = network.socket_path
+    try:
+        outcome = await _run_spec(
+            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
+        )
+    finally:
+        run.egress = ""
+        await network.__aexit__(None, None, None)
     return _with_network(outcome, network.summary.to_dict())
 
 

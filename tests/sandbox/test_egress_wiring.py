@@ -178,3 +178,11 @@ def test_task_logs_show_a_connection() -> None:
             "bytes_up": 0, "bytes_down": 0}  # fmt: skip
     line = format_event(7, "net_connect", data)
     assert line == "[7] net REFUSED evil.test:443 (not in the allowlist) up 0 B, down 0 B"
+
+
+def test_a_bad_entry_is_the_runs_failure_not_an_exception() -> None:
+    """run_spec returns a run's failure, never raises it: a bad entry that reached it
+    (a task queued by an older client) fails the run naming the entry."""
+    spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("http://a.org/",))
+    outcome = asyncio.run(_execute.run_spec(spec, RunContext(), parse_config({})))
+    assert outcome.failure is not None and "http://a.org/" in outcome.failure.message
