@@ -353,6 +353,8 @@ def _check_network(cls: type, key: str, value: Any, file: str, dotted: str) -> N
     for where, kwargs in checks:
         try:
             NetPolicy.parse(source=where, **kwargs)
+        except ConfigError as exc:  # the policy's own words, placed in this file
+            raise ConfigError(file, where, exc.expected, exc.got) from None
         except (JarvisError, ValueError, TypeError) as exc:
             raise ConfigError(file, where, f"a valid entry ({exc})") from None
 
