@@ -178,6 +178,8 @@ out["connect_denied"] = proxy("CONNECT", "evil.test:443", "evil.test:443")
 # (the proxy refuses the request line; ``jarvis sandbox run`` escapes what it prints too).
 out["connect_escape"] = proxy("CONNECT", "\x1b[2Jx.test:443", "x.test:443")
 out["connect_allowed_tunnel"] = proxy("CONNECT", f"pypi.test:{port}", f"pypi.test:{port}")[:12]
+# A name that resolves to loopback, allowed only by a wildcard: wildcards never reach it.
+out["wildcard_to_loopback"] = fetch(f"http://mirror.corp.lan:{port}/simple/")
 # A host not allowed: the refusal says what would allow it.
 out["not_allowed"] = fetch(f"http://other.test:{port}/simple/")
 if with_pip:
@@ -202,7 +204,8 @@ def _jarvis(
 
 CONFIG = (
     "[sandbox.network]\n"
-    'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1" }\n'
+    'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1", '
+    '"mirror.corp.lan" = "127.0.0.1" }\n'
     'deny = ["evil.test"]\n'
 )
 
@@ -210,7 +213,7 @@ CONFIG = (
 def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     done = _jarvis(
         tmp_path,
-        ["--allow-net", f"pypi.test:{port}", "--", "python3", "-c", PROGRAM, str(port),
+        ["--allow-net", f"pypi.test:{port},*.corp.lan:{port}", "--", "python3", "-c", PROGRAM, str(port),
          "pip" if with_pip else "-"],
         CONFIG,
         backend,
@@ -243,6 +246,8 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     assert out["connect_denied"].startswith("HTTP/1.1 403"), out["connect_denied"]
     assert "evil.test" in out["connect_denied"]
     assert out["connect_allowed_tunnel"].startswith("HTTP/1.1 200"), out
+    assert out["wildcard_to_loopback"][0] == 403, out["wildcard_to_loopback"]
+    assert "loopback" in out["wildcard_to_loopback"][1]
     assert out["not_allowed"][0] == 403
     assert f"--allow-net other.test:{port}" in out["not_allowed"][1], out["not_allowed"]
     if with_pip:
@@ -250,7 +255,7 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
         assert "other.test" in out["pip_refused"][1]
     refused = " ".join(line for line in net if "REFUSED" in line)
     for target in (f"127.0.0.1:{port}", f"10.1.2.3:{port}", "169.254.169.254:80",
-                   "evil.test:443", f"other.test:{port}"):  # fmt: skip
+                   "evil.test:443", f"other.test:{port}", f"mirror.corp.lan:{port}"):  # fmt: skip
         assert target in refused, (target, net)
     # Nothing the kernel refused showed up at the proxy.
     assert "10.0.0.1:" not in " ".join(net) and "2001:db8" not in " ".join(net)
