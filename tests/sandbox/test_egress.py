@@ -213,8 +213,8 @@ CONFIG = (
 def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     done = _jarvis(
         tmp_path,
-        ["--allow-net", f"pypi.test:{port},*.corp.lan:{port}", "--", "python3", "-c", PROGRAM, str(port),
-         "pip" if with_pip else "-"],
+        ["--allow-net", f"pypi.test:{port},*.corp.lan:{port}",
+         "--", "python3", "-c", PROGRAM, str(port), "pip" if with_pip else "-"],
         CONFIG,
         backend,
     )  # fmt: skip
