@@ -108,3 +108,25 @@ def test_garbage_gets_a_clear_400_and_an_event(proxies: Proxies) -> None:
         assert reply.headers["x-jarvis-refused"]
     events = wait_events(proxy, 5)
     assert all(not e.allowed for e in events)
+
+
+def test_an_idle_relayed_tunnel_is_closed(proxies: Proxies) -> None:
+    # Bytes went both ways (the tunnel is being relayed), then nothing for too long.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]),
+                        limits=NetLimits(idle_timeout=0.5))  # fmt: skip
+        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            sock.sendall(b"SSH-2.0-client\r\n")  # not TLS, not HTTP: relayed as bytes
+            assert server.recv(100) == b"SSH-2.0-client\r\n"
+            server.sendall(b"SSH-2.0-server\r\n")
+            assert sock.recv(100) == b"SSH-2.0-server\r\n"
+            assert read_all(sock) == b""  # then closed by the proxy
+    [event] = wait_events(proxy, 1)
+    assert event.allowed and "idle for 0.5 s" in event.reason
+    assert event.bytes_up == event.bytes_down == len(b"SSH-2.0-client\r\n")

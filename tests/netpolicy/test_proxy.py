@@ -4,6 +4,7 @@ it work for allowed hosts and are events; its socket is private."""
 from __future__ import annotations
 
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -58,9 +59,16 @@ def test_keep_alive_to_the_same_host_and_a_request_body(
     assert event.allowed and event.bytes_up > 100_000
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["splice", "transports"])
 def test_https_through_connect_with_a_test_ca(
-    proxies: Proxies, https_upstream: Upstream, test_ca: LocalCA
+    proxies: Proxies,
+    https_upstream: Upstream,
+    test_ca: LocalCA,
+    kernel: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if not kernel:  # the relay platforms without splice(2) use
+        monkeypatch.delattr(os, "splice", raising=False)
     port = https_upstream.port
     proxy = proxies(mapped(f"upstream.test:{port}"))
     with (
@@ -124,3 +132,27 @@ def test_an_empty_policy_refuses_everything_with_events(proxies: Proxies) -> Non
     assert '[sandbox.network] allow = ["pypi.org"]' in reply.body.decode()
     [event] = wait_events(proxy, 1)
     assert not event.allowed and event.reason == "not in the allowlist"
+
+
+def test_a_server_that_speaks_first_is_relayed(proxies: Proxies) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
+        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            server.sendall(b"220 smtp.example ESMTP\r\n")  # before the client says anything
+            assert sock.recv(100) == b"220 smtp.example ESMTP\r\n"
+            sock.sendall(b"QUIT\r\n")
+            assert server.recv(100) == b"QUIT\r\n"
+            sock.shutdown(socket.SHUT_WR)
+            assert server.recv(100) == b""  # the half-close crosses the proxy
+            server.sendall(b"221 bye\r\n")
+            server.close()
+            assert read_all(sock) == b"221 bye\r\n"
+    [event] = wait_events(proxy, 1)
+    assert event.allowed and event.reason == f"allowed by '127.0.0.1:{port}'"
+    assert (event.bytes_up, event.bytes_down) == (6, 24 + 9)
