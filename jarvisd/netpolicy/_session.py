@@ -122,6 +122,9 @@ class Session:
                 self.reason = (self.reason + "; " if self.reason else "") + (
                     f"connection lost ({type(exc).__name__})"
                 )
+        except h11.ProtocolError as exc:  # an answer h11 will not pass on as it is
+            self.allowed = False
+            self.reason = f"a message the proxy cannot relay as HTTP/1.1 ({exc})"
         except Exception as exc:  # a bug here ends this connection, never the proxy
             log.exception("egress proxy: connection to %s:%s failed", self.host, self.port)
             self.allowed, self.reason = False, f"internal error ({type(exc).__name__})"
