@@ -29,7 +29,16 @@ import h11
 
 from ._connect import ConnectFailed, Refused, open_upstream
 from ._events import NetEvent, NetLimits
-from ._http import BadTarget, Refusal, Target, authority, forward_headers, refusal_bytes, url_target
+from ._http import (
+    BadTarget,
+    Refusal,
+    Target,
+    authority,
+    forward_headers,
+    printable,
+    refusal_bytes,
+    url_target,
+)
 from ._policy import NetPolicy, normalize_host
 from ._splice import splice
 from ._tls import NEED_MORE, ClientHelloError, client_hello_sni
@@ -94,13 +103,15 @@ class Session:
         reason: str | None = None,
         method: str | None = None,
     ) -> NetEvent:
+        # What the client wrote reaches logs and terminals (``task logs -f``): only
+        # printable ASCII, bounded, whatever it sent.
         return NetEvent(
-            host=self.host if host is None else host,
+            host=printable(self.host if host is None else host, 260),
             port=self.port if port is None else port,
             address=self.address,
             allowed=self.allowed if allowed is None else allowed,
-            reason=(self.reason if reason is None else reason) or "closed",
-            method=self.method if method is None else method,
+            reason=printable((self.reason if reason is None else reason) or "closed", 1000),
+            method=printable(self.method if method is None else method, 32),
             bytes_up=self.up,
             bytes_down=self.down,
             duration=time.monotonic() - self._t0,

@@ -102,12 +102,17 @@ def test_garbage_gets_a_clear_400_and_an_event(proxies: Proxies) -> None:
     for junk in (b"\x00\x01\x02 garbage\r\n\r\n", b"GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
                  b"GET https://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
                  b"CONNECT pypi.org HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
-                 b"GET http://user@pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n"):  # fmt: skip
+                 b"GET http://user@pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+                 b"CONNECT \x1b[31mx\x1b[0m:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+                 b"GET http://\xff\xfe/ HTTP/1.1\r\nHost: x\r\n\r\n"):  # fmt: skip
         reply = ask(proxy.socket_path, junk)
         assert reply.status == 400, (junk, reply)
         assert reply.headers["x-jarvis-refused"]
-    events = wait_events(proxy, 5)
+    events = wait_events(proxy, 7)
     assert all(not e.allowed for e in events)
+    for event in events:  # what reaches logs and terminals is printable ASCII only
+        for text in (event.host, event.reason, event.method):
+            assert all(" " <= ch <= "~" for ch in text), event
 
 
 def test_an_idle_relayed_tunnel_is_closed(proxies: Proxies) -> None:
