@@ -19,10 +19,11 @@ Inside a tunnel the first bytes are looked at before anything is relayed:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Final, NoReturn
 
 import h11
@@ -230,7 +231,8 @@ class Session:
 
     async def _serve(self) -> None:
         client = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
-        request = await self.next_request(client)
+        async with self._head_deadline("request head"):
+            request = await self.next_request(client)
         if request is None:
             raise _End("the client sent no request")
         self.method = request.method.decode("ascii", "replace")
@@ -507,24 +509,26 @@ class Session:
     ) -> None:
         data: bytes = first
         from_upstream: bytes | None = None
-        while True:
-            kind = self._kind(data, target)
-            if kind != "more":
-                break
-            from_client, from_upstream = await self._first_of(reader)
-            if from_client is not None:
-                data += from_client
-            if from_upstream is not None:
-                kind = "opaque"  # the server speaks first: not a client-first protocol
-                break
-            if not from_client:
-                return  # the client closed before saying anything
+        async with self._head_deadline("first message in the tunnel"):
+            while True:
+                kind = self._kind(data, target)
+                if kind != "more":
+                    break
+                from_client, from_upstream = await self._first_of(reader)
+                if from_client is not None:
+                    data += from_client
+                if from_upstream is not None:
+                    kind = "opaque"  # the server speaks first: not a client-first protocol
+                    break
+                if not from_client:
+                    return  # the client closed before saying anything
+            if kind == "http":
+                client = h11.Connection(
+                    h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes
+                )
+                client.receive_data(data)
+                request = await self.next_request(client)
         if kind == "http":
-            client = h11.Connection(
-                h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes
-            )
-            client.receive_data(data)
-            request = await self.next_request(client)
             if request is None:
                 return
             if request.method == b"CONNECT":
@@ -538,6 +542,17 @@ class Session:
         await self.send(writer, data, up=True)
         await self.send(self.writer, from_upstream or b"", up=False)
         await self._splice(reader, writer)
+
+    @contextlib.asynccontextmanager
+    async def _head_deadline(self, what: str) -> AsyncIterator[None]:
+        """A whole head within ``head_timeout``, however slowly its bytes trickle in
+        (each byte would reset the idle timeout)."""
+        limit = self.limits.head_timeout
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except TimeoutError:
+            raise _End(f"no whole {what} within {limit:g} s") from None
 
     def _kind(self, data: bytes, target: Target) -> str:
         """What the tunnel carries: "tls" (checked), "http", "opaque" or "more"."""

@@ -5,6 +5,7 @@ be reached is a 502 naming it."""
 from __future__ import annotations
 
 import socket
+import time
 
 from jarvisd.netpolicy import NetLimits, NetPolicy
 
@@ -135,3 +136,29 @@ def test_an_idle_relayed_tunnel_is_closed(proxies: Proxies) -> None:
     [event] = wait_events(proxy, 1)
     assert event.allowed and "idle for 0.5 s" in event.reason
     assert event.bytes_up == event.bytes_down == len(b"SSH-2.0-client\r\n")
+
+
+def test_a_head_trickled_byte_by_byte_is_cut_at_the_head_timeout(
+    proxies: Proxies, http_upstream: Upstream
+) -> None:
+    # Each byte comes well within the idle timeout; the whole head never does.
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"),
+                    limits=NetLimits(head_timeout=0.6, idle_timeout=30))  # fmt: skip
+    sock, reply = open_tunnel(proxy.socket_path, "upstream.test", port)
+    assert reply.status == 200
+    with unix(proxy.socket_path) as plain, sock:
+        for byte in b"GET http://upstream.test/ HTTP/1.1\r\n"[:12]:
+            for target in (plain, sock):
+                try:
+                    target.sendall(bytes([byte]))
+                except OSError:
+                    pass  # already closed by the proxy
+            time.sleep(0.1)
+        assert read_all(plain) == b"" and read_all(sock) == b""
+    events = wait_events(proxy, 2)
+    assert sorted(e.reason for e in events) == [
+        "no whole first message in the tunnel within 0.6 s",
+        "no whole request head within 0.6 s",
+    ]
+    assert not any(e.allowed for e in events)
