@@ -134,6 +134,13 @@ class Session:
                 self.reason = (self.reason + "; " if self.reason else "") + (
                     f"connection lost ({type(exc).__name__})"
                 )
+        except asyncio.CancelledError:
+            self.reason = (
+                f"{self.reason}; closed: the proxy stopped"
+                if self.allowed
+                else ("the proxy stopped")
+            )
+            raise
         except h11.ProtocolError as exc:  # an answer h11 will not pass on as it is
             self.allowed = False
             self.reason = f"a message the proxy cannot relay as HTTP/1.1 ({exc})"

@@ -27,6 +27,7 @@ from .conftest import (
     mapped,
     open_tunnel,
     read_all,
+    unix,
     wait_events,
 )
 
@@ -224,3 +225,21 @@ def test_a_peer_binding_serves_only_the_bound_pid_namespace(tmp_path: Path) -> N
     finally:
         other.kill()
         other.wait()
+
+
+def test_stop_closes_open_tunnels_each_with_one_event(
+    proxies: Proxies, http_upstream: Upstream
+) -> None:
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"))
+    tunnels = [open_tunnel(proxy.socket_path, "upstream.test", port)[0] for _ in range(3)]
+    silent = unix(proxy.socket_path)  # no request yet
+    proxy.stop()
+    for sock in [*tunnels, silent]:
+        with sock:
+            assert read_all(sock) == b""
+    events = proxy.events
+    assert len(events) == 4 and len(proxies.seen) == 4
+    assert sum(e.allowed for e in events) == 3
+    assert all(e.reason.endswith("the proxy stopped") for e in events)
+    assert not proxy.socket_path.exists()
