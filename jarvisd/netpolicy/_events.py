@@ -47,6 +47,9 @@ class NetLimits:
     idle_timeout: float = 60.0
     #: Seconds to resolve a name and connect upstream (all addresses together).
     connect_timeout: float = 10.0
+    #: Seconds for a whole request head (and for a tunnel's first message), however
+    #: slowly it comes: a trickle of bytes would otherwise hold a connection forever.
+    head_timeout: float = 30.0
     #: Bytes of one request head (request line and headers).
     max_head_bytes: int = 16 * 1024
     #: Bytes read to find a TLS ClientHello's server name inside a tunnel.
@@ -61,6 +64,6 @@ class NetLimits:
                      "max_client_hello_bytes", "max_events", "chunk_bytes"):  # fmt: skip
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"NetLimits.{name} must be positive")
-        for name in ("idle_timeout", "connect_timeout"):
+        for name in ("idle_timeout", "connect_timeout", "head_timeout"):
             if not float(getattr(self, name)) > 0:
                 raise ValueError(f"NetLimits.{name} must be positive")

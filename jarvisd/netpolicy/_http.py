@@ -17,6 +17,7 @@ __all__ = [
     "Target",
     "authority",
     "forward_headers",
+    "printable",
     "refusal_bytes",
     "url_target",
 ]
@@ -113,8 +114,14 @@ def forward_headers(
     return kept
 
 
+def printable(text: str, limit: int) -> str:
+    """``text`` with anything but printable ASCII replaced by "?", at most ``limit``
+    characters: what a sandboxed client wrote, made safe for a header or a terminal."""
+    return _UNSAFE.sub("?", text[: limit * 2])[:limit]
+
+
 def _clean(text: str, limit: int = _MAX_HEADER_TEXT) -> str:
-    return _UNSAFE.sub("?", text)[:limit]
+    return printable(text, limit)
 
 
 @dataclass(frozen=True)

@@ -172,13 +172,38 @@ class EgressProxy:
         try:
             await self._stopping.wait()
         finally:
-            server.close()
-            for task in list(self._sessions):
-                task.cancel()
-            if self._sessions:
-                await asyncio.wait(list(self._sessions), timeout=5.0)
+            await self._cancel_everything(server)
             await server.wait_closed()
             self._unlink()
+
+    async def _cancel_everything(self, server: asyncio.Server) -> None:
+        """Closes the listener and ends every connection, each with its event.
+
+        A connection accepted just now is still on its way to a session (asyncio's
+        accept task, then the session's task, a few turns of the loop later); closing
+        the server under it drops it silently with its socket left open (Python 3.11).
+        So: accept nothing more, let those arrive, close the listener (what waits in
+        its backlog is reset), then cancel the sessions."""
+        loop = asyncio.get_running_loop()
+        for sock in server.sockets:
+            loop.remove_reader(sock.fileno())
+        me = asyncio.current_task()
+        for _ in range(100):
+            await asyncio.sleep(0)
+            starting = [
+                t for t in asyncio.all_tasks()
+                if t is not me and not t.done() and t not in self._sessions
+            ]  # fmt: skip
+            if not starting:
+                break
+        server.close()
+        for _ in range(3):
+            sessions = [t for t in self._sessions if not t.done()]
+            if not sessions:
+                return
+            for task in sessions:
+                task.cancel()
+            await asyncio.wait(sessions, timeout=5.0)
 
     def _unlink(self) -> None:
         # Only the socket made here: something put at the path since stays.
@@ -194,6 +219,7 @@ class EgressProxy:
         assert task is not None
         self._sessions.add(task)
         session = Session(self.policy, self.limits, self._budget, reader, writer, self._emit)
+        running = False  # once the session runs, it reports its own end
         try:
             if self.peers is not None and not await self.peers.admits(
                 writer.get_extra_info("socket")
@@ -205,11 +231,15 @@ class EgressProxy:
                 session.reason = reason
                 writer.write(refusal_bytes(Refusal(503, "", reason)))
                 return
+            running = True
             await session.run()
-            session = None  # type: ignore[assignment]  # it emitted its own event
+        except asyncio.CancelledError:
+            # The proxy is stopping; the session has reported its end. Not re-raised:
+            # Python 3.11's stream callback logs a cancelled connection task as an error.
+            pass
         finally:
             self._sessions.discard(task)
-            if session is not None:
+            if not running:
                 session.close()
                 self._emit(session.event())
 

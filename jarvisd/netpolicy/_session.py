@@ -19,17 +19,27 @@ Inside a tunnel the first bytes are looked at before anything is relayed:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Final, NoReturn
 
 import h11
 
 from ._connect import ConnectFailed, Refused, open_upstream
 from ._events import NetEvent, NetLimits
-from ._http import BadTarget, Refusal, Target, authority, forward_headers, refusal_bytes, url_target
+from ._http import (
+    BadTarget,
+    Refusal,
+    Target,
+    authority,
+    forward_headers,
+    printable,
+    refusal_bytes,
+    url_target,
+)
 from ._policy import NetPolicy, normalize_host
 from ._splice import splice
 from ._tls import NEED_MORE, ClientHelloError, client_hello_sni
@@ -94,13 +104,15 @@ class Session:
         reason: str | None = None,
         method: str | None = None,
     ) -> NetEvent:
+        # What the client wrote reaches logs and terminals (``task logs -f``): only
+        # printable ASCII, bounded, whatever it sent.
         return NetEvent(
-            host=self.host if host is None else host,
+            host=printable(self.host if host is None else host, 260),
             port=self.port if port is None else port,
             address=self.address,
             allowed=self.allowed if allowed is None else allowed,
-            reason=(self.reason if reason is None else reason) or "closed",
-            method=self.method if method is None else method,
+            reason=printable((self.reason if reason is None else reason) or "closed", 1000),
+            method=printable(self.method if method is None else method, 32),
             bytes_up=self.up,
             bytes_down=self.down,
             duration=time.monotonic() - self._t0,
@@ -122,6 +134,16 @@ class Session:
                 self.reason = (self.reason + "; " if self.reason else "") + (
                     f"connection lost ({type(exc).__name__})"
                 )
+        except asyncio.CancelledError:
+            self.reason = (
+                f"{self.reason}; closed: the proxy stopped"
+                if self.allowed
+                else ("the proxy stopped")
+            )
+            raise
+        except h11.ProtocolError as exc:  # an answer h11 will not pass on as it is
+            self.allowed = False
+            self.reason = f"a message the proxy cannot relay as HTTP/1.1 ({exc})"
         except Exception as exc:  # a bug here ends this connection, never the proxy
             log.exception("egress proxy: connection to %s:%s failed", self.host, self.port)
             self.allowed, self.reason = False, f"internal error ({type(exc).__name__})"
@@ -216,7 +238,8 @@ class Session:
 
     async def _serve(self) -> None:
         client = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes)
-        request = await self.next_request(client)
+        async with self._head_deadline("request head"):
+            request = await self.next_request(client)
         if request is None:
             raise _End("the client sent no request")
         self.method = request.method.decode("ascii", "replace")
@@ -493,24 +516,26 @@ class Session:
     ) -> None:
         data: bytes = first
         from_upstream: bytes | None = None
-        while True:
-            kind = self._kind(data, target)
-            if kind != "more":
-                break
-            from_client, from_upstream = await self._first_of(reader)
-            if from_client is not None:
-                data += from_client
-            if from_upstream is not None:
-                kind = "opaque"  # the server speaks first: not a client-first protocol
-                break
-            if not from_client:
-                return  # the client closed before saying anything
+        async with self._head_deadline("first message in the tunnel"):
+            while True:
+                kind = self._kind(data, target)
+                if kind != "more":
+                    break
+                from_client, from_upstream = await self._first_of(reader)
+                if from_client is not None:
+                    data += from_client
+                if from_upstream is not None:
+                    kind = "opaque"  # the server speaks first: not a client-first protocol
+                    break
+                if not from_client:
+                    return  # the client closed before saying anything
+            if kind == "http":
+                client = h11.Connection(
+                    h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes
+                )
+                client.receive_data(data)
+                request = await self.next_request(client)
         if kind == "http":
-            client = h11.Connection(
-                h11.SERVER, max_incomplete_event_size=self.limits.max_head_bytes
-            )
-            client.receive_data(data)
-            request = await self.next_request(client)
             if request is None:
                 return
             if request.method == b"CONNECT":
@@ -524,6 +549,17 @@ class Session:
         await self.send(writer, data, up=True)
         await self.send(self.writer, from_upstream or b"", up=False)
         await self._splice(reader, writer)
+
+    @contextlib.asynccontextmanager
+    async def _head_deadline(self, what: str) -> AsyncIterator[None]:
+        """A whole head within ``head_timeout``, however slowly its bytes trickle in
+        (each byte would reset the idle timeout)."""
+        limit = self.limits.head_timeout
+        try:
+            async with asyncio.timeout(limit):
+                yield
+        except TimeoutError:
+            raise _End(f"no whole {what} within {limit:g} s") from None
 
     def _kind(self, data: bytes, target: Target) -> str:
         """What the tunnel carries: "tls" (checked), "http", "opaque" or "more"."""

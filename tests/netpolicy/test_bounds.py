@@ -5,6 +5,7 @@ be reached is a 502 naming it."""
 from __future__ import annotations
 
 import socket
+import time
 
 from jarvisd.netpolicy import NetLimits, NetPolicy
 
@@ -102,9 +103,62 @@ def test_garbage_gets_a_clear_400_and_an_event(proxies: Proxies) -> None:
     for junk in (b"\x00\x01\x02 garbage\r\n\r\n", b"GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
                  b"GET https://pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
                  b"CONNECT pypi.org HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
-                 b"GET http://user@pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n"):  # fmt: skip
+                 b"GET http://user@pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+                 b"CONNECT \x1b[31mx\x1b[0m:443 HTTP/1.1\r\nHost: x\r\n\r\n",
+                 b"GET http://\xff\xfe/ HTTP/1.1\r\nHost: x\r\n\r\n"):  # fmt: skip
         reply = ask(proxy.socket_path, junk)
         assert reply.status == 400, (junk, reply)
         assert reply.headers["x-jarvis-refused"]
-    events = wait_events(proxy, 5)
+    events = wait_events(proxy, 7)
     assert all(not e.allowed for e in events)
+    for event in events:  # what reaches logs and terminals is printable ASCII only
+        for text in (event.host, event.reason, event.method):
+            assert all(" " <= ch <= "~" for ch in text), event
+
+
+def test_an_idle_relayed_tunnel_is_closed(proxies: Proxies) -> None:
+    # Bytes went both ways (the tunnel is being relayed), then nothing for too long.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]),
+                        limits=NetLimits(idle_timeout=0.5))  # fmt: skip
+        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            sock.sendall(b"SSH-2.0-client\r\n")  # not TLS, not HTTP: relayed as bytes
+            assert server.recv(100) == b"SSH-2.0-client\r\n"
+            server.sendall(b"SSH-2.0-server\r\n")
+            assert sock.recv(100) == b"SSH-2.0-server\r\n"
+            assert read_all(sock) == b""  # then closed by the proxy
+    [event] = wait_events(proxy, 1)
+    assert event.allowed and "idle for 0.5 s" in event.reason
+    assert event.bytes_up == event.bytes_down == len(b"SSH-2.0-client\r\n")
+
+
+def test_a_head_trickled_byte_by_byte_is_cut_at_the_head_timeout(
+    proxies: Proxies, http_upstream: Upstream
+) -> None:
+    # Each byte comes well within the idle timeout; the whole head never does.
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"),
+                    limits=NetLimits(head_timeout=0.6, idle_timeout=30))  # fmt: skip
+    sock, reply = open_tunnel(proxy.socket_path, "upstream.test", port)
+    assert reply.status == 200
+    with unix(proxy.socket_path) as plain, sock:
+        for byte in b"GET http://upstream.test/ HTTP/1.1\r\n"[:12]:
+            for target in (plain, sock):
+                try:
+                    target.sendall(bytes([byte]))
+                except OSError:
+                    pass  # already closed by the proxy
+            time.sleep(0.1)
+        assert read_all(plain) == b"" and read_all(sock) == b""
+    events = wait_events(proxy, 2)
+    assert sorted(e.reason for e in events) == [
+        "no whole first message in the tunnel within 0.6 s",
+        "no whole request head within 0.6 s",
+    ]
+    assert not any(e.allowed for e in events)
