@@ -186,3 +186,35 @@ def test_a_bad_entry_is_the_runs_failure_not_an_exception() -> None:
     spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("http://a.org/",))
     outcome = asyncio.run(_execute.run_spec(spec, RunContext(), parse_config({})))
     assert outcome.failure is not None and "http://a.org/" in outcome.failure.message
+
+
+def test_jarvis_code_takes_allow_net_and_prints_the_network_line(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`jarvis code run --allow-net`: the hosts travel in the run's spec, and the
+    outcome's network summary is one line on stderr (and a key in --json)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from jarvisd.cli import cli
+    from jarvisd.runs import LocalHost, RunOutcome
+
+    seen: list[AgentSpec] = []
+    summary = NetSummary(connections=3, refused=1, refused_hosts=["evil.test:443"])
+
+    def run(self: Any, spec: AgentSpec, context: RunContext) -> RunOutcome:
+        seen.append(spec)
+        return RunOutcome(answer="done", metadata={"network": summary.to_dict()})
+
+    monkeypatch.setattr(LocalHost, "run", run)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "a.txt").write_text("a\n")
+    args = ["code", "run", "--no-daemon", "--allow-net", "pypi.org,a.test:81", str(project), "do"]
+    done = CliRunner().invoke(cli, args)
+    assert done.exit_code == 0, done.output
+    assert seen[0].allow_net == ("pypi.org", "a.test:81")
+    assert "network: 3 connections, 1 refused (evil.test:443)" in done.stderr
+    done = CliRunner().invoke(cli, [*args[:2], "--json", *args[2:]])
+    assert json.loads(done.stdout)["network"]["refused_hosts"] == ["evil.test:443"]
