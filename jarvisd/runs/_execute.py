@@ -19,7 +19,7 @@ from .._config import Config
 from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
-from ..engines import Engine, select_engine
+from ..engines import Engine, engine_for_agent, select_engine
 from ._build import build_agent, load_context, mcp_server_executor, starts_mcp_servers
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
@@ -72,7 +72,8 @@ async def run_spec(
         return await run_code(spec, run, config, engine)
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
-    engine_name = spec.engine or config.engine.default
+    explicit = engine_for_agent(config, spec.engine, agent_key)
+    engine_name = explicit or config.engine.default
     own_engine = engine is None
     collector = None
     if trace and run.depth == 0:
@@ -85,7 +86,7 @@ async def run_spec(
     failure: Failure | None = None
     try:
         if engine is None:
-            engine = select_engine(config, spec.engine, spec.model, spec.env)
+            engine = select_engine(config, explicit, spec.model, spec.env)
         engine_name = engine.name
         async with contextlib.AsyncExitStack() as stack:
             mcp_tools = list(tools)
