@@ -27,6 +27,7 @@ class CredentialEngine(Engine):
 
     def __init__(self, credential_name: str, credential: CredentialConfig, model: str = "") -> None:
         self.credential_name = credential_name
+        self.name = f"credential:{credential_name}"  # type: ignore[misc]  # the outcome's engine
         self.credential = credential
         self.model = model or credential.model
 
