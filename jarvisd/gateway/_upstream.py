@@ -329,15 +329,12 @@ class Upstream:
                 total += len(chunk)
                 if total > MAX_STREAM:
                     raise EngineUnavailable(f"the upstream's reply passed {MAX_STREAM} bytes")
-                pending += chunk
-                if b"\n" not in pending:
-                    if len(pending) > MAX_LINE:
-                        raise EngineUnavailable(f"the upstream sent a line over {MAX_LINE} bytes")
-                    continue
-                whole, _, pending = pending.rpartition(b"\n")
-                lines = whole.split(b"\n")
-                if any(len(line) > MAX_LINE for line in lines) or len(pending) > MAX_LINE:
+                whole, newline, pending = (pending + chunk).rpartition(b"\n")
+                lines = whole.split(b"\n") if newline else []
+                if len(pending) > MAX_LINE or any(len(line) > MAX_LINE for line in lines):
                     raise EngineUnavailable(f"the upstream sent a line over {MAX_LINE} bytes")
+                if not newline:
+                    continue
                 if hold is not None:
                     for line in lines:
                         self._count(line, seen)
@@ -483,9 +480,6 @@ async def _race(run: RunContext, work: Any) -> Any:
 
 
 async def _read(reply: httpx.Response) -> bytes:
-    size = int(reply.headers.get("content-length") or 0)
-    if size > MAX_RESPONSE:
-        raise EngineUnavailable(f"the upstream's reply is over {MAX_RESPONSE} bytes")
     parts, total = [], 0
     async for chunk in reply.aiter_raw():
         total += len(chunk)

@@ -167,6 +167,8 @@ class _Liar:
         mode = body["messages"][0]["content"]
         if mode == "echo":  # a vendor error that names the key it was sent
             return Response(401, json.dumps({"error": f"invalid x-api-key {KEY}"}).encode())
+        if mode == "big":
+            return Response(200, b'{"pad": "' + b"x" * 100_000 + b'"}')
         if mode == "redirect":
             return Response(307, b"", headers=[("location", self.elsewhere + "/v1/messages")])
         return Response(200, content_type="text/event-stream", stream=self._stream(mode))
@@ -179,7 +181,7 @@ class _Liar:
         yield event("message_start", start)
         yield event("content_block_delta", {"delta": {"type": "text_delta", "text": "BEFORE"}})
         if mode == "flood":
-            yield b"data: " + b"x" * (upstream_module.MAX_LINE + 10)
+            yield b"data: " + b"x" * (upstream_module.MAX_LINE + 10) + b"\n\n"
         if mode == "hang":
             await asyncio.Event().wait()
         # Usage past the budget, then more output: the gateway must not relay it.
@@ -249,6 +251,16 @@ def test_a_line_over_the_bound_cuts_the_stream(monkeypatch: pytest.MonkeyPatch) 
     reply_, _, _ = _against_liar("flood", run)
     assert "BEFORE" in reply_.text and "xxxx" not in reply_.text
     assert "event: error" in reply_.text and "over 65536 bytes" in reply_.text
+
+
+def test_replies_over_their_bounds_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(upstream_module, "MAX_RESPONSE", 64 * 1024)
+    reply_, _, _ = _against_liar("big", RunContext())
+    assert reply_.status_code == 503 and "over 65536 bytes" in reply_.text
+    monkeypatch.setattr(upstream_module, "MAX_STREAM", 200)
+    reply_, _, _ = _against_liar("lie", RunContext())
+    assert "event: error" in reply_.text and "passed 200 bytes" in reply_.text
+    assert "AFTER" not in reply_.text
 
 
 def test_a_key_the_vendor_echoes_is_blanked_out() -> None:
