@@ -220,14 +220,22 @@ class Upstream:
             query["alt"] = "sse"
         return self.url + call.path + ("?" + urlencode(query) if query else "")
 
-    def _body(self, call: _Call, request: Request, hold: Hold | None) -> tuple[bytes, bool, str]:
+    def _parse(self, call: _Call, request: Request) -> dict[str, Any]:
+        """The request's JSON body (bounded in depth), once; {} for a GET."""
+        if not call.has_body:
+            return {}
+        body = loads(request.body)
+        if not isinstance(body, dict):
+            raise BadRequest("request body must be an object")
+        return body
+
+    def _body(
+        self, call: _Call, body: dict[str, Any], hold: Hold | None
+    ) -> tuple[bytes, bool, str]:
         """The body to send (its output cap lowered to the hold's), whether the reply
         streams, and the model asked for."""
         if not call.has_body:
             return b"", False, ""
-        body = loads(request.body)
-        if not isinstance(body, dict):
-            raise BadRequest("request body must be an object")
         stream = call.stream or body.get("stream") is True
         if stream and self.family == "openai" and call.path == "/v1/chat/completions":
             # Without it a streamed chat reply carries no usage to count.
@@ -253,9 +261,10 @@ class Upstream:
         call = self._call(request)
         if call.infer:
             on_call()
-        hold = _reserve(run, call, request) if call.infer else None
+        parsed = self._parse(call, request)
+        hold = _reserve(run, call, parsed) if call.infer else None
         try:
-            body, stream, model = self._body(call, request, hold)
+            body, stream, model = self._body(call, parsed, hold)
         except BaseException:
             if hold is not None:
                 hold.release()
@@ -424,27 +433,24 @@ def _cap(body: dict[str, Any], where: tuple[str, ...], left: int, budgeted: bool
         body[where[0]] = left
 
 
-def _reserve(run: RunContext, call: _Call, request: Request) -> Hold:
+def _reserve(run: RunContext, call: _Call, body: dict[str, Any]) -> Hold:
     """Hold the call on the run's ledger: its output up to the request's own cap (a
     prompt is not known before the vendor counts it). A refusal stops the run."""
     run.cancel.raise_if_cancelled()
     try:
-        return run.budget.reserve(0, _requested(call, request))
+        return run.budget.reserve(0, _requested(call, body))
     except BudgetExceeded as exc:
         run.cancel.cancel(str(exc), stop=BudgetExceeded)
         raise
 
 
-def _requested(call: _Call, request: Request) -> int:
+def _requested(call: _Call, body: dict[str, Any]) -> int:
     """The output cap the body asks for (a generous default when it names none)."""
-    try:
-        body = json.loads(request.body) if request.body else {}
-    except ValueError:
-        return 1
     node: object = body
-    if call.max_field and call.max_field[0] == "generationConfig":
-        node = body.get("generationConfig") if isinstance(body, dict) else None
-    for key in call.max_field[-1:] if call.max_field[0] == "generationConfig" else call.max_field:
+    keys = call.max_field
+    if keys and keys[0] == "generationConfig":
+        node, keys = body.get("generationConfig"), keys[1:]
+    for key in keys:
         value = node.get(key) if isinstance(node, dict) else None
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
