@@ -80,9 +80,18 @@ def _home(sandboxed: bool = False) -> Path:
 
 def key_mode(config: Config) -> str:
     """Which model claude_code uses under ``config``, in words."""
+    for credential_name, credential in config.credentials.items():
+        if "claude_code" in credential.agents:
+            return (
+                f"{credential.upstream}, through credential {credential_name!r} (the key in "
+                f"${credential.env}, held on the host; --engine another to change)"
+            )
     name = config.claude_code.api_key_env
     if name:
-        return f"the Anthropic API, with the key in ${name} (named in the config)"
+        return (
+            f"the Anthropic API, with the key in ${name} (named in the config; held on the "
+            "host in the sandbox)"
+        )
     return "the run's local model, through the inference gateway (no Anthropic key)"
 
 

@@ -253,6 +253,9 @@ def test_a_real_key_only_when_the_config_names_it(monkeypatch: pytest.MonkeyPatc
     assert "local model" in key_mode(Config())
     named = parse_config({"claude_code": {"api_key_env": "MY_CLAUDE_KEY"}})
     assert "$MY_CLAUDE_KEY" in key_mode(named)
+    held = parse_config({"credentials": {"cloud": {
+        "env": "K", "upstream": "https://api.anthropic.com", "agents": ["claude_code"]}}})  # fmt: skip
+    assert "credential 'cloud'" in key_mode(held) and "held on the host" in key_mode(held)
     with pytest.raises(Exception, match=r"names \$MY_CLAUDE_KEY, which is not set"):
         ClaudeCodeAgent(engine, config=named)._api_key()
     monkeypatch.setenv("MY_CLAUDE_KEY", "sk-ant-named")
