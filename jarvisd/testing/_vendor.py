@@ -28,6 +28,7 @@ class VendorRequest:
     #: The key it carried (``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key``).
     key: str
     headers: dict[str, str]
+    query: dict[str, str]
 
 
 class VendorStandIn:
@@ -55,7 +56,9 @@ class VendorStandIn:
             key = (auth[7:] if auth[:7].lower() == "bearer " else "") or headers.get(
                 "x-api-key", headers.get("x-goog-api-key", "")
             )
-            self.requests.append(VendorRequest(request.method, request.path, key, headers))
+            self.requests.append(
+                VendorRequest(request.method, request.path, key, headers, dict(request.query))
+            )
             return admit(request)
 
         gateway.admit = recording  # type: ignore[method-assign]

@@ -69,6 +69,11 @@ def _events(run: RunContext) -> list[tuple[EventType, dict[str, Any]]]:
          {"model": "m", "max_tokens": 5000, "messages": MESSAGES}, "x-api-key"),
         ("openai", "/v1/responses",
          {"model": "m", "max_output_tokens": 5000, "input": "hi"}, "authorization"),
+        ("openai", "/v1/chat/completions",
+         {"model": "m", "max_tokens": 5000, "messages": MESSAGES}, "authorization"),
+        ("gemini", "/v1beta/models/m:generateContent",
+         {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+          "generationConfig": {"maxOutputTokens": 5000}}, "x-goog-api-key"),
     ],
 )  # fmt: skip
 def test_a_request_goes_to_the_vendor_with_the_key_and_its_usage_is_counted(
@@ -88,9 +93,16 @@ def test_a_request_goes_to_the_vendor_with_the_key_and_its_usage_is_counted(
                     else f"Bearer {gateway.token}",
                     "cookie": "session=sandbox", "x-sandbox": "1", "anthropic-version": "2023-06-01",
                 }  # fmt: skip
-                plain = await client.post(path, params={"beta": "true", "key": "x"},
+                plain = await client.post(path, params={"beta": "true", "key": gateway.token},
                                           headers=headers, json=body)  # fmt: skip
-                streamed = await client.post(path, headers=headers, json={**body, "stream": True})
+                if dialect == "gemini":
+                    stream_path = path.replace(":generateContent", ":streamGenerateContent")
+                    streamed = await client.post(stream_path, params={"alt": "sse"},
+                                                 headers=headers, json=body)  # fmt: skip
+                else:
+                    streamed = await client.post(
+                        path, headers=headers, json={**body, "stream": True}
+                    )
                 return [plain, streamed]
 
             replies = await _through(vendor.url, run, work, dialect)
@@ -102,9 +114,10 @@ def test_a_request_goes_to_the_vendor_with_the_key_and_its_usage_is_counted(
     assert streamed.status_code == 200 and "text/event-stream" in streamed.headers["content-type"]
     assert "there" in streamed.text
     assert [r.key for r in requests] == [KEY, KEY]
+    assert requests[0].query == {"beta": "true"}  # the run's token in ?key= stays
     for request in requests:
         assert "cookie" not in request.headers and "x-sandbox" not in request.headers
-        assert request.path == path
+        assert request.path.split(":")[0] == path.split(":")[0]
     assert ("anthropic-version" in requests[0].headers) is (dialect == "anthropic")
     # Both replies' usage, streamed or not, on the ledger and in the run's events.
     assert run.budget.used == USAGE + USAGE
