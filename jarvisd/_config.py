@@ -383,14 +383,13 @@ def check_credential(name: str, credential: CredentialConfig) -> tuple[str, str]
         )
     try:
         url = urlsplit(credential.upstream)
-        port = url.port
+        url.port  # noqa: B018 - raises for a port out of range
     except ValueError:
-        url, port = None, None
+        url = None
     if url is None or url.scheme not in ("https", "http") or not url.hostname:
         return "upstream", "the vendor's API as an https:// URL (e.g. https://api.anthropic.com)"
     if url.username is not None or url.password is not None or url.query or url.fragment:
         return "upstream", "a URL without credentials, query or fragment (the key is in env)"
-    del port
     if url.scheme == "http":
         host = url.hostname
         try:

@@ -162,13 +162,14 @@ class Upstream:
                 f"[credentials.{name}] env names ${credential.env}, which is not set in "
                 "jarvis's environment (the daemon's, for tasks): export it there"
             )
-        if any(ch in key for ch in "\r\n\0"):
-            raise UsageError(f"${credential.env} holds a line break: not a usable API key")
+        key = key.strip()
+        if not (key.isascii() and key.isprintable()):
+            # A header carries it: a line break would start another header.
+            raise UsageError(
+                f"${credential.env} holds characters an API key cannot (printable ASCII only)"
+            )
         return cls(name, credential.upstream.rstrip("/"), credential_dialect(credential),
-                   key.strip(), credential.timeout)  # fmt: skip
-
-    def accepts(self, agent_dialect: str) -> bool:
-        return agent_family(agent_dialect) == self.family
+                   key, credential.timeout)  # fmt: skip
 
     # -- requests -------------------------------------------------------------------
 

@@ -319,6 +319,7 @@ def test_only_the_credentials_own_api_is_served() -> None:
         ({"env": "K"}, "credentials.c.upstream: expected the vendor's API as an https://"),
         ({"env": "K", "upstream": "http://api.example.com"}, "plain http only to this machine"),
         ({"env": "K", "upstream": "https://u:p@api.anthropic.com"}, "without credentials"),
+        ({"env": "K", "upstream": "https://api.anthropic.com:99999"}, "as an https:// URL"),
         ({"env": "K", "upstream": "https://llm.example.com"}, "credentials.c.dialect"),
         ({"env": "K", "upstream": "https://api.anthropic.com", "dialect": "x"}, "credentials.c.dialect"),
         ({"env": "K", "upstream": "https://api.anthropic.com", "colour": 1}, "unknown key"),
@@ -347,6 +348,8 @@ def test_an_unset_key_and_a_built_in_agent_are_clear_errors(
     with pytest.raises(UsageError, match=r"\$TEST_UNSET_KEY, which is not set"):
         Upstream.from_credential("c", credential, {})
     assert "sk-" not in repr(Upstream.from_credential("c", credential, {"TEST_UNSET_KEY": KEY}))
+    with pytest.raises(UsageError, match="printable ASCII only"):
+        Upstream.from_credential("c", credential, {"TEST_UNSET_KEY": "sk-1\r\nx-evil: 1"})
     config = parse_config(
         {"credentials": {"c": {"env": "K", "upstream": "https://api.anthropic.com"}}}
     )
