@@ -273,7 +273,7 @@ class Upstream:
         started = time.perf_counter()
         if hold is not None:
             run.bus.publish(EventType.INFERENCE_START, engine=f"upstream:{self.name}",
-                            model=model, messages=0)  # fmt: skip
+                            model=model, messages=_messages(parsed))  # fmt: skip
         seen = _Seen()
         try:
             reply = await _race(run, self._open(client, call, request, body))
@@ -494,6 +494,15 @@ async def _read(reply: httpx.Response) -> bytes:
             raise EngineUnavailable(f"the upstream's reply is over {MAX_RESPONSE} bytes")
         parts.append(chunk)
     return b"".join(parts)
+
+
+def _messages(body: dict[str, Any]) -> int:
+    """How many messages a request carries, whatever its dialect calls them."""
+    for key in ("messages", "input", "contents"):
+        value = body.get(key)
+        if isinstance(value, list):
+            return len(value)
+    return 1 if isinstance(body.get("input"), str) else 0
 
 
 def _is_sse(reply: httpx.Response) -> bool:
