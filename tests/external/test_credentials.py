@@ -1,6 +1,7 @@
-"""codex (the real codex-acp, pinned) in the real sandbox on a cloud key the host holds:
-``--engine NAME`` naming ``[credentials.NAME]`` whose upstream is a vendor stand-in
-speaking OpenAI Responses (streamed, with usage). The agent's own shell tool scans
+"""codex and claude (the real codex-acp and claude-agent-acp, pinned) in the real
+sandbox on a cloud key the host holds: ``--engine NAME`` naming ``[credentials.NAME]``
+whose upstream is a vendor stand-in speaking the agent's API (OpenAI Responses,
+Anthropic Messages; streamed, with usage). The agent's own shell tool scans
 its container for the key (processes' environments and command lines, every
 readable file) and finds nothing; the vendor got the key; the ledger holds the
 vendor's usage.
@@ -33,17 +34,29 @@ pytestmark = pytest.mark.slow
 USAGE = Usage(2100, 55)
 
 
-def test_codex_on_a_host_held_key(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _ready("codex")
-    key = "sk-proj-test-" + secrets.token_hex(20)
-    monkeypatch.setenv("JARVIS_TEST_OPENAI_KEY", key)
+#: agent: (its shell tool, the tool's command argument, the API, its path, the key's header)
+AGENTS = {
+    "codex": ("exec_command", "cmd", "openai", "/v1/responses", "authorization"),
+    "claude": ("Bash", "command", "anthropic", "/v1/messages", "x-api-key"),
+}
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_an_acp_agent_on_a_host_held_key(
+    agent: str, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _ready(agent)
+    tool, argument, dialect, path, header = AGENTS[agent]
+    key = "sk-test-" + secrets.token_hex(20)
+    monkeypatch.setenv("JARVIS_TEST_CLOUD_KEY", key)
 
     def model(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
-        if "exec_command" not in {t.name for t in tools}:
+        if tool not in {t.name for t in tools}:
             return reply("title", usage=USAGE)
         if any(m.role is Role.TOOL for m in messages):
             return reply("Scanned.", usage=USAGE)
-        return reply("", ("exec_command", {"cmd": _scan_command(key)}), usage=USAGE)
+        return reply("", (tool, {argument: _scan_command(key), "description": "scan"}),
+                     usage=USAGE)  # fmt: skip
 
     vendor = ScriptedEngine(fallback=model)
     workspace.chmod(0o777)  # the sandbox user works in it
@@ -55,10 +68,11 @@ def test_codex_on_a_host_held_key(workspace: Path, monkeypatch: pytest.MonkeyPat
         async with VendorStandIn(vendor, key) as stand_in:
             config = parse_config({
                 "sandbox": {"image": IMAGE, "allowed_roots": [f"{workspace.parent}:rw"]},
-                "credentials": {"cloud": {"env": "JARVIS_TEST_OPENAI_KEY", "dialect": "openai",
-                                          "upstream": stand_in.url, "model": "gpt-test"}},
+                "agents": {"permissions": {"execute": "allow"}},
+                "credentials": {"cloud": {"env": "JARVIS_TEST_CLOUD_KEY", "dialect": dialect,
+                                          "upstream": stand_in.url, "model": "vendor-model"}},
             })  # fmt: skip
-            spec = AgentSpec("Scan.", agent="codex", engine="cloud",
+            spec = AgentSpec("Scan.", agent=agent, engine="cloud",
                              options={"workspace": str(workspace)}, max_wall=240)  # fmt: skip
             outcome = await run_spec(spec, run, config, trace=False)
             return outcome, list(stand_in.requests)
@@ -73,9 +87,10 @@ def test_codex_on_a_host_held_key(workspace: Path, monkeypatch: pytest.MonkeyPat
     assert report["hits"] == [], report
     assert report["procs"] >= 2 and report["files"] > 1000
     assert key not in json.dumps(events, default=str) + json.dumps(outcome.to_dict())
-    inferences = [r for r in requests if r.path == "/v1/responses"]
+    inferences = [r for r in requests if r.path == path]
     assert inferences and {r.key for r in requests} == {key}
-    assert all(r.headers["authorization"] == f"Bearer {key}" for r in inferences)
+    sent = f"Bearer {key}" if header == "authorization" else key
+    assert all(r.headers[header] == sent for r in inferences)
     assert run.budget.used == Usage(
         USAGE.prompt_tokens * len(inferences), USAGE.completion_tokens * len(inferences)
     )
