@@ -12,7 +12,8 @@ sent, with three changes made on the host:
   wall budget is spent, which stops the run), its output cap (``max_tokens`` by the
   dialect's name) is lowered to what the budget has left, and it settles to the usage
   the vendor reports (a prompt is known only from that usage: a budget can be passed
-  by one call's prompt, never by its output);
+  by one call's prompt, never by its output). A vendor that reports none is charged
+  the sizes sent and relayed, four bytes a token;
 * the reply: bounded in bytes (a whole body, each SSE line, a whole stream), with any
   occurrence of the key blanked out, and cut, with the dialect's error event, when the
   run is cancelled or the usage reported mid-stream passes the budget.
@@ -95,6 +96,9 @@ class _Seen:
     prompt: int = 0
     completion: int = 0
     reported: bool = False
+    #: Bytes sent, and bytes of reply relayed: an estimate when nothing is reported.
+    sent: int = 0
+    relayed: int = 0
 
     def update(self, family: str, data: object) -> None:
         usage = _usage_object(family, data)
@@ -116,9 +120,12 @@ class _Seen:
         self.completion = max(self.completion, completion)
         self.reported = True
 
-    @property
-    def usage(self) -> Usage:
-        return Usage(self.prompt, self.completion)
+    def usage(self, most_completion: int) -> Usage:
+        """What the vendor reported; from a vendor that reported nothing, the sizes
+        (four bytes a token, the reply's count no more than the call may produce)."""
+        if self.reported:
+            return Usage(self.prompt, self.completion)
+        return Usage(self.sent // 4, min(self.relayed // 4, most_completion))
 
 
 def _usage_object(family: str, data: object) -> object:
@@ -274,7 +281,7 @@ class Upstream:
         if hold is not None:
             run.bus.publish(EventType.INFERENCE_START, engine=f"upstream:{self.name}",
                             model=model, messages=_messages(parsed))  # fmt: skip
-        seen = _Seen()
+        seen = _Seen(sent=len(body))
         try:
             reply = await _race(run, self._open(client, call, request, body))
         except BaseException as exc:
@@ -288,6 +295,7 @@ class Upstream:
                 raise
             finally:
                 await reply.aclose()
+            seen.relayed = len(data)
             if hold is not None:
                 try:
                     seen.update(self.family, json.loads(data))
@@ -345,6 +353,7 @@ class Upstream:
                     raise EngineUnavailable(f"the upstream sent a line over {MAX_LINE} bytes")
                 if not newline:
                     continue
+                seen.relayed += len(whole) + 1
                 if hold is not None:
                     for line in lines:
                         self._count(line, seen)
@@ -399,14 +408,16 @@ class Upstream:
     ) -> None:  # fmt: skip
         if hold is None or not hold.open:
             return
-        if error is not None and not seen.reported and isinstance(error, EngineUnavailable):
+        unreached = isinstance(error, EngineUnavailable) and not seen.relayed
+        usage = seen.usage(hold.completion_tokens)
+        if unreached and not seen.reported:
             hold.release()  # never reached the vendor, or nothing came back: nothing spent
         else:
-            hold.settle(seen.usage)
+            hold.settle(usage)
         data: dict[str, Any] = {
             "engine": f"upstream:{self.name}", "model": model,
             "latency_s": time.perf_counter() - started,
-            "prompt_tokens": seen.prompt, "completion_tokens": seen.completion,
+            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
         }  # fmt: skip
         if error is not None:
             data["error"] = f"{type(error).__name__}: {error}"
@@ -463,7 +474,9 @@ def _check_budget(run: RunContext, seen: _Seen) -> None:
     budget = run.budget
     if budget.max_tokens is None:
         return
-    if budget.used.total_tokens + seen.prompt + seen.completion > budget.max_tokens:
+    # Before the vendor reports, only the reply so far (a request's size is no count).
+    spent = seen.prompt + seen.completion if seen.reported else seen.relayed // 4
+    if budget.used.total_tokens + spent > budget.max_tokens:
         reason = f"token budget of {budget.max_tokens} spent (reported by the upstream)"
         run.cancel.cancel(reason, stop=BudgetExceeded)
         raise BudgetExceeded(reason)

@@ -190,13 +190,19 @@ class _Liar:
         def event(kind: str, data: dict[str, Any]) -> bytes:
             return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n".encode()
 
-        start = {"message": {"id": "m", "usage": {"input_tokens": 40, "output_tokens": 1}}}
+        start: dict[str, Any] = {"message": {"id": "m"}}
+        if mode != "silent":
+            start["message"]["usage"] = {"input_tokens": 40, "output_tokens": 1}
         yield event("message_start", start)
         yield event("content_block_delta", {"delta": {"type": "text_delta", "text": "BEFORE"}})
         if mode == "flood":
             yield b"data: " + b"x" * (upstream_module.MAX_LINE + 10) + b"\n\n"
         if mode == "hang":
             await asyncio.Event().wait()
+        if mode == "silent":  # a reply, and never a word of its usage
+            yield event("content_block_delta", {"delta": {"type": "text_delta", "text": "x" * 400}})
+            yield event("message_stop", {})
+            return
         # Usage past the budget, then more output: the gateway must not relay it.
         yield event("message_delta", {"usage": {"output_tokens": 5000}})
         yield event("content_block_delta", {"delta": {"type": "text_delta", "text": "AFTER"}})
@@ -249,6 +255,18 @@ def test_a_stream_past_the_budget_is_cut_and_the_run_stopped() -> None:
     assert run.budget.used == Usage(40, 5000)  # what the vendor said it spent
     # The vendor was told the cap the budget allows, not the 9000 asked for.
     assert json.loads(liar.seen[0].body)["max_tokens"] == 1000
+
+
+def test_a_vendor_that_reports_no_usage_is_charged_the_sizes() -> None:
+    run = RunContext()
+    events = _events(run)
+    reply_, liar, _ = _against_liar("silent", run)
+    assert reply_.status_code == 200 and "message_stop" in reply_.text
+    # Four bytes a token: what was sent, and what came back.
+    prompt, completion = run.budget.used.prompt_tokens, run.budget.used.completion_tokens
+    assert prompt == len(liar.seen[0].body) // 4 and completion > 100
+    (end,) = [d for t, d in events if t is EventType.INFERENCE_END]
+    assert (end["prompt_tokens"], end["completion_tokens"]) == (prompt, completion)
 
 
 def test_a_cancelled_run_cuts_its_stream() -> None:
