@@ -51,6 +51,7 @@ def vendor() -> Iterator[tuple[VendorStandIn, str]]:
         asyncio.run_coroutine_threadsafe(stand_in.__aexit__(None, None, None), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+        loop.close()
 
 
 def test_a_task_on_a_key_the_daemon_holds(
