@@ -26,7 +26,9 @@ _OPTIONS = (
     click.option("-a", "--agent", default="",
                  help="Agent key (see `jarvis agents list`); default from config."),
     click.option("-e", "--engine", default=None,
-                 help="llamacpp (embedded), ollama, openai, or a plugin; default from config."),
+                 help="llamacpp (embedded), ollama, openai, a plugin, or a [credentials.NAME] "
+                      "(external agents on a cloud model, the key kept on the host); "
+                      "default from config."),
     click.option("-m", "--model", default="",
                  help="Model name (catalog name or .gguf path for llamacpp)."),
     click.option("-t", "--tools", default="",

@@ -151,6 +151,7 @@ class ExternalAgent(BaseAgent):
             )
         workspace = self._workspace()
         agent = self.definition
+        self._check_credential(agent)
         if agent.builtin:
             where = await self._ensure_installed()
         else:
@@ -247,6 +248,28 @@ class ExternalAgent(BaseAgent):
             f"agent {agent.name} ended without a result (exit {outcome.process.exit_code})"
             + (f":\n{tail}" if tail else "")
         )
+
+    def _check_credential(self, agent: AgentDefinition) -> None:
+        """Under ``--engine CREDENTIAL``: the agent must speak the vendor's dialect and
+        know which of its models to ask for (before anything starts)."""
+        from .._config import credential_dialect
+        from ..engines import CredentialEngine
+        from ..gateway._upstream import agent_family
+
+        engine = self.engine
+        if not isinstance(engine, CredentialEngine):
+            return
+        name, family = engine.credential_name, credential_dialect(engine.credential)
+        if agent.dialect and agent_family(agent.dialect) != family:
+            raise UsageError(
+                f"agent {agent.name} speaks {agent.dialect}; credential {name!r} serves the "
+                f"{family} API: use an agent of that API, or another credential"
+            )
+        if not (self.model or engine.default_model()):
+            raise UsageError(
+                f"name the model to ask credential {name!r}'s vendor for: --model, or "
+                f"model in [credentials.{name}]"
+            )
 
     @contextlib.asynccontextmanager
     async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:

@@ -20,7 +20,7 @@ from .._config import Config
 from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
-from ..engines import Engine, select_engine
+from ..engines import Engine, engine_for_agent, select_engine
 from ._build import (
     build_agent,
     load_context,
@@ -157,7 +157,8 @@ async def _run_spec(
         return await run_code(spec, run, config, engine)
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
-    engine_name = spec.engine or config.engine.default
+    explicit = engine_for_agent(config, spec.engine, agent_key)
+    engine_name = explicit or config.engine.default
     own_engine = engine is None
     collector = None
     if trace and run.depth == 0:
@@ -170,7 +171,7 @@ async def _run_spec(
     failure: Failure | None = None
     try:
         if engine is None:
-            engine = select_engine(config, spec.engine, spec.model, spec.env)
+            engine = select_engine(config, explicit, spec.model, spec.env)
         engine_name = engine.name
         async with contextlib.AsyncExitStack() as stack:
             mcp_tools = list(tools)
