@@ -383,6 +383,8 @@ def _check_network(cls: type, key: str, value: Any, file: str, dotted: str) -> N
             raise ConfigError(file, where, exc.expected, exc.got) from None
         except (JarvisError, ValueError, TypeError) as exc:
             raise ConfigError(file, where, f"a valid entry ({exc})") from None
+
+
 #: A credential's name: ``--engine NAME``.
 CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
