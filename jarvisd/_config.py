@@ -254,6 +254,9 @@ class CodeConfig:
     # change is not recorded, and the run fails saying so.
     max_file_bytes: int = _num(50 * 1024 * 1024, 1)
     max_change_bytes: int = _num(500 * 1024 * 1024, 1)
+    # The setup command of every run (--setup CMD wins); "": detected (a Python project
+    # gets a virtual environment with its dependencies and pytest; --no-setup: none).
+    setup: str = ""
 
 
 @dataclass(frozen=True, slots=True)

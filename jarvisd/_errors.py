@@ -27,7 +27,9 @@ Split by what the caller can do about it::
     │   └── StoreError          the task database cannot be written or read (disk full,
     │                           damaged file): the message says where and what to do
     ├── TaskNotFound
-    └── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
+    ├── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
+    └── SetupFailed             a ``jarvis code`` run's setup (its toolchain, made in the
+                                sandbox) failed: the message holds its output's tail
 
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
 ``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
@@ -59,6 +61,7 @@ __all__ = [
     "QueueFull",
     "SandboxError",
     "SandboxUnavailable",
+    "SetupFailed",
     "ShuttingDown",
     "StoreError",
     "TaskNotFound",
@@ -178,3 +181,8 @@ class TaskNotFound(JarvisError):
 class WorkspaceError(JarvisError):
     """A ``jarvis code`` workspace cannot be made, found, applied or discarded; the
     message says why (an apply that would conflict names the files)."""
+
+
+class SetupFailed(JarvisError):
+    """A ``jarvis code`` run's setup failed (its command, pip, a host it may not reach):
+    the agent never started; the message ends with the tail of the setup's output."""

@@ -42,6 +42,8 @@ class EventType(enum.StrEnum):
     #: A connection a sandboxed run's program made through its egress proxy: host,
     #: port, address, allowed, reason, method, bytes_up, bytes_down, duration.
     NET_CONNECT = "net_connect"
+    #: A line of a ``jarvis code`` run's setup (its toolchain made in the sandbox).
+    CODE_SETUP = "code_setup"
 
 
 @dataclass(slots=True)

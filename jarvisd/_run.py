@@ -308,6 +308,10 @@ class RunContext:
     #: The host path of the run's egress proxy socket (``jarvisd.sandbox._netrun``):
     #: the sandboxes the run starts mount it. "" (the default): no network for them.
     egress: str = ""
+    #: A ``jarvis code`` run's toolchain (``jarvisd.code._setup``): binds (host path,
+    #: path inside, read only) and variables for the agent's sandbox. Set by jarvis only.
+    sandbox_binds: tuple[tuple[str, str, bool], ...] = ()
+    sandbox_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.budget.bus is None:  # the ledger's warnings go on the run's bus
@@ -326,4 +330,6 @@ class RunContext:
             bound_engines=self.bound_engines,
             approver=self.approver,
             egress=self.egress,
+            sandbox_binds=self.sandbox_binds,
+            sandbox_env=self.sandbox_env,
         )

@@ -106,21 +106,30 @@ def _state_dir() -> Any:
               help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
                    "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
                    "Default: no network.")  # fmt: skip
+@click.option("--setup", "setup_command", default="", metavar="CMD",
+              help="Prepare the project's environment with CMD, in the sandbox, in a venv "
+                   "cached by its dependency files (default: [code] setup, else detected: "
+                   "a Python project gets its dependencies, test extras and pytest).")  # fmt: skip
+@click.option("--no-setup", is_flag=True, help="No setup, not even a detected one.")
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def run(path: str, task_text: str, agent: str, test_command: str, respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
-        max_wall: float | None, allow_net: tuple[str, ...], no_daemon: bool,
-        as_json: bool) -> None:  # fmt: skip
+        max_wall: float | None, allow_net: tuple[str, ...], setup_command: str,
+        no_setup: bool, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
     from ..code import prepare
     from ..runs import AgentSpec
     from ..sandbox._netrun import split_hosts
 
     if not task_text.strip():
         raise UsageError("the task is empty")
+    if no_setup and setup_command:
+        raise UsageError("--setup and --no-setup disagree: give one")
     store = _store()
     ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
                  test=test_command, respect_gitignore=respect_gitignore)  # fmt: skip
+    if setup_command or no_setup:
+        ws = store.update(ws, setup=setup_command, no_setup=no_setup)
     click.echo(f"workspace {ws.id}: {ws.kind} at {ws.path} ({ws.files} files, "
                f"{len(ws.left_out) + ws.more_left_out} left out, {ws.setup_s:.2f} s)",
                err=True)  # fmt: skip
@@ -133,10 +142,13 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
         failure = _follow(task_id)
         network = _task_network(task_id)
     else:
+        from .._events import EventType
         from .._run import RunContext
         from ..runs import LocalHost
 
-        outcome = LocalHost().run(spec, RunContext())
+        context = RunContext()
+        context.bus.subscribe(_say_setup, EventType.CODE_SETUP)
+        outcome = LocalHost().run(spec, context)
         failure = outcome.failure
         network = outcome.metadata.get("network")
     ws = store.get(ws.id)
@@ -153,6 +165,13 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
     if failure is not None:
         click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
         raise click.exceptions.Exit(failure.exit_code)
+
+
+def _say_setup(event: Any) -> None:
+    """A line of the setup's progress (pip's output, from the sandbox: escaped)."""
+    from ._terminal import visible
+
+    click.echo(visible(f"jarvis: setup: {event.data.get('line', '')}"), err=True)
 
 
 def _submit(spec: Any) -> str | None:
@@ -186,7 +205,9 @@ def _follow(task_id: str) -> Any:
     try:
         for ev in client.logs(task_id, follow=True):
             line = format_event(ev.seq, ev.event, dict(ev.data))
-            if line is not None and ev.event.startswith(("tool_call", "task_", "net_")):
+            if line is not None and ev.event.startswith(
+                ("tool_call", "task_", "net_", "code_setup")
+            ):
                 click.echo(line, err=True)
     except KeyboardInterrupt:
         client.cancel(task_id)

@@ -58,6 +58,8 @@ def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
         reason = f" ({data.get('reason')})" if data.get("reason") else ""
         return (f"[{seq}] net {verdict} {data.get('host')}:{data.get('port')}{reason} "
                 f"up {data.get('bytes_up', 0)} B, down {data.get('bytes_down', 0)} B")  # fmt: skip
+    if event == "code_setup":
+        return f"[{seq}] setup: {data.get('line', '')}"
     if event == "task_end":
         reason = f" ({data.get('reason')})" if data.get("reason") else ""
         return f"[{seq}] task {data.get('state')}{reason}"

@@ -214,7 +214,9 @@ async def _run_code(
     timeout = config.sandbox.timeout
     outcome: RunOutcome | None = None
     before = after = None
+    setup: dict[str, Any] = {}
     try:
+        executor = await _setup(ws, run, code_config, executor, setup)
         before = await _test(executor, ws, run, timeout)
         outcome = await run_spec(inner, run, code_config, engine)
         if outcome.ok:
@@ -235,8 +237,11 @@ async def _run_code(
             "test_before": None if before is None else before.to_dict(),
             "test_after": None if after is None else after.to_dict(),
             "failure": None if failure is None else failure.to_dict(),
+            "setup": setup or None,
         }
-        if outcome is None:
+        if setup.get("failure"):
+            record["failure"] = setup["failure"]
+        elif outcome is None:
             record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
                                  "message": run.cancel.reason or "the run stopped"}  # fmt: skip
         if problem is not None:
@@ -249,6 +254,38 @@ async def _run_code(
     return dataclasses.replace(
         outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
     )
+
+
+async def _setup(
+    ws: Workspace, run: RunContext, config: Config, executor: CodeExecutor, record: dict[str, Any]
+) -> CodeExecutor:
+    """The run's toolchain (``jarvisd.code._setup``), when it has a setup: the executor
+    the test command then runs on (and, on the run's context, what the agent's sandbox
+    gets); ``record`` gets what the outcome says of it, its failure too before
+    SetupFailed is raised."""
+    from .._errors import SetupFailed
+    from .._events import EventType
+    from ._setup import plan_setup, prepare_toolchain, run_env, with_toolchain
+
+    plan = plan_setup(ws.path, ws.setup or config.code.setup, enabled=not ws.no_setup)
+    if plan is None or run.cancel.cancelled:
+        return executor
+
+    def say(line: str) -> None:
+        run.bus.publish(EventType.CODE_SETUP, line=line)
+
+    record["files"] = list(plan.files)
+    record["command"] = plan.command or plan.pip_line
+    try:
+        toolchain = await prepare_toolchain(plan, ws.path, config, executor, say)
+    except SetupFailed as exc:
+        record["failure"] = Failure.of(exc).to_dict()
+        raise
+    record.update(toolchain.to_dict())
+    run.sandbox_binds = (*run.sandbox_binds, *toolchain.binds())
+    agent_env = {k: v for k, v in run_env(ws.path).items() if k in ("PATH", "VIRTUAL_ENV")}
+    run.sandbox_env = {**run.sandbox_env, **agent_env}
+    return with_toolchain(executor, toolchain, ws.path)
 
 
 def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | None]:
@@ -279,6 +316,7 @@ def _summary(ws: Workspace) -> Mapping[str, Any]:
         "changed": outcome.get("changed"), "files": outcome.get("files"),
         "left_out": [dict(x) for x in ws.left_out], "more_left_out": ws.more_left_out,
         "test_before": outcome.get("test_before"), "test_after": outcome.get("test_after"),
+        "setup": outcome.get("setup"),
     }  # fmt: skip
 
 

@@ -58,6 +58,9 @@ class Workspace:
     task: str = ""
     agent: str = ""
     test: str = ""
+    #: The setup command (--setup, [code] setup); "" with ``no_setup`` false: detected.
+    setup: str = ""
+    no_setup: bool = False
     state: str = "ready"
     created_at: float = 0.0
     setup_s: float = 0.0
@@ -87,7 +90,7 @@ class Workspace:
             "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
             "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
             "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,
-            "shown_state": self.shown_state,
+            "shown_state": self.shown_state, "setup": self.setup, "no_setup": self.no_setup,
         }  # fmt: skip
 
     @classmethod

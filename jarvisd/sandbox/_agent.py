@@ -216,6 +216,8 @@ class SandboxedAgent(BaseAgent):
             mounts=self.spec.mounts,
             separate_code=True,
             proxy_socket=run.egress,
+            system_binds=run.sandbox_binds,
+            env=dict(run.sandbox_env),
         )
         executor = self._executor()
         # The run's MCP servers start through the same sandbox backend, and are stopped

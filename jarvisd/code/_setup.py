@@ -1,0 +1,426 @@
+"""The project's toolchain for a ``jarvis code`` run: a virtual environment with its
+dependencies, test extras and pytest, made in the sandbox and cached on the host.
+
+Installing a project runs its build code, so setup runs IN THE SANDBOX, never on the
+host: a venv is made at ``ENV_PATH`` on a fresh cache directory mounted read-write
+there, the workspace (read-only) is copied into it (pip writes build files in-tree),
+then either the run's setup command or, for a Python project, ``pip install
+'.[test,...]' pytest`` (only the extras the project declares) runs in that copy. What
+was installed from the copy (the project itself) is uninstalled again: the tests must
+import the workspace's source, which the agent edits (``PYTHONPATH`` = the workspace,
+and its ``src`` when there is one), not a stale installed copy.
+
+Network: the host's pip sources only (``jarvisd.code._pipconf``) through an egress
+proxy of the setup's own; the agent's phase keeps the run's policy (none by default).
+
+The cache, ``<cache>/envs/KEY``: KEY hashes the dependency files, the setup command,
+the pip sources and the sandbox image's id. It is built under a temporary name and
+renamed when complete (a failed setup leaves nothing; two runs with one KEY each build,
+the first rename wins, the other's build is dropped), then mounted read-only at
+``ENV_PATH`` into the test command and the agent's sandbox, with ``ENV_PATH/bin`` first
+on PATH. It lies outside the workspace, so it is never part of the diff.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import hashlib
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._errors import JarvisError, SetupFailed, UsageError
+
+if TYPE_CHECKING:
+    from .._config import Config
+    from ..executors import CodeExecutor
+    from ._pipconf import PipSources
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ENV_PATH", "SetupPlan", "Toolchain", "plan_setup", "prepare_toolchain"]
+
+#: Where the environment is, in every sandbox of the run (scripts' shebangs name it).
+ENV_PATH = "/opt/jarvis-env"
+#: Bump when the script below changes what an environment holds.
+_FORMAT = "1"
+#: The extras installed when the project declares them.
+TEST_EXTRAS = ("test", "tests", "testing", "dev")
+#: Files that say what a Python project needs (requirements*.txt too).
+_PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
+#: The most of one dependency file read for the key; a larger one is refused.
+MAX_DEP_FILE_BYTES = 4 * 1024 * 1024
+#: The tail of the setup's output kept for its failure and its outcome.
+MAX_SETUP_OUTPUT = 6000
+#: One progress line at most (pip prints long ones).
+_MAX_LINE = 300
+#: How long a setup may take unless the sandbox's timeout is longer.
+SETUP_TIMEOUT_S = 900.0
+
+_SCRIPT = r"""
+set -eu
+E=/opt/jarvis-env
+echo "jarvis setup: creating the virtual environment"
+python3 -m venv "$E"
+export PATH="$E/bin:$PATH" VIRTUAL_ENV="$E" TMPDIR="$E/.tmp" HOME="$E/.tmp"
+mkdir -p "$TMPDIR"
+cp -R "$JARVIS_WS/." "$E/.build"
+cd "$E/.build"
+if [ -n "$JARVIS_SETUP" ]; then
+  echo "jarvis setup: $JARVIS_SETUP"
+  /bin/sh -c "$JARVIS_SETUP" 2>&1
+else
+  set --
+  for r in $JARVIS_REQS; do set -- "$@" -r "$r"; done
+  if [ -n "$JARVIS_PROJECT" ]; then set -- "$@" "$JARVIS_PROJECT"; fi
+  echo "jarvis setup: pip install $* pytest"
+  python3 -m pip install --progress-bar off "$@" pytest 2>&1
+fi
+python3 - <<'PY'
+import importlib.metadata as md, subprocess, sys
+names = []
+for dist in md.distributions():
+    try:
+        origin = dist.read_text("direct_url.json") or ""
+    except OSError:
+        origin = ""
+    if "/opt/jarvis-env/.build" in origin:
+        names.append(dist.metadata["Name"])
+if names:
+    print("jarvis setup: uninstalling", *names, "(the tests import the workspace's source)")
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *names], check=True)
+PY
+cd /
+rm -rf "$E/.build" "$E/.tmp"
+find "$E" -name __pycache__ -prune -o -type d -exec chmod a+rx {} + 2>/dev/null || true
+chmod -R a+r "$E" 2>/dev/null || true
+echo "jarvis setup: done"
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class SetupPlan:
+    """What a run's setup does: ``command`` (the run's own), else a pip install of
+    ``requirements`` and of the project with ``extras`` (when ``install_project``)."""
+
+    files: tuple[str, ...]
+    command: str = ""
+    requirements: tuple[str, ...] = ()
+    extras: tuple[str, ...] = ()
+    install_project: bool = False
+
+    @property
+    def pip_line(self) -> str:
+        """The install the detected setup runs, as said to a person."""
+        words = [w for r in self.requirements for w in ("-r", r)]
+        return " ".join(["pip install", *words, *([self.target] if self.target else []), "pytest"])
+
+    @property
+    def target(self) -> str:
+        """The pip argument for the project: ``.[test,dev]``, ``.`` or ""."""
+        if not self.install_project:
+            return ""
+        return f".[{','.join(self.extras)}]" if self.extras else "."
+
+
+@dataclass(frozen=True, slots=True)
+class Toolchain:
+    """A ready environment: its cache directory and how it was had."""
+
+    path: str
+    key: str
+    cached: bool
+    duration_s: float
+    output: str = ""
+    network: Mapping[str, Any] = field(default_factory=dict)
+
+    def binds(self) -> tuple[tuple[str, str, bool], ...]:
+        return ((self.path, ENV_PATH, True),)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "path": self.path, "cached": self.cached,
+                "duration_s": self.duration_s, "output": self.output,
+                "network": dict(self.network)}  # fmt: skip
+
+
+def run_env(workspace: str) -> dict[str, str]:
+    """The variables of a sandbox that uses the environment on ``workspace``."""
+    pythonpath = [workspace]
+    if os.path.isdir(os.path.join(workspace, "src")):
+        pythonpath.append(workspace + "/src")
+    return {"PATH": f"{ENV_PATH}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": ENV_PATH,
+            "PYTHONPATH": ":".join(pythonpath)}  # fmt: skip
+
+
+def _dependency_files(root: Path) -> tuple[str, ...]:
+    names = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(root):
+            name = entry.name
+            wanted = name in _PROJECT_FILES or (
+                name.startswith("requirements") and name.endswith(".txt")
+            )
+            if wanted and entry.is_file(follow_symlinks=False):
+                names.append(name)
+    return tuple(sorted(names))
+
+
+def _read_small(path: Path) -> bytes:
+    """A dependency file's bytes (never through a symlink, at most MAX_DEP_FILE_BYTES)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(MAX_DEP_FILE_BYTES + 1)
+    if len(data) > MAX_DEP_FILE_BYTES:
+        raise UsageError(
+            f"{path.name} is larger than {MAX_DEP_FILE_BYTES} bytes: not a dependency file "
+            "jarvis reads (give --setup CMD or --no-setup)"
+        )
+    return data
+
+
+def _declared_extras(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """The test extras the project declares (read, never run: setup.py is searched)."""
+    found: set[str] = set()
+    if "pyproject.toml" in files:
+        import tomllib
+
+        try:
+            data = tomllib.loads(_read_small(root / "pyproject.toml").decode("utf-8", "replace"))
+        except (tomllib.TOMLDecodeError, OSError):
+            data = {}
+        project = data.get("project")
+        extras = project.get("optional-dependencies") if isinstance(project, dict) else None
+        if isinstance(extras, dict):
+            found.update(str(k) for k in extras)
+    if "setup.cfg" in files:
+        import configparser
+
+        parser = configparser.RawConfigParser()
+        with contextlib.suppress(configparser.Error, OSError, UnicodeDecodeError):
+            parser.read_string(_read_small(root / "setup.cfg").decode("utf-8", "replace"))
+            if parser.has_section("options.extras_require"):
+                found.update(parser.options("options.extras_require"))
+    if "setup.py" in files:
+        with contextlib.suppress(OSError):
+            text = _read_small(root / "setup.py").decode("utf-8", "replace")
+            found.update(re.findall(r"""['"]([\w.-]+)['"]\s*:""", text))
+    return tuple(e for e in TEST_EXTRAS if e in found)
+
+
+def plan_setup(workspace: str, command: str = "", enabled: bool = True) -> SetupPlan | None:
+    """The setup of the project in ``workspace``: the run's ``command``, else detected
+    for a Python project; None when there is none (or ``enabled`` is false)."""
+    root = Path(workspace)
+    files = _dependency_files(root)
+    if command.strip():
+        return SetupPlan(files=files, command=command.strip())
+    if not enabled or not files:
+        return None
+    requirements = tuple(f for f in files if f.startswith("requirements"))
+    for name in requirements:
+        if not re.fullmatch(r"[\w.+-]+", name):  # it goes through the shell's word split
+            raise UsageError(f"{name!r}: a requirements file name jarvis does not pass to pip")
+    install = any(f in files for f in _PROJECT_FILES)
+    extras = _declared_extras(root, files) if install else ()
+    return SetupPlan(files=files, requirements=requirements, extras=extras,
+                     install_project=install)  # fmt: skip
+
+
+def setup_key(plan: SetupPlan, workspace: str, sources: PipSources, image_id: str) -> str:
+    digest = hashlib.sha256()
+
+    def add(part: str | bytes) -> None:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big") + data)
+
+    for part in (_FORMAT, image_id, plan.command, plan.target, *plan.requirements):
+        add(part)
+    for name, value in sorted(sources.env().items()):
+        add(f"{name}={value}")
+    for name in plan.files:
+        add(name)
+        add(_read_small(Path(workspace) / name))
+    return digest.hexdigest()[:32]
+
+
+def _image_id(executor: CodeExecutor, config: Config) -> str:
+    """The sandbox image's id (a rebuilt image gets a new environment); the image's
+    name for a backend that has no engine to ask (bwrap: the host's own system)."""
+    client = getattr(executor, "client", None)
+    if client is None:
+        return f"{config.sandbox.backend}:{os.uname().release}"
+    try:
+        return str(client().images.get(config.sandbox.image).id)
+    except JarvisError:
+        raise
+    except Exception as exc:
+        raise SetupFailed(
+            f"the sandbox image {config.sandbox.image} could not be inspected: {exc}"
+        ) from exc
+
+
+def envs_dir() -> Path:
+    from .._paths import paths
+
+    return paths().cache / "envs"
+
+
+async def prepare_toolchain(
+    plan: SetupPlan,
+    workspace: str,
+    config: Config,
+    executor: CodeExecutor,
+    say: Callable[[str], None] = lambda line: None,
+    sources: PipSources | None = None,
+) -> Toolchain:
+    """The environment ``plan`` makes for ``workspace``: from the cache, else made in
+    the sandbox (``say`` gets its progress lines). SetupFailed with the tail of its
+    output when it fails (and the hosts the proxy refused, when it refused some)."""
+    from ._pipconf import host_pip_sources
+
+    started = time.perf_counter()
+    sources = host_pip_sources() if sources is None else sources
+    key = setup_key(plan, workspace, sources, _image_id(executor, config))
+    root = envs_dir()
+    final = root / key
+    if final.is_dir():
+        say(f"environment {key[:12]} from the cache")
+        return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root))
+    try:
+        _hand_to_sandbox(building, config)
+        output, network = await _build(plan, workspace, config, executor, building, sources, say)
+        try:
+            os.rename(building, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            say("another run made the same environment meanwhile: using it")
+    finally:
+        if building.exists():  # noqa: ASYNC240 - failed, or another run's rename won
+            shutil.rmtree(building, ignore_errors=True)
+    took = round(time.perf_counter() - started, 3)
+    return Toolchain(str(final), key, False, took, output, network)
+
+
+def _hand_to_sandbox(building: Path, config: Config) -> None:
+    """The build directory belongs to the sandbox's user (it writes there); readable by
+    all (the agent's code runs as another user than the test command)."""
+    os.chmod(building, 0o755)
+    if os.geteuid() == 0:
+        from ..sandbox._policy import SandboxPolicy
+
+        policy = SandboxPolicy.from_config(config)
+        os.chown(building, policy.uid, policy.gid)
+
+
+async def _build(
+    plan: SetupPlan,
+    workspace: str,
+    config: Config,
+    executor: CodeExecutor,
+    building: Path,
+    sources: PipSources,
+    say: Callable[[str], None],
+) -> tuple[str, dict[str, Any]]:
+    from ..executors import ExecRequest
+    from ..netpolicy import NetPolicy
+    from ..sandbox._netrun import RunNetwork
+    from ..sandbox._policy import SandboxPolicy
+
+    net = config.sandbox.network
+    # The pip sources only, with the config's deny list and hosts map; nothing else of
+    # the run's policy: what the agent may reach is not what setup needs.
+    policy = NetPolicy.parse(allow=list(sources.hosts()), deny=list(net.deny),
+                             hosts=dict(net.hosts), source="pip configuration")  # fmt: skip
+    env = {**sources.env(), "JARVIS_WS": workspace, "JARVIS_SETUP": plan.command,
+           "JARVIS_REQS": " ".join(plan.requirements), "JARVIS_PROJECT": plan.target,
+           "PYTHONDONTWRITEBYTECODE": "", "PYTHONPATH": ""}  # fmt: skip
+    binds = [(str(building), ENV_PATH, False)]
+    binds += [(real, inside, True) for real, inside in sources.binds()]
+    timeout = max(SETUP_TIMEOUT_S, config.sandbox.timeout)
+    tail: collections.deque[str] = collections.deque()
+    size = 0
+    sandbox = SandboxPolicy.from_config(config)
+    async with contextlib.AsyncExitStack() as stack:
+        socket_path = ""
+        network: RunNetwork | None = None
+        if not policy.empty:
+            network = await stack.enter_async_context(
+                RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid)
+            )
+            socket_path = network.socket_path
+        request = ExecRequest(argv=["/bin/sh", "-c", _SCRIPT], timeout=timeout,
+                              mounts=(workspace,), env=env, system_binds=tuple(binds),
+                              proxy_socket=socket_path)  # fmt: skip
+        channel = await executor.open(request)
+        try:
+            await channel.close_stdin()
+            while raw := await channel.readline(64 * 1024):
+                line = raw.decode("utf-8", "replace").rstrip()[:_MAX_LINE]
+                tail.append(line)
+                size += len(line) + 1
+                while size > MAX_SETUP_OUTPUT and len(tail) > 1:
+                    size -= len(tail.popleft()) + 1
+                if line:
+                    say(line)
+            result = await channel.wait()
+        except BaseException:
+            await channel.stop("cancelled")
+            raise
+        if result.stderr:
+            tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
+        await stack.aclose()
+        summary = network.summary if network is not None else None
+    output = "\n".join(tail)[-MAX_SETUP_OUTPUT:]
+    if result.exit_code != 0 or result.reason:
+        why = result.reason or f"exit {result.exit_code}"
+        refused = ""
+        if summary is not None and summary.refused:
+            refused = (f"; the network policy refused {', '.join(summary.refused_hosts)} "
+                       f"(setup may reach only pip's sources: {', '.join(sources.hosts())})")  # fmt: skip
+        raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
+    return output, ({} if summary is None else summary.to_dict())
+
+
+def with_toolchain(executor: CodeExecutor, toolchain: Toolchain, workspace: str) -> CodeExecutor:
+    """``executor`` whose programs (the test command) see the environment: mounted
+    read-only, first on PATH, the workspace's source on PYTHONPATH."""
+    from ..executors import CodeExecutor, ExecRequest
+
+    binds, env = toolchain.binds(), run_env(workspace)
+
+    class _WithToolchain(CodeExecutor):
+        name = executor.name
+        isolated = executor.isolated
+
+        def _add(self, request: ExecRequest) -> ExecRequest:
+            import dataclasses
+
+            return dataclasses.replace(request, system_binds=(*request.system_binds, *binds),
+                                       env={**env, **request.env})  # fmt: skip
+
+        async def open(self, request: ExecRequest) -> Any:
+            return await executor.open(self._add(request))
+
+        async def prepare(self, request: ExecRequest) -> None:
+            await executor.prepare(self._add(request))
+
+        async def check(self) -> None:
+            await executor.check()
+
+        def close(self) -> None:
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
+
+    return _WithToolchain()
