@@ -82,7 +82,7 @@ else
   for r in $JARVIS_REQS; do set -- "$@" -r "$r"; done
   if [ -n "$JARVIS_PROJECT" ]; then set -- "$@" "$JARVIS_PROJECT"; fi
   echo "jarvis setup: pip install $* pytest"
-  python3 -m pip install --progress-bar off "$@" pytest 2>&1
+  python3 -m pip install --progress-bar off --use-pep517 "$@" pytest 2>&1
 fi
 python3 - <<'PY'
 import importlib.metadata as md, subprocess, sys
@@ -156,8 +156,9 @@ def run_env(workspace: str) -> dict[str, str]:
     pythonpath = [workspace]
     if os.path.isdir(os.path.join(workspace, "src")):
         pythonpath.append(workspace + "/src")
+    # The workspace is read-only for the test command: pytest's cache would only warn.
     return {"PATH": f"{ENV_PATH}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": ENV_PATH,
-            "PYTHONPATH": ":".join(pythonpath)}  # fmt: skip
+            "PYTHONPATH": ":".join(pythonpath), "PYTEST_ADDOPTS": "-p no:cacheprovider"}  # fmt: skip
 
 
 def _dependency_files(root: Path) -> tuple[str, ...]:
