@@ -353,13 +353,12 @@ async def _build(
     size = 0
     sandbox = SandboxPolicy.from_config(config)
     async with contextlib.AsyncExitStack() as stack:
-        socket_path = ""
-        network: RunNetwork | None = None
-        if not policy.empty:
-            network = await stack.enter_async_context(
-                RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid)
-            )
-            socket_path = network.socket_path
+        # Always a proxy, even one that allows nothing: what setup tries to reach
+        # beyond pip's sources is refused by name, not lost in a resolver's error.
+        network = await stack.enter_async_context(
+            RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid)
+        )
+        socket_path = network.socket_path
         request = ExecRequest(argv=["/bin/sh", "-c", _SCRIPT], timeout=timeout,
                               mounts=(workspace,), env=env, system_binds=tuple(binds),
                               proxy_socket=socket_path)  # fmt: skip
@@ -381,16 +380,17 @@ async def _build(
         if result.stderr:
             tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
         await stack.aclose()
-        summary = network.summary if network is not None else None
+        summary = network.summary
     output = "\n".join(tail)[-MAX_SETUP_OUTPUT:]
     if result.exit_code != 0 or result.reason:
         why = result.reason or f"exit {result.exit_code}"
         refused = ""
-        if summary is not None and summary.refused:
-            refused = (f"; the network policy refused {', '.join(summary.refused_hosts)} "
-                       f"(setup may reach only pip's sources: {', '.join(sources.hosts())})")  # fmt: skip
+        if summary.refused:
+            named = ", ".join(dict.fromkeys(summary.refused_hosts))
+            refused = (f"; the network policy refused {named} "
+                       f"(setup may reach only pip's sources: {', '.join(sources.hosts()) or 'no host'})")  # fmt: skip
         raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
-    return output, ({} if summary is None else summary.to_dict())
+    return output, summary.to_dict()
 
 
 def with_toolchain(executor: CodeExecutor, toolchain: Toolchain, workspace: str) -> CodeExecutor:

@@ -159,7 +159,7 @@ def test_the_cache_is_reused_and_invalidated_by_a_dependency_file(tmp_path: Path
     assert not read_only and Path(building).parent == Path(first.path).parent
     assert not Path(building).exists()
     assert request.mounts == (str(ws),)  # the workspace: read-only
-    assert not request.proxy_socket  # file:// sources only: no proxy
+    assert request.proxy_socket  # a proxy that allows nothing: refusals are named
     assert Path(first.path, "pyvenv.cfg").read_text() == "built by request 1\n"
     assert first.binds() == ((first.path, ENV_PATH, True),)  # later runs: read-only
     # Source files are not dependency files: the same environment.
