@@ -25,8 +25,16 @@ A git repository gets a worktree on a new branch at HEAD with its uncommitted ch
 agent runs in the sandbox with the network off; the project is not touched until
 `jarvis code apply ID`. An external agent (--agent opencode) has the workspace as its
 cwd, and its edits there are allowed. Through jarvisd when it runs (a task: `jarvis
-task logs -f`, `jarvis task cancel`), else in this process. Exit 0 when the agent finished (with or
-without a change), else the run's failure code."""
+task logs -f`, `jarvis task cancel`), else in this process.
+
+With --test, the agent's first message holds the failing tests' output and the files
+they name; when it says it is done the tests run again, and while they fail it goes on
+with their new output, up to --rounds rounds in all, within one budget.
+
+Exit 0 when the agent finished (with or without a change), else the run's failure code:
+`no_change` (1) when its summary claims a change and it changed no file, `test_error`
+(1) when the test command could not run the tests (not found, a module missing, a
+pytest collection error, a timeout): that is not a failing test."""
 
 
 class _CodeGroup(click.Group):
@@ -87,6 +95,13 @@ def _state_dir() -> Any:
     help="A test command, run in the sandbox (workspace read-only) before and after.",
 )
 @click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=20),
+    default=3,
+    show_default=True,
+    help="With --test: the most agent rounds (the agent goes on while the tests fail).",
+)
+@click.option(
     "--respect-gitignore",
     is_flag=True,
     help="For a directory that is not a git repository: leave out what its "
@@ -104,7 +119,8 @@ def _state_dir() -> Any:
 )
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
-def run(path: str, task_text: str, agent: str, test_command: str, respect_gitignore: bool,
+def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
+        respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
         max_wall: float | None, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
     from ..code import prepare
@@ -114,7 +130,8 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
         raise UsageError("the task is empty")
     store = _store()
     ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
-                 test=test_command, respect_gitignore=respect_gitignore)  # fmt: skip
+                 test=test_command, respect_gitignore=respect_gitignore,
+                 rounds=rounds if test_command else 1)  # fmt: skip
     click.echo(f"workspace {ws.id}: {ws.kind} at {ws.path} ({ws.files} files, "
                f"{len(ws.left_out) + ws.more_left_out} left out, {ws.setup_s:.2f} s)",
                err=True)  # fmt: skip
@@ -163,7 +180,7 @@ def _follow(task_id: str) -> Any:
     try:
         for ev in client.logs(task_id, follow=True):
             line = format_event(ev.seq, ev.event, dict(ev.data))
-            if line is not None and ev.event.startswith(("tool_call", "task_")):
+            if line is not None and ev.event.startswith(("tool_call", "task_", "round")):
                 click.echo(line, err=True)
     except KeyboardInterrupt:
         client.cancel(task_id)
@@ -254,12 +271,19 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
         shown = ", ".join(f"{x['path']} ({x['reason']})" for x in ws.left_out[:20])
         more = len(ws.left_out) - 20 + ws.more_left_out
         lines.append(f"left out:  {clean(shown)}" + (f" and {more} more" if more > 0 else ""))
+    from ..code._testrun import describe
+
     for key, label in (("test_before", "test before"), ("test_after", "test after")):
         test = out.get(key)
         if isinstance(test, dict):
-            verdict = "passed" if test.get("passed") else f"failed (exit {test.get('exit_code')})"
+            verdict = clean(describe(test))
             lines.append(f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
-                         f"  ({test.get('command')})")  # fmt: skip
+                         f"  ({clean(str(test.get('command')))})")  # fmt: skip
+    rounds = out.get("rounds") or []
+    if len(rounds) > 1:
+        said = ", ".join(f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
+                         for r in rounds if isinstance(r, dict))  # fmt: skip
+        lines.append(f"rounds:      {len(rounds)} of {ws.rounds} ({said})")
     failure = out.get("failure")
     if isinstance(failure, dict):
         lines.append(style(f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}",
@@ -271,6 +295,8 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
         if files:
             lines.append(f"files:     {len(files)} touched")
             lines += [f"  {f['status']} {clean(f['path'])}" for f in files]
+        elif out.get("no_change_claimed"):
+            lines.append(style("files:     no change, though the summary claims one", fg="red"))
         else:
             lines.append("files:     no change")
     if diff and out.get("diff"):

@@ -58,6 +58,8 @@ class Workspace:
     task: str = ""
     agent: str = ""
     test: str = ""
+    #: The most agent rounds: after the first, the agent goes on while the tests fail.
+    rounds: int = 1
     state: str = "ready"
     created_at: float = 0.0
     setup_s: float = 0.0
@@ -83,7 +85,8 @@ class Workspace:
         return {
             "id": self.id, "source": self.source, "kind": self.kind, "path": self.path,
             "git_dir": self.git_dir, "branch": self.branch, "base": self.base,
-            "task": self.task, "agent": self.agent, "test": self.test, "state": self.state,
+            "task": self.task, "agent": self.agent, "test": self.test, "rounds": self.rounds,
+            "state": self.state,
             "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
             "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
             "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,

@@ -1,0 +1,129 @@
+"""What a ``jarvis code`` agent is told, and what its summary is held to.
+
+The first message puts in front of the agent what it needs: the task, the test command,
+the failing tests' output (its tail) and the files the failures and the task name, all
+bounded in bytes (small models do far better with them than with a path to explore).
+A later round tells it that the tests still fail, with their new output.
+
+:func:`claims_change` and :func:`asks_no_change` read the agent's summary and the task:
+a summary that says it changed something, with an empty diff, is a ``no_change``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._testrun import named_files
+
+if TYPE_CHECKING:
+    from ._store import Workspace
+    from ._testrun import TestRun
+
+__all__ = ["asks_no_change", "claims_change", "round_prompt", "task_prompt"]
+
+#: The most of the tests' output put in a message (its tail), in bytes.
+MAX_FEEDBACK_BYTES = 4000
+#: The most files, and bytes of them together, put in a message.
+MAX_FILES = 3
+MAX_FILES_BYTES = 12_000
+
+_CHANGE_VERBS = (
+    r"chang|fix|modifi|modify|updat|replac|edit|add|remov|renam|rewr[io]t|implement|"
+    r"corrected|refactor|adjust|patch|delet|insert|creat|wr[io]t"
+)
+_CLAIM = re.compile(rf"\b(?:{_CHANGE_VERBS})(?:e|ed|es|ing|s|ten|ied)?\b", re.IGNORECASE)
+_NEGATION = re.compile(
+    r"\b(?:not|no|never|nothing|without|n't|cannot|can't|couldn't|didn't|unable|needs? to|"
+    r"should|must|would|could|please|to)\s+(?:\w+\s+){0,2}$",
+    re.IGNORECASE,
+)
+_NO_CHANGE_TASK = re.compile(
+    r"\b(?:do not|don't|without|never)\s+(?:\w+\s+){0,2}(?:change|modify|edit|touch|writ)"
+    r"|\bno (?:code )?changes?\b|\bread[- ]only\b"
+    r"|^\s*(?:explain|describe|review|summari[sz]e|list|tell|what|why|how|where|which|is|are|does)\b",
+    re.IGNORECASE,
+)
+
+
+def claims_change(summary: str) -> bool:
+    """Whether the agent's summary says it changed something ("I fixed...", "Changed
+    the function..."), not counting what it says it did not or could not do."""
+    for match in _CLAIM.finditer(summary):
+        before = summary[max(0, match.start() - 40) : match.start()]
+        if not _NEGATION.search(before):
+            return True
+    return False
+
+
+def asks_no_change(task: str) -> bool:
+    """Whether the task asks for no change (a question, a review, "do not modify")."""
+    return _NO_CHANGE_TASK.search(task) is not None
+
+
+def _tail(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return "[...]\n" + data[-limit:].decode("utf-8", "ignore")
+
+
+def _files_block(texts: list[str], ws: Workspace) -> list[str]:
+    files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_FILES_BYTES)
+    if not files:
+        return []
+    parts = ["The files these name, as they are now:"]
+    for rel, text in files:
+        parts.append(f"{ws.path}/{rel}:\n```\n{text}\n```")
+    return parts
+
+
+def _test_block(test: TestRun) -> list[str]:
+    if test.could_not_run:
+        return [f"The test command could not run the tests here: {test.error}. Changing the "
+                "code will not make it run; do the task as well as you can without it."]  # fmt: skip
+    output = _tail(test.output, MAX_FEEDBACK_BYTES)
+    return [f"The tests fail now (exit {test.exit_code}). The end of their output:\n"
+            f"```\n{output}\n```"]  # fmt: skip
+
+
+def task_prompt(ws: Workspace, task: str, before: TestRun | None = None) -> str:
+    """The agent's first message: where the project is, the test command, the task,
+    and, with a test run that did not pass, its output and the files named."""
+    lines = [
+        f"You are working on a software project whose files are in the directory {ws.path} "
+        "(a working copy: change the files there; your changes are reviewed before they "
+        "reach the project). Use absolute paths under that directory.",
+    ]
+    if ws.test:
+        lines.append(f"The project's tests run with: cd {ws.path} && {ws.test}")
+    lines.append(f"Task: {task}")
+    named = [task]
+    if before is not None and not before.passed:
+        lines += _test_block(before)
+        if not before.could_not_run:
+            named.append(before.output)
+    lines += _files_block(named, ws)
+    lines.append("When you are done, reply with a short summary of what you changed.")
+    return "\n\n".join(lines)
+
+
+def round_prompt(
+    ws: Workspace, task: str, after: TestRun, summary: str, number: int, rounds: int
+) -> str:
+    """The message of round ``number``: the task again, what the agent said last time,
+    and the tests' new output (the files are in the state the last round left)."""
+    lines = [
+        f"You are working on a software project whose files are in the directory {ws.path}. "
+        "Use absolute paths under that directory.",
+        f"The project's tests run with: cd {ws.path} && {ws.test}",
+        f"Task: {task}",
+        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
+        f"But the tests still do not pass (round {number} of {rounds}).",
+        *_test_block(after),
+        *_files_block([task, after.output], ws),
+        "Go on: change the files so that the tests pass. When you are done, reply with a "
+        "short summary of what you changed.",
+    ]
+    return "\n\n".join(lines)
