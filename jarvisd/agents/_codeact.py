@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from .._claims import claims_change
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._run import RunContext
 from .._toolcalls import recover_tool_calls, starts_like_a_call
@@ -78,6 +79,15 @@ class PythonTool(BaseTool):
         return ToolResult("python", out, not result.error)
 
 
+#: The file helpers of the session (``runners.file_helpers``), as the prompt names them.
+FILE_HELPERS_PROMPT = (
+    "these helpers are ready: view(path, start=1, end=None) prints a file's lines with "
+    "their numbers; replace(path, old, new) replaces the one exact occurrence of the "
+    "snippet old (copy it from view, without the line numbers) with new, and refuses 0 "
+    "or several; run(command, cwd=None) runs a shell command and prints its exit status "
+    "and output."
+)
+
 CODEACT_PROMPT = """You solve tasks by writing and running Python code.
 - To run code, write one block:
 ```python
@@ -85,7 +95,7 @@ print(...)
 ```
   It runs in a persistent Python 3 session: variables, imports and files in /tmp stay
   from one block to the next. You see what it prints (print the values you need).
-- You may also call a tool:
+{helpers}- You may also call a tool:
 Action: <tool name>
 Action Input: <JSON arguments>
 {tools}- When you know the answer, reply with:
@@ -97,10 +107,14 @@ class CodeActDialect(Dialect):
     # "Final Answer:" before any code fence is the answer: it streams from its marker on.
     answer_so_far = staticmethod(final_before_code_so_far)
 
+    #: Whether the session has the file helpers (named in the prompt).
+    file_helpers: bool = False
+
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         specs = [s for s in executor.specs if s.name != "python"]
         tools = f"  Tools:\n{tool_descriptions(specs)}\n" if specs else ""
-        return CODEACT_PROMPT.format(tools=tools)
+        helpers = f"- In the session, {FILE_HELPERS_PROMPT}\n" if self.file_helpers else ""
+        return CODEACT_PROMPT.format(tools=tools, helpers=helpers)
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
@@ -140,11 +154,45 @@ class CodeActDialect(Dialect):
         )
 
 
-class SessionDialect(CodeActDialect):
-    """CodeAct with its session: a resumed run rebuilds the session's variables."""
+#: The word for a reply that claims work when no code ran (read by ``corrective``).
+_UNACTED = "claimed work without acting"
 
-    def __init__(self, session: ReplSession) -> None:
+
+class SessionDialect(CodeActDialect):
+    """CodeAct with its session: a resumed run rebuilds the session's variables.
+
+    With ``reask_unacted``, a reply that ends the run claiming a change ("I changed the
+    function...") when no code has run in the session is asked once to act: small
+    models describe a fix they never made. A second such reply is the answer."""
+
+    def __init__(self, session: ReplSession, *, reask_unacted: bool = False) -> None:
         self.session = session
+        self.file_helpers = session.file_helpers
+        self.reask_unacted = reask_unacted
+        self.acted = False
+        self.reasked = False
+
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+        step = super().parse(generation, executor)
+        if step.kind == "calls":
+            self.acted = True
+        elif (
+            step.kind == "final" and self.reask_unacted and not self.acted and not self.reasked
+            and claims_change(step.content)
+        ):  # fmt: skip
+            self.reasked = True
+            return Step("invalid", error=_UNACTED)
+        return step
+
+    def corrective(self, step: Step) -> str:
+        if step.error != _UNACTED:
+            return super().corrective(step)
+        helpers = " (replace(path, old, new) changes a file)" if self.file_helpers else ""
+        return (
+            "You said you made a change, but no code has run in this session, so nothing "
+            f"has changed yet. Make the change now: write a ```python code block{helpers}. "
+            "Reply with your summary once the change is made."
+        )
 
     async def resume(self, state: LoopState, run: RunContext) -> None:
         # The session's memory is not saved with the checkpoint: the cells that ran
@@ -203,9 +251,15 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         exec_timeout: float = 30.0,
         session_timeout: float = 3600.0,
         max_output_chars: int = 10_000,
+        file_helpers: bool = True,
+        reask_unacted: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        #: view / replace / run in the session, named in the prompt.
+        self.file_helpers = file_helpers
+        #: Re-ask once a reply that claims a change when no code ran (jarvis code sets it).
+        self.reask_unacted = reask_unacted
         self.code_executor = executor
         self.allow_network = allow_network
         self.exec_timeout = exec_timeout
@@ -235,10 +289,10 @@ class NativeOpenHandsAgent(ToolUsingAgent):
                 metadata["url_prefetch"] = "skipped: tools.allow_network is false"
         session = ReplSession(
             code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
-            max_output_bytes=self.max_output_chars,
+            max_output_bytes=self.max_output_chars, file_helpers=self.file_helpers,
         )  # fmt: skip
         await session.prepare()
-        dialect = SessionDialect(session)
+        dialect = SessionDialect(session, reask_unacted=self.reask_unacted)
         executor = self._executor([PythonTool(session)])
         messages = self._build_messages(
             task, context, system_prompt=self._system(dialect.system_prompt(executor))

@@ -74,12 +74,17 @@ def _code_config(config: Config, ws: Workspace) -> Config:
 
 def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, object]:
     """``spec``'s options, with the workspace as the agent's own when it takes one (an
-    external agent: its cwd and the root of its file requests)."""
+    external agent: its cwd and the root of its file requests), and CodeAct asked to
+    act when it claims a change it did not make."""
     from ..runs import validate_spec
     from ..runs._options import declared_options
 
     options = dict(spec.options)
-    if "workspace" not in declared_options(validate_spec(spec, config)):
+    declared = declared_options(validate_spec(spec, config))
+    if "reask_unacted" in declared:
+        # A CodeAct reply that claims a change when no code ran is asked once to act.
+        options.setdefault("reask_unacted", True)
+    if "workspace" not in declared:
         return options
     given = options.get("workspace")
     if given is not None and given != ws.path:

@@ -5,16 +5,17 @@ the failing tests' output (its tail) and the files the failures and the task nam
 bounded in bytes (small models do far better with them than with a path to explore).
 A later round tells it that the tests still fail, with their new output.
 
-:func:`claims_change` and :func:`asks_no_change` read the agent's summary and the task:
-a summary that says it changed something, with an empty diff, is a ``no_change``.
+:func:`claims_change` and :func:`asks_no_change` (``jarvisd._claims``) read the agent's
+summary and the task: a summary that says it changed something, with an empty diff, is
+a ``no_change``.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._claims import asks_no_change, claims_change
 from ._testrun import named_files
 
 if TYPE_CHECKING:
@@ -28,38 +29,6 @@ MAX_FEEDBACK_BYTES = 4000
 #: The most files, and bytes of them together, put in a message.
 MAX_FILES = 3
 MAX_FILES_BYTES = 12_000
-
-_CHANGE_VERBS = (
-    r"chang|fix|modifi|modify|updat|replac|edit|add|remov|renam|rewr[io]t|implement|"
-    r"corrected|refactor|adjust|patch|delet|insert|creat|wr[io]t"
-)
-_CLAIM = re.compile(rf"\b(?:{_CHANGE_VERBS})(?:e|ed|es|ing|s|ten|ied)?\b", re.IGNORECASE)
-_NEGATION = re.compile(
-    r"\b(?:not|no|never|nothing|without|n't|cannot|can't|couldn't|didn't|unable|needs? to|"
-    r"should|must|would|could|please|to)\s+(?:\w+\s+){0,2}$",
-    re.IGNORECASE,
-)
-_NO_CHANGE_TASK = re.compile(
-    r"\b(?:do not|don't|without|never)\s+(?:\w+\s+){0,2}(?:change|modify|edit|touch|writ)"
-    r"|\bno (?:code )?changes?\b|\bread[- ]only\b"
-    r"|^\s*(?:explain|describe|review|summari[sz]e|list|tell|what|why|how|where|which|is|are|does)\b",
-    re.IGNORECASE,
-)
-
-
-def claims_change(summary: str) -> bool:
-    """Whether the agent's summary says it changed something ("I fixed...", "Changed
-    the function..."), not counting what it says it did not or could not do."""
-    for match in _CLAIM.finditer(summary):
-        before = summary[max(0, match.start() - 40) : match.start()]
-        if not _NEGATION.search(before):
-            return True
-    return False
-
-
-def asks_no_change(task: str) -> bool:
-    """Whether the task asks for no change (a question, a review, "do not modify")."""
-    return _NO_CHANGE_TASK.search(task) is not None
 
 
 def _tail(text: str, limit: int) -> str:

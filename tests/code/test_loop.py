@@ -122,7 +122,10 @@ def test_a_test_command_that_cannot_run_is_a_test_error_and_no_round_follows(
 def test_a_claimed_change_with_an_empty_diff_is_no_change(project: Path) -> None:
     ws = prepare(str(project), store=store(), state_dir=paths().state, task="fix add")
     claim = "I changed the function add in calc.py to add its arguments."
-    outcome, _ = run(ws, ScriptedEngine.from_replies([claim]))
+    engine = ScriptedEngine.from_replies([claim, claim])  # asked once to act, it claims again
+    outcome, _ = run(ws, engine)
+    assert len(engine.calls) == 2
+    assert "no code has run in this session" in engine.calls[1].messages[-1].content
     assert outcome.failure is not None and outcome.failure.code == "no_change"
     assert outcome.failure.exit_code == 1
     record = store().get(ws.id)
@@ -134,3 +137,27 @@ def test_a_claimed_change_with_an_empty_diff_is_no_change(project: Path) -> None
     outcome, _ = run(ws, ScriptedEngine.from_replies(["I changed nothing: add subtracts."]),
                      task="Explain what add does; do not modify any file.")  # fmt: skip
     assert outcome.ok, outcome.failure
+
+
+def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: Path) -> None:
+    """The session has view / replace / run, named in the prompt; a reply that claims a
+    change before any code ran is asked once to act, and then it does."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    calc = ws.path + "/calc.py"
+    act = (
+        f"```python\nview({calc!r})\nreplace({calc!r}, 'return a * b', 'return')\n"
+        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"', cwd={ws.path!r})\n```"
+    )
+    engine = ScriptedEngine.from_replies(["I fixed add in calc.py.", act, "add adds now."])
+    outcome, _ = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    system = engine.calls[0].messages[0].content
+    assert "view(path, start=1, end=None)" in system and "replace(path, old, new)" in system
+    assert "no code has run in this session" in engine.calls[1].messages[-1].content
+    observation = engine.calls[2].messages[-1].content
+    assert "    2      return a - b" in observation  # view, numbered
+    assert "replace: 0 matches of the snippet" in observation  # refused, nothing changed
+    assert "replaced 1 snippet in" in observation and "[exit 0]" in observation
+    assert "\n5\n" in observation  # run: the command's output
+    record = store().get(ws.id).outcome
+    assert record["test_after"]["passed"] and "+    return a + b" in record["diff"]

@@ -65,6 +65,7 @@ def test_a_test_command_that_could_not_run_is_a_test_error(
         ("The code is already correct; no change was needed.", False),
         ("I could not fix it: the tests do not run.", False),
         ("I did not modify any file.", False),
+        ("I changed nothing: add subtracts.", False),
         ("The function should be changed to add.", False),
         ("The address of the bug is line 3.", False),
     ],

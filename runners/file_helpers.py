@@ -1,0 +1,146 @@
+"""Small, checked file helpers for a CodeAct session (the agent-computer interface that
+SWE-agent and OpenHands found small models need), put in the REPL's namespace:
+
+- ``view(path, start=1, end=None)``: the file's lines with their numbers, a window at a time;
+- ``replace(path, old, new)``: replace one exact snippet; refused, with what to do
+  instead, when it occurs 0 times or more than once;
+- ``run(command, timeout=120)``: a shell command's exit status and output (its tail).
+
+They print what happened (a model reads its cell's output, not return values) and never
+raise for a mistake the model made: the message says what to do. Everything they print
+is bounded. Standard library only: this runs in the sandbox image.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+__all__ = ["HELPERS", "replace", "run", "view"]
+
+#: The most lines ``view`` shows at once, and the most bytes of a file the helpers read.
+VIEW_LINES = 200
+MAX_FILE_BYTES = 2 * 1024 * 1024
+#: The most of a command's output ``run`` prints (its tail).
+RUN_OUTPUT_BYTES = 8000
+_CONTEXT = 3
+
+
+def _read(path: str, who: str) -> str | None:
+    try:
+        size = os.stat(path).st_size
+        if os.path.isdir(path):
+            names = sorted(os.listdir(path))[:100]
+            print(f"{who}: {path} is a directory; it holds: {', '.join(names)}")
+            return None
+        if size > MAX_FILE_BYTES:
+            print(f"{who}: {path} holds {size} bytes, more than {MAX_FILE_BYTES}: too large")
+            return None
+        with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        print(f"{who}: no such file: {path}")
+    except OSError as exc:
+        print(f"{who}: cannot read {path}: {exc.strerror}")
+    return None
+
+
+def _numbered(lines: list[str], first: int) -> str:
+    return "\n".join(f"{n:>5}  {line.rstrip(chr(10)).rstrip(chr(13))}"
+                     for n, line in enumerate(lines, first))  # fmt: skip
+
+
+def view(path: str, start: int = 1, end: int | None = None) -> None:
+    """Print lines ``start`` to ``end`` (1-based, inclusive) of ``path``, numbered; at
+    most VIEW_LINES at once."""
+    text = _read(str(path), "view")
+    if text is None:
+        return
+    lines = text.splitlines(keepends=True)
+    total = len(lines)
+    start = max(1, int(start))
+    last = total if end is None else min(total, int(end))
+    last = min(last, start + VIEW_LINES - 1)
+    if total == 0:
+        print(f"{path}: empty file")
+        return
+    if start > total:
+        print(f"view: {path} has {total} lines; start at 1 to {total}")
+        return
+    print(f"{path} (lines {start}-{last} of {total}):")
+    print(_numbered(lines[start - 1 : last], start))
+    if last < total and (end is None or last < int(end)):
+        print(f"[more: view({str(path)!r}, {last + 1})]")
+
+
+def replace(path: str, old: str, new: str) -> None:
+    """Replace the one occurrence of ``old`` in ``path`` with ``new``."""
+    path, old, new = str(path), str(old), str(new)
+    if not old:
+        print("replace: old is empty: give the exact lines to replace")
+        return
+    text = _read(path, "replace")
+    if text is None:
+        return
+    count = text.count(old)
+    if count == 0:
+        hint = ""
+        if text.count(old.strip()) == 1:
+            hint = " (it is there without the leading or trailing whitespace you gave)"
+        print(f"replace: 0 matches of the snippet in {path}{hint}: nothing was changed. "
+              "view the file and copy the lines exactly, indentation included.")  # fmt: skip
+        return
+    if count > 1:
+        at: list[int] = []
+        index = text.find(old)
+        while index >= 0 and len(at) < 10:
+            at.append(index)
+            index = text.find(old, index + 1)
+        lines = [str(text.count("\n", 0, i) + 1) for i in at]
+        print(f"replace: the snippet occurs {count} times in {path} (at lines "
+              f"{', '.join(lines)}): nothing was changed. Include more lines around it so "
+              "that it occurs once.")  # fmt: skip
+        return
+    index = text.find(old)
+    changed = text[:index] + new + text[index + len(old) :]
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(changed)
+    except OSError as exc:
+        print(f"replace: cannot write {path}: {exc.strerror}")
+        return
+    first = text.count("\n", 0, index) + 1
+    lines = changed.splitlines(keepends=True)
+    shown_from = max(1, first - _CONTEXT)
+    shown_to = min(len(lines), first + new.count("\n") + _CONTEXT)
+    print(f"replaced 1 snippet in {path}; lines {shown_from}-{shown_to} now:")
+    print(_numbered(lines[shown_from - 1 : shown_to], shown_from))
+
+
+def run(command: str, timeout: float = 120, cwd: str | None = None) -> None:
+    """Run ``command`` with /bin/sh (in ``cwd``); print its exit status and its
+    output's tail. The output goes to a temporary file, never whole into memory."""
+    with tempfile.TemporaryFile() as out:
+        try:
+            done = subprocess.run(["/bin/sh", "-c", str(command)], stdin=subprocess.DEVNULL,
+                                  stdout=out, stderr=subprocess.STDOUT, timeout=float(timeout),
+                                  cwd=cwd, check=False)  # fmt: skip
+            status = f"[exit {done.returncode}]"
+        except subprocess.TimeoutExpired:
+            status = f"[{command!r} did not end within {float(timeout):g} s and was stopped]"
+        except OSError as exc:  # no such cwd
+            print(f"run: cannot run {command!r}: {exc.strerror}")
+            return
+        size = out.seek(0, os.SEEK_END)
+        out.seek(max(0, size - RUN_OUTPUT_BYTES))
+        tail = out.read().decode("utf-8", "replace")
+    if size > RUN_OUTPUT_BYTES:
+        tail = f"[... {size - RUN_OUTPUT_BYTES} bytes of output left out ...]\n" + tail
+    if tail.strip():
+        print(tail.rstrip("\n"))
+    print(status)
+
+
+#: What the session's namespace gets.
+HELPERS = {"view": view, "replace": replace, "run": run}

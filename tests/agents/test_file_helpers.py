@@ -1,0 +1,97 @@
+"""CodeAct's file helpers (``runners.file_helpers``): numbered views a window at a time,
+a replace that refuses 0 or several matches and writes nothing then, a command's exit
+status and bounded output; and the dialect's one re-ask of a claim without action."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jarvisd._messages import Generation
+from jarvisd.agents._codeact import FILE_HELPERS_PROMPT, SessionDialect
+from runners.file_helpers import HELPERS, RUN_OUTPUT_BYTES, VIEW_LINES, replace, run, view
+
+SOURCE = "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def test_the_prompt_names_every_helper() -> None:
+    for name in HELPERS:
+        assert f"{name}(" in FILE_HELPERS_PROMPT
+
+
+def test_view_numbers_lines_a_window_at_a_time(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "m.py"
+    path.write_text("".join(f"x{i} = {i}\n" for i in range(1, 501)))
+    view(str(path))
+    out = capsys.readouterr().out
+    assert f"(lines 1-{VIEW_LINES} of 500)" in out and "    1  x1 = 1" in out
+    assert (
+        f"x{VIEW_LINES + 1} =" not in out
+        and f"[more: view({str(path)!r}, {VIEW_LINES + 1})]" in out
+    )
+    view(str(path), 499, 600)
+    assert capsys.readouterr().out.splitlines()[1:] == ["  499  x499 = 499", "  500  x500 = 500"]
+    view(str(tmp_path / "missing.py"))
+    assert "view: no such file" in capsys.readouterr().out
+
+
+def test_replace_refuses_zero_or_several_matches_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "calc.py"
+    path.write_text(SOURCE)
+    replace(str(path), "return a - b", "return a + b")
+    out = capsys.readouterr().out
+    assert "occurs 2 times" in out and "at lines 2, 6" in out and "nothing was changed" in out
+    assert path.read_text() == SOURCE
+    replace(str(path), "return a * b", "return a + b")
+    assert "0 matches" in capsys.readouterr().out and path.read_text() == SOURCE
+    replace(str(path), "", "x")
+    assert "old is empty" in capsys.readouterr().out and path.read_text() == SOURCE
+    replace(str(path), "def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b")
+    out = capsys.readouterr().out
+    assert "replaced 1 snippet" in out and "    2      return a + b" in out
+    assert path.read_text() == SOURCE.replace("a - b", "a + b", 1)
+
+
+def test_run_prints_the_exit_status_and_a_bounded_tail(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run("echo first; yes y | head -c 3000000; echo; echo last; exit 3")
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("last\n[exit 3]") and "bytes of output left out" in out
+    assert "first" not in out and len(out.encode()) < RUN_OUTPUT_BYTES + 200
+    run("sleep 5", timeout=0.2)
+    assert "did not end within 0.2 s" in capsys.readouterr().out
+
+
+class _Session:
+    file_helpers = True
+
+
+class _Tools:
+    names = ("python",)
+
+    def resolve(self, name: str) -> str | None:
+        return None
+
+
+def _parse(dialect: SessionDialect, text: str) -> str:
+    return dialect.parse(Generation(content=text), _Tools()).kind  # type: ignore[arg-type]
+
+
+def test_a_claim_before_any_code_is_asked_once_to_act() -> None:
+    claim = "I changed the function dasherize to replace underscores with dashes."
+    dialect = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    assert _parse(dialect, claim) == "invalid"
+    assert _parse(dialect, claim) == "final"  # once only: the second is the answer
+    acted = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    assert _parse(acted, "```python\nprint(1)\n```") == "calls"
+    assert _parse(acted, claim) == "final"  # code ran: jarvis code judges the diff
+    plain = SessionDialect(_Session())  # type: ignore[arg-type]
+    assert _parse(plain, claim) == "final"  # off unless asked (jarvis code asks)
+    unclaimed = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    assert _parse(unclaimed, "The answer is 4.") == "final"
