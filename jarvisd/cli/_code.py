@@ -53,7 +53,8 @@ def code() -> None:
 
     \b
     jarvis code PATH "TASK" [--agent A] [--test CMD]   (same as `jarvis code run`)
-    jarvis code list | show ID | apply ID | discard ID
+    jarvis code PATH "TASK" --candidates N | --agents A,B [--test CMD]
+    jarvis code list | show ID | apply ID [--candidate K] | discard ID
 
     Every one of these first completes or rolls back an apply that was interrupted
     (kill -9, a crash): see `jarvis code apply --help`.
@@ -102,6 +103,20 @@ def _state_dir() -> Any:
     help="With --test: the most agent rounds (the agent goes on while the tests fail).",
 )
 @click.option(
+    "--candidates",
+    type=click.IntRange(min=1, max=8),
+    default=1,
+    show_default=True,
+    help="Run N candidates of the agent at once, each in its own workspace, under one "
+    "budget; ranked by the tests (all pass, then fewest failures, then smallest diff).",
+)
+@click.option(
+    "--agents",
+    default="",
+    metavar="A,B,...",
+    help="Candidates of these agents (one each), as --candidates.",
+)
+@click.option(
     "--respect-gitignore",
     is_flag=True,
     help="For a directory that is not a git repository: leave out what its "
@@ -120,7 +135,7 @@ def _state_dir() -> Any:
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
-        respect_gitignore: bool,
+        candidates: int, agents: str, respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
         max_wall: float | None, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
     from ..code import prepare
@@ -129,12 +144,24 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
     if not task_text.strip():
         raise UsageError("the task is empty")
     store = _store()
-    ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
-                 test=test_command, respect_gitignore=respect_gitignore,
-                 rounds=rounds if test_command else 1)  # fmt: skip
-    click.echo(f"workspace {ws.id}: {ws.kind} at {ws.path} ({ws.files} files, "
-               f"{len(ws.left_out) + ws.more_left_out} left out, {ws.setup_s:.2f} s)",
-               err=True)  # fmt: skip
+    chosen = _candidate_agents(agent, candidates, agents)
+    if len(chosen) > 1:
+        from ..code._candidates import group_of, prepare_group
+
+        ws = prepare_group(path, store=store, state_dir=_state_dir(), task=task_text,
+                           agents=chosen, test=test_command, respect_gitignore=respect_gitignore,
+                           rounds=rounds if test_command else 1)  # fmt: skip
+        made = group_of(store, ws)
+    else:
+        ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
+                     test=test_command, respect_gitignore=respect_gitignore,
+                     rounds=rounds if test_command else 1)  # fmt: skip
+        made = [ws]
+    for one in made:
+        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
+        click.echo(f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
+                   f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
+                   err=True)  # fmt: skip
     spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
                      temperature=temperature, max_turns=max_turns, max_wall=max_wall,
                      workspace=ws.id).at_edge()  # fmt: skip
@@ -149,13 +176,81 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         outcome = LocalHost().run(spec, RunContext())
         failure = outcome.failure
     ws = store.get(ws.id)
-    if as_json:
+    if ws.group:
+        _print_group(store, ws, None, as_json)
+    elif as_json:
         click.echo(json.dumps(ws.to_dict(), indent=2))
     else:
         _print_workspace(ws, diff=True)
     if failure is not None:
         click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
         raise click.exceptions.Exit(failure.exit_code)
+
+
+def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
+    """The agent of each candidate: ``--agents`` one each, else ``--candidates`` times
+    ``--agent``."""
+    named = [a.strip() for a in agents.split(",") if a.strip()]
+    if not named:
+        return [agent] * candidates
+    if candidates not in (1, len(named)):
+        raise UsageError(f"--candidates {candidates} and --agents name {len(named)} agents: "
+                         "give one of them (--agents runs one candidate of each)")  # fmt: skip
+    if len(named) > 8:
+        raise UsageError(f"--agents: at most 8 candidates (got {len(named)})")
+    return named
+
+
+def _pick(store: CodeStore, ws: Workspace, candidate: int | None) -> tuple[list[Any], Workspace]:
+    """The ranking of ``ws``'s group, and the member ``candidate`` names (default: the
+    best)."""
+    from ..code._candidates import group_of, rank
+
+    members = {m.candidate: m for m in group_of(store, ws)}
+    ranking = rank(list(members.values()))
+    if candidate is None:
+        return ranking, members[ranking[0].candidate]
+    if candidate not in members:
+        raise UsageError(f"workspace {ws.id}'s group has candidates "
+                         f"{', '.join(map(str, sorted(members)))}, not {candidate}")  # fmt: skip
+    return ranking, members[candidate]
+
+
+def _print_group(store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool,
+                 pager: bool = False) -> None:  # fmt: skip
+    """The candidates side by side, ranked, then the chosen one (default: the best)."""
+    from ._terminal import for_terminal
+
+    ranking, chosen = _pick(store, ws, candidate)
+    if as_json:
+        from ..code._candidates import group_of
+
+        members = group_of(store, ws)
+        click.echo(json.dumps({"group": ws.group, "best": ranking[0].candidate,
+                               "candidates": [r.to_dict() for r in ranking],
+                               "workspaces": [m.to_dict() for m in members]}, indent=2))  # fmt: skip
+        return
+    color = sys.stdout.isatty()
+    lines = [f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
+             "then smallest diff):",
+             f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
+             f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN"]  # fmt: skip
+    for place, r in enumerate(ranking, 1):
+        failures = "-" if r.failures is None else str(r.failures)
+        agent = for_terminal(r.agent)[:18]
+        lines.append(f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
+                     f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
+                     f"{r.failure or 'ok'}")  # fmt: skip
+    lines += ["", f"candidate {chosen.candidate} (another: jarvis code show {ws.group} "
+              "--candidate K):", ""]  # fmt: skip
+    lines += [x for x in _render(chosen, diff=True, color=color) if not x.startswith("\napply:")]
+    lines.append(f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
+                 f"(the best: jarvis code apply {ws.group})")  # fmt: skip
+    text = "\n".join(lines)
+    if pager:
+        click.echo_via_pager(text + "\n")
+    else:
+        click.echo(text)
 
 
 def _submit(spec: Any) -> str | None:
@@ -231,10 +326,23 @@ def _brief(ws: Workspace) -> dict[str, Any]:
 @click.argument("ws_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace and its diff as JSON.")
 @click.option("--no-pager", is_flag=True, help="Never page, even on a terminal.")
-def show(ws_id: str, as_json: bool, no_pager: bool) -> None:
+@click.option(
+    "--candidate",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Of candidates: the one to show in full (default: the best).",
+)
+def show(ws_id: str, as_json: bool, no_pager: bool, candidate: int | None) -> None:
     """Show a workspace: what was left out, the tests, the agent's summary, the diff
-    (coloured and paged on a terminal)."""
-    ws = _store().get(ws_id)
+    (coloured and paged on a terminal). Of candidates: all of them ranked side by side,
+    then the best (or --candidate K) in full."""
+    store = _store()
+    ws = store.get(ws_id)
+    if ws.group:
+        _print_group(store, ws, candidate, as_json, sys.stdout.isatty() and not no_pager)
+        return
+    if candidate is not None:
+        raise UsageError(f"workspace {ws.id} has no candidates: give no --candidate")
     if as_json:
         click.echo(json.dumps(ws.to_dict(), indent=2))
         return
@@ -321,16 +429,35 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
 
 @code.command("apply")
 @click.argument("ws_id", metavar="ID")
-def apply_(ws_id: str) -> None:
+@click.option(
+    "--candidate",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Of candidates: the one to apply (default: the best by the tests).",
+)
+def apply_(ws_id: str, candidate: int | None) -> None:
     """Merge the workspace's change onto its project (three-way; refused, with nothing
     written, when the project changed in a conflicting way), then remove the workspace.
+    Of candidates, the first workspace's ID applies the best (or --candidate K).
 
     All or nothing, even when interrupted: Ctrl-C, SIGTERM or a full disk before the
     commit point puts every file back; after it, the apply completes. After a kill -9
     or a crash, the next `jarvis code` command completes or rolls it back."""
     from ..code import apply
 
-    ws = apply(ws_id, _store(), _state_dir())
+    store = _store()
+    ws = store.get(ws_id)
+    if ws.group and (ws.id == ws.group or candidate is not None):
+        # The group's first workspace names the group: the best, or --candidate K.
+        ranking, chosen = _pick(store, ws, candidate)
+        if candidate is None and ranking[0].tier == 4:
+            raise UsageError(f"no candidate of {ws.group} has a change to apply "
+                             "(see `jarvis code show`)")  # fmt: skip
+        click.echo(f"candidate {chosen.candidate} (workspace {chosen.id})", err=True)
+        ws_id = chosen.id
+    elif candidate is not None:
+        raise UsageError(f"workspace {ws.id} has no candidates: give no --candidate")
+    ws = apply(ws_id, store, _state_dir())
     files = ws.outcome.get("files") or []
     click.echo(f"applied {len(files)} file(s) to {ws.source}")
 

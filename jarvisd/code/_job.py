@@ -128,16 +128,70 @@ async def run_code(
     started = time.perf_counter()
     store = CodeStore(paths().state / "code.db")
     try:
+        try:
+            lead = store.get(spec.workspace or "")
+        except JarvisError as exc:
+            return RunOutcome(agent=spec.agent, failure=Failure.of(exc))
+        if lead.members:
+            return await _run_group(spec, run, config, engine, store, lead, started)
+        return await _guarded(spec, run, config, engine, store, started)
+    finally:
+        store.close()
+
+
+async def _guarded(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None,
+    store: CodeStore,
+    started: float,
+) -> RunOutcome:
+    try:
         return await _run_code(spec, run, config, engine, store, started)
     except (JarvisError, Cancelled) as exc:
         failure = Failure.of(exc)
     except Exception as exc:  # as run_spec: a run that failed is an outcome, never a raise
         log.exception("the jarvis code run failed")
         failure = Failure.of(exc)
-    finally:
-        store.close()
     return RunOutcome(agent=spec.agent, failure=failure,
                       duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
+
+
+async def _run_group(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None,
+    store: CodeStore,
+    lead: Workspace,
+    started: float,
+) -> RunOutcome:
+    """Run every candidate of ``lead``'s group at once, in one run context (one budget,
+    one cancel); the outcome is the best candidate's, with the ranking."""
+    import asyncio
+
+    from ._candidates import group_of, rank
+
+    members = group_of(store, lead)
+    outcomes = await asyncio.gather(*(
+        _guarded(dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
+                 run, config, engine, store, started)
+        for ws in members
+    ))  # fmt: skip
+    ranking = rank([store.get(ws.id) for ws in members])
+    best = ranking[0]
+    outcome = outcomes[[ws.candidate for ws in members].index(best.candidate)]
+    usage = outcomes[0].usage
+    for other in outcomes[1:]:
+        usage = usage + other.usage
+    code = dict(outcome.metadata.get("code") or {})
+    code.update(candidates=[r.to_dict() for r in ranking], best=best.candidate, group=lead.id)
+    return dataclasses.replace(
+        outcome, turns=sum(o.turns for o in outcomes), usage=usage,
+        metadata={**dict(outcome.metadata), "code": code},
+        duration_s=round(time.perf_counter() - started, 3),
+    )  # fmt: skip
 
 
 async def _run_code(
@@ -189,7 +243,7 @@ async def _run_code(
             usage = outcome.usage if usage is None else usage + outcome.usage
             outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
             after = await _test(executor, ws, run, timeout) if outcome.ok else None
-            rounds.append(_round(run, number, ws.rounds, outcome, after))
+            rounds.append(_round(run, ws, number, outcome, after))
             if not _go_on(before, after, number, ws.rounds, run):
                 break
             number += 1
@@ -238,10 +292,11 @@ async def _run_code(
 
 
 def _round(
-    run: RunContext, number: int, rounds: int, outcome: RunOutcome, test: TestRun | None
+    run: RunContext, ws: Workspace, number: int, outcome: RunOutcome, test: TestRun | None
 ) -> dict[str, Any]:
     """Round ``number``'s record (its test output's tail only: the last is kept whole in
     ``test_after``), published as a ``round`` event."""
+    rounds = ws.rounds
     record: dict[str, Any] = {
         "round": number, "of": rounds, "turns": outcome.turns,
         "failure": None if outcome.failure is None else outcome.failure.to_dict(),
@@ -249,9 +304,10 @@ def _round(
         "test": None if test is None else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
     }  # fmt: skip
     verdict = "" if test is None else test.verdict
+    extra = {"candidate": ws.candidate} if ws.candidate else {}
     run.bus.publish(EventType.ROUND, pattern="code", depth=run.depth, round=number, of=rounds,
                     test=verdict, exit_code=None if test is None else test.exit_code,
-                    error="" if test is None else test.error)  # fmt: skip
+                    error="" if test is None else test.error, **extra)  # fmt: skip
     return record
 
 
