@@ -154,6 +154,22 @@ class CodeActDialect(Dialect):
         )
 
 
+def _only_defines(step: Step) -> bool:
+    """Whether the step runs one Python block that only defines functions or classes
+    (and imports): it shows code, it changes no file."""
+    if len(step.calls) != 1 or step.calls[0].name != "python":
+        return False
+    import ast
+
+    try:
+        code = str(step.calls[0].arguments_dict().get("code") or "")
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, AttributeError):
+        return False
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
+
+
 #: The word for a reply that claims work when no code ran (read by ``corrective``).
 _UNACTED = "claimed work without acting"
 
@@ -175,7 +191,9 @@ class SessionDialect(CodeActDialect):
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         step = super().parse(generation, executor)
         if step.kind == "calls":
-            self.acted = True
+            # A block that only defines things (the fixed function shown as code) changes
+            # nothing outside the session: it is not acting.
+            self.acted = self.acted or not (self.reask_unacted and _only_defines(step))
         elif (
             step.kind == "final" and self.reask_unacted and not self.acted and not self.reasked
             and claims_change(step.content)
@@ -183,6 +201,17 @@ class SessionDialect(CodeActDialect):
             self.reasked = True
             return Step("invalid", error=_UNACTED)
         return step
+
+    def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        messages = super().result_messages(step, results)
+        if self.reask_unacted and _only_defines(step) and messages:
+            how = " with replace(path, old, new)" if self.file_helpers else ""
+            note = (
+                "\n[This block only defined code in the session: no file changed. To "
+                f"change a file, write it{how}.]"
+            )
+            messages[-1] = Message.user(messages[-1].content + note)
+        return messages
 
     def corrective(self, step: Step) -> str:
         if step.error != _UNACTED:

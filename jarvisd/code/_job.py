@@ -93,6 +93,14 @@ def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, 
     return options
 
 
+def _declared(spec: AgentSpec, config: Config) -> Mapping[str, Any]:
+    """The options ``spec``'s agent declares."""
+    from ..runs import validate_spec
+    from ..runs._options import declared_options
+
+    return declared_options(validate_spec(spec, config))
+
+
 async def _test(
     executor: CodeExecutor, ws: Workspace, run: RunContext, limit_s: float
 ) -> TestRun | None:
@@ -234,7 +242,10 @@ async def _run_code(
     rounds: list[dict[str, Any]] = []
     try:
         before = await _test(executor, ws, run, timeout)
-        prompt = task_prompt(ws, spec.input, before)
+        # CodeAct with its file helpers is told how to change a file with them.
+        declared = _declared(inner, code_config)
+        helpers = bool(inner.options.get("file_helpers", "file_helpers" in declared))
+        prompt = task_prompt(ws, spec.input, before, helpers=helpers)
         number, turns, usage = 1, 0, None
         while True:
             outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
@@ -247,7 +258,8 @@ async def _run_code(
             if not _go_on(before, after, number, ws.rounds, run):
                 break
             number += 1
-            prompt = round_prompt(ws, spec.input, after, outcome.answer, number, ws.rounds)  # type: ignore[arg-type]
+            prompt = round_prompt(ws, spec.input, after, outcome.answer, number, ws.rounds,  # type: ignore[arg-type]
+                                  helpers=helpers)  # fmt: skip
     finally:
         close = getattr(executor, "close", None)
         if close is not None:

@@ -38,13 +38,21 @@ def _tail(text: str, limit: int) -> str:
     return "[...]\n" + data[-limit:].decode("utf-8", "ignore")
 
 
-def _files_block(texts: list[str], ws: Workspace) -> list[str]:
+def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list[str]:
     files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_FILES_BYTES)
-    if not files:
-        return []
-    parts = ["The files these name, as they are now:"]
-    for rel, text in files:
-        parts.append(f"{ws.path}/{rel}:\n```\n{text}\n```")
+    parts = []
+    if files:
+        parts.append("The files these name, as they are now:")
+        for rel, text in files:
+            parts.append(f"{ws.path}/{rel}:\n```\n{text}\n```")
+    if helpers:
+        # Small models show the fixed file in a block and believe it saved: say how.
+        where = f"{ws.path}/{files[0][0]}" if files else f"{ws.path}/FILE"
+        parts.append(
+            "A code block runs as a program: showing or defining the new code saves no "
+            f"file. Change a file by running code that writes it, such as: replace({where!r}, "
+            "'the exact old lines', 'the new lines')"
+        )
     return parts
 
 
@@ -57,9 +65,12 @@ def _test_block(test: TestRun) -> list[str]:
             f"```\n{output}\n```"]  # fmt: skip
 
 
-def task_prompt(ws: Workspace, task: str, before: TestRun | None = None) -> str:
+def task_prompt(
+    ws: Workspace, task: str, before: TestRun | None = None, *, helpers: bool = False
+) -> str:
     """The agent's first message: where the project is, the test command, the task,
-    and, with a test run that did not pass, its output and the files named."""
+    and, with a test run that did not pass, its output and the files named; with
+    ``helpers`` (CodeAct's file helpers), how to change a file with them."""
     lines = [
         f"You are working on a software project whose files are in the directory {ws.path} "
         "(a working copy: change the files there; your changes are reviewed before they "
@@ -73,13 +84,20 @@ def task_prompt(ws: Workspace, task: str, before: TestRun | None = None) -> str:
         lines += _test_block(before)
         if not before.could_not_run:
             named.append(before.output)
-    lines += _files_block(named, ws)
+    lines += _files_block(named, ws, helpers)
     lines.append("When you are done, reply with a short summary of what you changed.")
     return "\n\n".join(lines)
 
 
 def round_prompt(
-    ws: Workspace, task: str, after: TestRun, summary: str, number: int, rounds: int
+    ws: Workspace,
+    task: str,
+    after: TestRun,
+    summary: str,
+    number: int,
+    rounds: int,
+    *,
+    helpers: bool = False,
 ) -> str:
     """The message of round ``number``: the task again, what the agent said last time,
     and the tests' new output (the files are in the state the last round left)."""
@@ -91,7 +109,7 @@ def round_prompt(
         f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
         f"But the tests still do not pass (round {number} of {rounds}).",
         *_test_block(after),
-        *_files_block([task, after.output], ws),
+        *_files_block([task, after.output], ws, helpers),
         "Go on: change the files so that the tests pass. When you are done, reply with a "
         "short summary of what you changed.",
     ]

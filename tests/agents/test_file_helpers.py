@@ -95,3 +95,24 @@ def test_a_claim_before_any_code_is_asked_once_to_act() -> None:
     assert _parse(plain, claim) == "final"  # off unless asked (jarvis code asks)
     unclaimed = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
     assert _parse(unclaimed, "The answer is 4.") == "final"
+
+
+def test_a_block_that_only_defines_code_is_not_acting_and_says_so() -> None:
+    """Small models show the fixed function as a block: it runs, defines add in the
+    session, and changes no file. It is told so, and a claim after it is re-asked."""
+    from jarvisd._messages import ToolResult
+
+    shown = "```python\n# /ws/calc.py\ndef add(a, b):\n    return a + b\n```"
+    dialect = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    step = dialect.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
+    assert step.kind == "calls"
+    (message,) = dialect.result_messages(step, [ToolResult("python", "(no output)")])
+    assert "only defined code in the session: no file changed" in message.content
+    assert "replace(path, old, new)" in message.content
+    assert _parse(dialect, "I fixed add in calc.py.") == "invalid"
+    wrote = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    step = wrote.parse(Generation(content="```python\nopen('/ws/calc.py', 'w').write('x')\n```"),
+                       _Tools())  # type: ignore[arg-type]  # fmt: skip
+    (message,) = wrote.result_messages(step, [ToolResult("python", "1")])
+    assert "no file changed" not in message.content
+    assert _parse(wrote, "I fixed add in calc.py.") == "final"
