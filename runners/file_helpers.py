@@ -4,7 +4,10 @@ SWE-agent and OpenHands found small models need), put in the REPL's namespace:
 - ``view(path, start=1, end=None)``: the file's lines with their numbers, a window at a time;
 - ``replace(path, old, new)``: replace one exact snippet; refused, with what to do
   instead, when it occurs 0 times or more than once;
-- ``run(command, timeout=120)``: a shell command's exit status and output (its tail).
+- ``run(command, timeout=120)``: a shell command's exit status and output (its tail);
+- ``define_in(path, code)``: the functions and classes ``code`` defines, put in place of
+  those of the same names in the file (jarvis code's CodeAct calls it for a block that
+  only defines code under a file's name: the fixed function a small model shows).
 
 They print what happened (a model reads its cell's output, not return values) and never
 raise for a mistake the model made: the message says what to do. Everything they print
@@ -13,11 +16,12 @@ is bounded. Standard library only: this runs in the sandbox image.
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import tempfile
 
-__all__ = ["HELPERS", "replace", "run", "view"]
+__all__ = ["HELPERS", "define_in", "replace", "run", "view"]
 
 #: The most lines ``view`` shows at once, and the most bytes of a file the helpers read.
 VIEW_LINES = 200
@@ -142,5 +146,95 @@ def run(command: str, timeout: float = 120, cwd: str | None = None) -> None:
     print(status)
 
 
+def _defs(body: list[ast.stmt]) -> dict[str, ast.stmt]:
+    return {node.name: node for node in body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}  # fmt: skip
+
+
+def _span(node: ast.stmt, decorators: bool = True) -> tuple[int, int]:
+    """The 0-based first line (its decorators included, unless told not) and end line
+    of a definition."""
+    found = getattr(node, "decorator_list", ()) if decorators else ()
+    first = min([node.lineno, *(d.lineno for d in found)])
+    return first - 1, node.end_lineno or node.lineno
+
+
+def _target(old: ast.stmt, new: ast.stmt) -> tuple[int, int]:
+    """The lines of ``old`` that ``new`` takes: with its decorators only when ``new``
+    has some (a function shown without them keeps the file's)."""
+    return _span(old, decorators=bool(getattr(new, "decorator_list", ())))
+
+
+def _segment(lines: list[str], node: ast.stmt, indent: int) -> list[str]:
+    """``node``'s lines, re-indented from its own column to ``indent``."""
+    first, end = _span(node)
+    shift = indent - node.col_offset
+    out = []
+    for line in lines[first:end]:
+        if shift > 0 and line.strip():
+            line = " " * shift + line
+        elif shift < 0 and line[:-shift].strip() == "":
+            line = line[-shift:]
+        out.append(line if line.endswith("\n") else line + "\n")
+    return out
+
+
+def define_in(path: str, code: str) -> None:
+    """Put the functions and classes ``code`` defines into the file ``path`` in place of
+    the ones of the same names there (a class's methods one by one): what a model means
+    when it shows the fixed function under the file's name. Names the file does not
+    define are reported, not added."""
+    path, code = str(path), str(code)
+    text = _read(path, "define_in")
+    if text is None:
+        return
+    try:
+        new_tree = ast.parse(code)
+        old_tree = ast.parse(text, path)
+    except SyntaxError as exc:
+        print(f"define_in: cannot parse {exc.filename or 'the code'}: {exc.msg} (line "
+              f"{exc.lineno}): nothing was changed")  # fmt: skip
+        return
+    new_lines, lines = code.splitlines(keepends=True), text.splitlines(keepends=True)
+    edits: list[tuple[int, int, list[str], str]] = []
+    missing = []
+    old_defs = _defs(old_tree.body)
+    for name, node in _defs(new_tree.body).items():
+        target = old_defs.get(name)
+        if target is None:
+            missing.append(name)
+        elif isinstance(node, ast.ClassDef) and isinstance(target, ast.ClassDef):
+            methods = _defs(target.body)
+            for method_name, method in _defs(node.body).items():
+                old_method = methods.get(method_name)
+                if old_method is None:
+                    missing.append(f"{name}.{method_name}")
+                    continue
+                first, end = _target(old_method, method)
+                segment = _segment(new_lines, method, old_method.col_offset)
+                edits.append((first, end, segment, f"{name}.{method_name}"))
+        else:
+            first, end = _target(target, node)
+            edits.append((first, end, _segment(new_lines, node, target.col_offset), name))
+    changed = []
+    for first, end, segment, name in sorted(edits, reverse=True):
+        if lines[first:end] != segment:
+            lines[first:end] = segment
+            changed.append(name)
+    if missing:
+        print(f"define_in: {path} defines no {', '.join(missing)}: not added (use replace "
+              "or write the file)")  # fmt: skip
+    if not changed:
+        print(f"define_in: {path} already holds this code: nothing was changed")
+        return
+    try:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write("".join(lines))
+    except OSError as exc:
+        print(f"define_in: cannot write {path}: {exc.strerror}")
+        return
+    print(f"wrote {', '.join(reversed(changed))} into {path}")
+
+
 #: What the session's namespace gets.
-HELPERS = {"view": view, "replace": replace, "run": run}
+HELPERS = {"view": view, "replace": replace, "run": run, "define_in": define_in}

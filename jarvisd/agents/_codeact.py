@@ -85,7 +85,8 @@ FILE_HELPERS_PROMPT = (
     "their numbers; replace(path, old, new) replaces the one exact occurrence of the "
     "snippet old (copy it from view, without the line numbers) with new, and refuses 0 "
     "or several; run(command, cwd=None) runs a shell command and prints its exit status "
-    "and output."
+    "and output; define_in(path, code) puts the functions and classes code defines into "
+    "the file in place of those of the same names."
 )
 
 CODEACT_PROMPT = """You solve tasks by writing and running Python code.
@@ -170,6 +171,57 @@ def _only_defines(step: Step) -> bool:
     return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
 
 
+#: A block's first line naming its file ("# /ws/calc.py", "# file: /ws/calc.py"), or the
+#: line before its fence doing so ("**/ws/calc.py:**", "In /ws/calc.py:").
+_LABEL_COMMENT = re.compile(r"^\s*#\s*(?:file(?:name)?\s*:\s*)?(/[^\s'\"`*]+\.py)\s*$")
+_LABEL_LINE = re.compile(r"(/[^\s'\"`*]+\.py)")
+
+
+def _block_defines_only(code: str) -> bool:
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return any(not isinstance(n, ast.Import | ast.ImportFrom) for n in tree.body) and all(
+        isinstance(n, kinds) for n in tree.body
+    )
+
+
+def _defined_into_files(step: Step, content: str) -> Step:
+    """``step`` with each block that only defines code under a file's absolute name
+    (its first comment line, or the line before its fence) also put into that file by
+    ``define_in`` instead of run: the fixed function a small model shows, believing it
+    saved (run, it would only define it in the session, or fail on the file's imports,
+    which resolve beside the file, not in the session)."""
+    if len(step.calls) != 1 or step.calls[0].name != "python":
+        return step
+    blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]
+    parts, changed, pos = [], False, 0
+    for block in blocks:
+        at = content.find(block, pos)
+        before = content[pos:at] if at >= 0 else ""
+        pos = at + len(block) if at >= 0 else pos
+        lines = [line for line in before.splitlines() if line.strip() and "```" not in line]
+        first = block.lstrip("\n").splitlines()[0]
+        label = _LABEL_COMMENT.match(first)
+        named = label.group(1) if label else None
+        if named is None and lines:
+            found = _LABEL_LINE.findall(lines[-1])
+            named = found[-1] if found else None
+        if named is not None and _block_defines_only(block):
+            parts.append(f"define_in({named!r}, {block!r})")
+            changed = True
+        else:
+            parts.append(block)
+    if not changed:
+        return step
+    call = ToolCall.from_arguments("python", {"code": "\n\n".join(parts)})
+    return Step("calls", step.content, (call,))
+
+
 #: The word for a reply that claims work when no code ran (read by ``corrective``).
 _UNACTED = "claimed work without acting"
 
@@ -190,6 +242,8 @@ class SessionDialect(CodeActDialect):
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         step = super().parse(generation, executor)
+        if step.kind == "calls" and self.reask_unacted and self.file_helpers:
+            step = _defined_into_files(step, strip_think_tags(generation.content))
         if step.kind == "calls":
             # A block that only defines things (the fixed function shown as code) changes
             # nothing outside the session: it is not acting.

@@ -102,7 +102,7 @@ def test_a_block_that_only_defines_code_is_not_acting_and_says_so() -> None:
     session, and changes no file. It is told so, and a claim after it is re-asked."""
     from jarvisd._messages import ToolResult
 
-    shown = "```python\n# /ws/calc.py\ndef add(a, b):\n    return a + b\n```"
+    shown = "Here is the fixed add:\n```python\ndef add(a, b):\n    return a + b\n```"
     dialect = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
     step = dialect.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
     assert step.kind == "calls"
@@ -116,3 +116,39 @@ def test_a_block_that_only_defines_code_is_not_acting_and_says_so() -> None:
     (message,) = wrote.result_messages(step, [ToolResult("python", "1")])
     assert "no file changed" not in message.content
     assert _parse(wrote, "I fixed add in calc.py.") == "final"
+
+
+def test_a_block_shown_under_a_files_name_is_put_into_that_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What 1.5B writes for "fix add": the fixed function under the file's name, in a
+    comment or in the line before the fence. It goes into the file in place of the old
+    definition (its decorators and the file's other code kept)."""
+    from runners.file_helpers import define_in
+
+    calc = tmp_path / "calc.py"
+    calc.write_text("import os\n\n\n@cache\ndef add(a, b):\n    return a - b\n\n\nclass K:\n"
+                    "    def f(self):\n        return 1\n\n    def g(self):\n        return 2\n")  # fmt: skip
+    shown = (
+        f"Here is the fix:\n\n**{calc}:**\n```python\ndef add(a, b):\n    return a + b\n```\n"
+        f"and\n```python\n# {calc}\nclass K:\n  def g(self):\n      return 3\n```\n"
+        "```python\ndef helper():\n    pass\n```"
+    )
+    dialect = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    step = dialect.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
+    code = step.calls[0].arguments_dict()["code"]
+    assert code.count("define_in(") == 2 and code.endswith("def helper():\n    pass")
+    assert _parse(dialect, "I fixed add.") == "final"  # it acted: it wrote a file
+    exec(code, {"define_in": define_in})  # as the session runs it
+    assert "a - b" not in calc.read_text()
+    assert "@cache\ndef add(a, b):\n    return a + b\n" in calc.read_text()
+    assert "    def f(self):\n        return 1\n\n    def g(self):\n        return 3\n" in (
+        calc.read_text()
+    )
+    out = capsys.readouterr().out
+    assert f"wrote add into {calc}" in out and f"wrote K.g into {calc}" in out
+    define_in(str(calc), "def nope():\n    pass\n")
+    assert "defines no nope: not added" in capsys.readouterr().out
+    plain = SessionDialect(_Session())  # type: ignore[arg-type]
+    step = plain.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
+    assert "define_in(" not in step.calls[0].arguments_dict()["code"]  # jarvis code only
