@@ -56,11 +56,15 @@ def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list
     return parts
 
 
-def _test_block(test: TestRun) -> list[str]:
+def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
+    output = _tail(test.output, MAX_FEEDBACK_BYTES)
+    if test.could_not_run and after_change:
+        # They ran before the change: the change broke them (an import, a syntax error).
+        return [f"After your change the test command could not run the tests: {test.error}. "
+                f"The end of its output:\n```\n{output}\n```"]  # fmt: skip
     if test.could_not_run:
         return [f"The test command could not run the tests here: {test.error}. Changing the "
                 "code will not make it run; do the task as well as you can without it."]  # fmt: skip
-    output = _tail(test.output, MAX_FEEDBACK_BYTES)
     return [f"The tests fail now (exit {test.exit_code}). The end of their output:\n"
             f"```\n{output}\n```"]  # fmt: skip
 
@@ -108,7 +112,7 @@ def round_prompt(
         f"Task: {task}",
         f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
         f"But the tests still do not pass (round {number} of {rounds}).",
-        *_test_block(after),
+        *_test_block(after, after_change=True),
         *_files_block([task, after.output], ws, helpers),
         "Go on: change the files so that the tests pass. When you are done, reply with a "
         "short summary of what you changed.",

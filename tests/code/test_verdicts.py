@@ -147,3 +147,16 @@ def test_the_output_kept_is_bounded_while_it_is_read(project: Path) -> None:
     assert "bytes of output left out" in result.output
     assert len(result.output.encode()) < MAX_TEST_OUTPUT + 100
     assert os.path.isdir(ws.path)
+
+
+def test_a_round_after_a_change_that_broke_the_tests_shows_their_output(project: Path) -> None:
+    from jarvisd.code._prompt import round_prompt
+    from jarvisd.code._testrun import TestRun
+
+    ws = prepare(str(project), store=CodeStore(paths().state / "code.db"),
+                 state_dir=paths().state, test="python3 -m pytest -q")  # fmt: skip
+    broken = TestRun("t", 2, "ERROR collecting test_calc.py\nSyntaxError: invalid syntax", 0.1,
+                     verdict="test_error", error="pytest was interrupted")  # fmt: skip
+    prompt = round_prompt(ws, "fix add", broken, "I fixed it.", 2, 3)
+    assert "After your change the test command could not run" in prompt
+    assert "SyntaxError: invalid syntax" in prompt and "will not make it run" not in prompt
