@@ -116,3 +116,18 @@ def test_a_claimed_fix_with_no_change_and_tests_that_cannot_run_through_the_daem
     assert ws["state"] == "failed" and ws["outcome"]["failure"]["code"] == "no_change"
     assert ws["outcome"]["test_after"]["verdict"] == "test_error"
     assert jarvisd.client.show(ws["run_id"]).state == "failed"
+
+
+def test_candidates_run_as_one_daemon_task(jarvisd: DaemonProcess, project: Path) -> None:
+    done = jarvis("code", str(project), "fix the failing test", "--test", TEST_COMMAND,
+                  "--candidates", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("running as jarvisd task") == 1
+    assert "candidate=1" in done.stderr and "candidate=2" in done.stderr  # round events
+    assert "candidates of" in done.stdout and "test after:  passed" in done.stdout
+    listed = json.loads(jarvis("code", "list", "--json").stdout)
+    assert sorted(ws["candidate"] for ws in listed) == [1, 2]
+    assert {ws["state"] for ws in listed} == {"done"}
+    lead = next(ws for ws in listed if ws["candidate"] == 1)
+    assert jarvis("code", "apply", lead["id"]).returncode == 0
+    assert (project / "calc.py").read_text() == FIXED
