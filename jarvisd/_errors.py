@@ -28,6 +28,9 @@ Split by what the caller can do about it::
     │                           damaged file): the message says where and what to do
     ├── TaskNotFound
     ├── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
+    ├── TestsCouldNotRun        a ``jarvis code`` run's test command could not run the
+    │                           tests (not found, a module missing, a timeout...)
+    ├── NoChange                a ``jarvis code`` agent said it changed files, and changed none
     └── SetupFailed             a ``jarvis code`` run's setup (its toolchain, made in the
                                 sandbox) failed: the message holds its output's tail
 
@@ -56,6 +59,7 @@ __all__ = [
     "ModelNotFound",
     "MountRefused",
     "NoAnswer",
+    "NoChange",
     "PatternError",
     "ProtocolError",
     "QueueFull",
@@ -65,6 +69,7 @@ __all__ = [
     "ShuttingDown",
     "StoreError",
     "TaskNotFound",
+    "TestsCouldNotRun",
     "ToolError",
     "UsageError",
     "WorkspaceError",
@@ -181,6 +186,17 @@ class TaskNotFound(JarvisError):
 class WorkspaceError(JarvisError):
     """A ``jarvis code`` workspace cannot be made, found, applied or discarded; the
     message says why (an apply that would conflict names the files)."""
+
+
+class TestsCouldNotRun(JarvisError):
+    """The test command of a ``jarvis code`` run could not run the tests (as opposed
+    to tests that ran and failed); the message says why."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+
+class NoChange(JarvisError):
+    """A ``jarvis code`` agent's summary claims a change, and it changed no file."""
 
 
 class SetupFailed(JarvisError):

@@ -207,6 +207,10 @@ class Kernel:
                 FINAL=self.final_value,
                 FINAL_VAR=self.final_var,
             )
+        if payload.get("file_helpers"):
+            from runners.file_helpers import HELPERS
+
+            self.namespace.update(HELPERS)
         self.send(ResultFrame(id=frame.id, result={"ok": True}))
 
     def cell(self, frame: Start) -> None:
