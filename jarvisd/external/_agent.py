@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -183,8 +183,9 @@ class ExternalAgent(BaseAgent):
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
                 channel = await self._start(
-                    agent, where, home, access, workspace, copy, egress=run.egress
-                )
+                    agent, where, home, access, workspace, copy, egress=run.egress,
+                    toolchain=(run.sandbox_binds, run.sandbox_env),
+                )  # fmt: skip
                 stop_reason = await converse(
                     channel, client, cwd=workspace.root, prompt=input, run=run,
                     mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
@@ -223,7 +224,8 @@ class ExternalAgent(BaseAgent):
             access = GatewayAccess(
                 f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
             )
-            channel = await self._start(agent, where, home, access, workspace, egress=run.egress)
+            channel = await self._start(agent, where, home, access, workspace, egress=run.egress,
+                                        toolchain=(run.sandbox_binds, run.sandbox_env))  # fmt: skip
             session = FrameSession(
                 channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
                 name=f"agent {agent.name}",
@@ -329,13 +331,14 @@ class ExternalAgent(BaseAgent):
         copy: Path | None = None,
         *,
         egress: str = "",
+        toolchain: tuple[Sequence[tuple[str, str, bool]], Mapping[str, str]] = ((), {}),
     ) -> Channel:
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
                 agent, where, home, access, workspace, self.config, self._launch,
-                mounts=self.mounts, copy=copy, egress=egress,
+                mounts=self.mounts, copy=copy, egress=egress, toolchain=toolchain,
             )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home

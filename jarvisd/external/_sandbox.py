@@ -26,7 +26,7 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -77,6 +77,7 @@ async def start_in_sandbox(
     mounts: Sequence[str] = (),
     copy: Path | None = None,
     egress: str = "",
+    toolchain: tuple[Sequence[tuple[str, str, bool]], Mapping[str, str]] = ((), {}),
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
     home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
@@ -85,7 +86,9 @@ async def start_in_sandbox(
     ``--mount`` requests, through the mount allowlist like the workspace. ``copy``:
     a copy of the workspace the sandbox user owns (``_mirror``), mounted at the
     workspace's path once the workspace itself passed the allowlist. ``egress``: the
-    run's egress proxy socket (``RunContext.egress``), or "" for no network."""
+    run's egress proxy socket (``RunContext.egress``), or "" for no network.
+    ``toolchain``: a ``jarvis code`` run's environment, its binds and variables
+    (``RunContext.sandbox_binds``, ``sandbox_env``: ``jarvisd.code._setup``)."""
     from ..sandbox import DockerExecutor
     from ..sandbox._covers import unreachable
 
@@ -121,12 +124,13 @@ async def start_in_sandbox(
     binds.extend((source, target, True) for source, target in extra_binds)
     if copy is not None:
         binds.append((str(copy), str(workspace.root), False))
+    binds.extend(toolchain[0])
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
     argv = (
         "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
         socket_inside, str(FORWARD_PORT), str(workspace.root), "--", *launch.argv,
     )  # fmt: skip
-    env = dict(launch.env) | {"PATH": SANDBOX_PATH}
+    env = dict(launch.env) | {"PATH": SANDBOX_PATH} | dict(toolchain[1])
     request = ExecRequest(
         argv=argv,
         timeout=SANDBOX_TIMEOUT_S,
