@@ -197,3 +197,18 @@ def test_two_runs_making_one_environment_at_once_share_it(tmp_path: Path) -> Non
     assert first.path == second.path and first.key == second.key
     assert [p.name for p in envs_dir().iterdir()] == [first.key]  # no build left behind
     assert Path(first.path, "pyvenv.cfg").read_text().startswith("built by request")
+
+
+def test_setup_options_on_the_command_line(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from jarvisd.cli import cli
+    from jarvisd.cli._task import format_event
+
+    result = CliRunner().invoke(cli, ["code", "run", str(tmp_path), "fix", "--setup", "make",
+                                      "--no-setup"])  # fmt: skip
+    assert isinstance(result.exception, UsageError)  # the top-level handler: exit 2
+    assert "--setup and --no-setup disagree" in str(result.exception)
+    # A daemon task's log shows the setup's lines, escaped (they come from the sandbox).
+    line = format_event(3, "code_setup", {"line": "Collecting x\x1b[2J"})
+    assert line == "[3] setup: Collecting x\\x1b[2J"
