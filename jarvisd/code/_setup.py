@@ -51,7 +51,7 @@ __all__ = ["ENV_PATH", "SetupPlan", "Toolchain", "plan_setup", "prepare_toolchai
 #: Where the environment is, in every sandbox of the run (scripts' shebangs name it).
 ENV_PATH = "/opt/jarvis-env"
 #: Bump when the script below changes what an environment holds.
-_FORMAT = "1"
+_FORMAT = "2"
 #: The extras installed when the project declares them.
 TEST_EXTRAS = ("test", "tests", "testing", "dev")
 #: Files that say what a Python project needs (requirements*.txt too).
@@ -82,6 +82,9 @@ else
   for r in $JARVIS_REQS; do set -- "$@" -r "$r"; done
   if [ -n "$JARVIS_PROJECT" ]; then set -- "$@" "$JARVIS_PROJECT"; fi
   echo "jarvis setup: pip install $* pytest"
+  # The copy has no repository: a version from git (setuptools-scm, hatch-vcs) would
+  # fail the build. The project is uninstalled after anyway; its version does not matter.
+  export SETUPTOOLS_SCM_PRETEND_VERSION="${SETUPTOOLS_SCM_PRETEND_VERSION:-0.0.0}"
   python3 -m pip install --progress-bar off --use-pep517 "$@" pytest 2>&1
 fi
 python3 - <<'PY'
