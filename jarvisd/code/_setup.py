@@ -68,20 +68,20 @@ SETUP_TIMEOUT_S = 900.0
 _SCRIPT = r"""
 set -eu
 E=/opt/jarvis-env
-echo "jarvis setup: creating the virtual environment"
+echo "creating the virtual environment"
 python3 -m venv "$E"
 export PATH="$E/bin:$PATH" VIRTUAL_ENV="$E" TMPDIR="$E/.tmp" HOME="$E/.tmp"
 mkdir -p "$TMPDIR"
 cp -R "$JARVIS_WS/." "$E/.build"
 cd "$E/.build"
 if [ -n "$JARVIS_SETUP" ]; then
-  echo "jarvis setup: $JARVIS_SETUP"
+  echo "running: $JARVIS_SETUP"
   /bin/sh -c "$JARVIS_SETUP" 2>&1
 else
   set --
   for r in $JARVIS_REQS; do set -- "$@" -r "$r"; done
   if [ -n "$JARVIS_PROJECT" ]; then set -- "$@" "$JARVIS_PROJECT"; fi
-  echo "jarvis setup: pip install $* pytest"
+  echo "pip install $* pytest"
   # The copy has no repository: a version from git (setuptools-scm, hatch-vcs) would
   # fail the build. The project is uninstalled after anyway; its version does not matter.
   export SETUPTOOLS_SCM_PRETEND_VERSION="${SETUPTOOLS_SCM_PRETEND_VERSION:-0.0.0}"
@@ -98,14 +98,14 @@ for dist in md.distributions():
     if "/opt/jarvis-env/.build" in origin:
         names.append(dist.metadata["Name"])
 if names:
-    print("jarvis setup: uninstalling", *names, "(the tests import the workspace's source)")
+    print("uninstalling", *names, "(the tests import the workspace's source)")
     subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", *names], check=True)
 PY
 cd /
 rm -rf "$E/.build" "$E/.tmp"
 find "$E" -name __pycache__ -prune -o -type d -exec chmod a+rx {} + 2>/dev/null || true
 chmod -R a+r "$E" 2>/dev/null || true
-echo "jarvis setup: done"
+echo "the environment is ready"
 """
 
 
