@@ -383,7 +383,8 @@ async def _setup(
     record["files"] = list(plan.files)
     record["command"] = plan.command or plan.pip_line
     try:
-        toolchain = await prepare_toolchain(plan, ws.path, config, executor, say)
+        toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
+                                            project=ws.source)  # fmt: skip
     except SetupFailed as exc:
         record["failure"] = Failure.of(exc).to_dict()
         raise

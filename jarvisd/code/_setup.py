@@ -238,14 +238,20 @@ def plan_setup(workspace: str, command: str = "", enabled: bool = True) -> Setup
                      install_project=install)  # fmt: skip
 
 
-def setup_key(plan: SetupPlan, workspace: str, sources: PipSources, image_id: str) -> str:
+def setup_key(
+    plan: SetupPlan, workspace: str, sources: PipSources, image_id: str, project: str = ""
+) -> str:
+    """The cache key. ``project`` (the project's own path) is in it: the build runs the
+    whole copy's code (setup.py imports the package), not only the dependency files, so
+    another project with the same dependency files must not be served what this one's
+    build left in the environment."""
     digest = hashlib.sha256()
 
     def add(part: str | bytes) -> None:
         data = part.encode() if isinstance(part, str) else part
         digest.update(len(data).to_bytes(8, "big") + data)
 
-    for part in (_FORMAT, image_id, plan.command, plan.target, *plan.requirements):
+    for part in (_FORMAT, image_id, project, plan.command, plan.target, *plan.requirements):
         add(part)
     for name, value in sorted(sources.env().items()):
         add(f"{name}={value}")
@@ -284,6 +290,7 @@ async def prepare_toolchain(
     executor: CodeExecutor,
     say: Callable[[str], None] = lambda line: None,
     sources: PipSources | None = None,
+    project: str = "",
 ) -> Toolchain:
     """The environment ``plan`` makes for ``workspace``: from the cache, else made in
     the sandbox (``say`` gets its progress lines). SetupFailed with the tail of its
@@ -292,7 +299,7 @@ async def prepare_toolchain(
 
     started = time.perf_counter()
     sources = host_pip_sources() if sources is None else sources
-    key = setup_key(plan, workspace, sources, _image_id(executor, config))
+    key = setup_key(plan, workspace, sources, _image_id(executor, config), project)
     root = envs_dir()
     final = root / key
     if final.is_dir():
@@ -303,6 +310,7 @@ async def prepare_toolchain(
     try:
         _hand_to_sandbox(building, config)
         output, network = await _build(plan, workspace, config, executor, building, sources, say)
+        _no_set_id(building)
         try:
             os.rename(building, final)
         except OSError:
@@ -314,6 +322,19 @@ async def prepare_toolchain(
             shutil.rmtree(building, ignore_errors=True)
     took = round(time.perf_counter() - started, 3)
     return Toolchain(str(final), key, False, took, output, network)
+
+
+def _no_set_id(root: Path) -> None:
+    """Drop set-user and set-group id bits the build left (the sandbox's user may set
+    them on its own files): the environment stays on the host, read by later runs."""
+    import stat
+
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            mode = os.lstat(path).st_mode
+            if not stat.S_ISLNK(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+                os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def _hand_to_sandbox(building: Path, config: Config) -> None:

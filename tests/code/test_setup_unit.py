@@ -133,15 +133,18 @@ class _Sandbox(CodeExecutor):
         self.requests.append(request)
         host = next(h for h, inside, _ in request.system_binds if inside == ENV_PATH)
         (Path(host) / "pyvenv.cfg").write_text(f"built by request {len(self.requests)}\n")
+        (Path(host) / "bin").mkdir()
+        (Path(host) / "bin" / "su").write_text("")
+        (Path(host) / "bin" / "su").chmod(0o6755)  # a build may set these on its files
         return _Done([b"Collecting x\n", b"jarvis setup: done\n"], self.code, self.gate)
 
 
-def _prepare(ws: Path, sandbox: _Sandbox, lines: list[str] | None = None) -> Any:
+def _prepare(ws: Path, sandbox: _Sandbox, lines: list[str] | None = None, project: str = "") -> Any:
     plan = plan_setup(str(ws))
     assert plan is not None
     say = lines.append if lines is not None else (lambda line: None)
     return prepare_toolchain(plan, str(ws), Config(), sandbox, say, sources=PipSources(
-        index_url="file:///nonexistent/simple"))  # fmt: skip
+        index_url="file:///nonexistent/simple"), project=project or str(ws))  # fmt: skip
 
 
 def test_the_cache_is_reused_and_invalidated_by_a_dependency_file(tmp_path: Path) -> None:
@@ -162,6 +165,7 @@ def test_the_cache_is_reused_and_invalidated_by_a_dependency_file(tmp_path: Path
     assert request.proxy_socket  # a proxy that allows nothing: refusals are named
     assert Path(first.path, "pyvenv.cfg").read_text() == "built by request 1\n"
     assert first.binds() == ((first.path, ENV_PATH, True),)  # later runs: read-only
+    assert Path(first.path, "bin", "su").stat().st_mode & 0o7777 == 0o755
     # Source files are not dependency files: the same environment.
     (ws / "p.py").write_text("x = 2\n")
     again = asyncio.run(_prepare(ws, sandbox))
@@ -172,6 +176,9 @@ def test_the_cache_is_reused_and_invalidated_by_a_dependency_file(tmp_path: Path
     assert not changed.cached and changed.key != first.key and len(sandbox.requests) == 2
     assert Path(first.path, "pyvenv.cfg").read_text() == "built by request 1\n"
     assert sorted(p.name for p in envs_dir().iterdir()) == sorted([first.key, changed.key])
+    # Another project with the same dependency files: not served this one's build.
+    other = asyncio.run(_prepare(ws, sandbox, project="/elsewhere"))
+    assert not other.cached and other.key != changed.key
 
 
 def test_a_failed_setup_leaves_no_cache_entry(tmp_path: Path) -> None:
