@@ -250,11 +250,12 @@ async def _run_code(
         while True:
             outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
                                      code_config, engine)  # fmt: skip
+            own = outcome.turns  # this round's
             turns += outcome.turns
             usage = outcome.usage if usage is None else usage + outcome.usage
             outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
             after = await _test(executor, ws, run, timeout) if outcome.ok else None
-            rounds.append(_round(run, ws, number, outcome, after))
+            rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
             if not _go_on(before, after, number, ws.rounds, run):
                 break
             number += 1

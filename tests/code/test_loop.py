@@ -87,7 +87,7 @@ def test_rounds_feed_back_the_new_failure_until_the_tests_pass(project: Path) ->
     assert [(e.data["round"], e.data["of"], e.data["test"]) for e in events] == [
         (1, 3, "failed"), (2, 3, "passed")
     ]  # fmt: skip
-    assert outcome.turns == 4
+    assert outcome.turns == 4 and [r["turns"] for r in record["rounds"]] == [2, 2]
     shown = CliRunner().invoke(cli, ["code", "show", ws.id]).output
     assert "rounds:      2 of 3 (1: failed (exit 1), 2: passed)" in shown
 
