@@ -84,6 +84,9 @@ def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, 
     if "reask_unacted" in declared:
         # A CodeAct reply that claims a change when no code ran is asked once to act.
         options.setdefault("reask_unacted", True)
+    if "work_dir" in declared:
+        # CodeAct's session starts in the workspace; relative file names resolve there.
+        options.setdefault("work_dir", ws.path)
     if "workspace" not in declared:
         return options
     given = options.get("workspace")

@@ -140,13 +140,14 @@ def test_a_claimed_change_with_an_empty_diff_is_no_change(project: Path) -> None
 
 
 def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: Path) -> None:
-    """The session has view / replace / run, named in the prompt; a reply that claims a
-    change before any code ran is asked once to act, and then it does."""
+    """The session has view / replace / run, named in the prompt, and starts in the
+    workspace; a reply that claims a change before any code ran is asked once to act,
+    and then it does."""
     ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
     calc = ws.path + "/calc.py"
     act = (
         f"```python\nview({calc!r})\nreplace({calc!r}, 'return a * b', 'return')\n"
-        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"', cwd={ws.path!r})\n```"
+        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"')\n```"
     )
     engine = ScriptedEngine.from_replies(["I fixed add in calc.py.", act, "add adds now."])
     outcome, _ = run(ws, engine, FIX)
