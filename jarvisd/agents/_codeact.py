@@ -173,8 +173,8 @@ def _only_defines(step: Step) -> bool:
 
 #: A block's first line naming its file ("# /ws/calc.py", "# file: /ws/calc.py"), or the
 #: line before its fence doing so ("**/ws/calc.py:**", "In /ws/calc.py:").
-_LABEL_COMMENT = re.compile(r"^\s*#\s*(?:file(?:name)?\s*:\s*)?(/[^\s'\"`*]+\.py)\s*$")
-_LABEL_LINE = re.compile(r"(/[^\s'\"`*]+\.py)")
+_LABEL_COMMENT = re.compile(r"^\s*#\s*(?:file(?:name)?\s*:\s*)?([^\s'\"`*:]+\.py)\s*$")
+_LABEL_LINE = re.compile(r"([^\s'\"`*:(]+\.py)\b")
 
 
 def _block_defines_only(code: str) -> bool:
@@ -190,9 +190,10 @@ def _block_defines_only(code: str) -> bool:
     )
 
 
-def _defined_into_files(step: Step, content: str) -> Step:
-    """``step`` with each block that only defines code under a file's absolute name
-    (its first comment line, or the line before its fence) also put into that file by
+def _defined_into_files(step: Step, content: str, root: str = "") -> Step:
+    """``step`` with each block that only defines code under a file's name (absolute, or
+    relative to ``root``: its first comment line, or the line before its fence) put into
+    that file by
     ``define_in`` instead of run: the fixed function a small model shows, believing it
     saved (run, it would only define it in the session, or fail on the file's imports,
     which resolve beside the file, not in the session)."""
@@ -211,6 +212,8 @@ def _defined_into_files(step: Step, content: str) -> Step:
         if named is None and lines:
             found = _LABEL_LINE.findall(lines[-1])
             named = found[-1] if found else None
+        if named is not None and not named.startswith("/"):
+            named = f"{root.rstrip('/')}/{named}" if root else None  # relative: to the root
         if named is not None and _block_defines_only(block):
             parts.append(f"define_in({named!r}, {block!r})")
             changed = True
@@ -243,7 +246,8 @@ class SessionDialect(CodeActDialect):
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         step = super().parse(generation, executor)
         if step.kind == "calls" and self.reask_unacted and self.file_helpers:
-            step = _defined_into_files(step, strip_think_tags(generation.content))
+            root = getattr(self.session, "cwd", "")
+            step = _defined_into_files(step, strip_think_tags(generation.content), root)
         if step.kind == "calls":
             # A block that only defines things (the fixed function shown as code) changes
             # nothing outside the session: it is not acting.
@@ -336,6 +340,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         max_output_chars: int = 10_000,
         file_helpers: bool = True,
         reask_unacted: bool = False,
+        work_dir: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -343,6 +348,9 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         self.file_helpers = file_helpers
         #: Re-ask once a reply that claims a change when no code ran (jarvis code sets it).
         self.reask_unacted = reask_unacted
+        #: Where the session's code starts, and relative file names resolve (jarvis code
+        #: sets its workspace).
+        self.work_dir = work_dir
         self.code_executor = executor
         self.allow_network = allow_network
         self.exec_timeout = exec_timeout
@@ -373,6 +381,7 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         session = ReplSession(
             code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
             max_output_bytes=self.max_output_chars, file_helpers=self.file_helpers,
+            cwd=self.work_dir,
         )  # fmt: skip
         await session.prepare()
         dialect = SessionDialect(session, reask_unacted=self.reask_unacted)

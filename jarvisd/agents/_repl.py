@@ -84,8 +84,11 @@ class ReplSession:
         variables: Mapping[str, str] | None = None,
         answer: Answer | None = None,
         file_helpers: bool = False,
+        cwd: str = "",
     ) -> None:
         self.executor = executor
+        #: The directory the session's code starts in ("" : the backend's own).
+        self.cwd = cwd
         #: Put view / replace / run (``runners.file_helpers``) in the session's namespace.
         self.file_helpers = file_helpers
         self.exec_timeout = exec_timeout
@@ -126,6 +129,7 @@ class ReplSession:
             "variables": self.variables,
             "llm": self.answer is not None,
             "file_helpers": self.file_helpers,
+            "cwd": self.cwd,
         })  # fmt: skip
         try:
             await send_frame(channel, init)

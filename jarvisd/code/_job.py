@@ -84,6 +84,9 @@ def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, 
     if "reask_unacted" in declared:
         # A CodeAct reply that claims a change when no code ran is asked once to act.
         options.setdefault("reask_unacted", True)
+    if "work_dir" in declared:
+        # CodeAct's session starts in the workspace; relative file names resolve there.
+        options.setdefault("work_dir", ws.path)
     if "workspace" not in declared:
         return options
     given = options.get("workspace")
@@ -252,11 +255,12 @@ async def _run_code(
         while True:
             outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
                                      code_config, engine)  # fmt: skip
+            own = outcome.turns  # this round's
             turns += outcome.turns
             usage = outcome.usage if usage is None else usage + outcome.usage
             outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
             after = await _test(executor, ws, run, timeout) if outcome.ok else None
-            rounds.append(_round(run, ws, number, outcome, after))
+            rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
             if not _go_on(before, after, number, ws.rounds, run):
                 break
             number += 1

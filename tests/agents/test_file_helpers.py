@@ -152,3 +152,16 @@ def test_a_block_shown_under_a_files_name_is_put_into_that_file(
     plain = SessionDialect(_Session())  # type: ignore[arg-type]
     step = plain.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
     assert "define_in(" not in step.calls[0].arguments_dict()["code"]  # jarvis code only
+
+
+def test_a_relative_file_name_resolves_in_the_work_dir(tmp_path: Path) -> None:
+    class Rooted(_Session):
+        cwd = str(tmp_path)
+
+    shown = "Here is the fixed `pkg/calc.py`:\n```python\ndef add(a, b):\n    return a + b\n```"
+    dialect = SessionDialect(Rooted(), reask_unacted=True)  # type: ignore[arg-type]
+    code = dialect.parse(Generation(content=shown), _Tools()).calls[0].arguments_dict()["code"]  # type: ignore[arg-type]
+    assert code.startswith(f"define_in({str(tmp_path / 'pkg' / 'calc.py')!r}, ")
+    rootless = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+    code = rootless.parse(Generation(content=shown), _Tools()).calls[0].arguments_dict()["code"]  # type: ignore[arg-type]
+    assert "define_in(" not in code  # no root: a relative name means nothing

@@ -87,7 +87,7 @@ def test_rounds_feed_back_the_new_failure_until_the_tests_pass(project: Path) ->
     assert [(e.data["round"], e.data["of"], e.data["test"]) for e in events] == [
         (1, 3, "failed"), (2, 3, "passed")
     ]  # fmt: skip
-    assert outcome.turns == 4
+    assert outcome.turns == 4 and [r["turns"] for r in record["rounds"]] == [2, 2]
     shown = CliRunner().invoke(cli, ["code", "show", ws.id]).output
     assert "rounds:      2 of 3 (1: failed (exit 1), 2: passed)" in shown
 
@@ -140,13 +140,14 @@ def test_a_claimed_change_with_an_empty_diff_is_no_change(project: Path) -> None
 
 
 def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: Path) -> None:
-    """The session has view / replace / run, named in the prompt; a reply that claims a
-    change before any code ran is asked once to act, and then it does."""
+    """The session has view / replace / run, named in the prompt, and starts in the
+    workspace; a reply that claims a change before any code ran is asked once to act,
+    and then it does."""
     ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
     calc = ws.path + "/calc.py"
     act = (
         f"```python\nview({calc!r})\nreplace({calc!r}, 'return a * b', 'return')\n"
-        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"', cwd={ws.path!r})\n```"
+        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"')\n```"
     )
     engine = ScriptedEngine.from_replies(["I fixed add in calc.py.", act, "add adds now."])
     outcome, _ = run(ws, engine, FIX)
