@@ -384,6 +384,15 @@ async def _setup(
     def say(line: str) -> None:
         run.bus.publish(EventType.CODE_SETUP, line=line)
 
+    if config.sandbox.backend not in ("docker", "podman"):
+        # bwrap mounts no environment at /opt/jarvis-env (no binds of jarvis's own).
+        why = f'a setup needs a container (sandbox.backend "{config.sandbox.backend}")'
+        if plan.command:
+            record["failure"] = Failure.of(SetupFailed(why)).to_dict()
+            raise SetupFailed(why)
+        say(f"skipped: {why}")
+        return executor
+
     record["files"] = list(plan.files)
     record["command"] = plan.command or plan.pip_line
     try:
