@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -38,10 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, SetupFailed, UsageError
+from ..executors._base import Channel, CodeExecutor, ExecRequest
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ..executors import CodeExecutor
     from ._pipconf import PipSources
 
 log = logging.getLogger(__name__)
@@ -357,7 +358,6 @@ async def _build(
     sources: PipSources,
     say: Callable[[str], None],
 ) -> tuple[str, dict[str, Any]]:
-    from ..executors import ExecRequest
     from ..netpolicy import NetPolicy
     from ..sandbox._netrun import RunNetwork
     from ..sandbox._policy import SandboxPolicy
@@ -417,35 +417,35 @@ async def _build(
     return output, summary.to_dict()
 
 
+class ToolchainExecutor(CodeExecutor):
+    """``inner``, whose programs (the test command) see the environment: mounted
+    read-only, first on PATH, the workspace's source on PYTHONPATH (a wrapper: the
+    backend is not changed)."""
+
+    def __init__(self, inner: CodeExecutor, toolchain: Toolchain, workspace: str) -> None:
+        self.inner = inner
+        self.name = inner.name  # type: ignore[misc]
+        self.isolated = inner.isolated  # type: ignore[misc]
+        self._binds, self._env = toolchain.binds(), run_env(workspace)
+
+    def _add(self, request: ExecRequest) -> ExecRequest:
+        return dataclasses.replace(request, system_binds=(*request.system_binds, *self._binds),
+                                   env={**self._env, **request.env})  # fmt: skip
+
+    async def open(self, request: ExecRequest) -> Channel:
+        return await self.inner.open(self._add(request))
+
+    async def prepare(self, request: ExecRequest) -> None:
+        await self.inner.prepare(self._add(request))
+
+    async def check(self) -> None:
+        await self.inner.check()
+
+    def close(self) -> None:
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            close()
+
+
 def with_toolchain(executor: CodeExecutor, toolchain: Toolchain, workspace: str) -> CodeExecutor:
-    """``executor`` whose programs (the test command) see the environment: mounted
-    read-only, first on PATH, the workspace's source on PYTHONPATH."""
-    from ..executors import CodeExecutor, ExecRequest
-
-    binds, env = toolchain.binds(), run_env(workspace)
-
-    class _WithToolchain(CodeExecutor):
-        name = executor.name
-        isolated = executor.isolated
-
-        def _add(self, request: ExecRequest) -> ExecRequest:
-            import dataclasses
-
-            return dataclasses.replace(request, system_binds=(*request.system_binds, *binds),
-                                       env={**env, **request.env})  # fmt: skip
-
-        async def open(self, request: ExecRequest) -> Any:
-            return await executor.open(self._add(request))
-
-        async def prepare(self, request: ExecRequest) -> None:
-            await executor.prepare(self._add(request))
-
-        async def check(self) -> None:
-            await executor.check()
-
-        def close(self) -> None:
-            close = getattr(executor, "close", None)
-            if close is not None:
-                close()
-
-    return _WithToolchain()
+    return ToolchainExecutor(executor, toolchain, workspace)
