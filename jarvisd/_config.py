@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ._errors import ConfigError
+from ._errors import ConfigError, JarvisError
 from ._paths import paths
 
 __all__ = [
@@ -30,12 +30,14 @@ __all__ = [
     "ClaudeCodeConfig",
     "CodeConfig",
     "Config",
+    "CredentialConfig",
     "DaemonConfig",
     "EngineConfig",
     "ExternalAgentConfig",
     "LlamaCppConfig",
     "McpConfig",
     "McpServerConfig",
+    "NetworkConfig",
     "OllamaConfig",
     "OpenAIConfig",
     "SandboxConfig",
@@ -142,6 +144,19 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NetworkConfig:
+    """``[sandbox.network]``: the hosts every sandboxed run may reach through its egress
+    proxy (``jarvisd.netpolicy``). Entries are exact hosts or ``*.suffix``, with an
+    optional ``:PORT`` (default 443 and 80); a deny entry wins over an allow entry;
+    ``hosts`` maps a name to the address the proxy connects to (a mirror on the LAN).
+    Empty (the default): no network at all."""
+
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    hosts: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class SandboxConfig:
     backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
@@ -160,6 +175,8 @@ class SandboxConfig:
     # remove, a ping): past that it "stopped answering" and the run fails with
     # sandbox_unavailable rather than hanging until the task's limit.
     engine_timeout: float = _num(15.0, 0, above=True)
+    # Egress: what a sandboxed run may reach (nothing by default).
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +214,9 @@ class AgentsConfig:
     # Seconds a daemon task waits for `jarvis task approve|deny` before it is denied.
     approval_timeout: float = _num(600.0, 0, above=True)
     external: Mapping[str, ExternalAgentConfig] = field(default_factory=dict)
+    # Hosts one agent's sandbox may reach besides [sandbox.network]'s: agent key ->
+    # allow entries (``[agents.network] codex = ["api.openai.com"]``).
+    network: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +256,28 @@ class CodeConfig:
     max_change_bytes: int = _num(500 * 1024 * 1024, 1)
 
 
+@dataclass(frozen=True, slots=True)
+class CredentialConfig:
+    """``[credentials.NAME]``: a cloud API key the host holds for external agents.
+
+    ``--engine NAME`` (or ``agents``, for the agents named there) serves a run's agent
+    through its inference gateway as a pass-through to ``upstream``: the gateway adds
+    the key, read from the host's ``env`` variable when the run starts; the sandbox
+    sees only the run's token. ``dialect``: the vendor API the upstream speaks
+    ("anthropic", "openai" for Responses and chat completions, "gemini"); it may be
+    left out for the vendors' own hosts (see ``jarvisd.gateway._upstream``)."""
+
+    env: str = ""
+    upstream: str = ""
+    dialect: Literal["", "anthropic", "openai", "gemini"] = ""
+    # The model the agent is told to ask for when the run names none (--model).
+    model: str = ""
+    # External agents that use this credential when the run names no --engine.
+    agents: tuple[str, ...] = ()
+    # Seconds the upstream has to answer and then between two reads of a reply.
+    timeout: float = _num(600.0, 0, above=True)
+
+
 #: A server's name is the first half of its tools' names (``NAME.tool``).
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
@@ -251,6 +293,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
+    credentials: Mapping[str, CredentialConfig] = field(default_factory=dict)
     #: The file this was read from (None: defaults only).
     source: str | None = None
 
@@ -306,6 +349,10 @@ def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
 
 def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> None:
     """Checks beyond a value's type, for the few keys that need them."""
+    if cls is NetworkConfig or (cls is AgentsConfig and key == "network"):
+        _check_network(cls, key, value, file, dotted)
+    if cls is Config and key == "credentials":
+        _check_credentials(value, file, dotted)
     if cls is McpConfig and key == "servers":
         for name, server in value.items():
             if not MCP_SERVER_NAME.fullmatch(name):
@@ -316,6 +363,105 @@ def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> Non
                 raise ConfigError(
                     file, f"{dotted}.{name}.command", "a list: the program and its arguments"
                 )
+
+
+def _check_network(cls: type, key: str, value: Any, file: str, dotted: str) -> None:
+    """Egress entries parse as the proxy will read them (jarvisd.netpolicy)."""
+    from .netpolicy import NetPolicy
+
+    checks: list[tuple[str, dict[str, Any]]]
+    if cls is AgentsConfig:
+        checks = [(f"{dotted}.{name}", {"allow": list(entries)}) for name, entries in value.items()]
+    elif key == "hosts":
+        checks = [(dotted, {"hosts": dict(value)})]
+    else:
+        checks = [(f"{dotted}[{i}]", {key: [entry]}) for i, entry in enumerate(value)]
+    for where, kwargs in checks:
+        try:
+            NetPolicy.parse(source=where, **kwargs)
+        except ConfigError as exc:  # the policy's own words, placed in this file
+            raise ConfigError(file, where, exc.expected, exc.got) from None
+        except (JarvisError, ValueError, TypeError) as exc:
+            raise ConfigError(file, where, f"a valid entry ({exc})") from None
+
+
+#: A credential's name: ``--engine NAME``.
+CREDENTIAL_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+#: The dialect of a vendor's own API host, so ``dialect`` may be left out for it.
+VENDOR_DIALECTS = {
+    "api.anthropic.com": "anthropic",
+    "api.openai.com": "openai",
+    "generativelanguage.googleapis.com": "gemini",
+}
+#: Engine names a credential may not take: ``--engine NAME`` would be ambiguous.
+_ENGINE_NAMES = frozenset({"auto", "llamacpp", "ollama", "openai"})
+
+
+def credential_dialect(credential: CredentialConfig) -> str:
+    """The dialect family a credential's upstream speaks ("" when unknown)."""
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(credential.upstream).hostname or "").lower()
+    return credential.dialect or VENDOR_DIALECTS.get(host, "")
+
+
+def check_credential(name: str, credential: CredentialConfig) -> tuple[str, str] | None:
+    """What is wrong with ``[credentials.NAME]``: (key, what was expected), or None.
+    The key crosses the network only over TLS: a plain-HTTP upstream must be this
+    machine's loopback (a stand-in server, a local relay)."""
+    from ipaddress import ip_address
+    from urllib.parse import urlsplit
+
+    if not CREDENTIAL_NAME.fullmatch(name):
+        return "", "a name of 1 to 32 letters, digits, _ or -"
+    if name in _ENGINE_NAMES:
+        return "", f"a name that is not an engine's ({', '.join(sorted(_ENGINE_NAMES))})"
+    if not _ENV_NAME.fullmatch(credential.env):
+        return (
+            "env",
+            "the name of the environment variable holding the key (e.g. ANTHROPIC_API_KEY)",
+        )
+    try:
+        url = urlsplit(credential.upstream)
+        url.port  # noqa: B018 - raises for a port out of range
+    except ValueError:
+        url = None
+    if url is None or url.scheme not in ("https", "http") or not url.hostname:
+        return "upstream", "the vendor's API as an https:// URL (e.g. https://api.anthropic.com)"
+    if url.username is not None or url.password is not None or url.query or url.fragment:
+        return "upstream", "a URL without credentials, query or fragment (the key is in env)"
+    if url.scheme == "http":
+        host = url.hostname
+        try:
+            loopback = host == "localhost" or ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            return "upstream", "an https:// URL (plain http only to this machine's loopback)"
+    if not credential_dialect(credential):
+        return "dialect", '"anthropic", "openai" or "gemini": what the upstream speaks'
+    if not all(agent and agent.strip() == agent for agent in credential.agents):
+        return "agents", "a list of agent names"
+    return None
+
+
+def _check_credentials(credentials: Mapping[str, CredentialConfig], file: str, dotted: str) -> None:
+    """``[credentials.NAME]``: checked once here, so a run never starts on a bad one."""
+    claimed: dict[str, str] = {}
+    for name, credential in credentials.items():
+        where = f"{dotted}.{name}"
+        problem = check_credential(name, credential)
+        if problem is not None:
+            key, expected = problem
+            raise ConfigError(file, f"{where}.{key}" if key else where, expected)
+        for agent in credential.agents:
+            if agent in claimed:
+                raise ConfigError(
+                    file, f"{where}.agents",
+                    f"agents named by one credential only ({agent!r} is in {claimed[agent]}'s)",
+                )  # fmt: skip
+            claimed[agent] = name
 
 
 def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:

@@ -39,6 +39,9 @@ class EventType(enum.StrEnum):
     AGENT_PLAN = "agent_plan"
     #: An external agent asked for a permission, and how it was answered.
     PERMISSION = "permission"
+    #: A connection a sandboxed run's program made through its egress proxy: host,
+    #: port, address, allowed, reason, method, bytes_up, bytes_down, duration.
+    NET_CONNECT = "net_connect"
 
 
 @dataclass(slots=True)

@@ -305,6 +305,9 @@ class RunContext:
     approver: Callable[[Any], Awaitable[bool]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: The host path of the run's egress proxy socket (``jarvisd.sandbox._netrun``):
+    #: the sandboxes the run starts mount it. "" (the default): no network for them.
+    egress: str = ""
 
     def __post_init__(self) -> None:
         if self.budget.bus is None:  # the ledger's warnings go on the run's bus
@@ -322,4 +325,5 @@ class RunContext:
             self.depth + 1,
             bound_engines=self.bound_engines,
             approver=self.approver,
+            egress=self.egress,
         )

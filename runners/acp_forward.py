@@ -1,5 +1,7 @@
 """Inside the sandbox: the container's own 127.0.0.1:PORT forwarded to the run's
 inference gateway (a Unix socket bind-mounted from the host), then the external agent.
+The same relay (:func:`listen`, :func:`serve`) carries a run's egress: the prelude
+(``jarvisd.sandbox._prelude --forward``) serves the egress proxy's socket with it.
 
 External agents speak only TCP, and the sandbox has no network: its loopback is its
 own, so listening there reaches nothing on the host; each connection is relayed to the
@@ -43,7 +45,7 @@ def _relay(client: socket.socket, path: str, slots: threading.Semaphore) -> None
             try:
                 upstream.connect(path)
             except OSError as exc:
-                print(f"acp_forward: cannot reach the gateway: {exc}", file=sys.stderr)
+                print(f"acp_forward: cannot reach {path}: {exc}", file=sys.stderr)
                 return
             back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
             back.start()
@@ -65,16 +67,22 @@ def serve(listener: socket.socket, path: str) -> None:
         threading.Thread(target=_relay, args=(client, path, slots), daemon=True).start()
 
 
+def listen(port: int) -> socket.socket:
+    """A listener on the sandbox's own loopback at ``port``."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(MAX_CONNECTIONS)
+    return listener
+
+
 def entry() -> None:
     args = sys.argv[1:]
     if len(args) < 5 or args[3] != "--":
         print("usage: acp_forward SOCKET PORT CWD -- ARGV...", file=sys.stderr)
         sys.exit(2)
     path, port, cwd, argv = args[0], int(args[1]), args[2], args[4:]
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", port))
-    listener.listen(MAX_CONNECTIONS)
+    listener = listen(port)
     threading.Thread(target=serve, args=(listener, path), daemon=True).start()
     try:
         os.chdir(cwd)

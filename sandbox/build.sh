@@ -3,10 +3,10 @@
 #
 # Usage: sandbox/build.sh [IMAGE]     (default: config sandbox.image, jarvis-sandbox:latest)
 # Same as `jarvis sandbox build`; the recipe lives in jarvisd/sandbox/_image.py:
-#   mmdebstrap --variant=extract --include=python3,dash,bash,coreutils,libstdc++6,libgcc-s1,zlib1g \
-#     bookworm rootfs.tar
-#     with an --extract-hook writing /etc/passwd, /etc/group, /tmp (1777) and
-#     precompiling the standard library, then the engine imports the tarball.
+#   mmdebstrap --variant=extract --include=python3,dash,bash,coreutils,libstdc++6,libgcc-s1,zlib1g,\
+#     python3-pip,python3-venv,git,ca-certificates bookworm rootfs.tar
+#     with an --extract-hook writing /etc/passwd, /etc/group, /tmp (1777), the CA bundle,
+#     dropping docs and translations and precompiling Python, then the engine imports it.
 # Environment: DOCKER_HOST (the engine), JARVIS_SANDBOX_MIRROR (Debian mirror),
 # JARVIS_SANDBOX_SUITE (default bookworm), PYTHON (interpreter with jarvis installed).
 set -eu

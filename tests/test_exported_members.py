@@ -29,6 +29,7 @@ PACKAGES = [
     "jarvisd.external",
     "jarvisd.patterns",
     "jarvisd.gateway",
+    "jarvisd.netpolicy",
 ]
 
 

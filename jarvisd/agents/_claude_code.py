@@ -5,8 +5,11 @@ The host serves the run's engine through an inference gateway (Anthropic Message
 dialect, loopback, a per-run token: every request is the run's, budget and cancel
 included) and points the SDK at it with ``ANTHROPIC_BASE_URL`` and the token as the
 key. A real Anthropic key is used only when the config names the environment variable
-holding it (``[claude_code] api_key_env``): never taken from the environment silently,
-and ``jarvis agents list`` says which mode applies.
+holding it (``[claude_code] api_key_env``, or ``--engine NAME`` naming a
+``[credentials.NAME]``): never taken from the environment silently, and ``jarvis
+agents list`` says which mode applies. In the sandbox the key stays on the host: the
+gateway forwards the SDK's requests to Anthropic as they are and adds it there
+(``jarvisd.gateway._upstream``), so the container sees only the run's token.
 
 The bridge runs in the sandbox by default, like every external agent
 (:func:`jarvisd.external.start_in_sandbox`: no network, the SDK's npm tree, the bridge
@@ -50,6 +53,8 @@ __all__ = ["ClaudeCodeAgent", "key_mode"]
 log = logging.getLogger(__name__)
 
 _RUNNER_TIMEOUT_S = 3600.0
+#: Where ``[claude_code] api_key_env`` sends the SDK's requests from a sandboxed run.
+ANTHROPIC_API = "https://api.anthropic.com"
 #: What the SDK's CLI must not do on its own: phone home, update itself, report errors.
 _QUIET = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -75,10 +80,25 @@ def _home(sandboxed: bool = False) -> Path:
 
 def key_mode(config: Config) -> str:
     """Which model claude_code uses under ``config``, in words."""
+    for credential_name, credential in config.credentials.items():
+        if "claude_code" in credential.agents:
+            return (
+                f"{credential.upstream}, through credential {credential_name!r} (the key in "
+                f"${credential.env}, held on the host; --engine another to change)"
+            )
     name = config.claude_code.api_key_env
     if name:
-        return f"the Anthropic API, with the key in ${name} (named in the config)"
+        return (
+            f"the Anthropic API, with the key in ${name} (named in the config; held on the "
+            "host in the sandbox)"
+        )
     return "the run's local model, through the inference gateway (no Anthropic key)"
+
+
+def _forwards(engine: Engine) -> bool:
+    from ..engines import CredentialEngine
+
+    return isinstance(engine, CredentialEngine)
 
 
 class ClaudeCodeAgent(BaseAgent):
@@ -143,11 +163,10 @@ class ClaudeCodeAgent(BaseAgent):
         node = await asyncio.to_thread(find_node)
         sdk_dir = await asyncio.to_thread(ensure_sdk)
         api_key = self._api_key()
+        engine = self._gateway_engine()
         if api_key is not None and self.sandboxed:
-            raise UsageError(
-                "claude_code with a real Anthropic key needs the network, which the sandbox "
-                "does not have: run it with --no-sandbox"
-            )
+            # Never into the container: the gateway holds it and forwards to Anthropic.
+            engine, api_key = self._anthropic_credential(), None
         if not self.sandboxed:
             log.warning(
                 "agent claude_code runs on the host with --no-sandbox: NOT isolated (it has "
@@ -165,7 +184,9 @@ class ClaudeCodeAgent(BaseAgent):
         }
         tools = self._tool_executor()
         opened = self._in_sandbox if self.sandboxed else self._on_host
-        async with opened(run, workspace, node, sdk_dir, api_key, payload, tools) as channel:
+        async with opened(
+            run, workspace, node, sdk_dir, api_key, payload, tools, engine
+        ) as channel:
             data = await run_runner(
                 channel, self.engine, run, Start(task="claude_code", payload=payload),
                 name="claude_code bridge", model=self.model, max_tokens=self.max_tokens,
@@ -173,6 +194,30 @@ class ClaudeCodeAgent(BaseAgent):
         result = self._result(data, run, workspace)
         result.metadata["sandboxed"] = self.sandboxed
         return result
+
+    def _anthropic_credential(self) -> Engine:
+        """``[claude_code] api_key_env`` as a host-held credential for Anthropic's API."""
+        from .._config import CredentialConfig
+        from ..engines import CredentialEngine
+
+        name = self.config.claude_code.api_key_env if self.config is not None else ""
+        credential = CredentialConfig(env=name, upstream=ANTHROPIC_API, dialect="anthropic")
+        return CredentialEngine("claude_code", credential, self.model)
+
+    def _gateway_engine(self) -> Engine:
+        """What the gateway serves: the run's engine; a credential only for Anthropic."""
+        from .._config import credential_dialect
+        from ..engines import CredentialEngine
+
+        engine = self.engine
+        if isinstance(engine, CredentialEngine):
+            dialect = credential_dialect(engine.credential)
+            if dialect != "anthropic":
+                raise UsageError(
+                    f"claude_code speaks Anthropic Messages; credential "
+                    f"{engine.credential_name!r} serves the {dialect} API"
+                )
+        return engine
 
     def _tool_executor(self) -> ToolExecutor | None:
         """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
@@ -185,7 +230,7 @@ class ClaudeCodeAgent(BaseAgent):
     @contextlib.asynccontextmanager
     async def _on_host(
         self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any], tools: ToolExecutor | None,
+        payload: dict[str, Any], tools: ToolExecutor | None, engine: Engine,
     ) -> AsyncIterator[Channel]:  # fmt: skip
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
@@ -201,14 +246,16 @@ class ClaudeCodeAgent(BaseAgent):
             payload["model"] = self.model
             if api_key is None or tools is not None:  # with a real key: for the tools only
                 gateway = await stack.enter_async_context(
-                    Gateway(self.engine, run, self.model, max_tokens=self.max_tokens, tools=tools)
+                    Gateway(engine, run, self.model, max_tokens=self.max_tokens, tools=tools)
                 )
                 assert gateway.url is not None
                 if tools is not None:
                     payload.update(tools_url=gateway.url + MCP_PATH, tools_token=gateway.token)
                 if api_key is None:
                     env.update(ANTHROPIC_BASE_URL=gateway.url, ANTHROPIC_API_KEY=gateway.token)
-                    payload["model"] = gateway.model_name
+                    payload["model"] = (
+                        engine.default_model() if _forwards(engine) else gateway.model_name
+                    )
             if api_key is not None:
                 env["ANTHROPIC_API_KEY"] = api_key
             payload["env"] = env  # the key travels in the start frame only
@@ -223,7 +270,7 @@ class ClaudeCodeAgent(BaseAgent):
     @contextlib.asynccontextmanager
     async def _in_sandbox(
         self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any], tools: ToolExecutor | None,
+        payload: dict[str, Any], tools: ToolExecutor | None, engine: Engine,
     ) -> AsyncIterator[Channel]:  # fmt: skip
         from .._config import Config
         from ..external import AgentDefinition, Workspace
@@ -235,11 +282,12 @@ class ClaudeCodeAgent(BaseAgent):
         home = _home(sandboxed=True)
         # One socket per run in the sandbox's home (mounted at HOME_DIR), gone with it.
         async with box.sandbox_gateway(
-            self.engine, run, self.model, home, max_tokens=self.max_tokens,
+            engine, run, self.model, home, max_tokens=self.max_tokens,
             name=f"gateway-{secrets.token_hex(8)}.sock", tools=tools,
         ) as access:  # fmt: skip
             inside = f"http://127.0.0.1:{box.FORWARD_PORT}"  # the forwarder, to the socket
-            payload["model"] = access.model
+            # Through a credential: the model the run names, else the SDK's own default.
+            payload["model"] = engine.default_model() if _forwards(engine) else access.model
             payload["env"] = {
                 "PATH": box.SANDBOX_PATH, "HOME": box.HOME_DIR, **_QUIET,
                 "ANTHROPIC_BASE_URL": inside, "ANTHROPIC_API_KEY": access.token,
@@ -257,7 +305,7 @@ class ClaudeCodeAgent(BaseAgent):
             yield await box.start_in_sandbox(
                 sdk, sdk_dir, home, access,
                 Workspace(Path(workspace)), self.config or Config(), lambda *_: launch,
-                extra_binds=((str(bridge_dir()), bridge),),
+                extra_binds=((str(bridge_dir()), bridge),), egress=run.egress,
             )  # fmt: skip
 
     def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:

@@ -194,7 +194,7 @@ class OpenHandsAgent(BaseAgent):
                 yield await box.start_in_sandbox(
                     venv_agent, venv, home, access, Workspace(Path(workspace)),
                     self.config or Config(), lambda *_: launch,
-                    extra_binds=((str(prefix), "/opt/python"),),
+                    extra_binds=((str(prefix), "/opt/python"),), egress=run.egress,
                 )  # fmt: skip
         finally:
             await asyncio.to_thread(shutil.rmtree, home, True)

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import JarvisError, ProtocolError, SandboxError
 from .._messages import SamplingOptions, ToolResult, Usage
-from .._run import Budget, Cancelled, Hold, RunContext, RunStopped
+from .._run import Budget, Hold, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (
@@ -82,7 +82,7 @@ def runner_result(outcome: Outcome, run: RunContext, agent: str, program: str) -
     if outcome.stopped is not None:
         raise outcome.stopped
     if run.cancel.cancelled:
-        raise Cancelled(run.cancel.reason)
+        raise run.cancel.error()  # BudgetExceeded when a budget stopped it
     final = outcome.final
     if isinstance(final, ErrorFrame):
         raise JarvisError(f"{agent} failed: {final.message[:_RUNNER_ERROR_CHARS]}")

@@ -115,6 +115,10 @@ def render(outcome: RunOutcome, *, as_json: bool, streamed: bool, on_terminal: b
     elif outcome.ok:
         answer = outcome.answer
         click.echo(_for_terminal(answer) if on_terminal else answer)
+    network = outcome.metadata.get("network")
+    if not as_json and isinstance(network, dict):  # the run's egress, when it had any
+        said = network.get("line") or network.get("warning")
+        click.echo(f"jarvis: {_for_terminal(str(said))}", err=True)
     failure = outcome.failure
     if failure is not None:
         headline = _HEADLINES.get(failure.code, "error")

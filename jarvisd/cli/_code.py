@@ -132,14 +132,20 @@ def _state_dir() -> Any:
     default=None,
     help="Budget: most seconds of wall-clock time for the agent's run.",
 )
+@click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
+              help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
+                   "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
+                   "Default: no network.")  # fmt: skip
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         candidates: int, agents: str, respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
-        max_wall: float | None, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
+        max_wall: float | None, allow_net: tuple[str, ...], no_daemon: bool,
+        as_json: bool) -> None:  # fmt: skip
     from ..code import prepare
     from ..runs import AgentSpec
+    from ..sandbox._netrun import split_hosts
 
     if not task_text.strip():
         raise UsageError("the task is empty")
@@ -164,24 +170,32 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
                    err=True)  # fmt: skip
     spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
                      temperature=temperature, max_turns=max_turns, max_wall=max_wall,
-                     workspace=ws.id).at_edge()  # fmt: skip
+                     workspace=ws.id, allow_net=split_hosts(allow_net)).at_edge()  # fmt: skip
     failure = None
     task_id = None if no_daemon else _submit(spec)
     if task_id is not None:
         failure = _follow(task_id)
+        network = _task_network(task_id)
     else:
         from .._run import RunContext
         from ..runs import LocalHost
 
         outcome = LocalHost().run(spec, RunContext())
         failure = outcome.failure
+        network = outcome.metadata.get("network")
     ws = store.get(ws.id)
     if ws.group:
         _print_group(store, ws, None, as_json)
     elif as_json:
-        click.echo(json.dumps(ws.to_dict(), indent=2))
+        click.echo(json.dumps({**ws.to_dict(), **({"network": network} if network else {})},
+                              indent=2))  # fmt: skip
     else:
         _print_workspace(ws, diff=True)
+    if not as_json and isinstance(network, dict):  # the run's egress: reached, refused
+        from ._terminal import visible
+
+        # Host names in it come from the sandboxed program: never raw to a terminal.
+        click.echo(visible(str(network.get("line") or network.get("warning") or "")), err=True)
     if failure is not None:
         click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
         raise click.exceptions.Exit(failure.exit_code)
@@ -265,6 +279,15 @@ def _submit(spec: Any) -> str | None:
     return str(info.id)
 
 
+def _task_network(task_id: str) -> Any:
+    """The network summary of a finished task's outcome (None: it had no proxy)."""
+    from ..daemon import Client
+
+    result = Client(timeout=30.0).show(task_id).result
+    metadata = result.get("metadata") if isinstance(result, dict) else None
+    return metadata.get("network") if isinstance(metadata, dict) else None
+
+
 def _follow(task_id: str) -> Any:
     """Show the task's events until it ends; Ctrl-C cancels it. Its failure, or None."""
     from ..daemon import Client
@@ -275,7 +298,7 @@ def _follow(task_id: str) -> Any:
     try:
         for ev in client.logs(task_id, follow=True):
             line = format_event(ev.seq, ev.event, dict(ev.data))
-            if line is not None and ev.event.startswith(("tool_call", "task_", "round")):
+            if line is not None and ev.event.startswith(("tool_call", "task_", "net_", "round")):
                 click.echo(line, err=True)
     except KeyboardInterrupt:
         client.cancel(task_id)

@@ -26,7 +26,9 @@ _OPTIONS = (
     click.option("-a", "--agent", default="",
                  help="Agent key (see `jarvis agents list`); default from config."),
     click.option("-e", "--engine", default=None,
-                 help="llamacpp (embedded), ollama, openai, or a plugin; default from config."),
+                 help="llamacpp (embedded), ollama, openai, a plugin, or a [credentials.NAME] "
+                      "(external agents on a cloud model, the key kept on the host); "
+                      "default from config."),
     click.option("-m", "--model", default="",
                  help="Model name (catalog name or .gguf path for llamacpp)."),
     click.option("-t", "--tools", default="",
@@ -46,6 +48,10 @@ _OPTIONS = (
                       "instead of in the sandbox, its default. NOT isolated: warns every run."),
     click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
                  help="Mount a host path into the sandbox (read-only unless :rw). Repeatable."),
+    click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
+                 help="Hosts the run's sandbox may reach through its egress proxy (HOST, "
+                      "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
+                      "[sandbox.network] allow. Repeatable. Default: no network."),
     click.option("--temperature", type=float, default=None, help="Sampling temperature."),
     click.option("--max-tokens", type=click.IntRange(min=1), default=None,
                  help="Most tokens per model reply."),
@@ -74,6 +80,7 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
     """The spec the run options describe, made absolute here, at the edge. Agent
     options stay text: the run types them against what the agent declares."""
     from ..runs import AgentSpec, parse_option_flags
+    from ..sandbox._netrun import split_hosts
 
     if values["mounts"] and values["no_sandbox"]:
         # Whether an agent without --sandbox runs sandboxed anyway (external agents do)
@@ -95,6 +102,7 @@ def build_spec(text: str, **values: Any) -> AgentSpec:
         sandbox=values["sandbox"],
         no_sandbox=values["no_sandbox"],
         mounts=values["mounts"],
+        allow_net=split_hosts(values["allow_net"]),
         context_file=values["context_file"],
         temperature=values["temperature"],
         max_tokens=values["max_tokens"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -87,8 +88,17 @@ def gc(everything: bool) -> None:
 @click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
               help="Mount PATH (read-only; :rw if its allowed root permits). Repeatable.")  # fmt: skip
 @click.option("--timeout", type=float, default=None, help="Seconds (default: sandbox.timeout).")
+@click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
+              help="Hosts the command may reach through the run's egress proxy (HOST, "
+                   "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
+                   "[sandbox.network] allow. Repeatable. Default: no network.")  # fmt: skip
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(mounts: tuple[str, ...], timeout: float | None, command: tuple[str, ...]) -> None:
+def run(
+    mounts: tuple[str, ...],
+    timeout: float | None,
+    allow_net: tuple[str, ...],
+    command: tuple[str, ...],
+) -> None:
     """Run CMD ARGS under exactly the policy agents' code gets; exit with its code.
 
     Example: jarvis sandbox run --mount ./data -- python3 -c 'print(1)'
@@ -96,25 +106,69 @@ def run(mounts: tuple[str, ...], timeout: float | None, command: tuple[str, ...]
     import asyncio
 
     from .._config import load_config
+    from ..sandbox._netrun import split_hosts
 
     config = load_config()
     if config.sandbox.backend == "none":
         raise UsageError('sandbox.backend is "none": there is no sandbox to run in')
-    code = asyncio.run(_run(config, list(command), mounts, timeout))
+    code = asyncio.run(_run(config, list(command), mounts, timeout, split_hosts(allow_net)))
     sys.exit(code)
 
 
 async def _run(
-    config: object, argv: list[str], mounts: tuple[str, ...], seconds: float | None
+    config: object,
+    argv: list[str],
+    mounts: tuple[str, ...],
+    seconds: float | None,
+    allow_net: tuple[str, ...] = (),
 ) -> int:
+    import contextlib
+
     from .._config import Config
+    from ..sandbox._netrun import RunNetwork, network_policy
+    from ..sandbox._policy import SandboxPolicy
+    from ._terminal import visible
+
+    assert isinstance(config, Config)
+    policy = network_policy(config, allow_net)
+    async with contextlib.AsyncExitStack() as stack:
+        socket_path = ""
+        if not policy.empty:
+            sandbox = SandboxPolicy.from_config(config)
+            network = await stack.enter_async_context(
+                RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=_say_net)
+            )
+            socket_path = network.socket_path
+        code = await _run_program(config, argv, mounts, seconds, socket_path)
+        if not policy.empty:
+            await stack.aclose()  # the proxy's last events, then the summary
+            click.echo(visible(f"jarvis: sandbox: {network.summary.line()}"), err=True)
+    return code
+
+
+def _say_net(event: Any) -> None:
+    """One line on stderr per connection the proxy saw (the run's network log)."""
+    verdict = "allowed" if event.allowed else "REFUSED"
+    size = f", {event.bytes_up} B up, {event.bytes_down} B down" if event.allowed else ""
+    reason = f" ({event.reason})" if event.reason else ""
+    from ._terminal import visible
+
+    # The host and the reason quote what the sandboxed program sent: escaped.
+    click.echo(visible(f"jarvis: net: {verdict} {event.host}:{event.port}{reason}{size}"), err=True)
+
+
+async def _run_program(
+    config: Any, argv: list[str], mounts: tuple[str, ...], seconds: float | None, egress: str
+) -> int:
     from ..executors import ExecRequest
     from ..sandbox import executor_for_backend
 
-    assert isinstance(config, Config)
     executor = executor_for_backend(config.sandbox.backend, config)
     request = ExecRequest(
-        argv=argv, timeout=seconds or config.sandbox.timeout, mounts=tuple(mounts)
+        argv=argv,
+        timeout=seconds or config.sandbox.timeout,
+        mounts=tuple(mounts),
+        proxy_socket=egress,
     )
     stdin = b"" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.buffer.read()
     channel = await executor.open(request)

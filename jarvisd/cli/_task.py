@@ -53,6 +53,11 @@ def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
     if event == "approval":
         verdict = "allowed" if data.get("allowed") else "denied"
         return f"[{seq}] {data.get('tool')} {verdict} ({data.get('by')})"
+    if event == "net_connect":
+        verdict = "allowed" if data.get("allowed") else "REFUSED"
+        reason = f" ({data.get('reason')})" if data.get("reason") else ""
+        return (f"[{seq}] net {verdict} {data.get('host')}:{data.get('port')}{reason} "
+                f"up {data.get('bytes_up', 0)} B, down {data.get('bytes_down', 0)} B")  # fmt: skip
     if event == "task_end":
         reason = f" ({data.get('reason')})" if data.get("reason") else ""
         return f"[{seq}] task {data.get('state')}{reason}"

@@ -113,14 +113,17 @@ class AskWorker:
             await self.answer(start.payload)
 
     def engine_for(self, spec: AgentSpec, config: Config) -> Engine:
-        from jarvisd.engines import select_engine
+        from jarvisd.engines import engine_for_agent, select_engine
 
+        explicit = engine_for_agent(config, spec.engine, spec.agent or config.agent.default)
+        settings = config.to_dict()
         key = json.dumps(
-            [spec.engine, spec.model, dict(spec.env), config.to_dict()["engine"]], sort_keys=True
+            [explicit, spec.model, dict(spec.env), settings["engine"], settings["credentials"]],
+            sort_keys=True,
         )
         engine = self.engines.get(key)
         if engine is None:
-            engine = self.engines[key] = select_engine(config, spec.engine, spec.model, spec.env)
+            engine = self.engines[key] = select_engine(config, explicit, spec.model, spec.env)
         return engine
 
     async def answer(self, payload: Mapping[str, Any]) -> None:

@@ -4,13 +4,22 @@ Implementations import their heavy dependencies lazily: importing this package i
 """
 
 from ._base import Engine, ModelInfo
+from ._credential import CredentialEngine
 from ._cutoff import Cutoff
 from ._scripted import ScriptedCall, ScriptedEngine, reply
-from ._select import ENGINE_NAMES, build_engine, engine_names, ollama_reachable, select_engine
+from ._select import (
+    ENGINE_NAMES,
+    build_engine,
+    engine_for_agent,
+    engine_names,
+    ollama_reachable,
+    select_engine,
+)
 from ._wrappers import InstrumentedEngine, RunEngine, WrapperEngine
 
 __all__ = [
     "ENGINE_NAMES",
+    "CredentialEngine",
     "Cutoff",
     "Engine",
     "InstrumentedEngine",
@@ -23,6 +32,7 @@ __all__ = [
     "ScriptedEngine",
     "WrapperEngine",
     "build_engine",
+    "engine_for_agent",
     "engine_names",
     "ollama_reachable",
     "reply",

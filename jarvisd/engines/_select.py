@@ -15,6 +15,7 @@ from ._base import Engine
 __all__ = [
     "ENGINE_NAMES",
     "build_engine",
+    "engine_for_agent",
     "engine_names",
     "ollama_host",
     "ollama_reachable",
@@ -49,6 +50,12 @@ def build_engine(
 ) -> Engine:
     """Construct (no I/O) the engine called ``name`` from config; ``env`` is the
     caller's engine-selecting environment (this process's when None)."""
+    if name in config.credentials:
+        # A cloud key the host holds, for external agents: the vendor's model, never
+        # the local one engine.model names.
+        from ._credential import CredentialEngine
+
+        return CredentialEngine(name, config.credentials[name], model)
     model = model or config.engine.model
     if name == "llamacpp":
         from ._llamacpp import LlamaCppEngine
@@ -80,6 +87,18 @@ def build_engine(
     if not isinstance(engine, Engine):
         raise UsageError(f"engine plugin {name!r} did not build an Engine")
     return engine
+
+
+def engine_for_agent(config: Config, explicit: str | None, agent: str) -> str | None:
+    """The engine a run of ``agent`` names: ``explicit`` (``--engine``), else the
+    credential whose ``agents`` list it (``[credentials.NAME] agents = [...]``), else
+    None (the config's default)."""
+    if explicit:
+        return explicit
+    for name, credential in config.credentials.items():
+        if agent in credential.agents:
+            return name
+    return None
 
 
 def ollama_reachable(

@@ -66,6 +66,12 @@ class ExecRequest:
     #: only): an external agent's npm tree, Node.js, its per-run home. Never from the
     #: edge: they bypass the mount allowlist. Only the container backends apply them.
     system_binds: Sequence[tuple[str, str, bool]] = ()
+    #: The host path of the run's egress proxy socket (``jarvisd.netpolicy``), or ""
+    #: (the default): no network at all. The sandbox keeps no network interface either
+    #: way; with a socket, the socket is mounted in and a forwarder on the sandbox's own
+    #: loopback relays to it, with the proxy variables pointing there
+    #: (``jarvisd.sandbox._egress``). The ``subprocess`` backend cannot apply it.
+    proxy_socket: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,6 +151,7 @@ class ExternalAgent(BaseAgent):
             )
         workspace = self._workspace()
         agent = self.definition
+        self._check_credential(agent)
         if agent.builtin:
             where = await self._ensure_installed()
         else:
@@ -181,7 +182,9 @@ class ExternalAgent(BaseAgent):
 
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
-                channel = await self._start(agent, where, home, access, workspace, copy)
+                channel = await self._start(
+                    agent, where, home, access, workspace, copy, egress=run.egress
+                )
                 stop_reason = await converse(
                     channel, client, cwd=workspace.root, prompt=input, run=run,
                     mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
@@ -220,7 +223,7 @@ class ExternalAgent(BaseAgent):
             access = GatewayAccess(
                 f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
             )
-            channel = await self._start(agent, where, home, access, workspace)
+            channel = await self._start(agent, where, home, access, workspace, egress=run.egress)
             session = FrameSession(
                 channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
                 name=f"agent {agent.name}",
@@ -245,6 +248,28 @@ class ExternalAgent(BaseAgent):
             f"agent {agent.name} ended without a result (exit {outcome.process.exit_code})"
             + (f":\n{tail}" if tail else "")
         )
+
+    def _check_credential(self, agent: AgentDefinition) -> None:
+        """Under ``--engine CREDENTIAL``: the agent must speak the vendor's dialect and
+        know which of its models to ask for (before anything starts)."""
+        from .._config import credential_dialect
+        from ..engines import CredentialEngine
+        from ..gateway._upstream import agent_family
+
+        engine = self.engine
+        if not isinstance(engine, CredentialEngine):
+            return
+        name, family = engine.credential_name, credential_dialect(engine.credential)
+        if agent.dialect and agent_family(agent.dialect) != family:
+            raise UsageError(
+                f"agent {agent.name} speaks {agent.dialect}; credential {name!r} serves the "
+                f"{family} API: use an agent of that API, or another credential"
+            )
+        if not (self.model or engine.default_model()):
+            raise UsageError(
+                f"name the model to ask credential {name!r}'s vendor for: --model, or "
+                f"model in [credentials.{name}]"
+            )
 
     @contextlib.asynccontextmanager
     async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:
@@ -302,13 +327,15 @@ class ExternalAgent(BaseAgent):
         access: GatewayAccess,
         workspace: Workspace,
         copy: Path | None = None,
+        *,
+        egress: str = "",
     ) -> Channel:
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
                 agent, where, home, access, workspace, self.config, self._launch,
-                mounts=self.mounts, copy=copy,
+                mounts=self.mounts, copy=copy, egress=egress,
             )  # fmt: skip
         from ._host import start_on_host
         from ._sandbox import write_home

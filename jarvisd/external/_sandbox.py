@@ -76,6 +76,7 @@ async def start_in_sandbox(
     *,
     mounts: Sequence[str] = (),
     copy: Path | None = None,
+    egress: str = "",
 ) -> Channel:
     """Start ``agent`` (installed at ``where``) in a container; ``home`` is its host
     home, holding the gateway's socket ``access.url`` names (``unix:PATH``).
@@ -83,7 +84,8 @@ async def start_in_sandbox(
     program needs (chosen by jarvis, never from the edge). ``mounts``: the run's
     ``--mount`` requests, through the mount allowlist like the workspace. ``copy``:
     a copy of the workspace the sandbox user owns (``_mirror``), mounted at the
-    workspace's path once the workspace itself passed the allowlist."""
+    workspace's path once the workspace itself passed the allowlist. ``egress``: the
+    run's egress proxy socket (``RunContext.egress``), or "" for no network."""
     from ..sandbox import DockerExecutor
     from ..sandbox._covers import unreachable
 
@@ -135,6 +137,7 @@ async def start_in_sandbox(
         ),
         env=env,
         system_binds=tuple(binds),
+        proxy_socket=egress,
     )
     channel = await executor.open(request)
     if access.peers is not None:

@@ -20,6 +20,10 @@ at ``POST /mcp`` (``_mcp``): every call goes through the executor with the run, 
 run's ledger holds it as it holds a built-in agent's (tool-call cap, TOOL_CALL_START and
 END on the run's bus, cancel, argument repair and schema checks). Its errors are
 JSON-RPC errors, its refusals (token, size) too.
+
+When the run's engine is a host-held credential (``CredentialEngine``), inference is a
+pass-through to the vendor in the agent's own dialect, with the key added on the host
+and the vendor's usage counted on the run's ledger (``_upstream``).
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
 from ._http import HTTPServer, Request, Response
 from ._peer import PeerBinding
+from ._upstream import Upstream
 
 if TYPE_CHECKING:
+    import httpx
+
     from ..engines import Engine
     from ..tools import ToolExecutor
 
@@ -126,6 +133,9 @@ class Gateway:
         self._server: asyncio.AbstractServer | None = None
         self._http: HTTPServer | None = None
         self._socket_ino: int | None = None
+        #: The vendor this run's credential forwards to (its key read on start).
+        self.upstream: Upstream | None = None
+        self._client: httpx.AsyncClient | None = None
 
     @property
     def model_name(self) -> str:
@@ -135,6 +145,7 @@ class Gateway:
     # -- lifecycle ------------------------------------------------------------------
 
     async def __aenter__(self) -> Gateway:
+        self._start_upstream()
         peers = self.peers
         self._http = HTTPServer(
             self,
@@ -147,6 +158,25 @@ class Gateway:
         else:
             self._server = await self._listen_unix(self.socket_path)
         return self
+
+    def _start_upstream(self) -> None:
+        from ..engines import CredentialEngine, WrapperEngine
+
+        engine = self.engine
+        while isinstance(engine, WrapperEngine):
+            engine = engine.inner
+        if not isinstance(engine, CredentialEngine):
+            return
+        import httpx
+
+        from ..engines._base import tls_verify
+
+        upstream = Upstream.from_credential(engine.credential_name, engine.credential)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(upstream.timeout, connect=min(upstream.timeout, 30.0)),
+            verify=tls_verify(upstream.url),
+        )
+        self.upstream = upstream
 
     async def _listen_unix(self, path: Path) -> asyncio.AbstractServer:
         assert self._http is not None
@@ -176,6 +206,9 @@ class Gateway:
                 if os.lstat(self.socket_path).st_ino == self._socket_ino:
                     self.socket_path.unlink()
             self._socket_ino = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     # -- the HTTP app -----------------------------------------------------------------
 
@@ -212,6 +245,11 @@ class Gateway:
             return await self._serve_tools(request)
         dialect = _dialect_for(request.path, request.headers)
         try:
+            if self.upstream is not None:
+                assert self._client is not None
+                return await self.upstream.forward(
+                    request, self.run, self._client, on_call=self._count_turn
+                )
             return await self._route(request, dialect)
         except (BadRequest, EngineError, RunStopped) as exc:
             status = error_status(exc)
@@ -299,6 +337,15 @@ class Gateway:
 
     # -- inference ----------------------------------------------------------------------
 
+    def _count_turn(self) -> None:
+        self.turns += 1
+        if self.max_turns is not None and self.turns > self.max_turns:
+            # An agent's turn is one model call: past the cap the whole run stops, as
+            # a built-in agent's does, instead of the agent retrying a refused call.
+            reason = f"the agent reached the run's max turns ({self.max_turns})"
+            self.run.cancel.cancel(reason, stop=BudgetExceeded)
+            raise BudgetExceeded(reason)
+
     async def _infer(self, dialect: Dialect, chat: ChatRequest) -> Response:
         from ..engines import RunEngine
 
@@ -308,13 +355,7 @@ class Gateway:
             options = replace(options, max_tokens=self.max_tokens)
         if self.temperature is not None:
             options = replace(options, temperature=self.temperature)
-        self.turns += 1
-        if self.max_turns is not None and self.turns > self.max_turns:
-            # An agent's turn is one model call: past the cap the whole run stops, as
-            # a built-in agent's does, instead of the agent retrying a refused call.
-            reason = f"the agent reached the run's max turns ({self.max_turns})"
-            self.run.cancel.cancel(reason, stop=BudgetExceeded)
-            raise BudgetExceeded(reason)
+        self._count_turn()
         model = self.model or self.engine.default_model()
         if not chat.stream:
             generation = await engine.generate(

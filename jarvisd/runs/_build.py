@@ -23,6 +23,7 @@ __all__ = [
     "load_context",
     "mcp_server_executor",
     "mcp_tool_names",
+    "runs_sandboxed",
     "starts_mcp_servers",
     "validate_spec",
 ]
@@ -83,6 +84,10 @@ def _team_checked(spec: AgentSpec, config: Config) -> type[BaseAgent]:
 
     if spec.sandbox:
         raise UsageError("--sandbox runs one agent in a container; it cannot run a team")
+    if spec.allow_net:
+        raise UsageError(
+            "--allow-net opens hosts to one sandboxed agent; it cannot apply to a team"
+        )
     team = parse_team(spec.team or "")
     for table in team.agents.values():
         AgentRegistry.get(str(table["agent"]))
@@ -105,6 +110,14 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         _check_acp_tools(key, spec, config, definition.limits_tools)
     elif spec.tools and not agent_cls.accepts_tools:
         raise UsageError(f"agent {key!r} does not accept tools (try --agent orchestrator)")
+    if spec.allow_net:
+        _check_allow_net(spec.allow_net)
+    if spec.allow_net and not _in_sandbox(spec, agent_cls):
+        raise UsageError(
+            "--allow-net opens hosts to a sandboxed run (--sandbox, an external agent, "
+            f"jarvis code): agent {key!r} runs on the host here"
+            + (" (--no-sandbox)" if spec.no_sandbox else "")
+        )
     if spec.mounts and not spec.sandbox:
         # An ACP agent runs in its sandbox unless --no-sandbox: it takes mounts there.
         in_own_sandbox = definition is not None and definition.protocol == "acp"
@@ -115,6 +128,39 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
                 else "--mount only applies in a sandbox, not with --no-sandbox"
             )
     return agent_cls, options
+
+
+def _check_allow_net(entries: Sequence[str]) -> None:
+    """``--allow-net`` entries parse (checked before a task is queued, not when it runs)."""
+    from .._errors import ConfigError
+    from ..netpolicy import NetPolicy
+
+    try:
+        NetPolicy.parse(allow=list(entries), source="--allow-net")
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _in_sandbox(spec: AgentSpec, agent_cls: type[BaseAgent]) -> bool:
+    """Whether the run's agent runs in a sandbox of jarvis's (where a network policy
+    applies): ``--sandbox``, a ``jarvis code`` run, an ACP agent or an agent with a
+    container of its own unless ``--no-sandbox``."""
+    if spec.sandbox or spec.workspace:
+        return True
+    if spec.no_sandbox:
+        return False
+    definition = getattr(agent_cls, "definition", None)
+    acp = definition is not None and definition.protocol == "acp"
+    return acp or bool(getattr(agent_cls, "own_sandbox", False))
+
+
+def runs_sandboxed(spec: AgentSpec, config: Config) -> bool:
+    """Whether ``spec``'s run happens in a sandbox (see ``_in_sandbox``)."""
+    if spec.team is not None:
+        return False
+    if spec.sandbox or spec.workspace:
+        return True
+    return _in_sandbox(spec, _checked(spec, config)[0])
 
 
 def _check_acp_tools(key: str, spec: AgentSpec, config: Config, limits_tools: bool) -> None:

@@ -10,6 +10,7 @@ the run for ``jarvis trace``, and turns every way a run can end into a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -19,12 +20,19 @@ from .._config import Config
 from .._errors import JarvisError, NoAnswer
 from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
-from ..engines import Engine, select_engine
-from ._build import build_agent, load_context, mcp_server_executor, starts_mcp_servers
+from ..engines import Engine, engine_for_agent, select_engine
+from ._build import (
+    build_agent,
+    load_context,
+    mcp_server_executor,
+    runs_sandboxed,
+    starts_mcp_servers,
+)
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 
 if TYPE_CHECKING:
+    from ..netpolicy import NetEvent, NetPolicy
     from ..tools import BaseTool
 
 __all__ = ["apply_budgets", "run_spec"]
@@ -65,14 +73,92 @@ async def run_spec(
     records the run for ``jarvis trace`` (top-level runs only); ``tools`` are MCP tools
     served elsewhere, given to the agent with the spec's own (the sandbox runner's
     proxies of the host's). A spec with a ``workspace`` is a ``jarvis code`` run
-    (``jarvisd.code.run_code``)."""
+    (``jarvisd.code.run_code``).
+
+    A sandboxed run whose network policy allows hosts (``[sandbox.network]``, the
+    agent's ``[agents.network]`` entry, ``--allow-net``) gets its egress proxy for its
+    whole length (``jarvisd.sandbox._netrun``): its sandboxes mount the proxy's socket
+    (``run.egress``), each connection is a ``net_connect`` event, and the outcome's
+    metadata carries ``network`` (a summary). Nothing allowed: no proxy, as before."""
+    try:
+        policy = _network_policy(spec, run, config)
+    except JarvisError as exc:  # a bad entry, an unknown agent: the run's failure
+        return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
+    if policy is None:
+        return await _run_spec(
+            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
+        )
+    if config.sandbox.backend == "none":
+        from ..sandbox._netrun import NO_POLICY_WARNING
+
+        log.warning("%s", NO_POLICY_WARNING)
+        outcome = await _run_spec(
+            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
+        )
+        return _with_network(outcome, {"warning": NO_POLICY_WARNING})
+    from .._events import EventType
+    from ..sandbox._netrun import RunNetwork
+    from ..sandbox._policy import SandboxPolicy
+
+    def publish(event: NetEvent) -> None:
+        run.bus.publish(EventType.NET_CONNECT, **event.to_dict())
+
+    try:
+        sandbox = SandboxPolicy.from_config(config)
+        network = RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=publish)
+        await network.__aenter__()
+    except (JarvisError, OSError) as exc:  # the proxy could not start: nothing ran
+        return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
+    run.egress = network.socket_path
+    try:
+        outcome = await _run_spec(
+            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
+        )
+    finally:
+        run.egress = ""
+        await network.__aexit__(None, None, None)
+    return _with_network(outcome, network.summary.to_dict())
+
+
+def _network_policy(spec: AgentSpec, run: RunContext, config: Config) -> NetPolicy | None:
+    """The run's network policy when it allows something and the run is sandboxed
+    (None: no proxy). A run inside another's proxy (``run.egress``) starts none."""
+    if run.egress or spec.team is not None:
+        return None
+    net = config.sandbox.network
+    if not (spec.allow_net or net.allow or config.agents.network):
+        return None  # the common case, decided without importing the policy
+    from ..sandbox._netrun import network_policy
+
+    policy = network_policy(config, spec.allow_net, spec.agent or config.agent.default)
+    if policy.empty or not runs_sandboxed(spec, config):
+        return None
+    return policy
+
+
+def _with_network(outcome: RunOutcome, network: Mapping[str, object]) -> RunOutcome:
+    return dataclasses.replace(outcome, metadata={**outcome.metadata, "network": dict(network)})
+
+
+async def _run_spec(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None = None,
+    *,
+    context: AgentContext | None = None,
+    extra: Mapping[str, object] | None = None,
+    trace: bool = True,
+    tools: Sequence[BaseTool] = (),
+) -> RunOutcome:
     if spec.workspace:
         from ..code import run_code
 
         return await run_code(spec, run, config, engine)
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
-    engine_name = spec.engine or config.engine.default
+    explicit = engine_for_agent(config, spec.engine, agent_key)
+    engine_name = explicit or config.engine.default
     own_engine = engine is None
     collector = None
     if trace and run.depth == 0:
@@ -85,7 +171,7 @@ async def run_spec(
     failure: Failure | None = None
     try:
         if engine is None:
-            engine = select_engine(config, spec.engine, spec.model, spec.env)
+            engine = select_engine(config, explicit, spec.model, spec.env)
         engine_name = engine.name
         async with contextlib.AsyncExitStack() as stack:
             mcp_tools = list(tools)

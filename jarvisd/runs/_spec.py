@@ -57,6 +57,9 @@ class AgentSpec:
     #: A ``jarvis code`` workspace id: the run is then the agent working on it
     #: (``jarvisd.code.run_code``: sandboxed, the workspace mounted read-write).
     workspace: str | None = None
+    #: Hosts the run's sandbox may reach besides the config's (``--allow-net``; entries
+    #: as in ``[sandbox.network] allow``). Stored with a task, so a restart keeps them.
+    allow_net: tuple[str, ...] = ()
 
     def at_edge(self, environ: Mapping[str, str] | None = None) -> AgentSpec:
         """This spec as the caller means it anywhere: paths absolute (from this
@@ -78,6 +81,7 @@ class AgentSpec:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["tools"] = list(self.tools)
         data["mounts"] = list(self.mounts)
+        data["allow_net"] = list(self.allow_net)
         data["options"] = dict(self.options)
         data["env"] = dict(self.env)
         return data
@@ -101,7 +105,7 @@ class AgentSpec:
             _check(values, name, int, optional=True)
         for name in ("temperature", "max_wall"):
             _check(values, name, (int, float), optional=True)
-        for name in ("tools", "mounts"):
+        for name in ("tools", "mounts", "allow_net"):
             items = values.get(name) or ()
             if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
                 raise UsageError(f"agent spec field {name!r} must be a list of strings")

@@ -182,6 +182,7 @@ class SandboxedAgent(BaseAgent):
             context_file=None,
             tools=tools,
             mounts=(),
+            allow_net=(),  # the host's proxy serves the whole container
         )
         payload: dict[str, Any] = {
             "spec": inner.to_dict(),
@@ -210,7 +211,11 @@ class SandboxedAgent(BaseAgent):
         max_turns = self.spec.max_turns or self.config.agent.max_turns
         budget = program_budget(run.budget, max_turns, self.max_tokens)
         request = ExecRequest(
-            argv=RUNNER_ARGV, timeout=self.timeout, mounts=self.spec.mounts, separate_code=True
+            argv=RUNNER_ARGV,
+            timeout=self.timeout,
+            mounts=self.spec.mounts,
+            separate_code=True,
+            proxy_socket=run.egress,
         )
         executor = self._executor()
         # The run's MCP servers start through the same sandbox backend, and are stopped

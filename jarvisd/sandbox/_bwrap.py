@@ -1,6 +1,7 @@
 """The lighter backend for machines without a container engine: bubblewrap.
 
-What it gives: new user, pid, network (loopback only), IPC, UTS and cgroup namespaces;
+What it gives: new user, pid, network (loopback only; a run that allows hosts gets its
+egress proxy's socket and a forwarder to it, ``_egress``), IPC, UTS and cgroup namespaces;
 no further user namespaces inside (``--disable-userns``, where this bwrap has it); a
 seccomp filter (``_seccomp``: mounts, namespaces, ptrace, keyrings, bpf,
 perf_event_open, io_uring, modules... refused); an empty read-only tmpfs root with the
@@ -41,6 +42,7 @@ from ..executors import Channel, CodeExecutor, ExecRequest
 from ..executors._subprocess import Limits, SubprocessChannel, _preexec, _rlimits
 from ..protocol import MAX_FRAME_BYTES
 from ._docker import _write_inputs
+from ._egress import egress_bind, forward_args, proxy_env
 from ._mounts import Mount, MountPolicy
 from ._policy import CODE_ROOT, INPUT_DIR, SandboxPolicy, code_dirs, confirm_mounts, prelude_argv
 from ._seccomp import seccomp_program
@@ -111,6 +113,12 @@ class BwrapExecutor(CodeExecutor):
             argv += ["--ro-bind", inputs, INPUT_DIR]
         for mount in mounts:
             argv += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
+        forward: Sequence[str] = ()
+        if request.proxy_socket:
+            # Still no network (--unshare-all): the proxy's socket and a forwarder to it.
+            source, target, _ = egress_bind(request.proxy_socket)
+            argv += ["--ro-bind", source, target]
+            forward = forward_args(policy.uid, policy.gid)
         argv += ["--remount-ro", "/"]  # the tmpfs root too: only /tmp and :rw mounts write
         argv += ["--clearenv", "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin"]
         env = {
@@ -120,6 +128,7 @@ class BwrapExecutor(CodeExecutor):
             "TMPDIR": "/tmp",
             "LANG": "C.UTF-8",
             **request.env,
+            **(proxy_env() if request.proxy_socket else {}),
         }
         for key, value in env.items():
             argv += ["--setenv", key, value]
@@ -129,7 +138,7 @@ class BwrapExecutor(CodeExecutor):
         program = list(request.argv)
         if program and os.path.basename(program[0]).startswith("python"):
             program[0] = "/usr/bin/python3"
-        program = prelude_argv(program, verify=mounts, inputs=inputs is not None)
+        program = prelude_argv(program, verify=mounts, inputs=inputs is not None, forward=forward)
         return [*argv, "--chdir", "/tmp", "--", *program]
 
     async def open(self, request: ExecRequest) -> Channel:

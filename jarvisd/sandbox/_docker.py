@@ -4,7 +4,9 @@ Works with dockerd and with podman's Docker-compatible socket. Engine address: c
 ``sandbox.docker_host``, else DOCKER_HOST (podman: CONTAINER_HOST, then its default
 socket), else the engine's default socket.
 
-Every container gets the :class:`SandboxPolicy`: ``--network none``, read-only root,
+Every container gets the :class:`SandboxPolicy`: ``--network none`` (a run that allows
+hosts gets its egress proxy's socket and a forwarder to it, never an interface:
+``_egress``), read-only root,
 tmpfs /tmp, ``cap_drop ALL``, no-new-privileges, a non-root user, pids/memory/CPU
 limits, an init process, logging off (output never lands on the host's disk), checked
 non-recursive bind mounts, the ``jarvis.sandbox`` label. It is created (never pulled)
@@ -58,6 +60,7 @@ from ..executors import Channel, Clock, CodeExecutor, ExecRequest, ExecResult
 from ..executors._privsep import ENV as PRIVSEP_ENV
 from ..protocol import MAX_FRAME_BYTES
 from ._covers import covers, make_covers
+from ._egress import egress_bind, forward_args, proxy_env
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
@@ -354,7 +357,6 @@ class DockerExecutor(CodeExecutor):
 
         api = self.client().api
         policy = self.policy
-        argv = prelude_argv(container_argv(request.argv), verify=mounts, inputs=inputs is not None)
         env = {
             "PYTHONPATH": CODE_ROOT,
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -364,6 +366,17 @@ class DockerExecutor(CodeExecutor):
             "PATH": "/usr/local/bin:/usr/bin:/bin",
             **request.env,
         }
+        # The run's egress, when it allows hosts: still no network interface
+        # (network_mode none below), only the proxy's socket and a forwarder to it.
+        forward: Sequence[str] = ()
+        system = [*request.system_binds, *extra]
+        if request.proxy_socket:
+            env.update(proxy_env())
+            forward = forward_args(policy.uid, policy.gid)
+            system.append(egress_bind(request.proxy_socket))
+        argv = prelude_argv(
+            container_argv(request.argv), verify=mounts, inputs=inputs is not None, forward=forward
+        )
         # A program that runs untrusted code of its own (the agent runner) starts as
         # root with only SETUID/SETGID and drops to the sandbox user itself at once;
         # the container's init stays root, out of its code's reach (executors._privsep).
@@ -387,7 +400,7 @@ class DockerExecutor(CodeExecutor):
             ipc_mode="private",
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            mounts=self._mount_specs(mounts, sources, inputs, [*request.system_binds, *extra]),
+            mounts=self._mount_specs(mounts, sources, inputs, system),
         )
         container_config: dict[str, Any] = api.create_container_config(
             policy.image,
@@ -413,7 +426,12 @@ class DockerExecutor(CodeExecutor):
         return warm_pool(self.address, self.flavor, size, self._connect)
 
     async def prepare(self, request: ExecRequest) -> None:
-        if request.files or request.mounts or self.config.sandbox.warm_pool == 0:
+        if (
+            request.files
+            or request.mounts
+            or request.proxy_socket
+            or self.config.sandbox.warm_pool == 0
+        ):
             return  # only requests that need nothing of their own can use the pool
         await asyncio.to_thread(self._prime, request)
 
@@ -447,7 +465,10 @@ class DockerExecutor(CodeExecutor):
                     # A pooled container fits only a request with nothing of its own.
                     pool = (
                         self.pool()
-                        if not mounts and inputs is None and not request.system_binds
+                        if not mounts
+                        and inputs is None
+                        and not request.system_binds
+                        and not request.proxy_socket
                         else None
                     )
                     container_id = pool.take(config) if pool is not None else None

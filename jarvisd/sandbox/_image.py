@@ -1,12 +1,13 @@
 """Building the sandbox image with no container registry (``jarvis sandbox build``).
 
 Recipe: mmdebstrap's ``extract`` variant unpacks python3, dash (for /bin/sh), bash (the
-openhands agent's terminal runs commands in it), coreutils, and the C++ runtime and zlib that Node.js and the external agents' native binaries link
-against (Node itself is mounted from the host, never copied in), with
-their dependencies from Debian's mirror, running no maintainer scripts; the extract hook
+openhands agent's terminal runs commands in it), coreutils, the C++ runtime and zlib
+that Node.js and the external agents' native binaries link against (Node itself is
+mounted from the host, never copied in), pip, venv, git and the CA bundle (see
+:data:`PACKAGES`), with their dependencies from Debian's mirror, running no maintainer scripts; the extract hook
 writes what those scripts would have (users, /tmp) and precompiles the standard library
 (the read-only root could never cache bytecode at run time); the engine then imports the
-tarball as the image. About 15 s, about 70 MB. jarvis's own code is NOT in the image: it
+tarball as the image. About 10 to 30 s, about 140 MB (see PACKAGES). jarvis's own code is NOT in the image: it
 is bind-mounted read-only from the installed package at run time, so the host and the
 image never disagree on version.
 """
@@ -46,9 +47,30 @@ G
 mkdir -p "$root/tmp" "$root/opt/jarvis" "$root{INPUT_DIR}"
 chmod 1777 "$root/tmp"
 [ -e "$root/bin/sh" ] || ln -s dash "$root/bin/sh"
-chroot "$root" /usr/bin/python3 -m compileall -q -j 0 /usr/lib/python3.11 >/dev/null 2>&1 || \\
-    chroot "$root" /usr/bin/python3 -m compileall -q /usr/lib/python3.11 >/dev/null
+# What ca-certificates' maintainer script would build: the system's trust bundle.
+mkdir -p "$root/etc/ssl/certs"
+cat "$root"/usr/share/ca-certificates/mozilla/*.crt >"$root/etc/ssl/certs/ca-certificates.crt"
+# Nothing in the sandbox reads documentation or translations (about 50 MB).
+rm -rf "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/locale"
+# Perl's full library (about 47 MB) comes with git, whose everyday commands are C: only
+# its perl scripts (send-email, svn) would need it. perl-base (dpkg's) stays.
+rm -rf "$root/usr/share/perl" "$root"/usr/lib/*-linux-gnu/perl
+chroot "$root" /usr/bin/python3 -m compileall -q -j 0 /usr/lib/python3.11 \\
+    /usr/lib/python3/dist-packages >/dev/null 2>&1 || \\
+    chroot "$root" /usr/bin/python3 -m compileall -q /usr/lib/python3.11 \\
+    /usr/lib/python3/dist-packages >/dev/null
 """
+
+#: What the image holds. python3-pip, python3-venv and git are for preparing a
+#: project's environment (``pip install``, ``python3 -m venv``, cloning) when a run's
+#: network policy allows the index or the forge; ca-certificates for their TLS (the
+#: bundle is written by the hook: extract runs no maintainer scripts).
+PACKAGES = ",".join(
+    (
+        "python3", "dash", "bash", "coreutils", "libstdc++6", "libgcc-s1", "zlib1g",
+        "python3-pip", "python3-venv", "git", "ca-certificates",
+    )
+)  # fmt: skip
 
 _CHANGES = [
     f"USER {SANDBOX_UID}:{SANDBOX_GID}",
@@ -103,7 +125,7 @@ def build_image(
         hook.chmod(0o755)
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--quiet", "--variant=extract", "--include=python3,dash,bash,coreutils,libstdc++6,libgcc-s1,zlib1g",
+            "mmdebstrap", "--quiet", "--variant=extract", f"--include={PACKAGES}",
             f'--extract-hook={hook} "$1"', suite, str(rootfs), mirror,
         ]  # fmt: skip
         if log is not None:

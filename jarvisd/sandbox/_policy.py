@@ -159,18 +159,24 @@ def container_argv(argv: Sequence[str]) -> list[str]:
 
 
 def prelude_argv(
-    argv: Sequence[str], *, verify: Sequence[Mount] = (), inputs: bool = False
+    argv: Sequence[str],
+    *,
+    verify: Sequence[Mount] = (),
+    inputs: bool = False,
+    forward: Sequence[str] = (),
 ) -> list[str]:
     """``argv`` behind the sandbox's prelude when something must happen first: check
     that each mount in ``verify`` is the object that was checked, copy the request's
-    files (at INPUT_DIR) to /tmp/work."""
-    if not verify and not inputs:
+    files (at INPUT_DIR) to /tmp/work, start the egress forwarder (``forward``: the
+    prelude's arguments, ``_egress.forward_args``)."""
+    if not verify and not inputs and not forward:
         return list(argv)
     prelude = ["/usr/bin/python3", "-I", "-S", PRELUDE]
     for mount in verify:
         prelude += ["--mount", mount.target, *map(str, mount.identity)]
     if inputs:
         prelude += ["--inputs", INPUT_DIR]
+    prelude += forward
     return [*prelude, "--", *argv]
 
 

@@ -21,6 +21,10 @@ scripted errors) without running anything: for code that takes a host.
 starts, at most ``max_tokens`` of reply, one token per streamed chunk) and adds up what
 it spent in ``spent``: what a run's budget ledger is checked against.
 
+``VendorStandIn`` is a cloud vendor's API (any dialect the gateway speaks) on loopback,
+accepting one key and recording the key each request carried: the upstream of a
+host-held credential (``[credentials.NAME]``) in tests.
+
 ``refuse_network()`` keeps a test on loopback: reaching or resolving any other host
 raises :class:`NetworkRefused` (use it in an autouse fixture).
 """
@@ -32,6 +36,7 @@ from ._host import FakeHost
 from ._metered import MeteredEngine
 from ._network import NetworkRefused, refuse_network
 from ._standin import OllamaStandIn
+from ._vendor import VendorRequest, VendorStandIn
 
 __all__ = [
     "FakeHost",
@@ -39,6 +44,8 @@ __all__ = [
     "NetworkRefused",
     "OllamaStandIn",
     "ScriptedEngine",
+    "VendorRequest",
+    "VendorStandIn",
     "refuse_network",
     "reply",
 ]

@@ -243,6 +243,8 @@ class TraceCollector:
     def __call__(self, event: Event) -> None:
         data: Mapping[str, Any] = event.data
         top = int(data.get("depth", 0) or 0) == 0
+        if self.current is None and event.type is EventType.NET_CONNECT:
+            return  # a connection that closed after the run's trace did: not a new run
         if self.current is None:
             self.current = Trace(uuid.uuid4().hex[:12], event.timestamp, run_id=self.run_id)
         trace = self.current

@@ -165,16 +165,19 @@ def test_claude_code_calls_the_runs_calculator_through_the_gateway(
     assert run.budget.tool_calls == 1
 
 
-def test_a_real_key_is_refused_in_the_sandbox_with_the_fix(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    use_real_sdk()
+def test_a_real_key_in_the_sandbox_stays_on_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[claude_code] api_key_env`` in a sandboxed run: no longer refused, and never
+    handed in: the gateway holds it as a credential for Anthropic's API (the whole
+    path, on a stand-in vendor, is in test_claude_code_credentials)."""
+    from jarvisd.engines import CredentialEngine
+
     monkeypatch.setenv("MY_CLAUDE_KEY", "sk-ant-named")
     config = parse_config({"claude_code": {"api_key_env": "MY_CLAUDE_KEY"}})
-    spec = AgentSpec("hi", agent="claude_code", options={"workspace": str(tmp_path)})
-    outcome = asyncio.run(run_spec(spec, RunContext(), config, ScriptedEngine([])))
-    assert outcome.failure is not None and outcome.failure.code == "usage"
-    assert "run it with --no-sandbox" in outcome.failure.message
+    engine = ClaudeCodeAgent(ScriptedEngine([]), "claude-x", config=config)._anthropic_credential()
+    assert isinstance(engine, CredentialEngine)
+    assert engine.credential.env == "MY_CLAUDE_KEY"
+    assert engine.credential.upstream == "https://api.anthropic.com"
+    assert engine.default_model() == "claude-x"
 
 
 _OFFLINE = r"""
@@ -250,6 +253,9 @@ def test_a_real_key_only_when_the_config_names_it(monkeypatch: pytest.MonkeyPatc
     assert "local model" in key_mode(Config())
     named = parse_config({"claude_code": {"api_key_env": "MY_CLAUDE_KEY"}})
     assert "$MY_CLAUDE_KEY" in key_mode(named)
+    held = parse_config({"credentials": {"cloud": {
+        "env": "K", "upstream": "https://api.anthropic.com", "agents": ["claude_code"]}}})  # fmt: skip
+    assert "credential 'cloud'" in key_mode(held) and "held on the host" in key_mode(held)
     with pytest.raises(Exception, match=r"names \$MY_CLAUDE_KEY, which is not set"):
         ClaudeCodeAgent(engine, config=named)._api_key()
     monkeypatch.setenv("MY_CLAUDE_KEY", "sk-ant-named")
