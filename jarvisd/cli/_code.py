@@ -204,11 +204,11 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
                               indent=2))  # fmt: skip
     else:
         _print_workspace(ws, diff=True)
-        if isinstance(network, dict):  # the run's egress: what it reached, what was refused
-            from ._terminal import visible
+    if not as_json and isinstance(network, dict):  # the run's egress: reached, refused
+        from ._terminal import visible
 
-            # Host names in it come from the sandboxed program: never raw to a terminal.
-            click.echo(visible(str(network.get("line") or network.get("warning") or "")), err=True)
+        # Host names in it come from the sandboxed program: never raw to a terminal.
+        click.echo(visible(str(network.get("line") or network.get("warning") or "")), err=True)
     if failure is not None:
         click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
         raise click.exceptions.Exit(failure.exit_code)
