@@ -14,7 +14,7 @@ Network: the host's pip sources only (``jarvisd.code._pipconf``) through an egre
 proxy of the setup's own; the agent's phase keeps the run's policy (none by default).
 
 The cache, ``<cache>/envs/KEY``: KEY hashes the dependency files, the setup command,
-the pip sources and the sandbox image's id. It is built under a temporary name and
+the pip sources, the sandbox image's id and the project's path (``setup_key``). It is built under a temporary name and
 renamed when complete (a failed setup leaves nothing; two runs with one KEY each build,
 the first rename wins, the other's build is dropped), then mounted read-only at
 ``ENV_PATH`` into the test command and the agent's sandbox, with ``ENV_PATH/bin`` first
