@@ -243,3 +243,23 @@ def test_stop_closes_open_tunnels_each_with_one_event(
     assert sum(e.allowed for e in events) == 3
     assert all(e.reason.endswith("the proxy stopped") for e in events)
     assert not proxy.socket_path.exists()
+
+
+def test_a_failing_on_event_does_not_break_the_proxy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: NetEvent) -> None:
+        raise RuntimeError("reporting failed")
+
+    with EgressProxy(NetPolicy(), tmp_path / "e.sock", on_event=broken) as proxy:
+        for _ in range(2):
+            reply = ask(proxy.socket_path, b"CONNECT a.example:443 HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert reply.status == 403
+        assert len(wait_events(proxy, 2)) == 2
+    assert "on_event failed" in caplog.text
+
+
+@pytest.mark.parametrize("field", ["max_connections", "max_head_bytes", "idle_timeout"])
+def test_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=f"NetLimits.{field} must be positive"):
+        NetLimits(**{field: 0})
