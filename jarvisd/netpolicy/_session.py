@@ -221,6 +221,17 @@ class Session:
             if isinstance(event, h11.Request):
                 # h11 bounds a head that arrives in pieces; one that came in a single
                 # read is measured here, so the bound holds however it was sent.
+                names = {k for k, _ in event.headers}
+                if b"transfer-encoding" in names and b"content-length" in names:
+                    # Two framings: an upstream that reads the other one would take the
+                    # rest of the body for a request of its own (request smuggling).
+                    self.refuse(
+                        Refusal(
+                            400,
+                            str(Target(self.host, self.port)) if self.host else "",
+                            "a request with both Content-Length and Transfer-Encoding",
+                        )
+                    )
                 if _head_size(event) > self.limits.max_head_bytes:
                     self.refuse(
                         Refusal(

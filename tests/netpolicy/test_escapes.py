@@ -130,6 +130,10 @@ def test_a_host_header_for_another_host_inside_an_allowed_tunnel(
         b"\r\nGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # leading empty line
         b"GET http://evil.example/hello HTTP/1.1\r\nHost: upstream.test\r\n\r\n",  # absolute
         b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\nHost: evil.example\r\n\r\n",
+        # a body an upstream could frame otherwise, hiding a request for another host
+        b"POST /echo HTTP/1.1\r\nHost: upstream.test\r\nContent-Length: 4\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n2c\r\nGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        b"\r\n0\r\n\r\n",
         # allowed first, then another host on the same (keep-alive) connection
         b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\n\r\n"
         b"GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",
