@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 UPSTREAM_HEAD_BYTES: Final = 64 * 1024
 _TOKEN_SP: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}[ \t]")
 _TOKEN_SO_FAR: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{0,32}\Z")
+#: Control bytes (but tab and CR), which no request line holds.
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _head_size(request: h11.Request) -> int:
@@ -574,12 +576,9 @@ class Session:
 
     def _kind(self, data: bytes, target: Target) -> str:
         """What the tunnel carries: "tls" (checked), "http", "opaque" or "more"."""
-        start = data.lstrip(b"\r\n")
-        if not start:
-            if len(data) > self.limits.max_head_bytes:
-                raise _End("only line breaks inside the tunnel")
-            return "more"
-        if start[0] == 0x16:
+        # Leading blank lines and spaces: some servers skip them before a request line.
+        start = data.lstrip(b" \t\r\n")
+        if start[:1] == b"\x16":
             try:
                 sni = client_hello_sni(start, self.limits.max_client_hello_bytes)
             except ClientHelloError as exc:
@@ -598,13 +597,23 @@ class Session:
                         f"{target} (domain fronting)"
                     )
             return "tls"
-        if start.startswith(b"SSH-"):
+        # HTTP/1.x: a request line, "METHOD SP target SP HTTP/x.y". A first line that
+        # starts like one and names an HTTP version is read as HTTP (h11 then checks
+        # it request by request, and refuses what it cannot parse). A first line that
+        # ends without a version, or holds a control byte, which no HTTP server takes
+        # in a request line (git's pkt-line has NULs), is another protocol (SSH's
+        # banner, git://, Redis), relayed as bytes. Undecided bytes are bounded.
+        line, newline, _ = start.partition(b"\n")
+        if _TOKEN_SP.match(line):
+            if b"HTTP/" in line.upper():
+                return "http"
+            if newline or _CONTROL.search(line):
+                return "opaque"
+        elif newline or not _TOKEN_SO_FAR.match(line):
             return "opaque"
-        if _TOKEN_SP.match(start):
-            return "http"
-        if _TOKEN_SO_FAR.match(start):
-            return "more"
-        return "opaque"
+        if len(data) > self.limits.max_head_bytes:
+            raise _End(f"no whole first line within {self.limits.max_head_bytes} bytes")
+        return "more"
 
     async def _first_of(self, reader: asyncio.StreamReader) -> tuple[bytes | None, bytes | None]:
         """The next bytes from the client, or from the upstream if it speaks first

@@ -128,6 +128,9 @@ def test_a_host_header_for_another_host_inside_an_allowed_tunnel(
     smuggled = [
         b"GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",
         b"\r\nGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # leading empty line
+        b" \r\n\tGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # and spaces
+        b"get /hello http/1.1\r\nHost: evil.example\r\n\r\n",  # lower case
+        b"GET /\xff HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # a byte h11 refuses
         b"GET http://evil.example/hello HTTP/1.1\r\nHost: upstream.test\r\n\r\n",  # absolute
         b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\nHost: evil.example\r\n\r\n",
         # a body an upstream could frame otherwise, hiding a request for another host

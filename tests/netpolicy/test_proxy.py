@@ -263,3 +263,29 @@ def test_a_failing_on_event_does_not_break_the_proxy(
 def test_limits_must_be_positive(field: str) -> None:
     with pytest.raises(ValueError, match=f"NetLimits.{field} must be positive"):
         NetLimits(**{field: 0})
+
+
+@pytest.mark.parametrize(
+    "first",
+    [b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", b"0032git-upload-pack /project.git\0host=x\0",
+     b"PING\r\n", b"\x00\x00\x00\x08\x04\xd2\x16\x2f"],
+)  # fmt: skip
+def test_other_protocols_than_tls_and_http_are_relayed_as_bytes(
+    proxies: Proxies, first: bytes
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
+        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            sock.sendall(first)
+            got = b""
+            while len(got) < len(first):
+                got += server.recv(100)
+            assert got == first
+    [event] = wait_events(proxy, 1)
+    assert event.allowed
