@@ -4,11 +4,14 @@ through the policy's hosts map or the system resolver (``localhost``)."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import urllib.error
 import urllib.request
 
 import pytest
+
+from jarvisd.netpolicy import NetPolicy
 
 from .conftest import (
     Forwarder,
@@ -202,3 +205,37 @@ def test_plain_http_keep_alive_cannot_move_to_another_host(
     assert [(e.host, e.method) for e in refused] == [("other.test", "GET")]
     [served] = [e for e in events if e.allowed]
     assert served.host == "upstream.test" and "then refused" in served.reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "answer", "words"),
+    [
+        ("rebind.dns.example", ["169.254.169.254"], "metadata address"),
+        ("rebind.dns.example", ["127.0.0.1", "::1"], "loopback address"),
+        ("rebind.dns.example", ["::ffff:127.0.0.1"], "loopback address"),
+        ("rebind.dns.example", ["64:ff9b::a9fe:a9fe"], "metadata address"),
+        ("*.dns.example", ["10.1.2.3"], "wildcard entry"),
+        ("*.dns.example", ["fd00::1"], "wildcard entry"),
+    ],
+)
+def test_a_dns_answer_pointing_inside_is_refused(
+    proxies: Proxies, monkeypatch: pytest.MonkeyPatch, entry: str, answer: list[str], words: str
+) -> None:
+    # The system resolver's answer, as a rebinding DNS server would give it.
+    def resolve(host: object, port: object, *args: object, **kwargs: object) -> list[object]:
+        assert host == "rebind.dns.example"  # only allowed names are ever resolved
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+             (a, port, 0, 0) if ":" in a else (a, port))
+            for a in answer
+        ]  # fmt: skip
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    proxy = proxies(NetPolicy.parse(allow=[entry]))
+    _, reply = open_tunnel(proxy.socket_path, "rebind.dns.example", 443)
+    assert reply.status == 403
+    assert words in reply.headers["x-jarvis-refused"]
+    _, other = open_tunnel(proxy.socket_path, "other.test", 443)  # never resolved
+    assert other.status == 403
+    events = wait_events(proxy, 2)
+    assert [e.allowed for e in events] == [False, False]
