@@ -389,6 +389,8 @@ class Session:
             self._refuse_later(method, target, target, "a CONNECT after requests")
         if tunnel:
             try:
+                if not any(k == b"host" for k, _ in request.headers):
+                    self.refuse(Refusal(400, str(target), "a request without a Host header"))
                 self._host_matches(request, target)
             except _End as end:
                 self.emit(self.event(allowed=False, reason=end.reason, method=method))
@@ -399,9 +401,13 @@ class Session:
             other, _ = url_target(request.target.decode("ascii", "replace"))
         except BadTarget as exc:
             self._refuse_later(method, target, target, str(exc), status=400)
-        same = (
-            normalize_host(other.host) == normalize_host(target.host) and other.port == target.port
-        )
+        try:
+            same = (
+                normalize_host(other.host) == normalize_host(target.host)
+                and other.port == target.port
+            )
+        except ValueError:
+            same = False  # not even a host name: refused below, naming what it was
         if not same:
             self._refuse_later(
                 method,

@@ -200,7 +200,12 @@ def test_plain_http_keep_alive_cannot_move_to_another_host(
     assert b"HTTP/1.1 403" in reply.body
     assert b"one upstream per connection" in reply.body
     assert reply.body.count(b"hello; Host=") == 1
-    events = wait_events(proxy, 2)
+    # a second request naming no valid host at all: refused the same way
+    odd = ask(proxy.socket_path, first + b"GET http://bad!host/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"HTTP/1.1 403" in odd.body and b"bad!host" in odd.body
+    events = wait_events(proxy, 4)
+    assert not [e for e in events if e.reason.startswith("internal error")]
+    events = events[:2]
     refused = [e for e in events if not e.allowed]
     assert [(e.host, e.method) for e in refused] == [("other.test", "GET")]
     [served] = [e for e in events if e.allowed]
