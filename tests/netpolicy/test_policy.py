@@ -123,6 +123,7 @@ def test_addresses_an_entry_can_reach(
         ("http://pypi.org", "port"),
         ("x" * 400, "longer than"),
         ("127.1", "numeric"),
+        ("bücher.example", "xn-- form"),
     ],
 )
 def test_bad_entries_name_the_entry_and_the_source(entry: str, words: str) -> None:
