@@ -27,7 +27,10 @@ Split by what the caller can do about it::
     │   └── StoreError          the task database cannot be written or read (disk full,
     │                           damaged file): the message says where and what to do
     ├── TaskNotFound
-    └── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
+    ├── WorkspaceError          a ``jarvis code`` workspace cannot be made, found or applied
+    ├── TestsCouldNotRun        a ``jarvis code`` run's test command could not run the
+    │                           tests (not found, a module missing, a timeout...)
+    └── NoChange                a ``jarvis code`` agent said it changed files, and changed none
 
 Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
 ``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
@@ -54,6 +57,7 @@ __all__ = [
     "ModelNotFound",
     "MountRefused",
     "NoAnswer",
+    "NoChange",
     "PatternError",
     "ProtocolError",
     "QueueFull",
@@ -62,6 +66,7 @@ __all__ = [
     "ShuttingDown",
     "StoreError",
     "TaskNotFound",
+    "TestsCouldNotRun",
     "ToolError",
     "UsageError",
     "WorkspaceError",
@@ -178,3 +183,14 @@ class TaskNotFound(JarvisError):
 class WorkspaceError(JarvisError):
     """A ``jarvis code`` workspace cannot be made, found, applied or discarded; the
     message says why (an apply that would conflict names the files)."""
+
+
+class TestsCouldNotRun(JarvisError):
+    """The test command of a ``jarvis code`` run could not run the tests (as opposed
+    to tests that ran and failed); the message says why."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+
+class NoChange(JarvisError):
+    """A ``jarvis code`` agent's summary claims a change, and it changed no file."""

@@ -207,6 +207,16 @@ class Kernel:
                 FINAL=self.final_value,
                 FINAL_VAR=self.final_var,
             )
+        cwd = payload.get("cwd")
+        if cwd:
+            try:
+                os.chdir(str(cwd))
+            except OSError:
+                pass  # the code still runs, from the directory it had
+        if payload.get("file_helpers"):
+            from runners.file_helpers import HELPERS
+
+            self.namespace.update(HELPERS)
         self.send(ResultFrame(id=frame.id, result={"ok": True}))
 
     def cell(self, frame: Start) -> None:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from .._claims import claims_change
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._run import RunContext
 from .._toolcalls import recover_tool_calls, starts_like_a_call
@@ -78,6 +79,16 @@ class PythonTool(BaseTool):
         return ToolResult("python", out, not result.error)
 
 
+#: The file helpers of the session (``runners.file_helpers``), as the prompt names them.
+FILE_HELPERS_PROMPT = (
+    "these helpers are ready: view(path, start=1, end=None) prints a file's lines with "
+    "their numbers; replace(path, old, new) replaces the one exact occurrence of the "
+    "snippet old (copy it from view, without the line numbers) with new, and refuses 0 "
+    "or several; run(command, cwd=None) runs a shell command and prints its exit status "
+    "and output; define_in(path, code) puts the functions and classes code defines into "
+    "the file in place of those of the same names."
+)
+
 CODEACT_PROMPT = """You solve tasks by writing and running Python code.
 - To run code, write one block:
 ```python
@@ -85,7 +96,7 @@ print(...)
 ```
   It runs in a persistent Python 3 session: variables, imports and files in /tmp stay
   from one block to the next. You see what it prints (print the values you need).
-- You may also call a tool:
+{helpers}- You may also call a tool:
 Action: <tool name>
 Action Input: <JSON arguments>
 {tools}- When you know the answer, reply with:
@@ -97,10 +108,14 @@ class CodeActDialect(Dialect):
     # "Final Answer:" before any code fence is the answer: it streams from its marker on.
     answer_so_far = staticmethod(final_before_code_so_far)
 
+    #: Whether the session has the file helpers (named in the prompt).
+    file_helpers: bool = False
+
     def system_prompt(self, executor: ToolExecutor) -> str | None:
         specs = [s for s in executor.specs if s.name != "python"]
         tools = f"  Tools:\n{tool_descriptions(specs)}\n" if specs else ""
-        return CODEACT_PROMPT.format(tools=tools)
+        helpers = f"- In the session, {FILE_HELPERS_PROMPT}\n" if self.file_helpers else ""
+        return CODEACT_PROMPT.format(tools=tools, helpers=helpers)
 
     def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
         content = strip_think_tags(generation.content)
@@ -140,11 +155,131 @@ class CodeActDialect(Dialect):
         )
 
 
-class SessionDialect(CodeActDialect):
-    """CodeAct with its session: a resumed run rebuilds the session's variables."""
+def _only_defines(step: Step) -> bool:
+    """Whether the step runs one Python block that only defines functions or classes
+    (and imports): it shows code, it changes no file."""
+    if len(step.calls) != 1 or step.calls[0].name != "python":
+        return False
+    import ast
 
-    def __init__(self, session: ReplSession) -> None:
+    try:
+        code = str(step.calls[0].arguments_dict().get("code") or "")
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, AttributeError):
+        return False
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
+
+
+#: A block's first line naming its file ("# /ws/calc.py", "# file: /ws/calc.py"), or the
+#: line before its fence doing so ("**/ws/calc.py:**", "In /ws/calc.py:").
+_LABEL_COMMENT = re.compile(r"^\s*#\s*(?:file(?:name)?\s*:\s*)?([^\s'\"`*:]+\.py)\s*$")
+_LABEL_LINE = re.compile(r"([^\s'\"`*:(]+\.py)\b")
+
+
+def _block_defines_only(code: str) -> bool:
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
+    return any(not isinstance(n, ast.Import | ast.ImportFrom) for n in tree.body) and all(
+        isinstance(n, kinds) for n in tree.body
+    )
+
+
+def _defined_into_files(step: Step, content: str, root: str = "") -> Step:
+    """``step`` with each block that only defines code under a file's name (absolute, or
+    relative to ``root``: its first comment line, or the line before its fence) put into
+    that file by
+    ``define_in`` instead of run: the fixed function a small model shows, believing it
+    saved (run, it would only define it in the session, or fail on the file's imports,
+    which resolve beside the file, not in the session)."""
+    if len(step.calls) != 1 or step.calls[0].name != "python":
+        return step
+    blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]
+    parts, changed, pos = [], False, 0
+    for block in blocks:
+        at = content.find(block, pos)
+        before = content[pos:at] if at >= 0 else ""
+        pos = at + len(block) if at >= 0 else pos
+        lines = [line for line in before.splitlines() if line.strip() and "```" not in line]
+        first = block.lstrip("\n").splitlines()[0]
+        label = _LABEL_COMMENT.match(first)
+        named = label.group(1) if label else None
+        if named is None and lines:
+            found = _LABEL_LINE.findall(lines[-1])
+            named = found[-1] if found else None
+        if named is not None and not named.startswith("/"):
+            named = f"{root.rstrip('/')}/{named}" if root else None  # relative: to the root
+        if named is not None and _block_defines_only(block):
+            parts.append(f"define_in({named!r}, {block!r})")
+            changed = True
+        else:
+            parts.append(block)
+    if not changed:
+        return step
+    call = ToolCall.from_arguments("python", {"code": "\n\n".join(parts)})
+    return Step("calls", step.content, (call,))
+
+
+#: The word for a reply that claims work when no code ran (read by ``corrective``).
+_UNACTED = "claimed work without acting"
+
+
+class SessionDialect(CodeActDialect):
+    """CodeAct with its session: a resumed run rebuilds the session's variables.
+
+    With ``reask_unacted``, a reply that ends the run claiming a change ("I changed the
+    function...") when no code has run in the session is asked once to act: small
+    models describe a fix they never made. A second such reply is the answer."""
+
+    def __init__(self, session: ReplSession, *, reask_unacted: bool = False) -> None:
         self.session = session
+        self.file_helpers = session.file_helpers
+        self.reask_unacted = reask_unacted
+        self.acted = False
+        self.reasked = False
+
+    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+        step = super().parse(generation, executor)
+        if step.kind == "calls" and self.reask_unacted and self.file_helpers:
+            root = getattr(self.session, "cwd", "")
+            step = _defined_into_files(step, strip_think_tags(generation.content), root)
+        if step.kind == "calls":
+            # A block that only defines things (the fixed function shown as code) changes
+            # nothing outside the session: it is not acting.
+            self.acted = self.acted or not (self.reask_unacted and _only_defines(step))
+        elif (
+            step.kind == "final" and self.reask_unacted and not self.acted and not self.reasked
+            and claims_change(step.content)
+        ):  # fmt: skip
+            self.reasked = True
+            return Step("invalid", error=_UNACTED)
+        return step
+
+    def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        messages = super().result_messages(step, results)
+        if self.reask_unacted and _only_defines(step) and messages:
+            how = " with replace(path, old, new)" if self.file_helpers else ""
+            note = (
+                "\n[This block only defined code in the session: no file changed. To "
+                f"change a file, write it{how}.]"
+            )
+            messages[-1] = Message.user(messages[-1].content + note)
+        return messages
+
+    def corrective(self, step: Step) -> str:
+        if step.error != _UNACTED:
+            return super().corrective(step)
+        helpers = " (replace(path, old, new) changes a file)" if self.file_helpers else ""
+        return (
+            "You said you made a change, but no code has run in this session, so nothing "
+            f"has changed yet. Make the change now: write a ```python code block{helpers}. "
+            "Reply with your summary once the change is made."
+        )
 
     async def resume(self, state: LoopState, run: RunContext) -> None:
         # The session's memory is not saved with the checkpoint: the cells that ran
@@ -203,9 +338,19 @@ class NativeOpenHandsAgent(ToolUsingAgent):
         exec_timeout: float = 30.0,
         session_timeout: float = 3600.0,
         max_output_chars: int = 10_000,
+        file_helpers: bool = True,
+        reask_unacted: bool = False,
+        work_dir: str = "",
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        #: view / replace / run in the session, named in the prompt.
+        self.file_helpers = file_helpers
+        #: Re-ask once a reply that claims a change when no code ran (jarvis code sets it).
+        self.reask_unacted = reask_unacted
+        #: Where the session's code starts, and relative file names resolve (jarvis code
+        #: sets its workspace).
+        self.work_dir = work_dir
         self.code_executor = executor
         self.allow_network = allow_network
         self.exec_timeout = exec_timeout
@@ -235,10 +380,11 @@ class NativeOpenHandsAgent(ToolUsingAgent):
                 metadata["url_prefetch"] = "skipped: tools.allow_network is false"
         session = ReplSession(
             code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
-            max_output_bytes=self.max_output_chars,
+            max_output_bytes=self.max_output_chars, file_helpers=self.file_helpers,
+            cwd=self.work_dir,
         )  # fmt: skip
         await session.prepare()
-        dialect = SessionDialect(session)
+        dialect = SessionDialect(session, reask_unacted=self.reask_unacted)
         executor = self._executor([PythonTool(session)])
         messages = self._build_messages(
             task, context, system_prompt=self._system(dialect.system_prompt(executor))

@@ -83,8 +83,14 @@ class ReplSession:
         max_output_bytes: int = 10_000,
         variables: Mapping[str, str] | None = None,
         answer: Answer | None = None,
+        file_helpers: bool = False,
+        cwd: str = "",
     ) -> None:
         self.executor = executor
+        #: The directory the session's code starts in ("" : the backend's own).
+        self.cwd = cwd
+        #: Put view / replace / run (``runners.file_helpers``) in the session's namespace.
+        self.file_helpers = file_helpers
         self.exec_timeout = exec_timeout
         self.session_timeout = session_timeout
         self.max_output_bytes = max_output_bytes
@@ -122,6 +128,8 @@ class ReplSession:
             "max_output_bytes": self.max_output_bytes,
             "variables": self.variables,
             "llm": self.answer is not None,
+            "file_helpers": self.file_helpers,
+            "cwd": self.cwd,
         })  # fmt: skip
         try:
             await send_frame(channel, init)

@@ -25,8 +25,16 @@ A git repository gets a worktree on a new branch at HEAD with its uncommitted ch
 agent runs in the sandbox with the network off; the project is not touched until
 `jarvis code apply ID`. An external agent (--agent opencode) has the workspace as its
 cwd, and its edits there are allowed. Through jarvisd when it runs (a task: `jarvis
-task logs -f`, `jarvis task cancel`), else in this process. Exit 0 when the agent finished (with or
-without a change), else the run's failure code."""
+task logs -f`, `jarvis task cancel`), else in this process.
+
+With --test, the agent's first message holds the failing tests' output and the files
+they name; when it says it is done the tests run again, and while they fail it goes on
+with their new output, up to --rounds rounds in all, within one budget.
+
+Exit 0 when the agent finished (with or without a change), else the run's failure code:
+`no_change` (1) when its summary claims a change and it changed no file, `test_error`
+(1) when the test command could not run the tests (not found, a module missing, a
+pytest collection error, a timeout): that is not a failing test."""
 
 
 class _CodeGroup(click.Group):
@@ -45,7 +53,8 @@ def code() -> None:
 
     \b
     jarvis code PATH "TASK" [--agent A] [--test CMD]   (same as `jarvis code run`)
-    jarvis code list | show ID | apply ID | discard ID
+    jarvis code PATH "TASK" --candidates N | --agents A,B [--test CMD]
+    jarvis code list | show ID | apply ID [--candidate K] | discard ID
 
     Every one of these first completes or rolls back an apply that was interrupted
     (kill -9, a crash): see `jarvis code apply --help`.
@@ -87,6 +96,27 @@ def _state_dir() -> Any:
     help="A test command, run in the sandbox (workspace read-only) before and after.",
 )
 @click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=20),
+    default=3,
+    show_default=True,
+    help="With --test: the most agent rounds (the agent goes on while the tests fail).",
+)
+@click.option(
+    "--candidates",
+    type=click.IntRange(min=1, max=8),
+    default=1,
+    show_default=True,
+    help="Run N candidates of the agent at once, each in its own workspace, under one "
+    "budget; ranked by the tests (all pass, then fewest failures, then smallest diff).",
+)
+@click.option(
+    "--agents",
+    default="",
+    metavar="A,B,...",
+    help="Candidates of these agents (one each), as --candidates.",
+)
+@click.option(
     "--respect-gitignore",
     is_flag=True,
     help="For a directory that is not a git repository: leave out what its "
@@ -108,7 +138,8 @@ def _state_dir() -> Any:
                    "Default: no network.")  # fmt: skip
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
-def run(path: str, task_text: str, agent: str, test_command: str, respect_gitignore: bool,
+def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
+        candidates: int, agents: str, respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
         max_wall: float | None, allow_net: tuple[str, ...], no_daemon: bool,
         as_json: bool) -> None:  # fmt: skip
@@ -119,11 +150,24 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
     if not task_text.strip():
         raise UsageError("the task is empty")
     store = _store()
-    ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
-                 test=test_command, respect_gitignore=respect_gitignore)  # fmt: skip
-    click.echo(f"workspace {ws.id}: {ws.kind} at {ws.path} ({ws.files} files, "
-               f"{len(ws.left_out) + ws.more_left_out} left out, {ws.setup_s:.2f} s)",
-               err=True)  # fmt: skip
+    chosen = _candidate_agents(agent, candidates, agents)
+    if len(chosen) > 1:
+        from ..code._candidates import group_of, prepare_group
+
+        ws = prepare_group(path, store=store, state_dir=_state_dir(), task=task_text,
+                           agents=chosen, test=test_command, respect_gitignore=respect_gitignore,
+                           rounds=rounds if test_command else 1)  # fmt: skip
+        made = group_of(store, ws)
+    else:
+        ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
+                     test=test_command, respect_gitignore=respect_gitignore,
+                     rounds=rounds if test_command else 1)  # fmt: skip
+        made = [ws]
+    for one in made:
+        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
+        click.echo(f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
+                   f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
+                   err=True)  # fmt: skip
     spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
                      temperature=temperature, max_turns=max_turns, max_wall=max_wall,
                      workspace=ws.id, allow_net=split_hosts(allow_net)).at_edge()  # fmt: skip
@@ -140,19 +184,87 @@ def run(path: str, task_text: str, agent: str, test_command: str, respect_gitign
         failure = outcome.failure
         network = outcome.metadata.get("network")
     ws = store.get(ws.id)
-    if as_json:
+    if ws.group:
+        _print_group(store, ws, None, as_json)
+    elif as_json:
         click.echo(json.dumps({**ws.to_dict(), **({"network": network} if network else {})},
                               indent=2))  # fmt: skip
     else:
         _print_workspace(ws, diff=True)
-        if isinstance(network, dict):  # the run's egress: what it reached, what was refused
-            from ._terminal import visible
+    if not as_json and isinstance(network, dict):  # the run's egress: reached, refused
+        from ._terminal import visible
 
-            # Host names in it come from the sandboxed program: never raw to a terminal.
-            click.echo(visible(str(network.get("line") or network.get("warning") or "")), err=True)
+        # Host names in it come from the sandboxed program: never raw to a terminal.
+        click.echo(visible(str(network.get("line") or network.get("warning") or "")), err=True)
     if failure is not None:
         click.echo(f"jarvis: error: {failure.code}: {failure.message}", err=True)
         raise click.exceptions.Exit(failure.exit_code)
+
+
+def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
+    """The agent of each candidate: ``--agents`` one each, else ``--candidates`` times
+    ``--agent``."""
+    named = [a.strip() for a in agents.split(",") if a.strip()]
+    if not named:
+        return [agent] * candidates
+    if candidates not in (1, len(named)):
+        raise UsageError(f"--candidates {candidates} and --agents name {len(named)} agents: "
+                         "give one of them (--agents runs one candidate of each)")  # fmt: skip
+    if len(named) > 8:
+        raise UsageError(f"--agents: at most 8 candidates (got {len(named)})")
+    return named
+
+
+def _pick(store: CodeStore, ws: Workspace, candidate: int | None) -> tuple[list[Any], Workspace]:
+    """The ranking of ``ws``'s group, and the member ``candidate`` names (default: the
+    best)."""
+    from ..code._candidates import group_of, rank
+
+    members = {m.candidate: m for m in group_of(store, ws)}
+    ranking = rank(list(members.values()))
+    if candidate is None:
+        return ranking, members[ranking[0].candidate]
+    if candidate not in members:
+        raise UsageError(f"workspace {ws.id}'s group has candidates "
+                         f"{', '.join(map(str, sorted(members)))}, not {candidate}")  # fmt: skip
+    return ranking, members[candidate]
+
+
+def _print_group(store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool,
+                 pager: bool = False) -> None:  # fmt: skip
+    """The candidates side by side, ranked, then the chosen one (default: the best)."""
+    from ._terminal import for_terminal
+
+    ranking, chosen = _pick(store, ws, candidate)
+    if as_json:
+        from ..code._candidates import group_of
+
+        members = group_of(store, ws)
+        click.echo(json.dumps({"group": ws.group, "best": ranking[0].candidate,
+                               "candidates": [r.to_dict() for r in ranking],
+                               "workspaces": [m.to_dict() for m in members]}, indent=2))  # fmt: skip
+        return
+    color = sys.stdout.isatty()
+    lines = [f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
+             "then smallest diff):",
+             f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
+             f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN"]  # fmt: skip
+    for place, r in enumerate(ranking, 1):
+        failures = "-" if r.failures is None else str(r.failures)
+        agent = for_terminal(r.agent)[:18]
+        lines.append(f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
+                     f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
+                     f"{r.failure or 'ok'}")  # fmt: skip
+    lines += ["", f"candidate {chosen.candidate} (another: jarvis code show {ws.group} "
+              "--candidate K):", ""]  # fmt: skip
+    lines += [x for x in _render(chosen, diff=True, color=color) if not x.startswith("\napply:")]
+    lines.append(f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
+                 f"(the best: jarvis code apply {ws.group})")  # fmt: skip
+    text = "\n".join(lines)
+    if pager:
+        click.echo_via_pager(text + "\n")
+    else:
+        click.echo(text)
 
 
 def _submit(spec: Any) -> str | None:
@@ -186,7 +298,7 @@ def _follow(task_id: str) -> Any:
     try:
         for ev in client.logs(task_id, follow=True):
             line = format_event(ev.seq, ev.event, dict(ev.data))
-            if line is not None and ev.event.startswith(("tool_call", "task_", "net_")):
+            if line is not None and ev.event.startswith(("tool_call", "task_", "net_", "round")):
                 click.echo(line, err=True)
     except KeyboardInterrupt:
         client.cancel(task_id)
@@ -237,10 +349,23 @@ def _brief(ws: Workspace) -> dict[str, Any]:
 @click.argument("ws_id", metavar="ID")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace and its diff as JSON.")
 @click.option("--no-pager", is_flag=True, help="Never page, even on a terminal.")
-def show(ws_id: str, as_json: bool, no_pager: bool) -> None:
+@click.option(
+    "--candidate",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Of candidates: the one to show in full (default: the best).",
+)
+def show(ws_id: str, as_json: bool, no_pager: bool, candidate: int | None) -> None:
     """Show a workspace: what was left out, the tests, the agent's summary, the diff
-    (coloured and paged on a terminal)."""
-    ws = _store().get(ws_id)
+    (coloured and paged on a terminal). Of candidates: all of them ranked side by side,
+    then the best (or --candidate K) in full."""
+    store = _store()
+    ws = store.get(ws_id)
+    if ws.group:
+        _print_group(store, ws, candidate, as_json, sys.stdout.isatty() and not no_pager)
+        return
+    if candidate is not None:
+        raise UsageError(f"workspace {ws.id} has no candidates: give no --candidate")
     if as_json:
         click.echo(json.dumps(ws.to_dict(), indent=2))
         return
@@ -277,12 +402,19 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
         shown = ", ".join(f"{x['path']} ({x['reason']})" for x in ws.left_out[:20])
         more = len(ws.left_out) - 20 + ws.more_left_out
         lines.append(f"left out:  {clean(shown)}" + (f" and {more} more" if more > 0 else ""))
+    from ..code._testrun import describe
+
     for key, label in (("test_before", "test before"), ("test_after", "test after")):
         test = out.get(key)
         if isinstance(test, dict):
-            verdict = "passed" if test.get("passed") else f"failed (exit {test.get('exit_code')})"
+            verdict = clean(describe(test))
             lines.append(f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
-                         f"  ({test.get('command')})")  # fmt: skip
+                         f"  ({clean(str(test.get('command')))})")  # fmt: skip
+    rounds = out.get("rounds") or []
+    if len(rounds) > 1:
+        said = ", ".join(f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
+                         for r in rounds if isinstance(r, dict))  # fmt: skip
+        lines.append(f"rounds:      {len(rounds)} of {ws.rounds} ({said})")
     failure = out.get("failure")
     if isinstance(failure, dict):
         lines.append(style(f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}",
@@ -294,6 +426,8 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
         if files:
             lines.append(f"files:     {len(files)} touched")
             lines += [f"  {f['status']} {clean(f['path'])}" for f in files]
+        elif out.get("no_change_claimed"):
+            lines.append(style("files:     no change, though the summary claims one", fg="red"))
         else:
             lines.append("files:     no change")
     if diff and out.get("diff"):
@@ -318,16 +452,35 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
 
 @code.command("apply")
 @click.argument("ws_id", metavar="ID")
-def apply_(ws_id: str) -> None:
+@click.option(
+    "--candidate",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Of candidates: the one to apply (default: the best by the tests).",
+)
+def apply_(ws_id: str, candidate: int | None) -> None:
     """Merge the workspace's change onto its project (three-way; refused, with nothing
     written, when the project changed in a conflicting way), then remove the workspace.
+    Of candidates, the first workspace's ID applies the best (or --candidate K).
 
     All or nothing, even when interrupted: Ctrl-C, SIGTERM or a full disk before the
     commit point puts every file back; after it, the apply completes. After a kill -9
     or a crash, the next `jarvis code` command completes or rolls it back."""
     from ..code import apply
 
-    ws = apply(ws_id, _store(), _state_dir())
+    store = _store()
+    ws = store.get(ws_id)
+    if ws.group and (ws.id == ws.group or candidate is not None):
+        # The group's first workspace names the group: the best, or --candidate K.
+        ranking, chosen = _pick(store, ws, candidate)
+        if candidate is None and ranking[0].tier == 4:
+            raise UsageError(f"no candidate of {ws.group} has a change to apply "
+                             "(see `jarvis code show`)")  # fmt: skip
+        click.echo(f"candidate {chosen.candidate} (workspace {chosen.id})", err=True)
+        ws_id = chosen.id
+    elif candidate is not None:
+        raise UsageError(f"workspace {ws.id} has no candidates: give no --candidate")
+    ws = apply(ws_id, store, _state_dir())
     files = ws.outcome.get("files") or []
     click.echo(f"applied {len(files)} file(s) to {ws.source}")
 

@@ -16,16 +16,18 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import JarvisError, UsageError, WorkspaceError
-from .._run import Cancelled, RunContext
+from .._errors import JarvisError, NoChange, TestsCouldNotRun, UsageError, WorkspaceError
+from .._events import EventType
+from .._run import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
+from ._prompt import asks_no_change, claims_change, round_prompt, task_prompt
 from ._record import Limits
 from ._store import CodeStore, Workspace, this_process
-from ._workspace import Change, remove_bytecode, remove_git_entries, snapshot
+from ._testrun import TestRun, run_test
+from ._workspace import Change, remove_git_entries, snapshot
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -35,11 +37,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_AGENT", "NOT_RESUMABLE", "TestRun", "run_code", "task_prompt"]
+__all__ = ["DEFAULT_AGENT", "DEFAULT_ROUNDS", "NOT_RESUMABLE", "TestRun", "run_code", "task_prompt"]
 
 DEFAULT_AGENT = "native_openhands"
-#: The most of a test command's output kept (its tail: where failures are reported).
-MAX_TEST_OUTPUT = 8000
+#: The default most agent rounds of ``jarvis code run --test`` (``--rounds``).
+DEFAULT_ROUNDS = 3
+#: The most of a round's test output kept in its record (its tail).
+_ROUND_OUTPUT = 2000
+#: The test runner under its old name.
+_run_test = run_test
 NOT_RESUMABLE = (
     "a jarvis code run is not resumed after a crash (its workspace is kept: show it, "
     "discard it, or run the task again on a new one)"
@@ -48,38 +54,6 @@ NOT_RESUMABLE = (
 _SCAN_MARGIN = 20_000
 #: The ACP tool kinds that change files, allowed in a jarvis code run.
 _EDIT_KINDS = ("edit", "delete", "move")
-
-
-@dataclass(frozen=True, slots=True)
-class TestRun:
-    """The test command's result, in the sandbox."""
-
-    command: str
-    exit_code: int
-    output: str
-    duration_s: float
-    reason: str = ""  # "timeout", "oom", ... or ""
-
-    @property
-    def passed(self) -> bool:
-        return self.exit_code == 0 and not self.reason
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"command": self.command, "exit_code": self.exit_code, "passed": self.passed,
-                "reason": self.reason, "duration_s": self.duration_s, "output": self.output}  # fmt: skip
-
-
-def task_prompt(ws: Workspace, task: str) -> str:
-    """The agent's input: where the project is, the task, and what to answer."""
-    lines = [
-        f"You are working on a software project whose files are in the directory {ws.path} "
-        "(a working copy: change the files there; your changes are reviewed before they "
-        "reach the project). Use absolute paths under that directory.",
-    ]
-    if ws.test:
-        lines.append(f"The project's tests run with: cd {ws.path} && {ws.test}")
-    lines += [f"Task: {task}", "When you are done, reply with a short summary of what you changed."]
-    return "\n\n".join(lines)
 
 
 def _code_config(config: Config, ws: Workspace) -> Config:
@@ -100,12 +74,20 @@ def _code_config(config: Config, ws: Workspace) -> Config:
 
 def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, object]:
     """``spec``'s options, with the workspace as the agent's own when it takes one (an
-    external agent: its cwd and the root of its file requests)."""
+    external agent: its cwd and the root of its file requests), and CodeAct asked to
+    act when it claims a change it did not make."""
     from ..runs import validate_spec
     from ..runs._options import declared_options
 
     options = dict(spec.options)
-    if "workspace" not in declared_options(validate_spec(spec, config)):
+    declared = declared_options(validate_spec(spec, config))
+    if "reask_unacted" in declared:
+        # A CodeAct reply that claims a change when no code ran is asked once to act.
+        options.setdefault("reask_unacted", True)
+    if "work_dir" in declared:
+        # CodeAct's session starts in the workspace; relative file names resolve there.
+        options.setdefault("work_dir", ws.path)
+    if "workspace" not in declared:
         return options
     given = options.get("workspace")
     if given is not None and given != ws.path:
@@ -114,20 +96,12 @@ def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, 
     return options
 
 
-async def _run_test(executor: CodeExecutor, ws: Workspace, limit_s: float) -> TestRun:
-    from ..executors import ExecRequest, run_to_completion
+def _declared(spec: AgentSpec, config: Config) -> Mapping[str, Any]:
+    """The options ``spec``'s agent declares."""
+    from ..runs import validate_spec
+    from ..runs._options import declared_options
 
-    argv = ["/bin/sh", "-c", 'cd "$1" && exec /bin/sh -c "$2"', "sh", ws.path, ws.test]
-    # Compiled Python is never part of a change, so never reviewed: what the agent left
-    # there must not stand in for the source the test imports (the workspace is a copy).
-    remove_bytecode(Path(ws.path))
-    request = ExecRequest(argv=argv, timeout=limit_s, mounts=(ws.path,),
-                          env={"PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
-    started = time.perf_counter()
-    result = await run_to_completion(executor, request)
-    output = (result.stdout + result.stderr)[-MAX_TEST_OUTPUT:]
-    return TestRun(ws.test, result.exit_code, output, round(time.perf_counter() - started, 3),
-                   result.reason)  # fmt: skip
+    return declared_options(validate_spec(spec, config))
 
 
 async def _test(
@@ -139,7 +113,7 @@ async def _test(
 
     if not ws.test or run.cancel.cancelled:
         return None
-    task = asyncio.ensure_future(_run_test(executor, ws, limit_s))
+    task = asyncio.ensure_future(run_test(executor, ws, limit_s))
 
     def stop_test() -> None:
         task.cancel()
@@ -165,16 +139,70 @@ async def run_code(
     started = time.perf_counter()
     store = CodeStore(paths().state / "code.db")
     try:
+        try:
+            lead = store.get(spec.workspace or "")
+        except JarvisError as exc:
+            return RunOutcome(agent=spec.agent, failure=Failure.of(exc))
+        if lead.members:
+            return await _run_group(spec, run, config, engine, store, lead, started)
+        return await _guarded(spec, run, config, engine, store, started)
+    finally:
+        store.close()
+
+
+async def _guarded(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None,
+    store: CodeStore,
+    started: float,
+) -> RunOutcome:
+    try:
         return await _run_code(spec, run, config, engine, store, started)
     except (JarvisError, Cancelled) as exc:
         failure = Failure.of(exc)
     except Exception as exc:  # as run_spec: a run that failed is an outcome, never a raise
         log.exception("the jarvis code run failed")
         failure = Failure.of(exc)
-    finally:
-        store.close()
     return RunOutcome(agent=spec.agent, failure=failure,
                       duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
+
+
+async def _run_group(
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    engine: Engine | None,
+    store: CodeStore,
+    lead: Workspace,
+    started: float,
+) -> RunOutcome:
+    """Run every candidate of ``lead``'s group at once, in one run context (one budget,
+    one cancel); the outcome is the best candidate's, with the ranking."""
+    import asyncio
+
+    from ._candidates import group_of, rank
+
+    members = group_of(store, lead)
+    outcomes = await asyncio.gather(*(
+        _guarded(dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
+                 run, config, engine, store, started)
+        for ws in members
+    ))  # fmt: skip
+    ranking = rank([store.get(ws.id) for ws in members])
+    best = ranking[0]
+    outcome = outcomes[[ws.candidate for ws in members].index(best.candidate)]
+    usage = outcomes[0].usage
+    for other in outcomes[1:]:
+        usage = usage + other.usage
+    code = dict(outcome.metadata.get("code") or {})
+    code.update(candidates=[r.to_dict() for r in ranking], best=best.candidate, group=lead.id)
+    return dataclasses.replace(
+        outcome, turns=sum(o.turns for o in outcomes), usage=usage,
+        metadata={**dict(outcome.metadata), "code": code},
+        duration_s=round(time.perf_counter() - started, 3),
+    )  # fmt: skip
 
 
 async def _run_code(
@@ -214,11 +242,28 @@ async def _run_code(
     timeout = config.sandbox.timeout
     outcome: RunOutcome | None = None
     before = after = None
+    rounds: list[dict[str, Any]] = []
     try:
         before = await _test(executor, ws, run, timeout)
-        outcome = await run_spec(inner, run, code_config, engine)
-        if outcome.ok:
-            after = await _test(executor, ws, run, timeout)
+        # CodeAct with its file helpers is told how to change a file with them.
+        declared = _declared(inner, code_config)
+        helpers = bool(inner.options.get("file_helpers", "file_helpers" in declared))
+        prompt = task_prompt(ws, spec.input, before, helpers=helpers)
+        number, turns, usage = 1, 0, None
+        while True:
+            outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
+                                     code_config, engine)  # fmt: skip
+            own = outcome.turns  # this round's
+            turns += outcome.turns
+            usage = outcome.usage if usage is None else usage + outcome.usage
+            outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
+            after = await _test(executor, ws, run, timeout) if outcome.ok else None
+            rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
+            if not _go_on(before, after, number, ws.rounds, run):
+                break
+            number += 1
+            prompt = round_prompt(ws, spec.input, after, outcome.answer, number, ws.rounds,  # type: ignore[arg-type]
+                                  helpers=helpers)  # fmt: skip
     finally:
         close = getattr(executor, "close", None)
         if close is not None:
@@ -234,6 +279,8 @@ async def _run_code(
             "diff_truncated": change.diff_truncated,
             "test_before": None if before is None else before.to_dict(),
             "test_after": None if after is None else after.to_dict(),
+            "rounds": rounds,
+            "no_change_claimed": False,
             "failure": None if failure is None else failure.to_dict(),
         }
         if outcome is None:
@@ -241,14 +288,78 @@ async def _run_code(
                                  "message": run.cancel.reason or "the run stopped"}  # fmt: skip
         if problem is not None:
             record["failure"] = Failure.of(problem).to_dict()
-        state = "done" if outcome is not None and outcome.ok and problem is None else "failed"
+        dishonest = None
+        if outcome is not None and outcome.ok and problem is None:
+            dishonest = _held_to_account(spec.input, outcome.answer, change, before, after)
+            if dishonest is not None:
+                record["failure"] = Failure.of(dishonest).to_dict()
+                record["no_change_claimed"] = isinstance(dishonest, NoChange)
+        ok = outcome is not None and outcome.ok and problem is None
+        state = "done" if ok and not isinstance(dishonest, NoChange) else "failed"
         ws = store.update(ws, state=state, outcome=record)
     metadata = {**dict(outcome.metadata), "code": _summary(ws)}
     if problem is not None and outcome.failure is None:
         outcome = dataclasses.replace(outcome, failure=Failure.of(problem))
+    elif dishonest is not None:
+        outcome = dataclasses.replace(outcome, failure=Failure.of(dishonest))
     return dataclasses.replace(
         outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
     )
+
+
+def _round(
+    run: RunContext, ws: Workspace, number: int, outcome: RunOutcome, test: TestRun | None
+) -> dict[str, Any]:
+    """Round ``number``'s record (its test output's tail only: the last is kept whole in
+    ``test_after``), published as a ``round`` event."""
+    rounds = ws.rounds
+    record: dict[str, Any] = {
+        "round": number, "of": rounds, "turns": outcome.turns,
+        "failure": None if outcome.failure is None else outcome.failure.to_dict(),
+        "summary": outcome.answer[-1000:],
+        "test": None if test is None else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
+    }  # fmt: skip
+    verdict = "" if test is None else test.verdict
+    extra = {"candidate": ws.candidate} if ws.candidate else {}
+    run.bus.publish(EventType.ROUND, pattern="code", depth=run.depth, round=number, of=rounds,
+                    test=verdict, exit_code=None if test is None else test.exit_code,
+                    error="" if test is None else test.error, **extra)  # fmt: skip
+    return record
+
+
+def _budget_left(budget: Budget) -> bool:
+    if budget.max_wall is not None and budget.elapsed() >= budget.max_wall:
+        return False
+    if budget.max_calls is not None and budget.calls >= budget.max_calls:
+        return False
+    return budget.max_tokens is None or budget.used.total_tokens < budget.max_tokens
+
+
+def _go_on(
+    before: TestRun | None, after: TestRun | None, number: int, rounds: int, run: RunContext
+) -> bool:
+    """Whether the agent gets another round: it said it was done, the tests still do
+    not pass, they could run before it started (else no change of code makes them
+    run), and rounds and budget are left."""
+    if after is None or after.passed or (before is not None and before.could_not_run):
+        return False
+    return number < rounds and not run.cancel.cancelled and _budget_left(run.budget)
+
+
+def _held_to_account(
+    task: str, summary: str, change: Change, before: TestRun | None, after: TestRun | None
+) -> JarvisError | None:
+    """The failure of a run whose agent finished, when its result is not what it says:
+    a summary that claims a change with an empty diff (unless the task asked for none),
+    or a test command that could not run the tests."""
+    if not change.changed and claims_change(summary) and not asks_no_change(task):
+        return NoChange(
+            "the agent's summary claims a change, but it changed no file (the diff is empty)"
+        )
+    last = after if after is not None else before
+    if last is not None and last.could_not_run:
+        return TestsCouldNotRun(f"the test command could not run the tests: {last.error}")
+    return None
 
 
 def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | None]:
@@ -279,6 +390,7 @@ def _summary(ws: Workspace) -> Mapping[str, Any]:
         "changed": outcome.get("changed"), "files": outcome.get("files"),
         "left_out": [dict(x) for x in ws.left_out], "more_left_out": ws.more_left_out,
         "test_before": outcome.get("test_before"), "test_after": outcome.get("test_after"),
+        "rounds": len(outcome.get("rounds") or ()),
     }  # fmt: skip
 
 

@@ -58,6 +58,8 @@ class Workspace:
     task: str = ""
     agent: str = ""
     test: str = ""
+    #: The most agent rounds: after the first, the agent goes on while the tests fail.
+    rounds: int = 1
     state: str = "ready"
     created_at: float = 0.0
     setup_s: float = 0.0
@@ -70,6 +72,11 @@ class Workspace:
     run_id: str = ""
     #: "PID:START" of the process running the agent (while state is "running").
     runner: str = ""
+    #: Candidates (``--candidates``, ``--agents``): the id of the group's first
+    #: workspace, this one's number in it (from 1), and, on the first, every member's id.
+    group: str = ""
+    candidate: int = 0
+    members: tuple[str, ...] = ()
 
     @property
     def shown_state(self) -> str:
@@ -83,10 +90,12 @@ class Workspace:
         return {
             "id": self.id, "source": self.source, "kind": self.kind, "path": self.path,
             "git_dir": self.git_dir, "branch": self.branch, "base": self.base,
-            "task": self.task, "agent": self.agent, "test": self.test, "state": self.state,
+            "task": self.task, "agent": self.agent, "test": self.test, "rounds": self.rounds,
+            "state": self.state,
             "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
             "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
             "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,
+            "group": self.group, "candidate": self.candidate, "members": list(self.members),
             "shown_state": self.shown_state,
         }  # fmt: skip
 
@@ -96,6 +105,7 @@ class Workspace:
         values.pop("shown_state", None)
         values["left_out"] = tuple(dict(x) for x in values.get("left_out") or ())
         values["outcome"] = dict(values.get("outcome") or {})
+        values["members"] = tuple(str(x) for x in values.get("members") or ())
         return cls(**values)
 
 

@@ -183,8 +183,12 @@ def prepare(
     agent: str = "",
     test: str = "",
     respect_gitignore: bool = False,
+    rounds: int = 1,
 ) -> Workspace:
-    """Make a workspace of the project at ``source`` and record it (state "ready")."""
+    """Make a workspace of the project at ``source`` and record it (state "ready").
+    ``rounds``: the most agent rounds of its run (it goes on while ``test`` fails)."""
+    if rounds < 1:
+        raise UsageError(f"rounds must be at least 1 (got {rounds})")
     started = time.perf_counter()
     path = Path(os.path.abspath(os.path.expanduser(source)))
     try:
@@ -242,7 +246,7 @@ def prepare(
     ws = Workspace(
         id=ws_id, source=str(real), kind="git" if head else "copy", path=str(tree),
         git_dir=str(git_dir), branch=branch, base=base, task=task, agent=agent, test=test,
-        setup_s=round(time.perf_counter() - started, 3), files=report.files,
+        rounds=rounds, setup_s=round(time.perf_counter() - started, 3), files=report.files,
         left_out=tuple(x.to_dict() for x in report.left_out),
         more_left_out=report.more_left_out,
     )  # fmt: skip

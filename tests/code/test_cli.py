@@ -90,3 +90,10 @@ def test_a_running_workspace_is_not_discarded_and_a_dead_run_shows_interrupted(
     store.update(ws, state="running", runner="999999999:1.0")  # that process is gone
     assert "interrupted" in CliRunner().invoke(cli, ["code", "list"]).output
     assert CliRunner().invoke(cli, ["code", "discard", ws.id]).exit_code == 0
+
+
+def test_candidates_and_agents_must_agree(project: Path) -> None:
+    result = invoke("code", str(project), "fix", "--candidates", "3", "--agents", "a,b")
+    assert result.exit_code != 0  # type: ignore[attr-defined]
+    assert "--agents name 2 agents" in str(result.exception)  # type: ignore[attr-defined]
+    assert CodeStore(paths().state / "code.db").list() == []  # nothing made

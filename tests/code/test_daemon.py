@@ -28,9 +28,11 @@ pytestmark = pytest.mark.docker
 def fixer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
     """CodeAct: first a block that fixes calc.py in the workspace the prompt names,
     then the summary."""
+    prompt = next(m.content for m in messages if m.role is Role.USER)
+    if "pretend" in prompt:  # claims a fix it never makes
+        return reply("I changed the function add in calc.py to add its arguments.")
     if any(m.role is Role.ASSISTANT for m in messages):
         return reply("add adds now")
-    prompt = next(m.content for m in messages if m.role is Role.USER)
     where = prompt.split("in the directory ", 1)[1].split(" ", 1)[0]
     return reply(f"```python\nopen({where + '/calc.py'!r}, 'w').write({FIXED!r})\n```")
 
@@ -98,3 +100,34 @@ def test_a_daemon_killed_mid_run_leaves_the_task_interrupted_and_the_workspace(
     assert ws["shown_state"] == "interrupted"
     assert jarvis("code", "discard", ws["id"]).returncode == 0
     assert git(project, "branch", "--list", "jarvis/*") == ""
+
+
+def test_a_claimed_fix_with_no_change_and_tests_that_cannot_run_through_the_daemon(
+    jarvisd: DaemonProcess, project: Path
+) -> None:
+    """The issue's run as a daemon task: the test command cannot run (the image has no
+    pytest) and the agent claims a change it never made. `done` and exit 0 it was."""
+    done = jarvis("code", str(project), "pretend to fix add", "--test", "python3 -m pytest -q")
+    assert done.returncode == 1, done.stderr
+    assert "jarvis: error: no_change: the agent's summary claims a change" in done.stderr
+    assert "test before: test_error: No module named pytest" in done.stdout
+    assert "no change, though the summary claims one" in done.stdout
+    (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
+    assert ws["state"] == "failed" and ws["outcome"]["failure"]["code"] == "no_change"
+    assert ws["outcome"]["test_after"]["verdict"] == "test_error"
+    assert jarvisd.client.show(ws["run_id"]).state == "failed"
+
+
+def test_candidates_run_as_one_daemon_task(jarvisd: DaemonProcess, project: Path) -> None:
+    done = jarvis("code", str(project), "fix the failing test", "--test", TEST_COMMAND,
+                  "--candidates", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("running as jarvisd task") == 1
+    assert "candidate=1" in done.stderr and "candidate=2" in done.stderr  # round events
+    assert "candidates of" in done.stdout and "test after:  passed" in done.stdout
+    listed = json.loads(jarvis("code", "list", "--json").stdout)
+    assert sorted(ws["candidate"] for ws in listed) == [1, 2]
+    assert {ws["state"] for ws in listed} == {"done"}
+    lead = next(ws for ws in listed if ws["candidate"] == 1)
+    assert jarvis("code", "apply", lead["id"]).returncode == 0
+    assert (project / "calc.py").read_text() == FIXED

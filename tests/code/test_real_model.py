@@ -2,7 +2,8 @@
 what it checks is that the outcome is reported truthfully, not that the model fixes the
 bug. At 9d73508, 1.5B answers in prose and runs no cell ("I changed the line `return
 a - b` to `return a + b`"): nothing changes, and jarvis must say so (no change, the test
-still failing), never present the claim as a fix. A test that asserted the fix would
+still failing, the run failed with no_change after one re-ask to act), never present
+the claim as a fix. A test that asserted the fix would
 fail on this model today; the structure is asserted, never the model's prose."""
 
 from __future__ import annotations
@@ -49,11 +50,13 @@ def test_native_openhands_on_a_one_line_bug_reports_what_really_changed(project:
             await engine.aclose()
 
     outcome = asyncio.run(go())
-    assert outcome.failure is None or outcome.failure.code == "no_answer", outcome.failure
+    codes = (None, "no_answer", "no_change")  # a claim with no change fails as no_change
+    assert (outcome.failure and outcome.failure.code) in codes, outcome.failure
     record = store.get(ws.id)
     assert record.state in ("done", "failed")
     out = record.outcome
     assert out["test_before"]["passed"] is False
+    assert out["test_before"]["verdict"] == "failed"  # a real assertion, not a test_error
     code = outcome.metadata["code"]
     assert code["workspace"] == ws.id
     text = "\n".join(_render(record, diff=True, color=False))
@@ -67,3 +70,5 @@ def test_native_openhands_on_a_one_line_bug_reports_what_really_changed(project:
     else:  # whatever the model claimed, the user is told nothing changed
         assert out["files"] == [] and out["diff"] == "" and "files:     no change" in text
         assert after["passed"] is False and "test after:  failed" in text
+        if outcome.failure is not None and outcome.failure.code == "no_change":
+            assert record.state == "failed" and "though the summary claims one" in text

@@ -21,7 +21,7 @@ from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from tests.conftest import require
 from tests.sandbox.conftest import engine_problem
 
-from .conftest import CALC, FIXED, git, tree_hashes
+from .conftest import CALC, FIXED, TEST, git, tree_hashes
 
 pytestmark = pytest.mark.docker
 
@@ -178,6 +178,10 @@ def test_a_repository_of_50000_files(tmp_path: Path) -> None:
     from benchmarks.bench_code import make_repository
 
     project = make_repository(tmp_path / "big", 50_000)
+    # Its test, so that the test command can run (else it is a test_error).
+    (project / "test_calc.py").write_text(
+        TEST + "\n\ndef test_more():\n    assert add(0, 0) == 0\n"
+    )
     ws = make(project)
     assert ws.files >= 50_000
     outcome = run(ws, fixing_engine(ws))

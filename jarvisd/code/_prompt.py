@@ -1,0 +1,120 @@
+"""What a ``jarvis code`` agent is told, and what its summary is held to.
+
+The first message puts in front of the agent what it needs: the task, the test command,
+the failing tests' output (its tail) and the files the failures and the task name, all
+bounded in bytes (small models do far better with them than with a path to explore).
+A later round tells it that the tests still fail, with their new output.
+
+:func:`claims_change` and :func:`asks_no_change` (``jarvisd._claims``) read the agent's
+summary and the task: a summary that says it changed something, with an empty diff, is
+a ``no_change``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._claims import asks_no_change, claims_change
+from ._testrun import named_files
+
+if TYPE_CHECKING:
+    from ._store import Workspace
+    from ._testrun import TestRun
+
+__all__ = ["asks_no_change", "claims_change", "round_prompt", "task_prompt"]
+
+#: The most of the tests' output put in a message (its tail), in bytes.
+MAX_FEEDBACK_BYTES = 4000
+#: The most files, and bytes of them together, put in a message.
+MAX_FILES = 3
+MAX_FILES_BYTES = 12_000
+
+
+def _tail(text: str, limit: int) -> str:
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return "[...]\n" + data[-limit:].decode("utf-8", "ignore")
+
+
+def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list[str]:
+    files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_FILES_BYTES)
+    parts = []
+    if files:
+        parts.append("The files these name, as they are now:")
+        for rel, text in files:
+            parts.append(f"{ws.path}/{rel}:\n```\n{text}\n```")
+    if helpers:
+        # Small models show the fixed file in a block and believe it saved: say how.
+        where = f"{ws.path}/{files[0][0]}" if files else f"{ws.path}/FILE"
+        parts.append(
+            "A code block runs as a program: showing or defining the new code saves no "
+            f"file. Change a file by running code that writes it, such as: replace({where!r}, "
+            "'the exact old lines', 'the new lines')"
+        )
+    return parts
+
+
+def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
+    output = _tail(test.output, MAX_FEEDBACK_BYTES)
+    if test.could_not_run and after_change:
+        # They ran before the change: the change broke them (an import, a syntax error).
+        return [f"After your change the test command could not run the tests: {test.error}. "
+                f"The end of its output:\n```\n{output}\n```"]  # fmt: skip
+    if test.could_not_run:
+        return [f"The test command could not run the tests here: {test.error}. Changing the "
+                "code will not make it run; do the task as well as you can without it."]  # fmt: skip
+    return [f"The tests fail now (exit {test.exit_code}). The end of their output:\n"
+            f"```\n{output}\n```"]  # fmt: skip
+
+
+def task_prompt(
+    ws: Workspace, task: str, before: TestRun | None = None, *, helpers: bool = False
+) -> str:
+    """The agent's first message: where the project is, the test command, the task,
+    and, with a test run that did not pass, its output and the files named; with
+    ``helpers`` (CodeAct's file helpers), how to change a file with them."""
+    lines = [
+        f"You are working on a software project whose files are in the directory {ws.path} "
+        "(a working copy: change the files there; your changes are reviewed before they "
+        "reach the project). Use absolute paths under that directory.",
+    ]
+    if ws.test:
+        lines.append(f"The project's tests run with: cd {ws.path} && {ws.test}")
+    lines.append(f"Task: {task}")
+    named = [task]
+    if before is not None and not before.passed:
+        lines += _test_block(before)
+        if not before.could_not_run:
+            named.append(before.output)
+    lines += _files_block(named, ws, helpers)
+    lines.append("When you are done, reply with a short summary of what you changed.")
+    return "\n\n".join(lines)
+
+
+def round_prompt(
+    ws: Workspace,
+    task: str,
+    after: TestRun,
+    summary: str,
+    number: int,
+    rounds: int,
+    *,
+    helpers: bool = False,
+) -> str:
+    """The message of round ``number``: the task again, what the agent said last time,
+    and the tests' new output (the files are in the state the last round left)."""
+    lines = [
+        f"You are working on a software project whose files are in the directory {ws.path}. "
+        "Use absolute paths under that directory.",
+        f"The project's tests run with: cd {ws.path} && {ws.test}",
+        f"Task: {task}",
+        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
+        f"But the tests still do not pass (round {number} of {rounds}).",
+        *_test_block(after, after_change=True),
+        *_files_block([task, after.output], ws, helpers),
+        "Go on: change the files so that the tests pass. When you are done, reply with a "
+        "short summary of what you changed.",
+    ]
+    return "\n\n".join(lines)

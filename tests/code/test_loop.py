@@ -1,0 +1,164 @@
+"""The test-driven loop and honest outcomes of jarvis code on a real container engine,
+driven by a scripted engine: the first message holds the failure, a round that leaves
+the tests failing is fed the new failure, a test command that cannot run is a
+test_error (not a failing test), a claimed change with an empty diff is no_change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jarvisd._config import Config, SandboxConfig
+from jarvisd._events import Event, EventType
+from jarvisd._messages import Role
+from jarvisd._paths import paths
+from jarvisd._run import RunContext
+from jarvisd.cli import cli
+from jarvisd.code import CodeStore, Workspace, prepare
+from jarvisd.engines import ScriptedEngine
+from jarvisd.runs import AgentSpec, RunOutcome, run_spec
+from tests.conftest import require
+from tests.sandbox.conftest import engine_problem
+
+from .conftest import FIXED
+
+pytestmark = pytest.mark.docker
+
+#: The test, run by plain Python (the image has no pytest), saying what add gave.
+FIX = "The test fails: fix add in calc.py."
+SAYS = "python3 -c 'from calc import add; r = add(2, 3); assert r == 5, f\"add(2, 3) is {r}\"'"
+
+
+@pytest.fixture(autouse=True)
+def container_engine() -> None:
+    problem = engine_problem()
+    require(not problem, problem)
+
+
+def store() -> CodeStore:
+    return CodeStore(paths().state / "code.db")
+
+
+def write(ws: Workspace, text: str) -> str:
+    return f"```python\nopen({ws.path + '/calc.py'!r}, 'w').write({text!r})\nprint('written')\n```"
+
+
+def run(
+    ws: Workspace, engine: ScriptedEngine, task: str = "fix add"
+) -> tuple[RunOutcome, list[Event]]:
+    spec = AgentSpec(input=task, agent="native_openhands", workspace=ws.id)
+    context = RunContext()
+    events: list[Event] = []
+    context.bus.subscribe(events.append, EventType.ROUND)
+    outcome = asyncio.run(run_spec(spec, context, Config(sandbox=SandboxConfig(memory="256m")),
+                                   engine))  # fmt: skip
+    return outcome, events
+
+
+def first_user_message(engine: ScriptedEngine, call: int) -> str:
+    return next(m.content for m in engine.calls[call].messages if m.role is Role.USER)
+
+
+def test_rounds_feed_back_the_new_failure_until_the_tests_pass(project: Path) -> None:
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=SAYS, rounds=3)  # fmt: skip
+    wrong = "def add(a, b):\n    return a * b\n"
+    engine = ScriptedEngine.from_replies(
+        [write(ws, wrong), "I fixed add.", write(ws, FIXED), "add adds now."]
+    )
+    outcome, events = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    # Round 1's first message: the failing test's output and the file the task names.
+    first = first_user_message(engine, 0)
+    assert "AssertionError: add(2, 3) is -1" in first and "return a - b" in first
+    # Round 2's: it was told the tests still fail, with their new output.
+    second = first_user_message(engine, 2)
+    assert "round 2 of 3" in second and "You said you were done: I fixed add." in second
+    assert "AssertionError: add(2, 3) is 6" in second and "return a * b" in second
+    record = store().get(ws.id).outcome
+    assert [(r["round"], r["test"]["verdict"]) for r in record["rounds"]] == [
+        (1, "failed"), (2, "passed")
+    ]  # fmt: skip
+    assert record["test_before"]["verdict"] == "failed" and record["test_after"]["passed"]
+    assert [(e.data["round"], e.data["of"], e.data["test"]) for e in events] == [
+        (1, 3, "failed"), (2, 3, "passed")
+    ]  # fmt: skip
+    assert outcome.turns == 4 and [r["turns"] for r in record["rounds"]] == [2, 2]
+    shown = CliRunner().invoke(cli, ["code", "show", ws.id]).output
+    assert "rounds:      2 of 3 (1: failed (exit 1), 2: passed)" in shown
+
+
+def test_a_test_command_that_cannot_run_is_a_test_error_and_no_round_follows(
+    project: Path,
+) -> None:
+    """The issue's case: the image has no pytest. The agent still runs (its change is
+    kept to review), but no round follows and the run fails with test_error."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="fix add",
+                 test="python3 -m pytest -q", rounds=3)  # fmt: skip
+    engine = ScriptedEngine.from_replies([write(ws, FIXED), "add adds now."])
+    outcome, events = run(ws, engine)
+    assert outcome.failure is not None and outcome.failure.code == "test_error"
+    assert "No module named pytest" in outcome.failure.message
+    assert "could not run the tests here: No module named pytest" in first_user_message(engine, 0)
+    record = store().get(ws.id)
+    assert record.state == "done" and record.outcome["files"] == [
+        {"status": "M", "path": "calc.py"}
+    ]
+    for key in ("test_before", "test_after"):
+        assert record.outcome[key]["verdict"] == "test_error"
+        assert record.outcome[key]["passed"] is False
+    assert len(events) == 1 and len(engine.calls) == 2
+    shown = CliRunner().invoke(cli, ["code", "show", ws.id]).output
+    assert "test before: test_error: No module named pytest" in shown
+    assert "failed (exit" not in shown
+    data = json.loads(CliRunner().invoke(cli, ["code", "show", ws.id, "--json"]).output)
+    assert data["outcome"]["failure"]["code"] == "test_error"
+
+
+def test_a_claimed_change_with_an_empty_diff_is_no_change(project: Path) -> None:
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="fix add")
+    claim = "I changed the function add in calc.py to add its arguments."
+    engine = ScriptedEngine.from_replies([claim, claim])  # asked once to act, it claims again
+    outcome, _ = run(ws, engine)
+    assert len(engine.calls) == 2
+    assert "no code has run in this session" in engine.calls[1].messages[-1].content
+    assert outcome.failure is not None and outcome.failure.code == "no_change"
+    assert outcome.failure.exit_code == 1
+    record = store().get(ws.id)
+    assert record.state == "failed" and record.outcome["no_change_claimed"] is True
+    shown = CliRunner().invoke(cli, ["code", "show", ws.id]).output
+    assert "no change, though the summary claims one" in shown and "no_change" in shown
+    # A task that asks for no change, answered without one, is a success.
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="explain add")
+    outcome, _ = run(ws, ScriptedEngine.from_replies(["I changed nothing: add subtracts."]),
+                     task="Explain what add does; do not modify any file.")  # fmt: skip
+    assert outcome.ok, outcome.failure
+
+
+def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: Path) -> None:
+    """The session has view / replace / run, named in the prompt, and starts in the
+    workspace; a reply that claims a change before any code ran is asked once to act,
+    and then it does."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    calc = ws.path + "/calc.py"
+    act = (
+        f"```python\nview({calc!r})\nreplace({calc!r}, 'return a * b', 'return')\n"
+        f"replace({calc!r}, 'a - b', 'a + b')\nrun('python3 -c \"import calc; print(calc.add(2, 3))\"')\n```"
+    )
+    engine = ScriptedEngine.from_replies(["I fixed add in calc.py.", act, "add adds now."])
+    outcome, _ = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    system = engine.calls[0].messages[0].content
+    assert "view(path, start=1, end=None)" in system and "replace(path, old, new)" in system
+    assert "no code has run in this session" in engine.calls[1].messages[-1].content
+    observation = engine.calls[2].messages[-1].content
+    assert "    2      return a - b" in observation  # view, numbered
+    assert "replace: 0 matches of the snippet" in observation  # refused, nothing changed
+    assert "replaced 1 snippet in" in observation and "[exit 0]" in observation
+    assert "\n5\n" in observation  # run: the command's output
+    record = store().get(ws.id).outcome
+    assert record["test_after"]["passed"] and "+    return a + b" in record["diff"]
