@@ -171,7 +171,7 @@ def _request(context: ssl.SSLContext, open_socket: Callable[[], socket.socket], 
 
 def measure(env: BenchEnv) -> list[Row]:
     requests, warmups = env.runs(200, 40), env.warmups(5)
-    downloads = env.runs(5, 2)
+    downloads = env.runs(9, 2)
     size = DOWNLOAD_BYTES if not env.smoke else 1024 * 1024
     with tempfile.TemporaryDirectory(prefix="jv-bench-np-") as tmp:
         chain, ca = _certificate(Path(tmp))
@@ -203,9 +203,11 @@ def measure(env: BenchEnv) -> list[Row]:
                         got = _request(context, opener, size)
                         speeds[key].append(got / (time.perf_counter() - start) / 1e6)
     overhead = percentile([o - b for o, b in zip(ours, base, strict=True)], 50)
-    direct_speed, proxy_speed = max(speeds["direct"]), max(speeds["proxy"])
+    # Medians of interleaved pairs: on a loaded 2-core machine the best of each
+    # swings far more than the ratio of medians does.
+    direct_speed, proxy_speed = median(speeds["direct"]), median(speeds["proxy"])
     share = proxy_speed / direct_speed
-    median_share = median(speeds["proxy"]) / median(speeds["direct"])
+    best_share = max(speeds["proxy"]) / max(speeds["direct"])
     return [
         Row(
             "egress proxy: one HTTPS request, new connection each (p50)",
@@ -228,11 +230,11 @@ def measure(env: BenchEnv) -> list[Row]:
             baseline_name="direct TCP + TLS on loopback",
             target=f">= {THROUGHPUT_TARGET:.0%} of direct",
             passed=share >= THROUGHPUT_TARGET,
-            notes=f"{share:.0%} of direct, best of {downloads} interleaved downloads each "
-            f"(medians {median_share:.0%}: {median(speeds['proxy']):.0f} vs "
-            f"{median(speeds['direct']):.0f} MB/s); the relay is splice(2) on Linux; client, "
-            "proxy and upstream are three processes on this machine's cores",
-            extra={"share": share, "median_share": median_share},
+            notes=f"{share:.0%} of direct at the median of {downloads} interleaved downloads "
+            f"each (best of each: {max(speeds['proxy']):.0f} vs {max(speeds['direct']):.0f} "
+            f"MB/s, {best_share:.0%}); the relay is splice(2) on Linux; client, proxy and "
+            "upstream are three processes on this machine's cores",
+            extra={"share": share, "best_share": best_share},
         ),
     ]
 

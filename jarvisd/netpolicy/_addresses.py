@@ -9,9 +9,9 @@ the address they embed: ``::ffff:127.0.0.1`` is loopback.
 The classes, by how much an allow entry can unlock them:
 
 - ``public``: any matching entry;
-- ``private``, ``shared`` (CGNAT 100.64/10): an exact (non-wildcard) entry, also by
-  a name that resolves to one (a LAN mirror);
-- ``loopback``, ``link-local``, ``reserved``: an exact entry that names the address
+- ``private``, ``shared`` (CGNAT 100.64/10), ``reserved``: an exact (non-wildcard)
+  entry, also by a name that resolves to one (a LAN mirror);
+- ``loopback``, ``link-local``: an exact entry that names the address
   literally, or a name the policy's ``hosts`` maps to it: never through DNS, where
   a rebinding answer would reach the host's own services;
 - ``metadata``, ``unspecified``, ``multicast``, ``broadcast``: never.
@@ -37,10 +37,13 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 PUBLIC: Final = "public"
 #: Never connected to, whatever the policy says.
 NEVER: Final = frozenset({"metadata", "unspecified", "multicast", "broadcast"})
-#: Only by literal address or the policy's own ``hosts`` map.
-LOCAL: Final = frozenset({"loopback", "link-local", "reserved"})
-#: Also by an exact entry whose name resolves there.
-LAN: Final = frozenset({"private", "shared"})
+#: Only by literal address or the policy's own ``hosts`` map: a DNS answer that
+#: rebinds a name there would reach the host's own services.
+LOCAL: Final = frozenset({"loopback", "link-local"})
+#: Also by an exact entry whose name resolves there. Reserved ranges (documentation,
+#: benchmarking, future use) reach no host service, and some networks serve their
+#: package index from one (pypi.org resolves to 203.0.113.80 on jarvis's CI machines).
+LAN: Final = frozenset({"private", "shared", "reserved"})
 
 _METADATA: Final = frozenset(
     {

@@ -102,12 +102,16 @@ def forward_headers(
         if name.lower() == b"connection"
         for token in value.split(b",")
     }
+    chunked = any(name.lower() == b"transfer-encoding" for name, _ in headers)
     kept = [
         (name, value)
         for name, value in headers
         if (low := name.lower()) not in HOP_BY_HOP
         and low not in named
         and (host is None or low != b"host")
+        # With Transfer-Encoding a Content-Length is dropped (RFC 9112 6.3): an
+        # upstream's answer is relayed with one framing only.
+        and not (chunked and low == b"content-length")
     ]
     if host is not None:
         kept.insert(0, (b"host", host))

@@ -51,6 +51,8 @@ def normalize_host(text: str) -> str:
         host = host[:-1]
     if not host or len(host) > 253:
         raise _BadHost("empty or longer than 253 characters")
+    if not host.isascii():
+        raise _BadHost("not ASCII: write an international name in its xn-- form")
     labels = host.split(".")
     for label in labels:
         if not _LABEL.match(label):

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 UPSTREAM_HEAD_BYTES: Final = 64 * 1024
 _TOKEN_SP: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,32}[ \t]")
 _TOKEN_SO_FAR: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]{0,32}\Z")
+#: Control bytes (but tab and CR), which no request line holds.
+_CONTROL: Final = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _head_size(request: h11.Request) -> int:
@@ -221,6 +223,17 @@ class Session:
             if isinstance(event, h11.Request):
                 # h11 bounds a head that arrives in pieces; one that came in a single
                 # read is measured here, so the bound holds however it was sent.
+                names = {k for k, _ in event.headers}
+                if b"transfer-encoding" in names and b"content-length" in names:
+                    # Two framings: an upstream that reads the other one would take the
+                    # rest of the body for a request of its own (request smuggling).
+                    self.refuse(
+                        Refusal(
+                            400,
+                            str(Target(self.host, self.port)) if self.host else "",
+                            "a request with both Content-Length and Transfer-Encoding",
+                        )
+                    )
                 if _head_size(event) > self.limits.max_head_bytes:
                     self.refuse(
                         Refusal(
@@ -376,6 +389,8 @@ class Session:
             self._refuse_later(method, target, target, "a CONNECT after requests")
         if tunnel:
             try:
+                if not any(k == b"host" for k, _ in request.headers):
+                    self.refuse(Refusal(400, str(target), "a request without a Host header"))
                 self._host_matches(request, target)
             except _End as end:
                 self.emit(self.event(allowed=False, reason=end.reason, method=method))
@@ -386,9 +401,13 @@ class Session:
             other, _ = url_target(request.target.decode("ascii", "replace"))
         except BadTarget as exc:
             self._refuse_later(method, target, target, str(exc), status=400)
-        same = (
-            normalize_host(other.host) == normalize_host(target.host) and other.port == target.port
-        )
+        try:
+            same = (
+                normalize_host(other.host) == normalize_host(target.host)
+                and other.port == target.port
+            )
+        except ValueError:
+            same = False  # not even a host name: refused below, naming what it was
         if not same:
             self._refuse_later(
                 method,
@@ -563,12 +582,9 @@ class Session:
 
     def _kind(self, data: bytes, target: Target) -> str:
         """What the tunnel carries: "tls" (checked), "http", "opaque" or "more"."""
-        start = data.lstrip(b"\r\n")
-        if not start:
-            if len(data) > self.limits.max_head_bytes:
-                raise _End("only line breaks inside the tunnel")
-            return "more"
-        if start[0] == 0x16:
+        # Leading blank lines and spaces: some servers skip them before a request line.
+        start = data.lstrip(b" \t\r\n")
+        if start[:1] == b"\x16":
             try:
                 sni = client_hello_sni(start, self.limits.max_client_hello_bytes)
             except ClientHelloError as exc:
@@ -587,13 +603,23 @@ class Session:
                         f"{target} (domain fronting)"
                     )
             return "tls"
-        if start.startswith(b"SSH-"):
+        # HTTP/1.x: a request line, "METHOD SP target SP HTTP/x.y". A first line that
+        # starts like one and names an HTTP version is read as HTTP (h11 then checks
+        # it request by request, and refuses what it cannot parse). A first line that
+        # ends without a version, or holds a control byte, which no HTTP server takes
+        # in a request line (git's pkt-line has NULs), is another protocol (SSH's
+        # banner, git://, Redis), relayed as bytes. Undecided bytes are bounded.
+        line, newline, _ = start.partition(b"\n")
+        if _TOKEN_SP.match(line):
+            if b"HTTP/" in line.upper():
+                return "http"
+            if newline or _CONTROL.search(line):
+                return "opaque"
+        elif newline or not _TOKEN_SO_FAR.match(line):
             return "opaque"
-        if _TOKEN_SP.match(start):
-            return "http"
-        if _TOKEN_SO_FAR.match(start):
-            return "more"
-        return "opaque"
+        if len(data) > self.limits.max_head_bytes:
+            raise _End(f"no whole first line within {self.limits.max_head_bytes} bytes")
+        return "more"
 
     async def _first_of(self, reader: asyncio.StreamReader) -> tuple[bytes | None, bytes | None]:
         """The next bytes from the client, or from the upstream if it speaks first

@@ -2,8 +2,8 @@
 config, the agent's config and ``--allow-net``) and its egress proxy's lifetime.
 
 One :class:`RunNetwork` per run: the proxy (``jarvisd.netpolicy.EgressProxy``) starts
-before the sandbox, on a Unix socket in a private directory of its own (owned by the
-sandbox user when jarvis runs as root, so that user alone can connect), and stops after
+before the sandbox, on a Unix socket in a private directory of its own (as root, only
+the 0600 socket is handed to the sandbox user, so that user alone can connect), and stops after
 it. Each connection the proxy sees, allowed or refused, is handed from the proxy's
 thread to the run's loop (``call_soon_threadsafe``) and published there as a
 ``net_connect`` event; the run's outcome carries a summary (:class:`NetSummary`).
@@ -163,12 +163,15 @@ class RunNetwork:
         from ..netpolicy import EgressProxy
 
         self._loop = asyncio.get_running_loop()
-        # Private: 0700, and as root handed to the sandbox user, the one who connects.
+        # Ours, and only the socket is handed to the sandbox user (the one who connects):
+        # a directory it owned would let any host account with that uid swap the socket
+        # for its own. As root the directory is 0711, so that bwrap, which mounts as the
+        # sandbox user, can reach the socket without listing or writing the directory.
         self._dir = Path(tempfile.mkdtemp(prefix="jarvis-net-"))
         try:
             owner = None
             if os.geteuid() == 0 and self._ids is not None:
-                os.chown(self._dir, *self._ids)
+                os.chmod(self._dir, 0o711)
                 owner = self._ids[0]
             self.socket_path = str(self._dir / "egress.sock")
             self._proxy = EgressProxy(

@@ -253,8 +253,10 @@ def unix(path: Path) -> socket.socket:
 
 
 def read_all(sock: socket.socket) -> bytes:
+    """Everything until the other side closes (a reset counts as closed; a socket
+    still open after the socket's timeout is a failure, not an end)."""
     out = b""
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(ConnectionResetError):
         while chunk := sock.recv(65536):
             out += chunk
     return out

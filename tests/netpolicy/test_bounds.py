@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
+
 from jarvisd.netpolicy import NetLimits, NetPolicy
 
 from .conftest import Proxies, Upstream, ask, mapped, open_tunnel, read_all, unix, wait_events
@@ -162,3 +164,22 @@ def test_a_head_trickled_byte_by_byte_is_cut_at_the_head_timeout(
         "no whole request head within 0.6 s",
     ]
     assert not any(e.allowed for e in events)
+
+
+def test_a_name_that_does_not_resolve_is_a_502_naming_it(
+    proxies: Proxies, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_such_name(*args: object, **kwargs: object) -> list[object]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_name)
+    proxy = proxies(NetPolicy.parse(allow=["pypi.org"]))
+    reply = ask(
+        proxy.socket_path, b"GET http://pypi.org/simple/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n"
+    )
+    assert reply.status == 502
+    assert reply.headers["x-jarvis-refused"] == (
+        "pypi.org:80: cannot resolve pypi.org: Name or service not known"
+    )
+    [event] = wait_events(proxy, 1)
+    assert not event.allowed and event.address is None

@@ -4,11 +4,14 @@ through the policy's hosts map or the system resolver (``localhost``)."""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import urllib.error
 import urllib.request
 
 import pytest
+
+from jarvisd.netpolicy import NetPolicy
 
 from .conftest import (
     Forwarder,
@@ -128,11 +131,20 @@ def test_a_host_header_for_another_host_inside_an_allowed_tunnel(
     smuggled = [
         b"GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",
         b"\r\nGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # leading empty line
+        b" \r\n\tGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # and spaces
+        b"get /hello http/1.1\r\nHost: evil.example\r\n\r\n",  # lower case
+        b"GET /\xff HTTP/1.1\r\nHost: evil.example\r\n\r\n",  # a byte h11 refuses
         b"GET http://evil.example/hello HTTP/1.1\r\nHost: upstream.test\r\n\r\n",  # absolute
         b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\nHost: evil.example\r\n\r\n",
+        # a body an upstream could frame otherwise, hiding a request for another host
+        b"POST /echo HTTP/1.1\r\nHost: upstream.test\r\nContent-Length: 4\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n2c\r\nGET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n"
+        b"\r\n0\r\n\r\n",
         # allowed first, then another host on the same (keep-alive) connection
         b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\n\r\n"
         b"GET /hello HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        # ... or then one naming no host (the front's default site)
+        b"GET /hello HTTP/1.1\r\nHost: upstream.test\r\n\r\nGET /hello HTTP/1.0\r\n\r\n",
     ]
     for request in smuggled:
         sock, reply = open_tunnel(proxy.socket_path, "upstream.test", port)
@@ -142,17 +154,17 @@ def test_a_host_header_for_another_host_inside_an_allowed_tunnel(
             answer = read_all(sock)
         # 403 for a Host it reads; 400 for what it cannot read as one request
         assert answer.startswith((b"HTTP/1.1 403", b"HTTP/1.1 400")) or (
-            b"HTTP/1.1 200" in answer and b"HTTP/1.1 403" in answer
+            b"HTTP/1.1 200" in answer and (b"HTTP/1.1 403" in answer or b"HTTP/1.1 400" in answer)
         ), (request, answer)
         assert b"X-Jarvis-Refused" in answer
         assert answer.count(b"hello; Host=") <= 1
         assert b"Host=evil" not in answer
-    events = wait_events(proxy, len(smuggled) + 1)
+    events = wait_events(proxy, len(smuggled) + 2)
     refused = [e for e in events if not e.allowed]
     assert len(refused) == len(smuggled)
     assert all(e.host == "upstream.test" and e.reason for e in refused)
-    # the keep-alive one: the connection served a request, then one was refused
-    assert [e.method for e in refused].count("GET") == 1
+    # the keep-alive ones: the connection served a request, then one was refused
+    assert [e.method for e in refused].count("GET") == 2
 
 
 def test_a_tls_server_name_for_another_host_inside_an_allowed_tunnel(
@@ -190,8 +202,47 @@ def test_plain_http_keep_alive_cannot_move_to_another_host(
     assert b"HTTP/1.1 403" in reply.body
     assert b"one upstream per connection" in reply.body
     assert reply.body.count(b"hello; Host=") == 1
-    events = wait_events(proxy, 2)
+    # a second request naming no valid host at all: refused the same way
+    odd = ask(proxy.socket_path, first + b"GET http://bad!host/ HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b"HTTP/1.1 403" in odd.body and b"bad!host" in odd.body
+    events = wait_events(proxy, 4)
+    assert not [e for e in events if e.reason.startswith("internal error")]
+    events = events[:2]
     refused = [e for e in events if not e.allowed]
     assert [(e.host, e.method) for e in refused] == [("other.test", "GET")]
     [served] = [e for e in events if e.allowed]
     assert served.host == "upstream.test" and "then refused" in served.reason
+
+
+@pytest.mark.parametrize(
+    ("entry", "answer", "words"),
+    [
+        ("rebind.dns.example", ["169.254.169.254"], "metadata address"),
+        ("rebind.dns.example", ["127.0.0.1", "::1"], "loopback address"),
+        ("rebind.dns.example", ["::ffff:127.0.0.1"], "loopback address"),
+        ("rebind.dns.example", ["64:ff9b::a9fe:a9fe"], "metadata address"),
+        ("*.dns.example", ["10.1.2.3"], "wildcard entry"),
+        ("*.dns.example", ["fd00::1"], "wildcard entry"),
+    ],
+)
+def test_a_dns_answer_pointing_inside_is_refused(
+    proxies: Proxies, monkeypatch: pytest.MonkeyPatch, entry: str, answer: list[str], words: str
+) -> None:
+    # The system resolver's answer, as a rebinding DNS server would give it.
+    def resolve(host: object, port: object, *args: object, **kwargs: object) -> list[object]:
+        assert host == "rebind.dns.example"  # only allowed names are ever resolved
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "",
+             (a, port, 0, 0) if ":" in a else (a, port))
+            for a in answer
+        ]  # fmt: skip
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    proxy = proxies(NetPolicy.parse(allow=[entry]))
+    _, reply = open_tunnel(proxy.socket_path, "rebind.dns.example", 443)
+    assert reply.status == 403
+    assert words in reply.headers["x-jarvis-refused"]
+    _, other = open_tunnel(proxy.socket_path, "other.test", 443)  # never resolved
+    assert other.status == 403
+    events = wait_events(proxy, 2)
+    assert [e.allowed for e in events] == [False, False]

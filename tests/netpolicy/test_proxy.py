@@ -243,3 +243,49 @@ def test_stop_closes_open_tunnels_each_with_one_event(
     assert sum(e.allowed for e in events) == 3
     assert all(e.reason.endswith("the proxy stopped") for e in events)
     assert not proxy.socket_path.exists()
+
+
+def test_a_failing_on_event_does_not_break_the_proxy(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(event: NetEvent) -> None:
+        raise RuntimeError("reporting failed")
+
+    with EgressProxy(NetPolicy(), tmp_path / "e.sock", on_event=broken) as proxy:
+        for _ in range(2):
+            reply = ask(proxy.socket_path, b"CONNECT a.example:443 HTTP/1.1\r\nHost: a\r\n\r\n")
+            assert reply.status == 403
+        assert len(wait_events(proxy, 2)) == 2
+    assert "on_event failed" in caplog.text
+
+
+@pytest.mark.parametrize("field", ["max_connections", "max_head_bytes", "idle_timeout"])
+def test_limits_must_be_positive(field: str) -> None:
+    with pytest.raises(ValueError, match=f"NetLimits.{field} must be positive"):
+        NetLimits(**{field: 0})
+
+
+@pytest.mark.parametrize(
+    "first",
+    [b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n", b"0032git-upload-pack /project.git\0host=x\0",
+     b"PING\r\n", b"\x00\x00\x00\x08\x04\xd2\x16\x2f"],
+)  # fmt: skip
+def test_other_protocols_than_tls_and_http_are_relayed_as_bytes(
+    proxies: Proxies, first: bytes
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
+        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            sock.sendall(first)
+            got = b""
+            while len(got) < len(first):
+                got += server.recv(100)
+            assert got == first
+    [event] = wait_events(proxy, 1)
+    assert event.allowed

@@ -3,7 +3,10 @@
 
 One container does it all (the CI budget): ``pip install`` from a PEP 503 index served
 on the host (a tiny wheel built here) through the proxy with the index allowed, then the
-escape battery, then pip again against a host that is not allowed. A second, plain run
+escape battery, then pip again against a host that is not allowed, then HTTPS to a
+stand-in upstream whose test CA only this container trusts (TLS end to end; a redirect
+from it to a private address, another name in the TLS hello, another Host header in an
+allowed tunnel: each refused). A second, plain run
 checks the default: no --allow-net, no proxy, nothing mounted, no proxy variables.
 
 Refusals that reach the proxy (a denied CONNECT, an IP literal, a host not allowed, a
@@ -184,6 +187,50 @@ out["wildcard_to_loopback"] = fetch(f"http://mirror.corp.lan:{port}/simple/")
 out["not_allowed"] = fetch(f"http://other.test:{port}/simple/")
 if with_pip:
     out["pip_refused"] = list(pip("other.test"))
+
+# HTTPS to a stand-in upstream with a test CA trusted here only: TLS runs end to end
+# (the proxy holds no key and reads only the hello), and its checks hold inside.
+if len(sys.argv) > 3:
+    import ssl
+    tls_port, ca = int(sys.argv[3]), sys.argv[4]
+    base = f"https://upstream.test:{tls_port}"
+    trusted = ssl.create_default_context(cafile=ca)
+    def fetch_tls(url, context):
+        try:
+            with urllib.request.urlopen(url, timeout=30, context=context) as reply:
+                return [reply.status, reply.read(200).decode("utf-8", "replace")]
+        except urllib.error.HTTPError as exc:
+            return [exc.code, exc.read(400).decode("utf-8", "replace")]
+        except OSError as exc:
+            return ["error", str(exc)]
+    out["https"] = fetch_tls(f"{base}/hello", trusted)
+    out["https_untrusted"] = fetch_tls(f"{base}/hello", ssl.create_default_context())
+    # A redirect from the allowed host to a private address: the second request is refused.
+    out["redirect"] = fetch_tls(f"{base}/redirect?to=http://10.9.8.7:{port}/x", trusted)
+    def tunnel(target):
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(1)
+            if not chunk:
+                break
+            head += chunk
+        return s, head.decode("latin-1")
+    # Another name in the TLS hello (the certificate is valid for it too: only the
+    # proxy can stop it).
+    s, head = tunnel(f"upstream.test:{tls_port}")
+    try:
+        with trusted.wrap_socket(s, server_hostname="other.test") as t:
+            t.sendall(b"GET /hello HTTP/1.1\r\nHost: other.test\r\n\r\n")
+            out["sni_mismatch"] = [head[:12], t.recv(200).decode("utf-8", "replace")]
+    except OSError as exc:
+        out["sni_mismatch"] = [head[:12], "error: " + str(exc)]
+    # Another host's Host header inside an allowed plaintext tunnel.
+    s, head = tunnel(f"pypi.test:{port}")
+    with s:
+        s.sendall(b"GET /simple/ HTTP/1.1\r\nHost: other.test\r\n\r\n")
+        out["host_smuggle"] = [head[:12], s.recv(400).decode("utf-8", "replace")]
 print(json.dumps(out))
 """
 
@@ -204,18 +251,25 @@ def _jarvis(
 
 CONFIG = (
     "[sandbox.network]\n"
-    'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1", '
+    'hosts = { "pypi.test" = "127.0.0.1", "other.test" = "127.0.0.1", "upstream.test" = "127.0.0.1", '
     '"mirror.corp.lan" = "127.0.0.1" }\n'
     'deny = ["evil.test"]\n'
 )
 
 
-def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
+def _battery(
+    tmp_path: Path, port: int, backend: str, with_pip: bool, tls: tuple[int, Path] | None = None
+) -> None:
+    allow, more, mount, config = f"pypi.test:{port},*.corp.lan:{port}", [], [], CONFIG
+    if tls is not None:
+        allow += f",upstream.test:{tls[0]}"
+        more, mount = [str(tls[0]), str(tls[1])], ["--mount", str(tls[1].parent)]
+        config = f'allowed_roots = ["{tls[1].parent}"]\n{CONFIG}'
     done = _jarvis(
         tmp_path,
-        ["--allow-net", f"pypi.test:{port},*.corp.lan:{port}",
-         "--", "python3", "-c", PROGRAM, str(port), "pip" if with_pip else "-"],
-        CONFIG,
+        ["--allow-net", allow, *mount,
+         "--", "python3", "-c", PROGRAM, str(port), "pip" if with_pip else "-", *more],
+        config,
         backend,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -264,11 +318,45 @@ def _battery(tmp_path: Path, port: int, backend: str, with_pip: bool) -> None:
     summary = done.stderr.splitlines()[-1]
     assert summary.startswith("jarvis: sandbox: network: "), done.stderr
     assert "refused (" in summary
+    if tls is not None:
+        assert out["https"] == [200, f"hello; Host=upstream.test:{tls[0]}"], out["https"]
+        assert out["https_untrusted"][0] == "error", out["https_untrusted"]
+        assert "CERTIFICATE_VERIFY_FAILED" in out["https_untrusted"][1]
+        assert out["redirect"][0] == 403, out["redirect"]
+        assert f"10.9.8.7:{port}" in refused
+        assert out["sni_mismatch"][0].startswith("HTTP/1.1 200"), out["sni_mismatch"]
+        assert out["sni_mismatch"][1].startswith("error"), out["sni_mismatch"]
+        assert out["host_smuggle"][0].startswith("HTTP/1.1 200"), out["host_smuggle"]
+        assert not out["host_smuggle"][1].startswith("HTTP/1.1 200"), out["host_smuggle"]
+        assert "other.test" in out["host_smuggle"][1], out["host_smuggle"]
+        tls_refusals = [line for line in net if f"REFUSED upstream.test:{tls[0]}" in line]
+        smuggle_refusals = [line for line in net if f"REFUSED pypi.test:{port}" in line]
+        assert tls_refusals and smuggle_refusals, net
+
+
+@pytest.fixture
+def tls_upstream(tmp_path: Path) -> Iterator[tuple[int, Path]]:
+    """An HTTPS stand-in on the host's loopback, its certificate from a test CA made
+    here (its file is mounted into the sandbox for the program to trust)."""
+    from tests.netpolicy.conftest import _serve, make_ca
+
+    made, trust = tmp_path / "ca", tmp_path / "trust"
+    made.mkdir()
+    trust.mkdir()
+    ca = make_ca(made)
+    # Only the CA's certificate is mounted (a mount holding *.pem is refused as a
+    # likely secret; the server's key stays on the host).
+    ca_file = trust / "test-ca.crt"
+    ca_file.write_bytes(ca.ca_file.read_bytes())
+    for upstream in _serve(ca.server):
+        yield upstream.port, ca_file
 
 
 @pytest.mark.usefixtures("engine")
-def test_docker_pip_install_and_escape_battery(tmp_path: Path, index: int) -> None:
-    _battery(tmp_path, index, "docker", with_pip=True)
+def test_docker_pip_install_and_escape_battery(
+    tmp_path: Path, index: int, tls_upstream: tuple[int, Path]
+) -> None:
+    _battery(tmp_path, index, "docker", with_pip=True, tls=tls_upstream)
 
 
 def test_bwrap_escape_battery(tmp_path: Path, index: int) -> None:

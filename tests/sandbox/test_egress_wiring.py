@@ -218,3 +218,23 @@ def test_jarvis_code_takes_allow_net_and_prints_the_network_line(
     assert "network: 3 connections, 1 refused (evil.test:443)" in done.stderr
     done = CliRunner().invoke(cli, [*args[:2], "--json", *args[2:]])
     assert json.loads(done.stdout)["network"]["refused_hosts"] == ["evil.test:443"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the hand-over to the sandbox uid is root's")
+def test_only_the_socket_is_handed_to_the_sandbox_user() -> None:
+    """As root the proxy's directory stays ours (0711: traversable for bwrap, which
+    mounts as the sandbox user, never writable by it); only the 0600 socket is the
+    sandbox user's. A directory it owned would let a host account with that uid put
+    its own socket in the proxy's place."""
+    from jarvisd.netpolicy import NetPolicy
+    from jarvisd.sandbox._netrun import RunNetwork
+
+    async def main() -> tuple[os.stat_result, os.stat_result]:
+        policy = NetPolicy.parse(allow=["example.org"], source="--allow-net")
+        async with RunNetwork(policy, uid=10001, gid=10001) as net:
+            path = net.socket_path
+            return os.lstat(os.path.dirname(path)), os.lstat(path)
+
+    directory, sock = asyncio.run(main())
+    assert (directory.st_uid, directory.st_mode & 0o777) == (0, 0o711)
+    assert (sock.st_uid, sock.st_mode & 0o777) == (10001, 0o600)
