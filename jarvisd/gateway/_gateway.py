@@ -35,16 +35,16 @@ import json
 import logging
 import os
 import secrets
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._errors import EngineError, JarvisError, UsageError
+from .._errors import EngineError, JarvisError
 from .._messages import StreamChunk, ToolCall
 from .._run import BudgetExceeded, RunContext, RunStopped
+from .._unixsock import bind_private
 from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
 from ._http import HTTPServer, Request, Response
@@ -180,7 +180,7 @@ class Gateway:
 
     async def _listen_unix(self, path: Path) -> asyncio.AbstractServer:
         assert self._http is not None
-        sock = _bind_private(path)
+        sock = bind_private(path, "the gateway")
         self._socket_ino = os.lstat(path).st_ino
         return await asyncio.start_unix_server(self._http.connection, sock=sock)
 
@@ -372,23 +372,6 @@ class Gateway:
         return Response(
             200, content_type="text/event-stream", stream=_events(encoder, first, chunks)
         )
-
-
-def _bind_private(path: Path) -> socket.socket:
-    """A Unix socket bound at ``path`` with mode 0600 from its first moment."""
-    if os.path.lexists(path):
-        raise UsageError(f"cannot serve the gateway on {path}: something is already there")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # umask, not a chmod after bind: no moment in which another user could connect.
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot serve the gateway on {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.umask(old)
-    return sock
 
 
 async def _events(

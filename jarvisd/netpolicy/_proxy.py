@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
+from jarvisd._unixsock import bind_private
 
 from ._events import NetEvent, NetLimits
 from ._http import Refusal, refusal_bytes
@@ -254,19 +255,9 @@ class EgressProxy:
 
 
 def _bind_private(path: Path, owner_uid: int | None) -> socket.socket:
-    """A Unix socket bound at ``path`` with mode 0600 from its first moment."""
-    if os.path.lexists(path):
-        raise UsageError(f"cannot serve the egress proxy on {path}: something is already there")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    # umask, not a chmod after bind: no moment in which another user could connect.
-    old = os.umask(0o177)
-    try:
-        sock.bind(str(path))
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot serve the egress proxy on {path}: {exc.strerror or exc}") from exc
-    finally:
-        os.umask(old)
+    """A Unix socket bound at ``path`` with mode 0600 from its first moment, handed to
+    ``owner_uid`` when given."""
+    sock = bind_private(path, "the egress proxy")
     if owner_uid is not None:
         try:
             os.chown(path, owner_uid, -1, follow_symlinks=False)
