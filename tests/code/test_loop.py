@@ -18,29 +18,18 @@ from jarvisd._messages import Role
 from jarvisd._paths import paths
 from jarvisd._run import RunContext
 from jarvisd.cli import cli
-from jarvisd.code import CodeStore, Workspace, prepare
+from jarvisd.code import Workspace, prepare
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
-from tests.conftest import require
-from tests.sandbox.conftest import engine_problem
 
 from .conftest import FIXED
+from .test_run import container_engine, store  # noqa: F401 - an autouse fixture
 
 pytestmark = pytest.mark.docker
 
 #: The test, run by plain Python (the image has no pytest), saying what add gave.
 FIX = "The test fails: fix add in calc.py."
 SAYS = "python3 -c 'from calc import add; r = add(2, 3); assert r == 5, f\"add(2, 3) is {r}\"'"
-
-
-@pytest.fixture(autouse=True)
-def container_engine() -> None:
-    problem = engine_problem()
-    require(not problem, problem)
-
-
-def store() -> CodeStore:
-    return CodeStore(paths().state / "code.db")
 
 
 def write(ws: Workspace, text: str) -> str:
