@@ -86,19 +86,29 @@ class PipSources:
         return tuple((real, inside) for inside, real in found.items())
 
     def env(self) -> dict[str, str]:
-        """pip's configuration in the sandbox, as variables (its own files are ignored)."""
+        """pip's configuration in the sandbox, as variables (its own files are ignored).
+        A URL's user and password (a private index's token) stay on the host: the setup
+        runs the project's build code, which would read them from its environment."""
         env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-               "PIP_NO_INPUT": "1", "PIP_INDEX_URL": self.index_url}  # fmt: skip
+               "PIP_NO_INPUT": "1", "PIP_INDEX_URL": without_credentials(self.index_url)}  # fmt: skip
         if self.no_index:
             env["PIP_NO_INDEX"] = "1"
         values = {"PIP_EXTRA_INDEX_URL": self.extra_index_urls, "PIP_FIND_LINKS": self.find_links,
                   "PIP_CONSTRAINT": self.constraints, "PIP_TRUSTED_HOST": self.trusted_hosts}  # fmt: skip
-        env.update({k: " ".join(v) for k, v in values.items() if v})
+        env.update({k: " ".join(map(without_credentials, v)) for k, v in values.items() if v})
         if self.cert:
             env["PIP_CERT"] = self.cert
         if self.default_timeout:
             env["PIP_DEFAULT_TIMEOUT"] = self.default_timeout
         return env
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without its ``user:password@`` part (other text as it is)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 def _local_path(url: str) -> str:

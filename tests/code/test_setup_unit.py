@@ -241,3 +241,20 @@ def test_a_backend_without_binds_of_its_own_gets_no_setup(tmp_path: Path) -> Non
         asyncio.run(_setup(dataclasses.replace(ws, setup="make"), RunContext(), config,
                            sandbox, record))  # fmt: skip
     assert record["failure"]["code"] == "setup_failed"
+
+
+def test_an_index_token_never_enters_the_sandbox() -> None:
+    """A private index's user and password stay on the host: the setup runs the
+    project's build code in the sandbox, which could read them from its environment."""
+    token = "s3cr3t-index-token"
+    sources = PipSources(
+        index_url=f"https://__token__:{token}@pypi.example/simple",
+        extra_index_urls=(f"https://me:{token}@other.example:8443/simple",),
+        find_links=(f"http://{token}@links.example/", "/opt/wheels"),
+    )
+    env = sources.env()
+    assert token not in " ".join(env.values()), env
+    assert env["PIP_INDEX_URL"] == "https://pypi.example/simple"
+    assert env["PIP_EXTRA_INDEX_URL"] == "https://other.example:8443/simple"
+    assert env["PIP_FIND_LINKS"] == "http://links.example/ /opt/wheels"
+    assert sources.hosts() == ("pypi.example:443", "other.example:8443", "links.example:80")
