@@ -94,24 +94,48 @@ def server_token(given: str | None) -> tuple[str, Path | None]:
 @click.command("serve")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=11434, show_default=True, type=int, help="Port (0: any free port).")
-@click.option("-m", "--model", "models", multiple=True,
-              help="Catalog name or .gguf path to serve and to run the agents on "
-                   "(repeatable; default: config; the first is the agents' model).")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    help="Catalog name or .gguf path to serve and to run the agents on "
+    "(repeatable; default: config; the first is the agents' model).",
+)
 @click.option("--n-ctx", type=int, default=None, help="Context window (default: config).")
-@click.option("--agents", "agents", default="",
-              help="Comma-separated agents to serve as agent:NAME "
-                   "(default: simple,orchestrator,react,rlm).")
-@click.option("--teams", "teams_dir", type=click.Path(file_okay=False), default=None,
-              help="A directory of team files (*.toml): each served as team:FILE-STEM.")
-@click.option("-t", "--tools", default="",
-              help="Comma-separated tools for the served agents that take tools.")
-@click.option("--sandbox", is_flag=True,
-              help="Run every served agent in a network-disabled container.")
-@click.option("--token", default=None, envvar="JARVIS_SERVE_TOKEN",
-              help="The bearer token clients must send (env JARVIS_SERVE_TOKEN; default: "
-                   "one made once and kept in the state directory's serve.token).")
-@click.option("--allow-origin", "origins", multiple=True, envvar="JARVIS_ORIGINS",
-              help="Extra browser Origin to answer (repeatable; env JARVIS_ORIGINS).")
+@click.option(
+    "--agents",
+    "agents",
+    default="",
+    help="Comma-separated agents to serve as agent:NAME (default: simple,orchestrator,react,rlm).",
+)
+@click.option(
+    "--teams",
+    "teams_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="A directory of team files (*.toml): each served as team:FILE-STEM.",
+)
+@click.option(
+    "-t", "--tools", default="", help="Comma-separated tools for the served agents that take tools."
+)
+@click.option(
+    "--sandbox", is_flag=True, help="Run every served agent in a network-disabled container."
+)
+@click.option(
+    "--token",
+    default=None,
+    envvar="JARVIS_SERVE_TOKEN",
+    help="The bearer token clients must send (env JARVIS_SERVE_TOKEN; default: "
+    "one made once and kept in the state directory's serve.token).",
+)
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    envvar="JARVIS_ORIGINS",
+    help="Extra browser Origin to answer (repeatable; env JARVIS_ORIGINS).",
+)
 def serve(
     host: str,
     port: int,

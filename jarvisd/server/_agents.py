@@ -30,7 +30,6 @@ A request for such a model is one run, as ``jarvis ask`` would make it
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
 import logging
@@ -186,7 +185,8 @@ def _bounded_event(event: Event) -> dict[str, Any]:
     shown = {"type": event.type.value, "timestamp": event.timestamp, "data": dict(event.data)}
     text = json.dumps(shown, ensure_ascii=False, default=str)
     if len(text.encode()) <= MAX_EVENT_BYTES:
-        return json.loads(text)  # plain JSON values only, whatever the data held
+        plain: dict[str, Any] = json.loads(text)  # JSON values only, whatever data held
+        return plain
     data = {}
     for key, value in event.data.items():
         value_text = value if isinstance(value, str) else json.dumps(value, default=str)
@@ -486,4 +486,3 @@ def wait_out(run: RunContext, future: Future[RunOutcome], reason: str) -> None:
         future.cancel()
     except Exception:  # its outcome is nobody's now
         log.debug("a cancelled served run ended with an error", exc_info=True)
-

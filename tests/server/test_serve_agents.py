@@ -81,8 +81,9 @@ def test_the_openai_client_streams_a_team_and_the_orchestrator_with_its_tool_cal
         # agent:orchestrator: the calculator runs here; the client sees its events only
         # in the jarvis field, and the answer's text only in the deltas.
         text, events, usage = "", [], None
-        stream = client.chat.completions.create(model="agent:orchestrator", messages=USER,
-                                                stream=True)  # type: ignore[call-overload]
+        stream = client.chat.completions.create(
+            model="agent:orchestrator", messages=USER, stream=True
+        )  # type: ignore[call-overload]
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
                 text += chunk.choices[0].delta.content
@@ -144,24 +145,52 @@ def test_budgets_come_from_max_tokens_and_metadata_and_stop_the_run() -> None:
     [
         (b"{not json", 400, "not valid JSON"),
         (b"[" * 10000 + b"]" * 10000, 400, "nested"),
-        (b'{"model": "agent:nobody", "messages": [{"role": "user", "content": "x"}]}', 404,
-         "not served here"),
-        (b'{"model": "team:nobody", "messages": [{"role": "user", "content": "x"}]}', 404,
-         "not served here"),
+        (
+            b'{"model": "agent:nobody", "messages": [{"role": "user", "content": "x"}]}',
+            404,
+            "not served here",
+        ),
+        (
+            b'{"model": "team:nobody", "messages": [{"role": "user", "content": "x"}]}',
+            404,
+            "not served here",
+        ),
         (b'{"model": "agent:simple", "messages": []}', 400, "must not be empty"),
-        (b'{"model": "agent:simple", "messages": [{"role": "assistant", "content": "x"}]}', 400,
-         "last message must be the user"),
-        (b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
-         b' "metadata": {"jarvis_max_callz": "2"}}', 400, "not a jarvis budget"),
-        (b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
-         b' "metadata": {"jarvis_max_calls": "-2"}}', 400, "positive int"),
-        (b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
-         b' "metadata": {"jarvis_max_wall": "nan"}}', 400, "positive float"),
-        (b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
-         b' "max_tokens": "lots"}', 400, "max_tokens must be an integer"),
-        (b'{"model": "agent:orchestrator", "messages": [{"role": "user", "content": "x"}],'
-         b' "tools": [{"type": "function", "function": {"name": "rm"}}]}', 400,
-         "cannot bring tools"),
+        (
+            b'{"model": "agent:simple", "messages": [{"role": "assistant", "content": "x"}]}',
+            400,
+            "last message must be the user",
+        ),
+        (
+            b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
+            b' "metadata": {"jarvis_max_callz": "2"}}',
+            400,
+            "not a jarvis budget",
+        ),
+        (
+            b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
+            b' "metadata": {"jarvis_max_calls": "-2"}}',
+            400,
+            "positive int",
+        ),
+        (
+            b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
+            b' "metadata": {"jarvis_max_wall": "nan"}}',
+            400,
+            "positive float",
+        ),
+        (
+            b'{"model": "agent:simple", "messages": [{"role": "user", "content": "x"}],'
+            b' "max_tokens": "lots"}',
+            400,
+            "max_tokens must be an integer",
+        ),
+        (
+            b'{"model": "agent:orchestrator", "messages": [{"role": "user", "content": "x"}],'
+            b' "tools": [{"type": "function", "function": {"name": "rm"}}]}',
+            400,
+            "cannot bring tools",
+        ),
     ],
 )
 def test_hostile_requests_get_openai_shaped_errors(
@@ -206,7 +235,10 @@ def test_callers_are_checked_before_anything_runs() -> None:
         ]:
             code, data = post(server, body, **headers)
             assert code == status, (headers, data)
-            assert json.loads(data)["error"]["code"] in ("authentication_error", "invalid_request_error")
+            assert json.loads(data)["error"]["code"] in (
+                "authentication_error",
+                "invalid_request_error",
+            )
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=server.url + "/v1", api_key="wrong" * 5,
                           max_retries=0).models.list()  # fmt: skip
@@ -214,6 +246,9 @@ def test_callers_are_checked_before_anything_runs() -> None:
         assert code == 413
         assert post(server, body)[0] == 200
     assert len(engine.calls) == 1
+
+
+OPTIONS = SamplingOptions()
 
 
 class EndlessEngine(ScriptedEngine):
@@ -225,7 +260,7 @@ class EndlessEngine(ScriptedEngine):
         *,
         model: str = "",
         tools: Sequence[ToolSpec] = (),
-        options: SamplingOptions = SamplingOptions(),
+        options: SamplingOptions = OPTIONS,
     ) -> AsyncIterator[StreamChunk]:
         self.calls.append(None)  # type: ignore[arg-type]
         while True:
@@ -270,9 +305,9 @@ def test_a_client_that_hangs_up_leaves_no_container(tmp_path: Path) -> None:
     """A sandboxed served agent (real Docker): the openai client closes its stream while
     the agent, in its container, waits on the model; the run is cancelled and its
     container is gone."""
+    from tests.conftest import require
     from tests.sandbox.conftest import engine_problem
     from tests.sandbox.test_escape import our_containers
-    from tests.conftest import require
 
     problem = engine_problem()
     require(not problem, problem)
