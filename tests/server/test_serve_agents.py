@@ -289,7 +289,9 @@ def test_a_client_that_never_reads_has_its_run_cancelled_not_buffered() -> None:
             sock.close()
 
 
-def test_a_client_that_hangs_up_cancels_the_run() -> None:
+def test_a_client_that_hangs_up_cancels_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Seen while the run is silent, not only at the next write (no keep-alive here).
+    monkeypatch.setattr(served_mod, "KEEPALIVE", 600.0)
     engine = ScriptedEngine(fallback=answer_to_last, latency_s=60)
     with serving(engine) as server:
         stream = client_of(server).chat.completions.create(
