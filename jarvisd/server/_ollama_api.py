@@ -403,6 +403,9 @@ class _Handler(BaseHTTPRequestHandler):
     api: OllamaServer
     protocol_version = "HTTP/1.1"
     server_version = "jarvis-ollama/" + VERSION
+    # Headers and body go out in separate writes: with Nagle's algorithm the body
+    # waits for the client's delayed ACK of the headers (up to 40 ms a response).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
