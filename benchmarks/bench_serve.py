@@ -87,5 +87,5 @@ def _row(stream: bool, base: list[float], ours: list[float]) -> Row:
             "served_p50_ms": round(p50_ours, 2),
             "ask_p50_ms": round(p50_base, 2),
             "served_p90_ms": round(percentile(ours, 90), 2),
-        },  # fmt: skip
+        },
     )
