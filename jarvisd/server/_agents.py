@@ -22,6 +22,7 @@ A request for such a model is one run, as ``jarvis ask`` would make it
   with their results, a team's members, budget warnings) is in a ``jarvis`` field that
   OpenAI clients ignore: ``{"jarvis": {"events": [...]}}`` on chunks with an empty
   delta, and all of them on the final object; never in the answer.
+* **Load.** At most ``MAX_RUNS`` runs at once; one more is answered 429.
 * **Cancel.** A client that disconnects cancels the run through its token, and with it
   its containers; so does one that stops reading (its unsent output is bounded by
   ``MAX_PENDING`` bytes, a write blocked for ``WRITE_TIMEOUT`` seconds ends it).
@@ -79,6 +80,8 @@ KEEPALIVE = 10.0
 POLL = 0.2
 #: Seconds a cancelled run has to end (its containers to go) before its task is cancelled.
 STOP_GRACE = 60.0
+#: Runs a server carries at once; one more is answered 429 (clients retry it later).
+MAX_RUNS = 8
 #: Characters of the task built from the messages.
 MAX_TASK_CHARS = 1024 * 1024
 #: Bytes of one event in the ``jarvis.events`` field; a longer one is cut.
@@ -359,6 +362,8 @@ class ServedAgents:
         run.on_delta = outbox.delta
         run.bus.subscribe(outbox.event)
         with self._lock:
+            if len(self._active) >= MAX_RUNS:
+                raise BadRequest(f"{MAX_RUNS} runs are going on already; try again later", 429)
             self._active[id(run)] = run
 
         async def go() -> RunOutcome:

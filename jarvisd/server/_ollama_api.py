@@ -498,7 +498,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send_error(exc.status, str(exc), close=True)
         except BadRequest as exc:
-            self._send_error(400, str(exc))
+            self._send_error(exc.status, str(exc))
         except (EngineError, JarvisError) as exc:
             self._send_error(_error_status(exc), str(exc))
         except (BrokenPipeError, ConnectionResetError):

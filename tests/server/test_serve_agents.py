@@ -367,3 +367,41 @@ def _answers(client: openai.OpenAI) -> bool:
     except openai.APIConnectionError:
         return False
     return True
+
+
+def test_an_event_is_cut_to_its_bound_and_a_long_task_refused() -> None:
+    from jarvisd._events import Event, EventType
+    from jarvisd._messages import Role, ToolCall
+
+    huge = Event(EventType.TOOL_CALL_END, {"tool": "shell", "content": "x" * 1_000_000})
+    shown = served_mod._bounded_event(huge)
+    assert len(json.dumps(shown).encode()) <= served_mod.MAX_EVENT_BYTES
+    assert shown["truncated"] and shown["data"]["tool"] == "shell"
+    turns = [
+        Message(Role.USER, "add 2 and 2"),
+        Message(Role.ASSISTANT, "", (ToolCall.from_arguments("calc", {"e": "2+2"}),)),
+        Message(Role.TOOL, "4", name="calc"),
+        Message(Role.USER, "and 3?"),
+    ]
+    assert served_mod.task_text(turns).splitlines()[1:4] == [
+        "user: add 2 and 2",
+        'assistant: called calc({"e": "2+2"})',
+        "tool calc: 4",
+    ]
+    with pytest.raises(served_mod.BadRequest) as caught:
+        served_mod.task_text([Message(Role.USER, "x" * (served_mod.MAX_TASK_CHARS + 1))])
+    assert caught.value.status == 413
+
+
+def test_runs_beyond_the_cap_are_answered_429(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(served_mod, "MAX_RUNS", 1)
+    engine = ScriptedEngine(fallback=answer_to_last, latency_s=60)
+    with serving(engine) as server:
+        first = client_of(server).chat.completions.create(
+            model="agent:simple", messages=USER, stream=True
+        )
+        wait_for(lambda: engine.calls)
+        with pytest.raises(openai.RateLimitError):
+            client_of(server).chat.completions.create(model="agent:simple", messages=USER)
+        first.close()
+        wait_for(lambda: server.agents.active == 0, 30)  # type: ignore[union-attr]
