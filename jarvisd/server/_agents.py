@@ -345,6 +345,15 @@ class ServedAgents:
         for run in runs:
             run.cancel.cancel(reason)
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no run is going on (their containers gone); False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.active:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
     @property
     def active(self) -> int:
         """How many runs are going on (for tests and a clean stop)."""

@@ -284,8 +284,11 @@ class OllamaServer:
             self._threads[1].join(timeout=0.5)
 
     def stop(self) -> None:
-        if self.agents is not None:
+        if self.agents is not None and self._loop is not None:
+            # The runs end on the loop, which must still turn for their containers to go.
             self.agents.cancel_all()
+            if not self.agents.wait_idle(served.STOP_GRACE):
+                log.warning("served runs still going on at stop: %d", self.agents.active)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

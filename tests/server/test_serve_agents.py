@@ -405,3 +405,32 @@ def test_runs_beyond_the_cap_are_answered_429(monkeypatch: pytest.MonkeyPatch) -
             client_of(server).chat.completions.create(model="agent:simple", messages=USER)
         first.close()
         wait_for(lambda: server.agents.active == 0, 30)  # type: ignore[union-attr]
+
+
+class SlowToStopEngine(ScriptedEngine):
+    """Takes 2 s to stop when cancelled, as a run whose container is being removed."""
+
+    async def generate(self, messages: Sequence[Message], **kw: Any) -> Any:
+        import asyncio
+
+        self.calls.append(None)  # type: ignore[arg-type]
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            await asyncio.sleep(2)
+            raise
+        return reply("never")
+
+
+def test_stopping_the_server_ends_its_runs_first() -> None:
+    engine = SlowToStopEngine()
+    server = serving(engine).start()
+    try:
+        stream = client_of(server).chat.completions.create(
+            model="agent:simple", messages=USER, stream=True
+        )
+        wait_for(lambda: engine.calls)
+    finally:
+        server.stop()
+    assert server.agents is not None and server.agents.active == 0
+    stream.close()
