@@ -210,7 +210,7 @@ class _Outbox:
         self.items: deque[tuple[str, Any]] = deque()
         self.pending = 0
         self.overflowed = False
-        self.text: list[str] = []  # the streamed answer, to know whether it came
+        self.streamed = False  # whether any of the answer came as text
         self._ready = threading.Condition()
 
     def _put(self, kind: str, payload: Any, size: int) -> None:
@@ -230,7 +230,7 @@ class _Outbox:
 
     def delta(self, text: str) -> None:
         if text:
-            self.text.append(text)
+            self.streamed = True
             self._put("delta", text, len(text.encode()))
 
     def event(self, event: Event) -> None:

@@ -856,7 +856,7 @@ class _Handler(BaseHTTPRequestHandler):
         if failure is not None:
             self._write_chunk(encoder.fail(served.failure_status(failure.code), failure.message))
         else:
-            if not outbox.text and outcome.answer:  # a team answers whole, not streamed
+            if not outbox.streamed and outcome.answer:  # a team answers whole, not streamed
                 self._write_chunk(encoder.delta(outcome.answer))
             self._write_chunk(encoder.finish(usage, summary))
         self._write_chunk(b"")
