@@ -434,3 +434,43 @@ def test_stopping_the_server_ends_its_runs_first() -> None:
         server.stop()
     assert server.agents is not None and server.agents.active == 0
     stream.close()
+
+
+def test_any_request_body_is_a_spec_or_one_clear_error() -> None:
+    """Generated bodies, shaped like chat requests for served agents: the answer is a
+    spec, a BadRequest (400/413) or ModelNotFound (404), never another exception."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from jarvisd._errors import ModelNotFound
+
+    agents = ServedAgents(Config(), ("orchestrator", "simple"), {"pair": TEAM}, ("calculator",))
+    scalar = (
+        st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats()
+        | st.text(max_size=12) | st.sampled_from(["user", "system", "assistant", "tool", "1", "-1", "nan"])
+    )  # fmt: skip
+    keys = st.sampled_from(["role", "content", "name", "tool_calls", "jarvis_max_calls",
+                            "jarvis_max_wall", "jarvis_x", "tag", "type", "text"])  # fmt: skip
+    values = st.recursive(scalar, lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(keys, inner, max_size=3), max_leaves=8)  # fmt: skip
+    message = st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "assistant", "tool", "x"])},
+        optional={"content": values, "tool_calls": values, "name": values},
+    )
+    body = st.fixed_dictionaries(
+        {"model": st.sampled_from(["agent:simple", "agent:orchestrator", "team:pair",
+                                   "agent:nobody", "team:"]) | scalar},
+        optional={"messages": st.lists(message, max_size=4) | values, "metadata": values,
+                  "max_tokens": values, "temperature": values, "tools": values,
+                  "stream": values},
+    )  # fmt: skip
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(body)
+    def check(raw: dict[str, Any]) -> None:
+        try:
+            agents.spec(raw)
+        except (served_mod.BadRequest, ModelNotFound):
+            pass
+
+    check()
