@@ -200,7 +200,7 @@ def _bounded_event(event: Event) -> dict[str, Any]:
     return {**shown, "data": data, "truncated": True}
 
 
-class _Outbox:
+class Outbox:
     """What a run has produced that its handler has not written yet: text and events,
     at most ``MAX_PENDING`` bytes. Filled on the server's loop (it never blocks there),
     emptied by the handler's thread; past the bound the run is cancelled."""
@@ -362,12 +362,12 @@ class ServedAgents:
 
     def start(
         self, spec: AgentSpec, engine: Engine, loop: asyncio.AbstractEventLoop
-    ) -> tuple[RunContext, _Outbox, Future[RunOutcome]]:
+    ) -> tuple[RunContext, Outbox, Future[RunOutcome]]:
         from .._run import RunContext
         from ..runs import run_spec
 
         run = RunContext()
-        outbox = _Outbox(run)
+        outbox = Outbox(run)
         run.on_delta = outbox.delta
         run.bus.subscribe(outbox.event)
         with self._lock:

@@ -43,7 +43,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import (
     EngineError,
@@ -70,6 +70,10 @@ from ..gateway._common import BadRequest
 from . import _agents as served
 from ._agents import ServedAgents
 from ._allow import Allowlist
+
+if TYPE_CHECKING:
+    from .._run import RunContext
+    from ..runs import RunOutcome
 
 __all__ = ["OllamaServer"]
 
@@ -790,9 +794,9 @@ class _Handler(BaseHTTPRequestHandler):
         model: str,
         stream: bool,
         include_usage: bool,
-        run: Any,
-        outbox: Any,
-        future: Future[Any],
+        run: RunContext,
+        outbox: served.Outbox,
+        future: Future[RunOutcome],
     ) -> None:
         encoder = served.AgentStream(model, include_usage)
         events: list[dict[str, Any]] = []
