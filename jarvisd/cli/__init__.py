@@ -31,6 +31,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),
     "trace": ("jarvisd.cli._trace:trace", "List recorded runs and show one."),
     "sandbox": ("jarvisd.cli._sandbox:sandbox", "Build, check and use the agents' sandbox."),
+    "serve": (
+        "jarvisd.cli._serve:serve",
+        "Serve jarvis's agents and teams as models on the OpenAI API.",
+    ),
     "serve-model": (
         "jarvisd.cli._serve:serve_model",
         "Serve local models over the Ollama and OpenAI HTTP APIs.",
