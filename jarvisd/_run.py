@@ -305,6 +305,13 @@ class RunContext:
     approver: Callable[[Any], Awaitable[bool]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: Asked before each tool call of the run, with (tool, arguments, call id), after its
+    #: ``tool_call_start``: False denies the call (it fails, the model is told why).
+    #: ``jarvis acp`` sets it (the client's ``session/request_permission``); children
+    #: share it. None (the default): every call runs.
+    tool_gate: Callable[[str, Mapping[str, Any], str], Awaitable[bool]] | None = field(
+        default=None, repr=False, compare=False
+    )
     #: The host path of the run's egress proxy socket (``jarvisd.sandbox._netrun``):
     #: the sandboxes the run starts mount it. "" (the default): no network for them.
     egress: str = ""
@@ -329,6 +336,7 @@ class RunContext:
             self.depth + 1,
             bound_engines=self.bound_engines,
             approver=self.approver,
+            tool_gate=self.tool_gate,
             egress=self.egress,
             sandbox_binds=self.sandbox_binds,
             sandbox_env=self.sandbox_env,
