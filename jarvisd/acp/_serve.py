@@ -27,19 +27,17 @@ async def serve(
     max_line: int = MAX_LINE_BYTES,
 ) -> None:
     """Answer one client on ``reader``/``writer`` until it closes its end."""
-    from acp import AgentSideConnection
+    from acp import run_agent
 
     from ._agent import JarvisAcpAgent
     from ._store import SessionStore
 
     agent = JarvisAcpAgent(spec, config, store or SessionStore())
     transport = BoundedNdjson(reader, writer, max_line=max_line)
-    conn = AgentSideConnection(agent, transport, listening=False)
     try:
-        await conn.listen()
+        await run_agent(agent, transport)  # type: ignore[arg-type]  # a Transport is taken
     finally:
         await agent.aclose()
-        await asyncio.shield(conn._conn.close())
 
 
 async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
