@@ -31,6 +31,7 @@ from acp import schema
 from acp.exceptions import RequestError
 
 from .._errors import JarvisError
+from ._hello import initialize_reply
 from ._store import SessionRecord, SessionStore
 from ._updates import UpdateMapper, tool_kind
 
@@ -79,7 +80,8 @@ class JarvisAcpAgent:
         self._store = store
         self._sessions: dict[str, Session] = {}
         self._conn: Any = None
-        self._client_fs_read = False
+        #: Whether the client offers fs/read_text_file (set by initialize).
+        self.client_reads_files = False
         self._loop_thread = threading.get_ident()
 
     def on_connect(self, conn: Any) -> None:
@@ -88,26 +90,17 @@ class JarvisAcpAgent:
     # ---- the protocol's methods -------------------------------------------------
 
     async def initialize(
-        self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None, **_: Any
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **_: Any,
     ) -> schema.InitializeResponse:
-        from acp import PROTOCOL_VERSION
-
-        from .._version import __version__
-
         fs = getattr(client_capabilities, "fs", None)
-        self._client_fs_read = bool(getattr(fs, "read_text_file", False))
-        return schema.InitializeResponse(
-            protocol_version=min(int(protocol_version), PROTOCOL_VERSION),
-            agent_capabilities=schema.AgentCapabilities(
-                load_session=True,
-                # No jarvis agent takes images yet: say so rather than drop them.
-                prompt_capabilities=schema.PromptCapabilities(image=False, audio=False, embedded_context=True),
-                mcp_capabilities=schema.McpCapabilities(http=False, sse=False),
-                session_capabilities=schema.SessionCapabilities(list=schema.SessionListCapabilities()),
-            ),
-            agent_info=schema.Implementation(name="jarvis", title="jarvis", version=__version__),
-            auth_methods=[],
-        )
+        self.client_reads_files = bool(getattr(fs, "read_text_file", False))
+        reply = initialize_reply({"protocolVersion": int(protocol_version)})
+        assert reply is not None
+        return schema.InitializeResponse.model_validate(reply)
 
     async def authenticate(self, method_id: str, **_: Any) -> None:
         return None
@@ -121,7 +114,9 @@ class JarvisAcpAgent:
         header, record = self._store.create(
             cwd=cwd, agent=self._base.agent, mode=mode, model=self._base.model
         )
-        self._sessions[header.session_id] = Session(header.session_id, cwd, mode, header.model, record, mcp)
+        self._sessions[header.session_id] = Session(
+            header.session_id, cwd, mode, header.model, record, mcp
+        )
         return schema.NewSessionResponse(
             session_id=header.session_id,
             modes=self._modes(mode),
@@ -129,7 +124,12 @@ class JarvisAcpAgent:
         )
 
     async def load_session(
-        self, cwd: str, session_id: str, mcp_servers: Any = None, additional_directories: Any = None, **_: Any
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: Any = None,
+        additional_directories: Any = None,
+        **_: Any,
     ) -> schema.LoadSessionResponse:
         cwd = _checked_cwd(cwd)
         mcp = _mcp_servers(mcp_servers)
@@ -145,13 +145,19 @@ class JarvisAcpAgent:
         self._sessions[session.id] = session
         for raw in updates:  # the history, as it was sent
             try:
-                note = schema.SessionNotification.model_validate({"sessionId": session.id, "update": raw})
+                note = schema.SessionNotification.model_validate(
+                    {"sessionId": session.id, "update": raw}
+                )
             except ValueError:
                 continue
             await self._conn.session_update(session_id=session.id, update=note.update)
-        return schema.LoadSessionResponse(modes=self._modes(mode), config_options=self._config_options(session.model))
+        return schema.LoadSessionResponse(
+            modes=self._modes(mode), config_options=self._config_options(session.model)
+        )
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **_: Any) -> schema.ListSessionsResponse:
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+    ) -> schema.ListSessionsResponse:
         import datetime
 
         headers = await asyncio.to_thread(self._store.list, cwd)
@@ -167,7 +173,9 @@ class JarvisAcpAgent:
             ]
         )
 
-    async def set_session_mode(self, session_id: str, mode_id: str, **_: Any) -> schema.SetSessionModeResponse:
+    async def set_session_mode(
+        self, session_id: str, mode_id: str, **_: Any
+    ) -> schema.SetSessionModeResponse:
         session = self._session(session_id)
         if mode_id not in self._mode_ids():
             raise RequestError.invalid_params({"message": f"no such mode: {str(mode_id)[:80]!r}"})
@@ -180,10 +188,14 @@ class JarvisAcpAgent:
     ) -> schema.SetSessionConfigOptionResponse:
         session = self._session(session_id)
         if config_id != "model" or not isinstance(value, str) or value not in self._model_ids():
-            raise RequestError.invalid_params({"message": "the one option is model, one of the catalog's"})
+            raise RequestError.invalid_params(
+                {"message": "the one option is model, one of the catalog's"}
+            )
         session.model = "" if value == "default" else value
         session.record.append({"kind": "set", "field": "model", "value": session.model})
-        return schema.SetSessionConfigOptionResponse(config_options=self._config_options(session.model))
+        return schema.SetSessionConfigOptionResponse(
+            config_options=self._config_options(session.model)
+        )
 
     async def cancel(self, session_id: str, **_: Any) -> None:
         session = self._sessions.get(session_id)
@@ -195,12 +207,16 @@ class JarvisAcpAgent:
         if task is not None:
             # The token stops the run and its sandboxes; a run that ignores it for
             # longer than the grace is cancelled outright.
-            asyncio.get_running_loop().call_later(CANCEL_GRACE_S, lambda: task.done() or task.cancel())
+            asyncio.get_running_loop().call_later(
+                CANCEL_GRACE_S, lambda: task.done() or task.cancel()
+            )
 
     async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> schema.PromptResponse:
         session = self._session(session_id)
         if session.task is not None and not session.task.done():
-            raise RequestError.invalid_request({"message": "a prompt is already running in this session"})
+            raise RequestError.invalid_request(
+                {"message": "a prompt is already running in this session"}
+            )
         text = _prompt_text(prompt)
         if not text.strip():
             raise RequestError.invalid_params({"message": "the prompt has no text"})
@@ -250,7 +266,13 @@ class JarvisAcpAgent:
         run.tool_gate = self._gate(session, run, mapper, queue)
         session.run, session.cancelled = run, False
         sender = asyncio.create_task(send_all())
-        await self._send(session, schema.UserMessageChunk(session_update="user_message_chunk", content=schema.TextContentBlock(type="text", text=text)))
+        await self._send(
+            session,
+            schema.UserMessageChunk(
+                session_update="user_message_chunk",
+                content=schema.TextContentBlock(type="text", text=text),
+            ),
+        )
         spec, config = self._spec(session, text)
         session.task = asyncio.create_task(run_spec(spec, run, config))
         try:
@@ -270,13 +292,20 @@ class JarvisAcpAgent:
             put(_agent_text(f"\n\njarvis: {failure.code}: {failure.message}"))
         await queue.join()
         sender.cancel()
-        if session.cancelled or outcome is None or (outcome.failure and outcome.failure.code == "cancelled"):
+        if (
+            session.cancelled
+            or outcome is None
+            or (outcome.failure and outcome.failure.code == "cancelled")
+        ):
             return schema.PromptResponse(stop_reason="cancelled")
         if outcome.failure is not None:
-            return schema.PromptResponse(stop_reason=_STOP_REASONS.get(outcome.failure.code, "end_turn"))  # type: ignore[arg-type]
+            reason = _STOP_REASONS.get(outcome.failure.code, "end_turn")
+            return schema.PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
         return schema.PromptResponse(stop_reason="end_turn")
 
-    def _gate(self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Any]) -> Any:
+    def _gate(
+        self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Any]
+    ) -> Any:
         """The run's tool gate: the client allows each call that is not pure thought."""
 
         async def gate(tool: str, arguments: Mapping[str, Any], call_id: str) -> bool:
@@ -298,8 +327,14 @@ class JarvisAcpAgent:
                     ),
                     options=[
                         schema.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-                        schema.PermissionOption(option_id="allow_always", name=f"Always allow {tool}", kind="allow_always"),
-                        schema.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+                        schema.PermissionOption(
+                            option_id="allow_always",
+                            name=f"Always allow {tool}",
+                            kind="allow_always",
+                        ),
+                        schema.PermissionOption(
+                            option_id="reject", name="Reject", kind="reject_once"
+                        ),
                     ],
                 )
             )
@@ -317,7 +352,10 @@ class JarvisAcpAgent:
                 return False
             outcome = getattr(answer, "outcome", None)
             option = getattr(outcome, "option_id", None)
-            if getattr(outcome, "outcome", "") != "selected" or option not in ("allow", "allow_always"):
+            if getattr(outcome, "outcome", "") != "selected" or option not in (
+                "allow",
+                "allow_always",
+            ):
                 return False
             if option == "allow_always":
                 session.always.add(tool)
@@ -326,7 +364,12 @@ class JarvisAcpAgent:
         return gate
 
     async def _send(self, session: Session, update: Any) -> None:
-        session.record.append({"kind": "update", "update": update.model_dump(mode="json", by_alias=True, exclude_none=True)})
+        session.record.append(
+            {
+                "kind": "update",
+                "update": update.model_dump(mode="json", by_alias=True, exclude_none=True),
+            }
+        )
         await self._conn.session_update(session_id=session.id, update=update)
 
     def _spec(self, session: Session, text: str) -> tuple[AgentSpec, Config]:
@@ -342,9 +385,10 @@ class JarvisAcpAgent:
             servers = {**config.mcp.servers, **session.mcp}
             config = dataclasses.replace(config, mcp=McpConfig(servers=servers))
             changes["tools"] = (*base.tools, *(f"{name}.*" for name in session.mcp))
-        from ..cli._run_options import EXTERNAL_AGENTS
+        from ..external._registry import BUILTIN
 
-        if changes.get("agent", base.agent) in EXTERNAL_AGENTS:
+        agent = changes.get("agent", base.agent)
+        if agent in BUILTIN or agent in config.agents.external:  # works in a directory
             changes["options"] = {**base.options, "workspace": session.cwd}
         return dataclasses.replace(base, **changes), config
 
@@ -377,7 +421,9 @@ class JarvisAcpAgent:
         return schema.SessionModeState(
             current_mode_id=current,
             available_modes=[
-                schema.SessionMode(id=m, name=m, description="the team of --team" if m == TEAM_MODE else None)
+                schema.SessionMode(
+                    id=m, name=m, description="the team of --team" if m == TEAM_MODE else None
+                )
                 for m in self._mode_ids()
             ],
         )
@@ -407,7 +453,9 @@ class JarvisAcpAgent:
         for session in self._sessions.values():
             if session.run is not None:
                 session.run.cancel.cancel("the client went away")
-        tasks = [s.task for s in self._sessions.values() if s.task is not None and not s.task.done()]
+        tasks = [
+            s.task for s in self._sessions.values() if s.task is not None and not s.task.done()
+        ]
         if tasks:
             with contextlib.suppress(Exception):
                 await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
@@ -416,7 +464,10 @@ class JarvisAcpAgent:
 
 
 def _agent_text(text: str) -> Any:
-    return schema.AgentMessageChunk(session_update="agent_message_chunk", content=schema.TextContentBlock(type="text", text=text))
+    return schema.AgentMessageChunk(
+        session_update="agent_message_chunk",
+        content=schema.TextContentBlock(type="text", text=text),
+    )
 
 
 def _checked_cwd(cwd: object) -> str:
@@ -443,10 +494,14 @@ def _prompt_text(blocks: list[Any]) -> str:
         elif kind == "resource_link":
             part = f"[{str(getattr(block, 'uri', ''))[:500]}]"
         else:
-            raise RequestError.invalid_params({"message": f"jarvis takes no {str(kind)[:40]} content"})
+            raise RequestError.invalid_params(
+                {"message": f"jarvis takes no {str(kind)[:40]} content"}
+            )
         size += len(part)
         if size > MAX_PROMPT_CHARS:
-            raise RequestError.invalid_params({"message": f"a prompt is at most {MAX_PROMPT_CHARS} characters"})
+            raise RequestError.invalid_params(
+                {"message": f"a prompt is at most {MAX_PROMPT_CHARS} characters"}
+            )
         parts.append(part)
     return "".join(parts)
 

@@ -1,11 +1,18 @@
-"""Serving the ACP agent on a pair of streams (stdio for ``jarvis acp``)."""
+"""Serving the ACP agent on a pair of streams (stdio for ``jarvis acp``).
+
+Only the standard library and the wire are imported here: ``jarvis acp`` answers
+``initialize`` (``jarvisd.acp._hello``) while the run's spec, the config and the ACP SDK
+load in a worker thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ._wire import MAX_LINE_BYTES, BoundedNdjson
 
@@ -16,48 +23,118 @@ if TYPE_CHECKING:
 
 __all__ = ["serve", "serve_stdio"]
 
+Prepare = Callable[[], "tuple[AgentSpec, Config]"]
+
 
 async def serve(
-    spec: AgentSpec,
-    config: Config,
+    spec: AgentSpec | Prepare,
+    config: Config | None,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     *,
     store: SessionStore | None = None,
     max_line: int = MAX_LINE_BYTES,
 ) -> None:
-    """Answer one client on ``reader``/``writer`` until it closes its end."""
+    """Answer one client on ``reader``/``writer`` until it closes its end. ``spec``
+    may be a function making the spec and the config (``config`` None): it runs in a
+    worker thread while ``initialize`` is answered, and what it raises is raised here."""
+    transport = BoundedNdjson(reader, writer, max_line=max_line)
+    loop = asyncio.get_running_loop()
+    if callable(spec):
+        prepared = loop.run_in_executor(None, _prepare, spec)
+    else:
+        assert config is not None
+        prepared = loop.create_future()
+        prepared.set_result((spec, config))
+    reads_files = await _hello(transport)
+    spec, config = await prepared
     from acp import run_agent
 
     from ._agent import JarvisAcpAgent
     from ._store import SessionStore
 
     agent = JarvisAcpAgent(spec, config, store or SessionStore())
-    transport = BoundedNdjson(reader, writer, max_line=max_line)
+    agent.client_reads_files = reads_files
     try:
         await run_agent(agent, transport)  # type: ignore[arg-type]  # a Transport is taken
     finally:
         await agent.aclose()
 
 
+def _prepare(make: Prepare) -> tuple[AgentSpec, Config]:
+    made = make()
+    import acp  # noqa: F401  (the SDK's models, loaded here rather than on the loop)
+
+    return made
+
+
+async def _hello(transport: BoundedNdjson) -> bool:
+    """Answer the client's first message if it is a plain ``initialize`` (anything
+    else is left for the SDK); whether the client offers its files."""
+    from ._hello import initialize_reply, reads_client_files
+
+    first = await transport.receive()
+    if first is None:
+        return False
+    reply = initialize_reply(first.get("params")) if first.get("method") == "initialize" else None
+    if reply is None or "id" not in first:
+        transport.push_back(first)
+        return False
+    await transport.send({"jsonrpc": "2.0", "id": first["id"], "result": reply})
+    return reads_client_files(first.get("params"))
+
+
 async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """The client's streams. The protocol gets its own copy of stdout, and fd 1
     becomes stderr: anything else that prints (a library, llama.cpp's C code) cannot
-    put a stray line on the wire."""
+    put a stray line on the wire. Pipes, sockets and terminals are read and written
+    without blocking; a regular file (``jarvis acp < requests > replies``) through a
+    thread and plain writes."""
     loop = asyncio.get_running_loop()
     wire = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, wire)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return reader, writer
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    except ValueError:  # a regular file
+        threading.Thread(target=_feed, args=(loop, reader), daemon=True).start()
+    try:
+        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, wire)
+    except ValueError:  # a regular file
+        return reader, _FileWriter(wire)  # type: ignore[return-value]
+    return reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
-def serve_stdio(spec: AgentSpec, config: Config) -> None:
+def _feed(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:
+    stream = sys.stdin.buffer
+    while chunk := stream.read1(65536):
+        loop.call_soon_threadsafe(reader.feed_data, chunk)
+    loop.call_soon_threadsafe(reader.feed_eof)
+
+
+class _FileWriter:
+    """What the wire needs of a stream writer, on a regular file."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, data: bytes) -> None:
+        self._stream.write(data)
+
+    async def drain(self) -> None:
+        return None
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+def serve_stdio(prepare: Prepare) -> None:
+    """``jarvis acp``: serve the client on stdin and stdout; ``prepare`` makes the
+    spec and the config (a usage error it raises ends the command, on stderr)."""
+
     async def main() -> None:
         reader, writer = await _stdio()
-        await serve(spec, config, reader, writer)
+        await serve(prepare, None, reader, writer)
 
     asyncio.run(main())

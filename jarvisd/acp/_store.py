@@ -99,7 +99,9 @@ class SessionStore:
             raise UsageError(f"no such session: {str(session_id)[:80]!r}")
         return self.root / f"{session_id}.jsonl"
 
-    def create(self, *, cwd: str, agent: str, mode: str, model: str) -> tuple[SessionHeader, SessionRecord]:
+    def create(
+        self, *, cwd: str, agent: str, mode: str, model: str
+    ) -> tuple[SessionHeader, SessionRecord]:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         header = SessionHeader(uuid.uuid4().hex, cwd, agent, mode, model, time.time())
         record = SessionRecord(self._path(header.session_id), 0)

@@ -158,7 +158,9 @@ class UpdateMapper:
                 schema.PlanEntry(
                     content=text,
                     priority="medium",
-                    status=status if status in ("pending", "in_progress", "completed") else "completed",  # type: ignore[arg-type]
+                    status=status
+                    if status in ("pending", "in_progress", "completed")
+                    else "completed",  # type: ignore[arg-type]
                 )
                 for status, text in self._plan.values()
             ],

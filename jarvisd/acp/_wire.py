@@ -37,8 +37,10 @@ _TOO_LONG = _TooLong()
 def _valid_id(value: object) -> bool:
     # Strings and integers only (JSON-RPC discourages fractions; a list or an object
     # as an id is not hashable, and would break the connection's table of replies).
-    return value is None or isinstance(value, str) or (
-        isinstance(value, int) and not isinstance(value, bool)
+    return (
+        value is None
+        or isinstance(value, str)
+        or (isinstance(value, int) and not isinstance(value, bool))
     )
 
 
@@ -48,9 +50,11 @@ def check_message(message: object) -> tuple[str, object] | None:
     if not isinstance(message, dict):
         return "a message must be a JSON object", None
     raw_id = message.get("id")
-    reply_id = raw_id if _valid_id(raw_id) and (
-        not isinstance(raw_id, str) or len(raw_id) <= 200
-    ) else None
+    reply_id = (
+        raw_id
+        if _valid_id(raw_id) and (not isinstance(raw_id, str) or len(raw_id) <= 200)
+        else None
+    )
     if message.get("jsonrpc") != "2.0":
         return 'a message must have "jsonrpc": "2.0"', reply_id
     if "id" in message and reply_id is None and raw_id is not None:
@@ -88,6 +92,11 @@ class BoundedNdjson:
         self._closed = False
         #: Bad messages answered (for tests and logs).
         self.rejected = 0
+        self._pushed: list[dict[str, Any]] = []
+
+    def push_back(self, message: dict[str, Any]) -> None:
+        """Have the next ``receive`` return ``message`` (one read ahead, not taken)."""
+        self._pushed.append(message)
 
     async def send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
@@ -98,12 +107,16 @@ class BoundedNdjson:
             await self._writer.drain()
 
     async def receive(self) -> dict[str, Any] | None:
+        if self._pushed:
+            return self._pushed.pop(0)
         while True:
             line = await self._read_line()
             if line is None:
                 return None
             if line is _TOO_LONG:
-                await self._reject(None, INVALID_REQUEST, f"a message is at most {self._max_line} bytes")
+                await self._reject(
+                    None, INVALID_REQUEST, f"a message is at most {self._max_line} bytes"
+                )
                 continue
             assert isinstance(line, bytes)
             line = line.strip()
@@ -118,6 +131,7 @@ class BoundedNdjson:
             if problem is not None:
                 await self._reject(problem[1], INVALID_REQUEST, problem[0])
                 continue
+            assert isinstance(message, dict)  # check_message saw to it
             return message
 
     async def close(self) -> None:

@@ -4,17 +4,21 @@ list the sessions it recorded."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ._run_options import build_spec, run_options
 
+if TYPE_CHECKING:
+    from .._config import Config
+    from ..runs import AgentSpec
+
 
 @click.group(invoke_without_command=True)
 @run_options
 @click.pass_context
-def acp(ctx: click.Context, **run_values: Any) -> None:
+def acp(ctx: click.Context, /, **run_values: Any) -> None:
     """Be an ACP agent on stdio: an editor (Zed, JetBrains, Neovim...) or an ACP
     client (acpx) sends prompts, jarvis runs the agent (or --team) with the options
     given here and streams its answer, tool calls and plans back.
@@ -30,14 +34,18 @@ def acp(ctx: click.Context, **run_values: Any) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from .._config import load_config
-    from ..acp import serve_stdio
-    from ..runs import validate_spec
+    from ..acp._serve import serve_stdio  # light: the rest loads while the client waits
 
-    spec = build_spec("", **run_values)
-    config = load_config()
-    validate_spec(spec, config)  # an unknown agent or a bad team: a usage error now
-    serve_stdio(spec, config)
+    def prepare() -> tuple[AgentSpec, Config]:
+        from .._config import load_config
+        from ..runs import validate_spec
+
+        spec = build_spec("", **run_values)
+        config = load_config()
+        validate_spec(spec, config)  # an unknown agent, a bad team: a usage error
+        return spec, config
+
+    serve_stdio(prepare)
 
 
 @acp.command("sessions")

@@ -26,7 +26,9 @@ class RecordingClient:
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         self.updates.append(update)
 
-    async def request_permission(self, session_id: str, tool_call: Any, options: Any, **_: Any) -> Any:
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: Any, **_: Any
+    ) -> Any:
         self.asked.append(tool_call)
         answer = self.answers.pop(0) if self.answers else "reject"
         if answer == "hang":  # never answers (until cancelled)

@@ -57,7 +57,9 @@ async def _start(client: RecordingClient, url: str, cwd: Path) -> Any:
 
 async def _init(conn: Any) -> Any:
     return await asyncio.wait_for(
-        conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=schema.ClientCapabilities()),
+        conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION, client_capabilities=schema.ClientCapabilities()
+        ),
         60,
     )
 
@@ -76,15 +78,19 @@ def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path)
             assert {"orchestrator", "simple"} <= {m.id for m in new.modes.available_modes}
 
             # Streamed text.
-            done = await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("say hi")]), 60)
+            done = await asyncio.wait_for(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("say hi")]), 60
+            )
             assert done.stop_reason == "end_turn"
             assert "hello from jarvis about say hi" in client.text()
 
             # A tool of kind "think": no permission asked; its call and its update.
             client.updates.clear()
-            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("calc 6*7")]), 60)
-            start, = client.of("tool_call")
-            end, = client.of("tool_call_update")
+            await asyncio.wait_for(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("calc 6*7")]), 60
+            )
+            (start,) = client.of("tool_call")
+            (end,) = client.of("tool_call_update")
             assert (start.title, start.kind, start.status) == ("calculator", "think", "in_progress")
             assert start.raw_input == {"expression": "6*7"}
             assert (end.tool_call_id, end.status) == (start.tool_call_id, "completed")
@@ -94,9 +100,11 @@ def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path)
             # A read: asked first; allowed once, then rejected (the call fails, the run goes on).
             for expected in ("completed", "failed"):
                 client.updates.clear()
-                await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("read /etc/hostname")]), 60)
-                start, = client.of("tool_call")
-                end, = client.of("tool_call_update")
+                await asyncio.wait_for(
+                    conn.prompt(session_id=sid, prompt=[acp.text_block("read /etc/hostname")]), 60
+                )
+                (start,) = client.of("tool_call")
+                (end,) = client.of("tool_call_update")
                 assert client.asked[-1].tool_call_id == start.tool_call_id
                 assert client.asked[-1].kind == "read"
                 assert start.kind == "read"
@@ -105,7 +113,9 @@ def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path)
             assert len(client.asked) == 2
 
             # Cancel a prompt whose model never answers.
-            prompt = asyncio.ensure_future(conn.prompt(session_id=sid, prompt=[acp.text_block("slow one")]))
+            prompt = asyncio.ensure_future(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("slow one")])
+            )
             await asyncio.sleep(1.0)
             await conn.cancel(session_id=sid)
             stopped = await asyncio.wait_for(prompt, 60)
@@ -117,7 +127,9 @@ def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path)
             with pytest.raises(acp.RequestError):
                 await conn.prompt(session_id="nope", prompt=[acp.text_block("x")])
             with pytest.raises(acp.RequestError):
-                await conn.load_session(cwd=str(tmp_path), session_id="../../etc/passwd", mcp_servers=[])
+                await conn.load_session(
+                    cwd=str(tmp_path), session_id="../../etc/passwd", mcp_servers=[]
+                )
 
     asyncio.run(main())
 
@@ -128,8 +140,12 @@ def test_load_after_kill_9(standin: OllamaStandIn, tmp_path: Path) -> None:
         async with await _start(first, standin.url, tmp_path) as (conn, proc):
             await _init(conn)
             sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
-            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("first question")]), 60)
-            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("calc 6*7")]), 60)
+            await asyncio.wait_for(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("first question")]), 60
+            )
+            await asyncio.wait_for(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("calc 6*7")]), 60
+            )
             os.kill(proc.pid, signal.SIGKILL)
             await proc.wait()
         sent = [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in first.updates]
@@ -137,15 +153,23 @@ def test_load_after_kill_9(standin: OllamaStandIn, tmp_path: Path) -> None:
         second = RecordingClient()
         async with await _start(second, standin.url, tmp_path) as (conn, _proc):
             await _init(conn)
-            await asyncio.wait_for(conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[]), 60)
-            replayed = [u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in second.updates]
+            await asyncio.wait_for(
+                conn.load_session(cwd=str(tmp_path), session_id=sid, mcp_servers=[]), 60
+            )
+            replayed = [
+                u.model_dump(mode="json", by_alias=True, exclude_none=True) for u in second.updates
+            ]
             assert replayed == sent  # the history, as it was sent, prompts included
-            users = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
+            users = [
+                u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"
+            ]
             assert users == ["first question", "calc 6*7"]
             assert any(u["sessionUpdate"] == "tool_call" for u in replayed)
             # The loaded session goes on.
             second.updates.clear()
-            await asyncio.wait_for(conn.prompt(session_id=sid, prompt=[acp.text_block("again")]), 60)
+            await asyncio.wait_for(
+                conn.prompt(session_id=sid, prompt=[acp.text_block("again")]), 60
+            )
             assert "hello from jarvis about again" in second.text()
         return sid
 

@@ -84,11 +84,17 @@ def test_acpx_drives_jarvis_acp(standin: OllamaStandIn, tmp_path: Path) -> None:
     # One shot: a read is allowed by --approve-reads; the call, its updates, the answer.
     out = acpx(["--format", "json", "--approve-reads", "--agent", AGENT, "exec", "read /etc/hostname"],
                standin, home, project)  # fmt: skip
-    init = next(m for m in out if m.get("id") == 0 and "result" in m and "agentCapabilities" in m["result"])
+    init = next(
+        m for m in out if m.get("id") == 0 and "result" in m and "agentCapabilities" in m["result"]
+    )
     assert init["result"]["agentCapabilities"]["loadSession"] is True
     (start,) = updates(out, "tool_call")
     (end,) = updates(out, "tool_call_update")
-    assert (start["title"], start["kind"], start["rawInput"]) == ("file_read", "read", {"path": "/etc/hostname"})
+    assert (start["title"], start["kind"], start["rawInput"]) == (
+        "file_read",
+        "read",
+        {"path": "/etc/hostname"},
+    )
     asked = next(m for m in out if m.get("method") == "session/request_permission")
     assert asked["params"]["toolCall"]["toolCallId"] == start["toolCallId"]
     answer = next(m for m in out if m.get("id") == asked["id"] and "outcome" in m.get("result", {}))

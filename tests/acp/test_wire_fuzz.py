@@ -26,20 +26,35 @@ MAX_LINE = 4096
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
     max_leaves=20,
 )
-ids = st.none() | st.integers() | st.text(max_size=10) | st.floats(allow_nan=False) | st.lists(st.integers(), max_size=2)
+ids = (
+    st.none()
+    | st.integers()
+    | st.text(max_size=10)
+    | st.floats(allow_nan=False)
+    | st.lists(st.integers(), max_size=2)
+)
 messages = st.fixed_dictionaries(
     {},
     optional={
         "jsonrpc": st.sampled_from(["2.0", "1.0", 2]),
         "id": ids,
         "method": st.sampled_from(METHODS) | json_values,
-        "params": json_values | st.fixed_dictionaries({}, optional={
-            "sessionId": st.text(max_size=40), "cwd": st.sampled_from(["/tmp", "rel", ""]),
-            "protocolVersion": json_values, "prompt": json_values, "modeId": json_values,
-        }),  # fmt: skip
+        "params": json_values
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "sessionId": st.text(max_size=40),
+                "cwd": st.sampled_from(["/tmp", "rel", ""]),
+                "protocolVersion": json_values,
+                "prompt": json_values,
+                "modeId": json_values,
+            },
+        ),
         "result": json_values,
         "error": json_values,
     },
@@ -77,7 +92,14 @@ def exchange(lines_in: list[bytes], root: Path) -> list[dict[str, Any]]:
         reader.feed_eof()
         sink = Sink()
         await asyncio.wait_for(
-            serve(AgentSpec(input=""), Config(), reader, sink, store=SessionStore(root), max_line=MAX_LINE),  # type: ignore[arg-type]
+            serve(
+                AgentSpec(input=""),
+                Config(),
+                reader,
+                sink,
+                store=SessionStore(root),
+                max_line=MAX_LINE,
+            ),  # type: ignore[arg-type]
             30,
         )
         return [json.loads(line) for line in bytes(sink.data).splitlines()]
@@ -100,14 +122,18 @@ def expectation(line: bytes) -> str:
         return "error"
     has_id = "id" in message
     raw_id = message.get("id")
-    good_id = raw_id is None or isinstance(raw_id, str | int) and not isinstance(raw_id, bool)
+    good_id = raw_id is None or (isinstance(raw_id, str | int) and not isinstance(raw_id, bool))
     if isinstance(raw_id, str) and len(raw_id) > 200:
         good_id = False
     if has_id and not good_id:
         return "error"
     if "method" in message:
         method, params = message["method"], message.get("params")
-        if not isinstance(method, str) or not method or params is not None and not isinstance(params, dict | list):
+        if (
+            not isinstance(method, str)
+            or not method
+            or (params is not None and not isinstance(params, dict | list))
+        ):
             return "error"
         return "reply" if has_id else "none"
     if raw_id is None or ("result" in message) == ("error" in message):
@@ -115,7 +141,11 @@ def expectation(line: bytes) -> str:
     return "none"  # a response to a request never made: dropped
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(line=lines)
 def test_every_bad_message_gets_an_error_reply(line: bytes, tmp_path: Path) -> None:
     replies = exchange([line, json.dumps(PROBE).encode()], tmp_path)
@@ -123,7 +153,9 @@ def test_every_bad_message_gets_an_error_reply(line: bytes, tmp_path: Path) -> N
         assert reply.get("jsonrpc") == "2.0" and "id" in reply
         assert ("result" in reply) != ("error" in reply)
         if "error" in reply:
-            assert isinstance(reply["error"]["code"], int) and isinstance(reply["error"]["message"], str)
+            assert isinstance(reply["error"]["code"], int) and isinstance(
+                reply["error"]["message"], str
+            )
     probe = [r for r in replies if r["id"] == "probe"]
     assert len(probe) == 1 and "result" in probe[0], replies  # the connection survived
     others = [r for r in replies if r["id"] != "probe"]
@@ -138,6 +170,16 @@ def test_every_bad_message_gets_an_error_reply(line: bytes, tmp_path: Path) -> N
 
 
 def test_a_line_too_long_is_refused_and_the_next_one_read(tmp_path: Path) -> None:
-    replies = exchange([b'{"jsonrpc": "2.0", "id": 7, "method": "' + b"a" * 10 * MAX_LINE + b'"}', json.dumps(PROBE).encode()], tmp_path)
-    assert replies[0] == {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": f"a message is at most {MAX_LINE} bytes"}}
+    replies = exchange(
+        [
+            b'{"jsonrpc": "2.0", "id": 7, "method": "' + b"a" * 10 * MAX_LINE + b'"}',
+            json.dumps(PROBE).encode(),
+        ],
+        tmp_path,
+    )
+    assert replies[0] == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32600, "message": f"a message is at most {MAX_LINE} bytes"},
+    }
     assert replies[1]["id"] == "probe" and "result" in replies[1]
