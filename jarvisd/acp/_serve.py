@@ -108,7 +108,7 @@ async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
 
 def _feed(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:
     stream = sys.stdin.buffer
-    while chunk := stream.read1(65536):
+    while chunk := stream.read1(65536):  # type: ignore[union-attr]
         loop.call_soon_threadsafe(reader.feed_data, chunk)
     loop.call_soon_threadsafe(reader.feed_eof)
 

@@ -22,7 +22,8 @@ def test_the_early_answer_is_the_agents_answer(tmp_path: object) -> None:
     assert PROTOCOL_VERSION == acp.PROTOCOL_VERSION
     agent = JarvisAcpAgent(AgentSpec(input=""), Config(), SessionStore())
     answer = asyncio.run(agent.initialize(protocol_version=7))
-    dumped = answer.model_dump(mode="json", by_alias=True, exclude_none=True)
+    # As the SDK puts it on the wire (acp.connection: exclude_none, exclude_unset).
+    dumped = answer.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True)
     assert dumped == initialize_reply({"protocolVersion": 7})
     assert initialize_reply({"protocolVersion": "1"}) is None  # left to the SDK's checks
 
