@@ -1,8 +1,8 @@
 """Serving the ACP agent on a pair of streams (stdio for ``jarvis acp``).
 
 Only the standard library and the wire are imported here: ``jarvis acp`` answers
-``initialize`` (``jarvisd.acp._hello``) while the run's spec, the config and the ACP SDK
-load in a worker thread.
+``initialize`` (``jarvisd.acp._hello``) first, and only then loads the run's spec, the
+config and the ACP SDK (in a worker thread: the loop goes on reading).
 """
 
 from __future__ import annotations
@@ -37,17 +37,14 @@ async def serve(
 ) -> None:
     """Answer one client on ``reader``/``writer`` until it closes its end. ``spec``
     may be a function making the spec and the config (``config`` None): it runs in a
-    worker thread while ``initialize`` is answered, and what it raises is raised here."""
+    worker thread once ``initialize`` is answered, and what it raises is raised here."""
     transport = BoundedNdjson(reader, writer, max_line=max_line)
-    loop = asyncio.get_running_loop()
-    if callable(spec):
-        prepared = loop.run_in_executor(None, _prepare, spec)
-    else:
-        assert config is not None
-        prepared = loop.create_future()
-        prepared.set_result((spec, config))
+    # The client's first message (initialize) is answered before the imports start:
+    # a thread importing would take half of the interpreter from the answer.
     reads_files = await _hello(transport)
-    spec, config = await prepared
+    if callable(spec):
+        spec, config = await asyncio.get_running_loop().run_in_executor(None, _prepare, spec)
+    assert config is not None
     from acp import run_agent
 
     from ._agent import JarvisAcpAgent
