@@ -84,7 +84,7 @@ def _prompt_row(env: BenchEnv) -> list[Row]:
         async def through_acp() -> list[float]:
             times: list[float] = []
             command = [env.jarvis_bin(), "acp", "--engine", "ollama", "--model", "scripted"]
-            async with acp.spawn_agent_process(Quiet(), *command, env=process_env) as (conn, _):
+            async with acp.spawn_agent_process(Quiet(), *command, env=process_env) as (conn, _):  # type: ignore[arg-type]
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
                                       client_capabilities=schema.ClientCapabilities())  # fmt: skip
                 sid = (await conn.new_session(cwd=str(env.tmp), mcp_servers=[])).session_id

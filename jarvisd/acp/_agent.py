@@ -31,6 +31,7 @@ from acp import schema
 from acp.exceptions import RequestError
 
 from .._errors import JarvisError
+from ._edits import CODE_AGENT, CODE_MODE, changed_files
 from ._hello import initialize_reply
 from ._store import SessionRecord, SessionStore
 from ._updates import UpdateMapper, tool_kind
@@ -52,6 +53,10 @@ MAX_MCP_SERVERS = 20
 CANCEL_GRACE_S = 10.0
 #: The mode id of the team given with ``--team``.
 TEAM_MODE = "team"
+_MODE_TEXT = {
+    TEAM_MODE: "the team of --team",
+    CODE_MODE: "change the project: a jarvis code run, its diff offered for review",
+}
 _STOP_REASONS = {"budget": "max_tokens", "max_turns": "max_turn_requests"}
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -80,8 +85,10 @@ class JarvisAcpAgent:
         self._store = store
         self._sessions: dict[str, Session] = {}
         self._conn: Any = None
-        #: Whether the client offers fs/read_text_file (set by initialize).
+        #: Whether the client offers fs/read_text_file and fs/write_text_file (set by
+        #: initialize).
         self.client_reads_files = False
+        self.client_writes_files = False
         self._loop_thread = threading.get_ident()
 
     def on_connect(self, conn: Any) -> None:
@@ -98,6 +105,7 @@ class JarvisAcpAgent:
     ) -> schema.InitializeResponse:
         fs = getattr(client_capabilities, "fs", None)
         self.client_reads_files = bool(getattr(fs, "read_text_file", False))
+        self.client_writes_files = bool(getattr(fs, "write_text_file", False))
         reply = initialize_reply({"protocolVersion": int(protocol_version)})
         assert reply is not None
         return schema.InitializeResponse.model_validate(reply)
@@ -274,6 +282,15 @@ class JarvisAcpAgent:
             ),
         )
         spec, config = self._spec(session, text)
+        workspace = None
+        if session.mode == CODE_MODE:
+            try:
+                workspace = await asyncio.to_thread(_prepare_workspace, session.cwd, text)
+            except JarvisError as exc:
+                await queue.join()
+                sender.cancel()
+                raise RequestError.invalid_params({"message": str(exc)}) from None
+            spec = dataclasses.replace(spec, workspace=workspace.id)
         session.task = asyncio.create_task(run_spec(spec, run, config))
         try:
             outcome: RunOutcome | None = await asyncio.shield(session.task)
@@ -286,6 +303,10 @@ class JarvisAcpAgent:
             session.run = None
         if outcome is not None and outcome.ok and not streamed and outcome.answer:
             put(_agent_text(outcome.answer))
+        if workspace is not None:
+            said = await self._settle_change(session, workspace, outcome, run, mapper, queue)
+            if said:
+                put(_agent_text(f"\n\n{said}"))
         if outcome is not None and not outcome.ok and not session.cancelled:
             failure = outcome.failure
             assert failure is not None
@@ -315,53 +336,114 @@ class JarvisAcpAgent:
             await queue.join()  # the client has seen the call before it is asked about it
             from ..external._mapping import _bounded
 
-            asked = asyncio.ensure_future(
-                self._conn.request_permission(
-                    session_id=session.id,
-                    tool_call=schema.ToolCallUpdate(
-                        tool_call_id=mapper.started_id(tool, call_id) or f"{session.id[:8]}-ask",
-                        title=tool,
-                        kind=kind,  # type: ignore[arg-type]
-                        status="pending",
-                        raw_input=_bounded(dict(arguments)),
-                    ),
-                    options=[
-                        schema.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
-                        schema.PermissionOption(
-                            option_id="allow_always",
-                            name=f"Always allow {tool}",
-                            kind="allow_always",
-                        ),
-                        schema.PermissionOption(
-                            option_id="reject", name="Reject", kind="reject_once"
-                        ),
-                    ],
-                )
+            call = schema.ToolCallUpdate(
+                tool_call_id=mapper.started_id(tool, call_id) or f"{session.id[:8]}-ask",
+                title=tool,
+                kind=kind,  # type: ignore[arg-type]
+                status="pending",
+                raw_input=_bounded(dict(arguments)),
             )
-            stopped = asyncio.ensure_future(run.cancel.wait())
-            try:
-                await asyncio.wait({asked, stopped}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stopped.cancel()
-            if not asked.done():
-                asked.cancel()
-                return False
-            try:
-                answer = asked.result()
-            except Exception:  # an error reply, a closed connection: not allowed
-                return False
-            outcome = getattr(answer, "outcome", None)
-            option = getattr(outcome, "option_id", None)
-            if getattr(outcome, "outcome", "") != "selected" or option not in (
-                "allow",
-                "allow_always",
-            ):
-                return False
-            if option == "allow_always":
-                session.always.add(tool)
-            return True
+            return await self._ask(session, run, call)
 
         return gate
+
+    async def _settle_change(
+        self,
+        session: Session,
+        workspace: Any,
+        outcome: RunOutcome | None,
+        run: RunContext,
+        mapper: UpdateMapper,
+        queue: asyncio.Queue[Any],
+    ) -> str:
+        """Offer a code run's change to the client and apply it once allowed; the
+        workspace is gone afterwards either way. What to tell the user."""
+        from .._paths import paths
+        from ..code import CodeStore, apply, discard
+
+        state = paths().state
+        store = CodeStore(state / "code.db")
+        applied = False
+        try:
+            code = dict((outcome.metadata.get("code") or {}) if outcome is not None else {})
+            files = code.get("files") or []
+            if outcome is None or not outcome.ok or not files or session.cancelled:
+                return (
+                    "jarvis: no change to the project" if outcome is not None and outcome.ok else ""
+                )
+            changes = await asyncio.to_thread(changed_files, session.cwd, workspace.path, files)
+            await queue.join()
+            call_id = f"{session.id[:8]}-{session.prompts}-change"
+            content: list[Any] = [
+                schema.FileEditToolCallContent(
+                    type="diff", path=c.path, old_text=c.old, new_text=c.new or ""
+                )
+                for c in changes or ()
+            ]
+            if not content:  # not text: the change is described, jarvis applies it
+                listed = ", ".join(f"{f.get('status')} {f.get('path')}" for f in files[:50])
+                content = [_text_block_content(f"changes: {listed}")]
+            title = f"apply the change to {len(files)} file{'s' if len(files) != 1 else ''}"
+            locations = [schema.ToolCallLocation(path=c.path) for c in changes or ()][:50]
+            await self._send(session, schema.ToolCallStart(
+                session_update="tool_call", tool_call_id=call_id, title=title, kind="edit",
+                status="pending", content=content, locations=locations or None,
+            ))  # fmt: skip
+            allowed = await self._ask(session, run, schema.ToolCallUpdate(
+                tool_call_id=call_id, title=title, kind="edit", status="pending",
+            ))  # fmt: skip
+            if not allowed:
+                await self._send(
+                    session, _call_done(call_id, "failed", "not applied: the project is untouched")
+                )
+                return "jarvis: the change was not applied"
+            if changes is not None and self.client_writes_files:
+                for change in changes:
+                    await self._conn.write_text_file(
+                        session_id=session.id, path=change.path, content=change.new or ""
+                    )
+                how = "written through the editor"
+            else:
+                await asyncio.to_thread(apply, workspace.id, store, state)
+                applied = True
+                how = "applied by jarvis (three-way)"
+            await self._send(session, _call_done(call_id, "completed", how))
+            return f"jarvis: the change was {how}"
+        except (JarvisError, RequestError, OSError, ConnectionError) as exc:
+            return f"jarvis: the change was not applied: {exc}"
+        finally:
+            if not applied:
+                try:
+                    await asyncio.to_thread(discard, store.get(workspace.id), store, state)
+                except JarvisError:
+                    pass
+            store.close()
+
+    async def _ask(self, session: Session, run: RunContext, call: Any) -> bool:
+        """The client's answer to a permission request for ``call`` (a cancel, an
+        error or a closed connection: no)."""
+        asked = asyncio.ensure_future(
+            self._conn.request_permission(session_id=session.id, tool_call=call, options=_OPTIONS)
+        )
+        stopped = asyncio.ensure_future(run.cancel.wait())
+        try:
+            await asyncio.wait({asked, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+        if not asked.done():
+            asked.cancel()
+            return False
+        try:
+            answer = asked.result()
+        except Exception:
+            return False
+        outcome = getattr(answer, "outcome", None)
+        option = getattr(outcome, "option_id", None)
+        if getattr(outcome, "outcome", "") != "selected" or option not in ("allow", "allow_always"):
+            return False
+        if option == "allow_always" and call.title:
+            session.always.add(str(call.title))
+        return True
 
     async def _send(self, session: Session, update: Any) -> None:
         session.record.append(
@@ -376,7 +458,10 @@ class JarvisAcpAgent:
         base = self._base
         config = self._config
         changes: dict[str, Any] = {"input": text, "model": session.model or base.model}
-        if session.mode != TEAM_MODE:
+        if session.mode == CODE_MODE:
+            changes["agent"] = CODE_AGENT
+            changes["team"] = None
+        elif session.mode != TEAM_MODE:
             changes["agent"] = session.mode
             changes["team"] = None
         if session.mcp:
@@ -412,6 +497,7 @@ class JarvisAcpAgent:
         ids += [name for name in self._config.agents.external if name not in ids]
         if self._base.team is not None:
             ids.insert(0, TEAM_MODE)
+        ids.append(CODE_MODE)
         default = self._default_mode()
         if default not in ids:
             ids.insert(0, default)
@@ -461,6 +547,38 @@ class JarvisAcpAgent:
                 await asyncio.wait(tasks, timeout=CANCEL_GRACE_S)
             for task in tasks:
                 task.cancel()
+
+
+_OPTIONS = [
+    schema.PermissionOption(option_id="allow", name="Allow", kind="allow_once"),
+    schema.PermissionOption(option_id="allow_always", name="Always allow", kind="allow_always"),
+    schema.PermissionOption(option_id="reject", name="Reject", kind="reject_once"),
+]
+
+
+def _text_block_content(text: str) -> Any:
+    return schema.ContentToolCallContent(
+        type="content", content=schema.TextContentBlock(type="text", text=text)
+    )
+
+
+def _call_done(call_id: str, status: str, text: str) -> Any:
+    return schema.ToolCallProgress(
+        session_update="tool_call_update", tool_call_id=call_id, status=status,  # type: ignore[arg-type]
+        content=[_text_block_content(text)],
+    )  # fmt: skip
+
+
+def _prepare_workspace(cwd: str, task: str) -> Any:
+    from .._paths import paths
+    from ..code import CodeStore, prepare
+
+    state = paths().state
+    store = CodeStore(state / "code.db")
+    try:
+        return prepare(cwd, store=store, state_dir=state, task=task[:2000], agent=CODE_AGENT)
+    finally:
+        store.close()
 
 
 def _agent_text(text: str) -> Any:

@@ -41,8 +41,11 @@ def initialize_reply(params: object) -> dict[str, Any] | None:
     }
 
 
-def reads_client_files(params: object) -> bool:
-    """Whether the client offers ``fs/read_text_file`` (its open buffers)."""
+def client_fs(params: object) -> tuple[bool, bool]:
+    """Whether the client offers ``fs/read_text_file`` (its open buffers) and
+    ``fs/write_text_file``."""
     caps = params.get("clientCapabilities") if isinstance(params, dict) else None
     fs = caps.get("fs") if isinstance(caps, dict) else None
-    return isinstance(fs, dict) and fs.get("readTextFile") is True
+    if not isinstance(fs, dict):
+        return False, False
+    return fs.get("readTextFile") is True, fs.get("writeTextFile") is True

@@ -41,17 +41,17 @@ async def serve(
     transport = BoundedNdjson(reader, writer, max_line=max_line)
     # The client's first message (initialize) is answered before the imports start:
     # a thread importing would take half of the interpreter from the answer.
-    reads_files = await _hello(transport)
+    reads_files, writes_files = await _hello(transport)
     if callable(spec):
         spec, config = await asyncio.get_running_loop().run_in_executor(None, _prepare, spec)
-    assert config is not None
+    assert config is not None and not callable(spec)
     from acp import run_agent
 
     from ._agent import JarvisAcpAgent
     from ._store import SessionStore
 
     agent = JarvisAcpAgent(spec, config, store or SessionStore())
-    agent.client_reads_files = reads_files
+    agent.client_reads_files, agent.client_writes_files = reads_files, writes_files
     try:
         await run_agent(agent, transport)  # type: ignore[arg-type]  # a Transport is taken
     finally:
@@ -65,20 +65,20 @@ def _prepare(make: Prepare) -> tuple[AgentSpec, Config]:
     return made
 
 
-async def _hello(transport: BoundedNdjson) -> bool:
+async def _hello(transport: BoundedNdjson) -> tuple[bool, bool]:
     """Answer the client's first message if it is a plain ``initialize`` (anything
-    else is left for the SDK); whether the client offers its files."""
-    from ._hello import initialize_reply, reads_client_files
+    else is left for the SDK); whether the client reads and writes its files for us."""
+    from ._hello import client_fs, initialize_reply
 
     first = await transport.receive()
     if first is None:
-        return False
+        return False, False
     reply = initialize_reply(first.get("params")) if first.get("method") == "initialize" else None
     if reply is None or "id" not in first:
         transport.push_back(first)
-        return False
+        return False, False
     await transport.send({"jsonrpc": "2.0", "id": first["id"], "result": reply})
-    return reads_client_files(first.get("params"))
+    return client_fs(first.get("params"))
 
 
 async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
