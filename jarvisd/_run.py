@@ -312,6 +312,11 @@ class RunContext:
     tool_gate: Callable[[str, Mapping[str, Any], str], Awaitable[bool]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: The text of a file as the user's editor has it (its unsaved buffer), given the
+    #: absolute path ``file_read`` resolved and allowed; None: read the disk. Called
+    #: from a worker thread. ``jarvis acp`` sets it when the client offers
+    #: ``fs/read_text_file``; children share it.
+    read_buffer: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
     #: The host path of the run's egress proxy socket (``jarvisd.sandbox._netrun``):
     #: the sandboxes the run starts mount it. "" (the default): no network for them.
     egress: str = ""
@@ -337,6 +342,7 @@ class RunContext:
             bound_engines=self.bound_engines,
             approver=self.approver,
             tool_gate=self.tool_gate,
+            read_buffer=self.read_buffer,
             egress=self.egress,
             sandbox_binds=self.sandbox_binds,
             sandbox_env=self.sandbox_env,

@@ -51,6 +51,8 @@ MAX_PROMPT_CHARS = 1_000_000
 MAX_MCP_SERVERS = 20
 #: Seconds a cancelled run has to stop through its token before its task is cancelled.
 CANCEL_GRACE_S = 10.0
+#: Seconds the client has to give a buffer's text (then the disk is read).
+BUFFER_READ_TIMEOUT_S = 30.0
 #: The mode id of the team given with ``--team``.
 TEAM_MODE = "team"
 _MODE_TEXT = {
@@ -272,6 +274,8 @@ class JarvisAcpAgent:
         run = RunContext(on_delta=on_delta)
         run.bus.subscribe(on_event)
         run.tool_gate = self._gate(session, run, mapper, queue)
+        if self.client_reads_files:
+            run.read_buffer = self._buffer_reader(session, loop)
         session.run, session.cancelled = run, False
         sender = asyncio.create_task(send_all())
         await self._send(
@@ -444,6 +448,25 @@ class JarvisAcpAgent:
         if option == "allow_always" and call.title:
             session.always.add(str(call.title))
         return True
+
+    def _buffer_reader(self, session: Session, loop: asyncio.AbstractEventLoop) -> Any:
+        """``file_read``'s way to the client's buffers (``fs/read_text_file``), called
+        from the tool's worker thread; None (the disk) on any failure."""
+
+        def read(path: str) -> str | None:
+            if threading.get_ident() == self._loop_thread:
+                return None  # never wait for the loop on the loop
+            future = asyncio.run_coroutine_threadsafe(
+                self._conn.read_text_file(session_id=session.id, path=path), loop
+            )
+            try:
+                text = future.result(timeout=BUFFER_READ_TIMEOUT_S).content
+            except Exception:
+                future.cancel()
+                return None
+            return text if isinstance(text, str) else None
+
+        return read
 
     async def _send(self, session: Session, update: Any) -> None:
         session.record.append(

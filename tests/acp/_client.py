@@ -22,6 +22,7 @@ class RecordingClient:
         self.asked: list[Any] = []
         self.answers = list(answers)
         self.written: dict[str, str] = {}
+        self.read: list[str] = []
 
     async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
         self.updates.append(update)
@@ -36,6 +37,10 @@ class RecordingClient:
         return schema.RequestPermissionResponse(
             outcome=schema.AllowedOutcome(outcome="selected", option_id=answer)
         )
+
+    async def read_text_file(self, session_id: str, path: str, **_: Any) -> Any:
+        self.read.append(path)
+        return schema.ReadTextFileResponse(content=f"unsaved buffer of {path}")
 
     async def write_text_file(self, session_id: str, path: str, content: str, **_: Any) -> None:
         self.written[path] = content

@@ -55,20 +55,27 @@ async def _start(client: RecordingClient, url: str, cwd: Path) -> Any:
     return acp.spawn_agent_process(client, *JARVIS, *FLAGS, env=env(OLLAMA_HOST=url), cwd=cwd)
 
 
-async def _init(conn: Any) -> Any:
+async def _init(conn: Any, reads: bool = False) -> Any:
+    fs = schema.FileSystemCapabilities(read_text_file=reads, write_text_file=False)
     return await asyncio.wait_for(
         conn.initialize(
-            protocol_version=acp.PROTOCOL_VERSION, client_capabilities=schema.ClientCapabilities()
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(fs=fs),
         ),
         60,
     )
 
 
-def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path) -> None:
+def test_prompt_tools_permissions_cancel(
+    standin: OllamaStandIn, tmp_path: Path, isolated_dirs: Path
+) -> None:
+    # file_read may read /etc; the client offers its buffers (fs/read_text_file).
+    (isolated_dirs / "config" / "config.toml").write_text('[tools]\nfile_read_roots = ["/etc"]\n')
+
     async def main() -> None:
         client = RecordingClient(answers=["allow", "reject"])
         async with await _start(client, standin.url, tmp_path) as (conn, _proc):
-            init = await _init(conn)
+            init = await _init(conn, reads=True)
             caps = init.agent_capabilities
             assert caps.load_session and caps.mcp_capabilities is not None
             assert not caps.prompt_capabilities.image  # no jarvis agent takes images
@@ -110,6 +117,10 @@ def test_prompt_tools_permissions_cancel(standin: OllamaStandIn, tmp_path: Path)
                 assert start.kind == "read"
                 if expected == "failed":
                     assert end.status == "failed" and "Denied" in end.content[0].content.text
+                else:  # allowed: the editor's buffer, not the disk
+                    assert end.status == "completed"
+                    assert end.content[0].content.text == "unsaved buffer of /etc/hostname"
+            assert client.read == ["/etc/hostname"]  # the denied call read nothing
             assert len(client.asked) == 2
 
             # Cancel a prompt whose model never answers.
