@@ -130,7 +130,8 @@ class SessionStore:
                 updates.append(record["update"])
         if header is None:
             raise UsageError(f"session {session_id} has no readable record")
-        return header, SessionRecord(path, size), updates
+        _end_torn_line(path)
+        return header, SessionRecord(path, path.stat().st_size), updates
 
     def list(self, cwd: str | None = None) -> list[SessionHeader]:
         """The sessions recorded, newest first (their header, when they were last
@@ -175,6 +176,17 @@ def _records(path: Path, *, first: int | None = None) -> Iterator[dict[str, Any]
                 continue
             if isinstance(record, dict):
                 yield record
+
+
+def _end_torn_line(path: Path) -> None:
+    """End a last line cut short (a crash mid-write) so that the next record starts a
+    line of its own instead of joining the fragment and being lost with it."""
+    with path.open("rb+") as stream:
+        if stream.seek(0, os.SEEK_END) == 0:
+            return
+        stream.seek(-1, os.SEEK_END)
+        if stream.read(1) != b"\n":
+            stream.write(b"\n")
 
 
 def _header(record: Mapping[str, Any]) -> SessionHeader | None:
