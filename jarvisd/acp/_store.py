@@ -113,7 +113,7 @@ class SessionStore:
         (to append to) and the updates it holds. UsageError when there is none."""
         path = self._path(session_id)
         try:
-            size = path.stat().st_size
+            path.stat()
         except FileNotFoundError:
             raise UsageError(f"no such session: {session_id}") from None
         header: SessionHeader | None = None

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._errors import UsageError
-from jarvisd.acp import SessionStore
-from jarvisd.acp import _store
+from jarvisd.acp import SessionStore, _store
 
 
 def test_an_id_never_names_a_file_outside_the_store(tmp_path: Path) -> None:
