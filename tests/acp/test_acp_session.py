@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from jarvisd.testing import OllamaStandIn
 
 from ._client import JARVIS, RecordingClient, env
 
+MCP_SERVER = str(Path(__file__).parents[1] / "mcp" / "stdlib_server.py")
 FLAGS = ("acp", "--engine", "ollama", "--model", "scripted", "--agent", "orchestrator",
          "--tools", "calculator,file_read")  # fmt: skip
 
@@ -33,6 +35,8 @@ def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation
         return reply(f"the tool said: {messages[-1].content[:200]}")
     if "calc 6*7" in user:
         return reply("", ("calculator", {"expression": "6*7"}))
+    if "mcp add 2 3" in user:
+        return reply("", ("acp_calc.add", {"a": 2, "b": 3}))
     if "read /etc/hostname" in user:
         return reply("", ("file_read", {"path": "/etc/hostname"}))
     return reply(f"hello from jarvis about {user[:40]}")
@@ -73,7 +77,7 @@ def test_prompt_tools_permissions_cancel(
     (isolated_dirs / "config" / "config.toml").write_text('[tools]\nfile_read_roots = ["/etc"]\n')
 
     async def main() -> None:
-        client = RecordingClient(answers=["allow", "reject"])
+        client = RecordingClient(answers=["allow", "reject", "allow"])
         async with await _start(client, standin.url, tmp_path) as (conn, _proc):
             init = await _init(conn, reads=True)
             caps = init.agent_capabilities
@@ -122,6 +126,20 @@ def test_prompt_tools_permissions_cancel(
                     assert end.content[0].content.text == "unsaved buffer of /etc/hostname"
             assert client.read == ["/etc/hostname"]  # the denied call read nothing
             assert len(client.asked) == 2
+
+            # The client's MCP server is the run's tool (acp_NAME.tool), asked about.
+            server = schema.McpServerStdio(
+                name="calc", command=sys.executable, args=[MCP_SERVER], env=[]
+            )
+            mcp_sid = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[server])).session_id
+            client.updates.clear()
+            await asyncio.wait_for(
+                conn.prompt(session_id=mcp_sid, prompt=[acp.text_block("mcp add 2 3")]), 60
+            )
+            (start,) = client.of("tool_call")
+            (end,) = client.of("tool_call_update")
+            assert (start.title, start.kind, end.status) == ("acp_calc.add", "other", "completed")
+            assert end.content[0].content.text == "5" and client.asked[-1].title == "acp_calc.add"
 
             # Cancel a prompt whose model never answers.
             prompt = asyncio.ensure_future(
