@@ -211,3 +211,48 @@ def test_load_after_kill_9(standin: OllamaStandIn, tmp_path: Path) -> None:
     assert listed.exit_code == 0, listed.output
     (row,) = json.loads(listed.output)
     assert row["session_id"] == sid and row["title"] == "first question"
+
+
+TEAM = """\
+root = "desk"
+
+[agents.billing]
+agent = "simple"
+
+[agents.tech]
+agent = "simple"
+
+[patterns.desk]
+pattern = "router"
+routes = ["billing", "tech"]
+descriptions = { billing = "payments", tech = "bugs" }
+fallback = "billing"
+"""
+
+
+def test_a_team_is_the_sessions_mode_and_its_members_show_as_tool_calls(
+    standin: OllamaStandIn, tmp_path: Path
+) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text(TEAM)
+
+    async def main() -> None:
+        client = RecordingClient()
+        command = (*JARVIS, "acp", "--engine", "ollama", "--model", "scripted", "--team", str(team))
+        async with acp.spawn_agent_process(
+            client, *command, env=env(OLLAMA_HOST=standin.url), cwd=tmp_path
+        ) as (conn, _):
+            await _init(conn)
+            new = await conn.new_session(cwd=str(tmp_path), mcp_servers=[])
+            assert new.modes.current_mode_id == "team"
+            done = await asyncio.wait_for(
+                conn.prompt(session_id=new.session_id, prompt=[acp.text_block("my bill")]), 60
+            )
+            assert done.stop_reason == "end_turn"
+            members = [u for u in client.of("tool_call") if u.title.startswith("desk: ")]
+            assert members, client.updates
+            ends = {u.tool_call_id: u.status for u in client.of("tool_call_update")}
+            assert all(ends.get(m.tool_call_id) == "completed" for m in members)
+            assert "hello from jarvis" in client.text()
+
+    asyncio.run(main())
