@@ -17,7 +17,8 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ._agent import JarvisAcpAgent
-    from ._serve import serve, serve_stdio
+    from ._serve import serve
+    from ._stdio import serve_stdio
     from ._store import SessionHeader, SessionStore
     from ._wire import MAX_LINE_BYTES, BoundedNdjson, check_message
 
@@ -29,7 +30,7 @@ _LAZY = {
     "SessionStore": "._store",
     "check_message": "._wire",
     "serve": "._serve",
-    "serve_stdio": "._serve",
+    "serve_stdio": "._stdio",
 }
 
 __all__ = [

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..runs import AgentSpec
     from ._store import SessionStore
 
-__all__ = ["serve", "serve_stdio"]
+__all__ = ["Prepare", "serve", "serve_fds"]
 
 Prepare = Callable[[], "tuple[AgentSpec, Config]"]
 
@@ -34,6 +34,7 @@ async def serve(
     *,
     store: SessionStore | None = None,
     max_line: int = MAX_LINE_BYTES,
+    hello: tuple[bool, bool] | None = None,
 ) -> None:
     """Answer one client on ``reader``/``writer`` until it closes its end. ``spec``
     may be a function making the spec and the config (``config`` None): it runs in a
@@ -41,7 +42,8 @@ async def serve(
     transport = BoundedNdjson(reader, writer, max_line=max_line)
     # The client's first message (initialize) is answered before the imports start:
     # a thread importing would take half of the interpreter from the answer.
-    reads_files, writes_files = await _hello(transport)
+    # ``hello``: initialize was answered already (``jarvisd.acp._stdio``), with this offer.
+    reads_files, writes_files = hello if hello is not None else await _hello(transport)
     if callable(spec):
         spec, config = await asyncio.get_running_loop().run_in_executor(None, _prepare, spec)
     assert config is not None and not callable(spec)
@@ -81,25 +83,26 @@ async def _hello(transport: BoundedNdjson) -> tuple[bool, bool]:
     return client_fs(first.get("params"))
 
 
-async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """The client's streams. The protocol gets its own copy of stdout, and fd 1
-    becomes stderr: anything else that prints (a library, llama.cpp's C code) cannot
-    put a stray line on the wire. Pipes, sockets and terminals are read and written
-    without blocking; a regular file (``jarvis acp < requests > replies``) through a
-    thread and plain writes."""
+async def _stdio(wire: int, unread: bytes) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The client's streams: stdin (after ``unread``, what was read of it already) and
+    ``wire`` (the protocol's copy of stdout). Pipes, sockets and terminals are read and
+    written without blocking; a regular file (``jarvis acp < requests > replies``)
+    through a thread and plain writes."""
     loop = asyncio.get_running_loop()
-    wire = os.fdopen(os.dup(1), "wb", buffering=0)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
     reader = asyncio.StreamReader(limit=MAX_LINE_BYTES)
+    if unread:
+        reader.feed_data(unread)
     try:
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     except ValueError:  # a regular file
         threading.Thread(target=_feed, args=(loop, reader), daemon=True).start()
+    stream = os.fdopen(wire, "wb", buffering=0)
     try:
-        transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, wire)
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, stream
+        )
     except ValueError:  # a regular file
-        return reader, _FileWriter(wire)  # type: ignore[return-value]
+        return reader, _FileWriter(stream)  # type: ignore[return-value]
     return reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
@@ -126,12 +129,11 @@ class _FileWriter:
         self._stream.close()
 
 
-def serve_stdio(prepare: Prepare) -> None:
-    """``jarvis acp``: serve the client on stdin and stdout; ``prepare`` makes the
-    spec and the config (a usage error it raises ends the command, on stderr)."""
+def serve_fds(prepare: Prepare, wire: int, unread: bytes, hello: tuple[bool, bool] | None) -> None:
+    """``jarvis acp``'s loop (see ``jarvisd.acp._stdio``, which starts it)."""
 
     async def main() -> None:
-        reader, writer = await _stdio()
-        await serve(prepare, None, reader, writer)
+        reader, writer = await _stdio(wire, unread)
+        await serve(prepare, None, reader, writer, hello=hello)
 
     asyncio.run(main())

@@ -34,7 +34,7 @@ def acp(ctx: click.Context, /, **run_values: Any) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from ..acp._serve import serve_stdio  # light: the rest loads while the client waits
+    from ..acp._stdio import serve_stdio  # light: initialize is answered before the rest loads
 
     def prepare() -> tuple[AgentSpec, Config]:
         from .._config import load_config

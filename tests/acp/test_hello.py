@@ -4,6 +4,7 @@ one the SDK-side agent gives, and a bad command line is one line on stderr, exit
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 
 import acp
@@ -42,3 +43,22 @@ def test_a_bad_command_line_is_one_line_and_exit_2() -> None:
     ]
     assert done.stderr.startswith(b"jarvis: error: unknown agent 'nosuch'")
     assert b'"protocolVersion":1' in done.stdout  # answered before the spec was checked
+
+
+def test_a_bad_first_line_is_left_to_the_wire() -> None:
+    """The early answer takes only a plain initialize: anything else first goes to the
+    bounded wire, which answers it, and the initialize after it still gets its answer."""
+    lines = b"not json\n" + b'{"jsonrpc":"2.0","id":"x","method":"initialize","params":[]}\n' + INIT
+    done = subprocess.run(
+        [*JARVIS, "acp"], input=lines, capture_output=True, env=env(), timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    assert replies[0] == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32700, "message": "parse error: not JSON"},
+    }
+    by_id = {r["id"]: r for r in replies[1:]}
+    assert by_id["x"]["error"]["code"] == -32602  # the SDK's invalid params
+    assert by_id[0]["result"]["protocolVersion"] == 1
