@@ -104,15 +104,14 @@ def test_acpx_drives_jarvis_acp(standin: OllamaStandIn, tmp_path: Path) -> None:
     assert text.startswith("the tool said:")
     assert any(m.get("result", {}).get("stopReason") == "end_turn" for m in out)
 
-    # --deny-all: the call fails as denied, the run still answers (acpx exits 5: a
-    # permission was denied).
-    out = acpx(["--format", "json", "--deny-all", "--agent", AGENT, "exec", "read /etc/hostname"],
+    # A persistent session (its queue owner keeps one `jarvis acp` running): --deny-all
+    # fails the call as denied and the run still answers (acpx exits 5: a permission
+    # was denied); then a cancel of a prompt that never ends.
+    acpx(["--agent", AGENT, "sessions", "new"], standin, home, project)
+    out = acpx(["--format", "json", "--deny-all", "--agent", AGENT, "read /etc/hostname"],
                standin, home, project, code=5)  # fmt: skip
     (end,) = updates(out, "tool_call_update")
     assert end["status"] == "failed" and "Denied" in end["content"][0]["content"]["text"]
-
-    # A persistent session: a prompt, then a cancel of a prompt that never ends.
-    acpx(["--agent", AGENT, "sessions", "new"], standin, home, project)
     slow = subprocess.Popen(
         [str(ACPX), "--ttl", "2", "--format", "json", "--agent", AGENT, "slow one"],
         env=_env(standin, home), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
