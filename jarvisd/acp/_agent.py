@@ -197,7 +197,8 @@ class JarvisAcpAgent:
         self, config_id: str, session_id: str, value: Any, **_: Any
     ) -> schema.SetSessionConfigOptionResponse:
         session = self._session(session_id)
-        if config_id != "model" or not isinstance(value, str) or value not in self._model_ids():
+        known = [*self._model_ids(), self._base.model]
+        if config_id != "model" or not isinstance(value, str) or not value or value not in known:
             raise RequestError.invalid_params(
                 {"message": "the one option is model, one of the catalog's"}
             )
@@ -278,12 +279,13 @@ class JarvisAcpAgent:
             run.read_buffer = self._buffer_reader(session, loop)
         session.run, session.cancelled = run, False
         sender = asyncio.create_task(send_all())
-        await self._send(
-            session,
+        # Through the queue: a client gone by now ends nothing here (the run is
+        # cancelled when the connection closes).
+        put(
             schema.UserMessageChunk(
                 session_update="user_message_chunk",
                 content=schema.TextContentBlock(type="text", text=text),
-            ),
+            )
         )
         spec, config = self._spec(session, text)
         workspace = None
@@ -293,6 +295,7 @@ class JarvisAcpAgent:
             except JarvisError as exc:
                 await queue.join()
                 sender.cancel()
+                session.run = None
                 raise RequestError.invalid_params({"message": str(exc)}) from None
             spec = dataclasses.replace(spec, workspace=workspace.id)
         session.task = asyncio.create_task(run_spec(spec, run, config))
