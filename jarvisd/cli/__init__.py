@@ -16,6 +16,7 @@ from .._version import __version__
 # name -> ("module:attr", one-line help). Help text is kept here so that listing the
 # commands never imports them.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "acp": ("jarvisd.cli._acp:acp", "Be an ACP agent for editors and ACP clients, on stdio."),
     "agents": ("jarvisd.cli._agents:agents", "List the agents and whether they accept tools."),
     "code": (
         "jarvisd.cli._code:code",

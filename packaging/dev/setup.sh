@@ -129,6 +129,21 @@ case "$MODE" in
         # The external agents' pinned npm trees (cached in ~/.cache/jarvis/agents).
         say "installing the external agents (opencode, codex, claude, gemini)"
         "$VENV/bin/jarvis" agents install opencode codex claude gemini
+        # acpx, the headless ACP client that drives `jarvis acp` in tests (pinned lockfile;
+        # cached in ~/.cache/jarvis/test-tools/acpx, installed again when the lock changes).
+        ACPX_DIR=${JARVIS_ACPX_DIR:-$HOME/.cache/jarvis/test-tools/acpx}
+        acpx_lock=$(sha256sum packaging/dev/acpx/package-lock.json | cut -d' ' -f1)
+        if [ "$(cat "$ACPX_DIR/.jarvis-installed" 2>/dev/null)" != "$acpx_lock" ]; then
+            say "installing acpx for the ACP tests (cached in $ACPX_DIR)"
+            rm -rf "$ACPX_DIR" && mkdir -p "$ACPX_DIR"
+            cp packaging/dev/acpx/package.json packaging/dev/acpx/package-lock.json "$ACPX_DIR/"
+            # `npm install` when `npm ci` calls the lock out of sync (a registry without some
+            # platforms' optional packages): it still installs the locked versions.
+            (cd "$ACPX_DIR" && { npm ci --no-audit --no-fund --ignore-scripts --loglevel=error 2>/dev/null \
+                || npm install --no-audit --no-fund --ignore-scripts --loglevel=error; })
+            test -x "$ACPX_DIR/node_modules/.bin/acpx"
+            echo "$acpx_lock" > "$ACPX_DIR/.jarvis-installed"
+        fi
         say "lint and type check"
         "$VENV/bin/ruff" check jarvisd tests runners benchmarks
         "$VENV/bin/ruff" format --check jarvisd tests runners benchmarks
