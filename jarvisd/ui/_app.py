@@ -45,7 +45,8 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 _HEADERS = [
     ("content-security-policy", CSP),
     ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "no-referrer"),
+    # "no-referrer" would make the browser send "Origin: null" on our own form posts.
+    ("referrer-policy", "same-origin"),
     ("x-frame-options", "DENY"),
     ("cache-control", "no-store"),
 ]
