@@ -198,13 +198,16 @@ class Console:
 
     # -- tasks --------------------------------------------------------------------------
 
-    def _list(self, state: str, agent: str) -> list[Any]:
+    def _list(self, state: str, agent: str) -> list[_pages.Row]:
+        """The newest tasks, light (no spec decoded); a running one says whether it
+        waits for an approval (which only the task manager knows)."""
         store, tasks = self.daemon.store, self.daemon.tasks
         states = [state] if state in _pages.STATES else []
-        found = store.list_tasks(states, MAX_LIST)
-        if agent:
-            found = [t for t in found if (t.spec.agent or "") == agent]
-        return [tasks.live(t) for t in found]
+        rows = []
+        for t in store.summaries(states, agent or None, MAX_LIST):
+            waiting = t.state == "running" and tasks.live(store.get(t.id)).waiting is not None
+            rows.append(_pages.Row(t.id, t.state, t.agent, t.created_at, t.input, waiting))
+        return rows
 
     async def _tasks(self, request: Request, rest: list[str], form: dict[str, str],
                      csrf: str) -> Response:  # fmt: skip
@@ -285,7 +288,7 @@ class Console:
         while True:
             found = await asyncio.to_thread(self._list, state, agent)
             digest = hashlib.sha256(
-                repr([(t.id, t.state, t.waiting is not None) for t in found]).encode()
+                repr([(t.id, t.state, t.waiting) for t in found]).encode()
             ).hexdigest()
             if digest != seen:
                 if seen:
@@ -366,7 +369,7 @@ class Console:
             if action:
                 return _error(404, f"no page {request.path}")
             body = _pages.workspace_body(ws, self._ranking(store, ws), csrf, view)
-            return _reply(200, page(f"Workspace {ws.id}", body, csrf=csrf))
+            return _reply(200, page(f"Workspace {ws.id}", body, csrf=csrf, htmx=True))
         finally:
             store.close()
 
@@ -387,7 +390,7 @@ class Console:
             except JarvisError as exc:  # conflicts: the project is as it was
                 body = _pages.workspace_body(ws, self._ranking(store, ws), csrf, "unified",
                                              note=f"not applied: {exc}")  # fmt: skip
-                return _reply(409, page(f"Workspace {ws.id}", body, csrf=csrf))
+                return _reply(409, page(f"Workspace {ws.id}", body, csrf=csrf, htmx=True))
             files = done.outcome.get("files") or []
             return self._redirect(f"/code/{ws.id}?applied={len(files)}")
         if action == "discard":

@@ -36,8 +36,10 @@ _NAV = (("/tasks", "Tasks"), ("/code", "Code"), ("/models", "Models and agents")
         ("/benchmarks", "Benchmarks"))  # fmt: skip
 
 
-def page(title: str, body: str, *, csrf: str = "", sse: str = "") -> bytes:
-    """A whole page: our own stylesheet and scripts only (the CSP allows nothing else)."""
+def page(title: str, body: str, *, csrf: str = "", sse: str = "", htmx: bool = False) -> bytes:
+    """A whole page: our own stylesheet and scripts only (the CSP allows nothing else).
+    htmx only where a page uses it: setting it up on a list of 1,000 tasks costs more
+    than the rest of the page's load."""
     nav = "".join(f'<a href="{href}">{name}</a>' for href, name in _NAV)
     stream = f' data-sse="{esc(sse)}"' if sse else ""
     return (
@@ -47,8 +49,8 @@ def page(title: str, body: str, *, csrf: str = "", sse: str = "") -> bytes:
         '"allowEval":false,"allowScriptTags":false,"selfRequestsOnly":true}\'>'
         f'<meta name="csrf" content="{esc(csrf)}">'
         '<link rel="stylesheet" href="/static/console.css">'
-        '<script src="/static/htmx-2.0.4.min.js"></script>'
-        '<script src="/static/console.js"></script>'
+        + ('<script defer src="/static/htmx-2.0.4.min.js"></script>' if htmx else "")
+        + '<script defer src="/static/console.js"></script>'
         f"</head><body{stream}><nav><strong>jarvis</strong>{nav}</nav>"
         f"<main><h1>{esc(title)}</h1>{body}</main></body></html>\n"
     ).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ._html import button_form, csrf_field, esc, when
@@ -19,23 +20,37 @@ __all__ = [
 ]
 
 STATES = ("queued", "running", "succeeded", "failed", "cancelled", "interrupted")
+TERMINAL = frozenset(STATES[2:])
 MAX_EVENT_TEXT = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """A task as the tasks page lists it."""
+
+    id: str
+    state: str
+    agent: str
+    created_at: float
+    input: str
+    waiting: bool = False
 
 
 def _state(info: Any) -> str:
     return "waiting" if info.waiting is not None else info.state
 
 
-def task_rows(tasks: Iterable[Any], csrf: str) -> str:
+def task_rows(tasks: Iterable[Row], csrf: str) -> str:
     rows = []
     for t in tasks:
-        cancel = ("" if t.finished else
+        state = "waiting" if t.waiting else t.state
+        cancel = ("" if t.state in TERMINAL else
                   button_form(f"/tasks/{t.id}/cancel", "cancel", csrf, cls="danger"))  # fmt: skip
+        # Ids are ours (hex); the rest came from the submitter or the store.
         rows.append(
-            f'<tr data-id="{esc(t.id)}" class="state-{esc(_state(t))}">'
-            f'<td><a href="/tasks/{esc(t.id)}">{esc(t.id)}</a></td>'
-            f"<td>{esc(_state(t))}</td><td>{esc(t.spec.agent or '(default)')}</td>"
-            f"<td>{when(t.created_at)}</td><td>{esc(t.spec.input, 120)}</td><td>{cancel}</td></tr>"
+            f'<tr data-id="{esc(t.id)}" class="s-{esc(state)}"><td><a href="/tasks/{esc(t.id)}">'
+            f"{esc(t.id)}</a></td><td>{esc(state)}</td><td>{esc(t.agent or '(default)')}</td>"
+            f"<td>{when(t.created_at)}</td><td>{esc(t.input, 120)}</td><td>{cancel}</td></tr>"
         )
     return "".join(rows) or '<tr><td colspan="6">no tasks</td></tr>'
 
