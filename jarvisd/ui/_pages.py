@@ -175,11 +175,13 @@ def diff_html(diff: str, view: str) -> str:
             left.append(line[1:])
         elif line.startswith("+"):
             right.append(line[1:])
-        else:
+        elif line.startswith(" "):
             flush()
-            rows.append(
-                f'<tr><td class="ctx">{esc(line[1:])}</td><td class="ctx">{esc(line[1:])}</td></tr>'
-            )
+            text = esc(line[1:])
+            rows.append(f'<tr><td class="ctx">{text}</td><td class="ctx">{text}</td></tr>')
+        else:  # "new file mode", "\\ No newline at end of file", ...
+            flush()
+            rows.append(f'<tr><td colspan="2" class="meta">{esc(line)}</td></tr>')
     flush()
     return f'<table class="diff split">{"".join(rows)}</table>'
 
