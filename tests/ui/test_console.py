@@ -280,6 +280,8 @@ def test_review_a_diff_and_apply_it_then_discard_another(
     files = {"calc.py": "def add(a, b):\n    return a + b\n"}
     files.update({name: f"{name}\n" for name in HOSTILE_FILES})
     ws = _workspace(project, files)
+    # Made from the same commit: once ``ws`` is applied, its change conflicts.
+    other = _workspace(project, {"calc.py": "def add(a, b):\n    return 0\n"})
     page = web.go(f"/code/{ws.id}")
     assert "+    return a + b" in page.inner_text("pre.diff")
     page.click("#view-toggle")  # htmx fetches the split view into #diff
@@ -295,7 +297,10 @@ def test_review_a_diff_and_apply_it_then_discard_another(
     page = web.go("/code")
     web.shot("code-list")
 
-    other = _workspace(project, {"calc.py": "def add(a, b):\n    return 0\n"})
+    page = web.go(f"/code/{other.id}")
+    page.click("button.ok")  # apply: it conflicts with the change applied above
+    assert "not applied" in page.inner_text("#note")
+    assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
     page = web.go(f"/code/{other.id}")
     page.click("button.danger")  # discard
     page.wait_for_url("**/code")
@@ -454,6 +459,15 @@ def test_refused_without_csrf_cookie_or_with_a_foreign_host_or_origin(
     status, _ = _raw(daemon, "POST", cancel, {**own, "origin": daemon.base}, f"csrf={csrf}")
     assert status == 303
     wait_state(daemon, task_id, "cancelled")
+
+
+def test_jarvis_ui_no_open_prints_a_login_url(daemon: Module) -> None:
+    done = subprocess.run([sys.executable, "-m", "jarvisd", "ui", "--no-open"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **daemon.env})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(daemon.base + "/login?token="), done.stdout
+    url = done.stdout.strip()
+    assert _raw(daemon, "GET", url.removeprefix(daemon.base), {"host": "127.0.0.1"})[0] == 303
 
 
 def test_ci_has_the_browser() -> None:
