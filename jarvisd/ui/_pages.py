@@ -93,7 +93,13 @@ def event_html(seq: int, kind: str, data: Mapping[str, Any], timestamp: float) -
     elif kind.startswith("tool_call"):
         body = (f'<span class="tool">{esc(data.get("tool", ""))}</span> '
                 f"<code>{esc(_short(data))}</code>")  # fmt: skip
-    elif kind == "budget":
+    elif kind == "net_connect":
+        verdict = "allowed" if data.get("allowed") else "REFUSED"
+        body = (f'<span class="{"ok" if data.get("allowed") else "bad"}">{verdict}</span> '
+                f"<code>{esc(data.get('host', ''))}:{esc(data.get('port', ''))}</code> "
+                f"up {esc(data.get('bytes_up', 0))} B, down {esc(data.get('bytes_down', 0))} B "
+                f"{esc(data.get('reason', ''))}")  # fmt: skip
+    elif kind in ("budget", "budget_warning"):
         used, limit = data.get("used"), data.get("limit")
         gauge = ""
         if isinstance(used, int | float) and isinstance(limit, int | float) and limit > 0:

@@ -149,3 +149,14 @@ def test_ui_config_and_the_login_op() -> None:
     with pytest.raises(ConfigError):
         parse_config({"ui": {"port": 70000}})
     assert isinstance(parse_request(encode(UiLogin(id="1"))), UiLogin)
+
+
+def test_events_of_note_get_their_own_look_and_stay_text() -> None:
+    from jarvisd.ui._pages import event_html
+
+    gauge = event_html(3, "budget_warning", {"dimension": "tokens", "used": 80, "limit": 100}, 0)
+    assert '<meter min="0" max="100" value="80">' in gauge
+    net = event_html(4, "net_connect", {"host": "<b>x", "port": 443, "allowed": False}, 0)
+    assert "REFUSED" in net and "&lt;b&gt;x:443" in net
+    odd = event_html(5, "<i>", {"k": "<script>"}, 0)
+    assert "<i>" not in odd and "<script>" not in odd
