@@ -188,11 +188,15 @@ def wait_state(daemon: Module, task_id: str, *states: str, timeout: float = 90) 
         time.sleep(0.1)
 
 
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
 def expect_state(page: Any, state: str) -> None:
     """The state the page shows, as the stream updates it (no string evaluated: the
     console's CSP forbids eval, and Playwright's string predicates use it)."""
-    from playwright.sync_api import expect
-
     expect(page.locator("#state")).to_have_text(state, timeout=90_000)
 
 
@@ -235,6 +239,16 @@ def test_approve_a_waiting_permission_then_the_task_finishes(
     spec = AgentSpec(input="go", agent="work", no_sandbox=True,
                      options={"workspace": str(tmp_path)})  # fmt: skip
     task_id = daemon.client().submit(spec).id
+    # Two more tabs, loaded before the answer: what they show next can only have come
+    # through their event streams (a marker on each window proves no reload).
+    task_tab, list_tab = web.context.new_page(), web.context.new_page()
+    task_tab.goto(f"{web.base}/tasks/{task_id}")
+    task_tab.locator(".waiting").wait_for()
+    list_tab.goto(f"{web.base}/tasks")
+    row = list_tab.locator(f'tr[data-id="{task_id}"] td:nth-child(2)')
+    expect(row).to_have_text("waiting")
+    for tab in (task_tab, list_tab):
+        tab.evaluate("() => { window.marker = 1; }")
     page = web.go(f"/tasks/{task_id}")
     page.locator(".waiting button.ok").wait_for()
     assert "write out.txt" in page.inner_text(".waiting")
@@ -243,6 +257,11 @@ def test_approve_a_waiting_permission_then_the_task_finishes(
     expect_state(page, "succeeded")
     assert (tmp_path / "out.txt").read_text() == "written by the agent\n"
     assert "edit: allowed" in page.inner_text("#answer")
+    expect_state(task_tab, "succeeded")
+    task_tab.locator("#events li.ev-approval").wait_for()
+    assert "edit: allowed" in task_tab.inner_text("#answer")
+    expect(row).to_have_text("succeeded", timeout=30_000)
+    assert task_tab.evaluate("window.marker") == 1 and list_tab.evaluate("window.marker") == 1
 
 
 def _workspace(project: Path, files: dict[str, str]) -> Any:
