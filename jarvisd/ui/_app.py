@@ -33,7 +33,8 @@ from jarvisd.server._allow import Allowlist
 
 from . import _pages
 from ._auth import COOKIE, Sessions
-from ._html import esc, page, when
+from ._html import button_form, esc, page, when
+from ._installs import Installs
 from ._svg import bars, sequence
 
 __all__ = ["CSP", "Console"]
@@ -72,6 +73,12 @@ def _error(status: int, message: str) -> Response:
                                f'<p class="bad" id="error">{esc(message)}</p>'))  # fmt: skip
 
 
+def _install_status(install: Any) -> str:
+    if not install.done:
+        return "running"
+    return "done" if install.returncode == 0 else f"failed (exit {install.returncode})"
+
+
 def _sse(event: str, html: str, event_id: int | None = None) -> bytes:
     lines = [f"event: {event}"]
     if event_id is not None:
@@ -88,6 +95,7 @@ class Console:
         self.sessions = Sessions()
         self.allow = Allowlist.for_server("127.0.0.1")
         self.port = 0
+        self.installs = Installs()
 
     # -- who may ask --------------------------------------------------------------------
 
@@ -174,7 +182,9 @@ class Console:
         if head == "traces" and len(parts) == 2 and method == "GET":
             return self._trace(parts[1])
         if path == "/models" and method == "GET":
-            return await asyncio.to_thread(self._models)
+            return await asyncio.to_thread(self._models, csrf)
+        if head == "models" and len(parts) >= 3 and parts[1] == "agents":
+            return self._agent_install(request, parts[2], parts[3:], csrf)
         if path == "/benchmarks" and method == "GET":
             return await asyncio.to_thread(self._benchmarks)
         return _error(404, f"no page {path}")
@@ -423,7 +433,60 @@ class Console:
         svg = sequence(to_mermaid(events, top))
         return _reply(200, page(f"Trace of {title}", f'<div class="diagram">{svg}</div>'))
 
-    def _models(self) -> Response:
+    def _installable(self) -> dict[str, str]:
+        """Agents `jarvis agents install` knows: name -> whether installed."""
+        from jarvisd.cli._agents import INSTALLERS
+        from jarvisd.external import BUILTIN, installed
+
+        found = {name: "installed" if installed(agent) else "not installed"
+                 for name, agent in BUILTIN.items()}  # fmt: skip
+        found.update({name: "installed on first use" for name in INSTALLERS})
+        return found
+
+    def _agent_install(self, request: Request, name: str, rest: list[str],
+                       csrf: str) -> Response:  # fmt: skip
+        from jarvisd.cli._agents import INSTALLERS
+        from jarvisd.external import BUILTIN
+
+        if name not in BUILTIN and name not in INSTALLERS:
+            return _error(404, f"{name!r} is not an installable agent")
+        if request.method == "POST":
+            if rest != ["install"]:
+                return _error(404, f"no action {'/'.join(rest)!r}")
+            self.installs.start(name)
+            return self._redirect(f"/models/agents/{name}")
+        install = self.installs.runs.get(name)
+        if rest == ["stream"]:
+            if install is None:
+                return _error(404, f"no install of {name} was started here")
+            return Response(200, content_type="text/event-stream", headers=list(_HEADERS),
+                            stream=self._install_stream(install))  # fmt: skip
+        if rest:
+            return _error(404, f"no page {request.path}")
+        if install is None:
+            body = button_form(f"/models/agents/{name}/install", "install", csrf, cls="ok")
+            return _reply(200, page(f"Agent {name}", body, csrf=csrf))
+        body = f'<p id="status">{_install_status(install)}</p><pre id="progress"></pre>'
+        return _reply(200, page(f"Installing {name}", body, csrf=csrf,
+                                sse=f"/models/agents/{name}/stream"))  # fmt: skip
+
+    async def _install_stream(self, install: Any) -> AsyncIterator[bytes]:
+        index = 0
+        while True:
+            changed = install.changed()
+            lines, index = install.since(index)
+            if lines:
+                yield _sse("line", "".join(f"{esc(line)}\n" for line in lines))
+            if install.done:
+                yield _sse("state", _install_status(install))
+                yield _sse("end", "")
+                return
+            try:
+                await asyncio.wait_for(changed.wait(), KEEPALIVE_S)
+            except TimeoutError:
+                yield b": alive\n\n"
+
+    def _models(self, csrf: str) -> Response:
         from jarvisd.catalog import model_status, strongest_model
 
         config = self.daemon.config
@@ -440,11 +503,17 @@ class Console:
             for s in model_status()
         )
         agents = "".join(f"<li>{esc(name)}</li>" for name in sorted(config.agents.external))
+        installable = "".join(
+            f"<tr><td>{esc(name)}</td><td>{esc(state)}</td><td>"
+            + button_form(f"/models/agents/{name}/install", "install", csrf, cls="ok")
+            + "</td></tr>"
+            for name, state in sorted(self._installable().items())
+        )
         body = (f"<p>engine: {esc(engine.default)}; default model <strong>{esc(default)}</strong>"
                 f" ({esc(why)})</p><table><tr><th></th><th>model</th><th>size</th><th>state</th>"
                 f"<th></th></tr>{rows}</table><h2>External agents configured</h2>"
-                f"<ul>{agents or '<li>none</li>'}</ul>"
-                "<p>Install one with <code>jarvis agents install NAME</code>.</p>")  # fmt: skip
+                f"<ul>{agents or '<li>none</li>'}</ul><h2>Installable agents</h2>"
+                f'<table class="agents">{installable}</table>')  # fmt: skip
         return _reply(200, page("Models and agents", body))
 
     def _benchmarks(self) -> Response:

@@ -46,6 +46,7 @@ class ConsoleServer:
         return self.console.login_url()
 
     async def aclose(self) -> None:
+        await self.console.installs.aclose()
         if self._server is not None:
             self._server.close()
             await self._http.aclose()

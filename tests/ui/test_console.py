@@ -35,6 +35,8 @@ HOSTILE = ('<script>alert("s")</script><img src=x onerror=alert("i")>'
            '<a href="javascript:alert(\'j\')">link</a> \x1b[31mred\x1b[0m')  # fmt: skip
 #: File names a project may hold: as HTML they would be markup.
 HOSTILE_FILES = ("<img src=x onerror=alert(7)>.txt", "javascript:alert(8)", "<svg onload=alert(9)>")
+#: Where `setup.sh --test` installed the external agents (before any test moves paths).
+AGENTS_DIR = Path(os.environ.get("JARVIS_AGENTS_DIR") or Path.home() / ".cache/jarvis/agents")
 SLEEP_CELL = "```python\nimport time\ntime.sleep(600)\n```"
 
 
@@ -58,6 +60,7 @@ class Module:
     def __init__(self, root: Path, standin: str) -> None:
         self.root = root
         self.env = {var: str(root / key) for key, var in ENV_VARS.items()}
+        self.env["JARVIS_AGENTS_DIR"] = str(AGENTS_DIR)
         for key in ENV_VARS:
             (root / key).mkdir(mode=0o700 if key == "runtime" else 0o777)
         self.socket = root / "runtime" / "jarvisd.sock"
@@ -376,10 +379,18 @@ def test_cancel_a_running_sandboxed_task_leaves_no_container(web: Watched, daemo
         time.sleep(0.5)
 
 
-def test_models_and_benchmarks_pages(web: Watched) -> None:
+def test_models_and_benchmarks_pages_and_an_agent_install(web: Watched) -> None:
+    from jarvisd.external import BUILTIN, installed
+
     page = web.go("/models")
     assert "default model" in page.inner_text("main")
     web.shot("models")
+    require(installed(BUILTIN["opencode"]), f"opencode is not installed in {AGENTS_DIR} "
+            "(packaging/dev/setup.sh --test installs it)")  # fmt: skip
+    page.click("form[action='/models/agents/opencode/install'] button")
+    page.wait_for_url("**/models/agents/opencode")
+    expect(page.locator("#status")).to_have_text("done", timeout=90_000)
+    assert "opencode: already installed" in page.inner_text("#progress")
     page = web.go("/benchmarks")
     assert page.locator("svg.chart").count() >= 1
     web.shot("benchmarks")

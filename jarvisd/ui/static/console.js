@@ -18,5 +18,6 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   source.addEventListener("state", (e) => put("status", e.data, false));
   source.addEventListener("rows", (e) => put("rows", e.data, false));
+  source.addEventListener("line", (e) => put("progress", e.data, true));
   source.addEventListener("end", () => source.close());
 });
