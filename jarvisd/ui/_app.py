@@ -53,7 +53,7 @@ _HEADERS = [
 ]
 MAX_FORM = 256 * 1024
 #: How often the tasks page's stream looks for changes (a state change is not an event).
-TASKS_POLL_S = 0.5
+TASKS_POLL_S = 1.0
 #: A comment line on a quiet stream, so a dead client is noticed.
 KEEPALIVE_S = 15.0
 MAX_LIST = 2000
@@ -65,7 +65,10 @@ _HTML = "text/html; charset=utf-8"
 def _reply(status: int, body: bytes | str, content_type: str = _HTML,
            headers: list[tuple[str, str]] | None = None) -> Response:  # fmt: skip
     data = body.encode() if isinstance(body, str) else body
-    return Response(status, data, content_type, headers=[*_HEADERS, *(headers or [])])
+    extra = headers or []
+    names = {name for name, _ in extra}  # a header given here replaces the default one
+    return Response(status, data, content_type,
+                    headers=[*(h for h in _HEADERS if h[0] not in names), *extra])  # fmt: skip
 
 
 def _error(status: int, message: str) -> Response:
@@ -296,7 +299,8 @@ class Console:
         seen = ""
         quiet = 0.0
         while True:
-            found = await asyncio.to_thread(self._list, state, agent)
+            # On the loop, as every use of the task store and manager (a light query).
+            found = self._list(state, agent)
             digest = hashlib.sha256(
                 repr([(t.id, t.state, t.waiting) for t in found]).encode()
             ).hexdigest()
