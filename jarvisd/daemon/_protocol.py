@@ -206,7 +206,7 @@ class UiLogin(Request):
     """``jarvis ui``: a login URL for the web console, with a new one-time token
     (answered with ``Ok``, the URL as its message)."""
 
-    op: ClassVar[str] = "ui_login"
+    op: ClassVar[str] = "ui.login"
 
 
 @dataclass(frozen=True, slots=True)
