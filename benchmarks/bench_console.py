@@ -1,8 +1,9 @@
 """The web console (``jarvis ui``) in Debian's chromium, driven by Playwright, against a
 real jarvisd (scripted engine behind a real Ollama-protocol server):
 
-* the tasks page with 1,000 tasks: from ``goto`` to the browser's load event (server
-  time, transfer and the browser's parse), target <= 300 ms at p50;
+* the tasks page with 1,000 tasks stored (the newest 200 listed, ``?page=N`` for the
+  rest): from ``goto`` to the browser's load event (server time, transfer and the
+  browser's parse), target <= 300 ms at p50;
 * an event from the store to the DOM: a task waits for approval with its page open;
   once approved, each event the worker stores (its ``timestamp``) is timed again when
   a MutationObserver sees it in ``#events`` (same machine, same clock), target <= 100 ms
@@ -28,6 +29,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.harness import ROOT, BenchEnv, Row, percentile, render_markdown
+from jarvisd.ui._app import PAGE
 
 TASKS = 1000
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -119,13 +121,10 @@ def measure(env: BenchEnv) -> list[Row]:
                     began = time.perf_counter()
                     page.goto(base + "/tasks", wait_until="load")
                     loads.append(time.perf_counter() - began)
-                assert page.locator("#rows tr").count() == min(tasks, 2000)
-                if os.environ.get("JARVIS_BENCH_DEBUG"):
-                    print(
-                        page.evaluate(
-                            "JSON.stringify(performance.getEntriesByType('navigation')[0])"
-                        )
-                    )
+                assert page.locator("#rows tr").count() == min(tasks, PAGE)
+                if tasks > PAGE:  # the oldest are a page further on
+                    page.click("#older")
+                    assert page.locator("#rows tr").count() == min(tasks - PAGE, PAGE)
                 for _ in range(env.runs(10, 3)):
                     spec = AgentSpec(input="go", agent="work", no_sandbox=True,
                                      options={"workspace": str(workspace)})  # fmt: skip
@@ -147,7 +146,8 @@ def measure(env: BenchEnv) -> list[Row]:
     load_p50 = percentile(loads, 50)
     event_p50 = percentile(latencies, 50)
     return [
-        Row(f"console: tasks page with {tasks} tasks, goto to load event", load_p50 * 1000, "ms",
+        Row(f"console: tasks page, {tasks} tasks stored ({min(tasks, PAGE)} a page), goto to load",
+            load_p50 * 1000, "ms",
             target="<= 300 ms (p50)", passed=None if env.smoke else load_p50 <= 0.3,
             notes=f"{len(loads)} loads in chromium via Playwright",
             extra={"p90_ms": percentile(loads, 90) * 1000}),

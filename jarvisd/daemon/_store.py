@@ -329,7 +329,11 @@ class TaskStore:
         return [_info(r) for r in rows]
 
     def summaries(
-        self, states: Iterable[str] = (), agent: str | None = None, limit: int = 100
+        self,
+        states: Iterable[str] = (),
+        agent: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> list[TaskSummary]:
         """What a list of tasks shows (the web console's), newest first, without
         decoding each spec: a page of 1,000 tasks is read in milliseconds."""
@@ -346,8 +350,8 @@ class TaskStore:
         rows = self._q(
             "SELECT id, state, COALESCE(json_extract(spec, '$.agent'), ''), created_at, "
             f"substr(COALESCE(json_extract(spec, '$.input'), ''), 1, {SUMMARY_INPUT}) "
-            f"FROM tasks {clause}ORDER BY created_at DESC LIMIT ?",
-            (*params, limit),
+            f"FROM tasks {clause}ORDER BY created_at DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
         )
         return [TaskSummary(str(i), str(st), str(a), float(c), str(t)) for i, st, a, c, t in rows]
 

@@ -56,7 +56,10 @@ MAX_FORM = 256 * 1024
 TASKS_POLL_S = 1.0
 #: A comment line on a quiet stream, so a dead client is noticed.
 KEEPALIVE_S = 15.0
-MAX_LIST = 2000
+#: Tasks a page lists (``?page=N`` for older ones): a browser takes longer to lay out
+#: 1,000 rows than the server takes to make them.
+PAGE = 200
+MAX_PAGE = 10_000
 _STATIC = Path(__file__).with_name("static")
 _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain; charset=utf-8"}
 _HTML = "text/html; charset=utf-8"
@@ -211,13 +214,14 @@ class Console:
 
     # -- tasks --------------------------------------------------------------------------
 
-    def _list(self, state: str, agent: str) -> list[_pages.Row]:
-        """The newest tasks, light (no spec decoded); a running one says whether it
-        waits for an approval (which only the task manager knows)."""
+    def _list(self, state: str, agent: str, page_no: int = 1) -> list[_pages.Row]:
+        """A page of tasks, newest first, light (no spec decoded); a running one says
+        whether it waits for an approval (which only the task manager knows)."""
         store, tasks = self.daemon.store, self.daemon.tasks
         states = [state] if state in _pages.STATES else []
         rows = []
-        for t in store.summaries(states, agent or None, MAX_LIST):
+        offset = (page_no - 1) * PAGE
+        for t in store.summaries(states, agent or None, PAGE, offset):
             waiting = t.state == "running" and tasks.live(store.get(t.id)).waiting is not None
             rows.append(_pages.Row(t.id, t.state, t.agent, t.created_at, t.input, waiting))
         return rows
@@ -226,16 +230,28 @@ class Console:
                      csrf: str) -> Response:  # fmt: skip
         tasks = self.daemon.tasks
         state, agent = request.query.get("state", ""), request.query.get("agent", "")
+        raw_page = request.query.get("page", "1")
+        page_no = int(raw_page) if raw_page.isdigit() and 0 < int(raw_page) <= MAX_PAGE else 1
+        query = {"state": state, "agent": agent, "page": str(page_no)}
         if not rest:
             if request.method == "POST":
                 info = self._submit(form)
                 return self._redirect(f"/tasks/{info.id}")
-            body = _pages.tasks_body(self._list(state, agent), csrf, state, agent)
-            stream = "/tasks/stream?" + urlencode({"state": state, "agent": agent})
+            found = self._list(state, agent, page_no)
+            body = _pages.tasks_body(found, csrf, state, agent)
+            pages = []
+            if page_no > 1:
+                newer = urlencode({**query, "page": str(page_no - 1)})
+                pages.append(f'<a href="/tasks?{esc(newer)}" id="newer">newer</a>')
+            if len(found) == PAGE:
+                older = urlencode({**query, "page": str(page_no + 1)})
+                pages.append(f'<a href="/tasks?{esc(older)}" id="older">older</a>')
+            body += f'<p class="pages">page {page_no} {" ".join(pages)}</p>'
+            stream = "/tasks/stream?" + urlencode(query)
             return _reply(200, page("Tasks", body, csrf=csrf, sse=stream))
         if rest == ["stream"]:
             return Response(200, content_type="text/event-stream", headers=list(_HEADERS),
-                            stream=self._tasks_stream(state, agent, csrf))  # fmt: skip
+                            stream=self._tasks_stream(state, agent, page_no, csrf))  # fmt: skip
         task_id = self.daemon.store.resolve(rest[0])
         action = rest[1] if len(rest) > 1 else ""
         if request.method == "POST":
@@ -293,14 +309,16 @@ class Console:
         validate_spec(spec, self.daemon.config)
         return self.daemon.tasks.submit(spec)
 
-    async def _tasks_stream(self, state: str, agent: str, csrf: str) -> AsyncIterator[bytes]:
+    async def _tasks_stream(
+        self, state: str, agent: str, page_no: int, csrf: str
+    ) -> AsyncIterator[bytes]:
         """The rows again whenever a listed task changes state (polled: a state change
         is a store write, not an event anyone waits on)."""
         seen = ""
         quiet = 0.0
         while True:
             # On the loop, as every use of the task store and manager (a light query).
-            found = self._list(state, agent)
+            found = self._list(state, agent, page_no)
             digest = hashlib.sha256(
                 repr([(t.id, t.state, t.waiting) for t in found]).encode()
             ).hexdigest()
