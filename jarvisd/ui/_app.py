@@ -238,7 +238,6 @@ class Console:
                 info = self._submit(form)
                 return self._redirect(f"/tasks/{info.id}")
             found = self._list(state, agent, page_no)
-            body = _pages.tasks_body(found, csrf, state, agent)
             pages = []
             if page_no > 1:
                 newer = urlencode({**query, "page": str(page_no - 1)})
@@ -246,7 +245,8 @@ class Console:
             if len(found) == PAGE:
                 older = urlencode({**query, "page": str(page_no + 1)})
                 pages.append(f'<a href="/tasks?{esc(older)}" id="older">older</a>')
-            body += f'<p class="pages">page {page_no} {" ".join(pages)}</p>'
+            pager = f'<p class="pages">page {page_no} {" ".join(pages)}</p>'
+            body = _pages.tasks_body(found, csrf, state, agent, pager)
             stream = "/tasks/stream?" + urlencode(query)
             return _reply(200, page("Tasks", body, csrf=csrf, sse=stream))
         if rest == ["stream"]:

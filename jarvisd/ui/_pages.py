@@ -55,7 +55,7 @@ def task_rows(tasks: Iterable[Row], csrf: str) -> str:
     return "".join(rows) or '<tr><td colspan="6">no tasks</td></tr>'
 
 
-def tasks_body(tasks: Sequence[Any], csrf: str, state: str, agent: str) -> str:
+def tasks_body(tasks: Sequence[Any], csrf: str, state: str, agent: str, pages: str = "") -> str:
     options = "".join(f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
                       for s in ("", *STATES))  # fmt: skip
     return (
@@ -65,7 +65,7 @@ def tasks_body(tasks: Sequence[Any], csrf: str, state: str, agent: str) -> str:
         '<button type="submit">filter</button></form>'
         '<table class="tasks"><thead><tr><th>id</th><th>state</th><th>agent</th>'
         "<th>created</th><th>input</th><th></th></tr></thead>"
-        f'<tbody id="rows">{task_rows(tasks, csrf)}</tbody></table>'
+        f'<tbody id="rows">{task_rows(tasks, csrf)}</tbody></table>{pages}'
         "<h2>Submit a task</h2>"
         f'<form method="post" action="/tasks" class="submit">{csrf_field(csrf)}'
         '<label>input <textarea name="input" rows="3" cols="60" required></textarea></label>'
