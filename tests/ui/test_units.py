@@ -160,3 +160,19 @@ def test_events_of_note_get_their_own_look_and_stay_text() -> None:
     assert "REFUSED" in net and "&lt;b&gt;x:443" in net
     odd = event_html(5, "<i>", {"k": "<script>"}, 0)
     assert "<i>" not in odd and "<script>" not in odd
+
+
+def test_an_install_keeps_a_bounded_tail_of_its_output() -> None:
+    import sys
+
+    from jarvisd.ui import _installs
+
+    install = _installs.Install("x")
+    script = "import sys; [print('line', i) for i in range(2000)]; sys.stdout.write('y' * 100000)"
+    asyncio.run(install.run([sys.executable, "-c", script]))
+    assert install.returncode == 0
+    assert len(install.lines) == _installs.MAX_LINES
+    assert all(len(line) <= _installs.MAX_LINE for line in install.lines)
+    lines, count = install.since(0)  # the oldest are gone; the newest are kept
+    assert count == install.count and lines[-1] == "y" * _installs.MAX_LINE
+    assert install.since(count) == ([], count)
