@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Serve local models over the Ollama and OpenAI HTTP APIs.",
     ),
     "task": ("jarvisd.cli._task:task", "Hand long tasks to jarvisd: submit, logs, wait, cancel."),
+    "ui": ("jarvisd.cli._ui:ui", "Open the web console: tasks live, approvals, code review."),
 }
 
 
