@@ -112,6 +112,18 @@ def test_acpx_drives_jarvis_acp(standin: OllamaStandIn, tmp_path: Path) -> None:
                standin, home, project, code=5)  # fmt: skip
     (end,) = updates(out, "tool_call_update")
     assert end["status"] == "failed" and "Denied" in end["content"][0]["content"]["text"]
+    # The --deny-all prompt's queue owner retires after its 2 s TTL. A prompt sent
+    # while it is retiring can be lost inside acpx (seen under load), so the slow
+    # prompt starts a fresh owner once that one is gone (polled through acpx's status).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = subprocess.run(
+            [str(ACPX), "--agent", AGENT, "status"], env=_env(standin, home), cwd=project,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if "queue owner healthy" not in status.stdout:
+            break
+        time.sleep(0.2)
     slow = subprocess.Popen(
         [str(ACPX), "--ttl", "2", "--format", "json", "--agent", AGENT, "slow one"],
         env=_env(standin, home), cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -120,12 +132,17 @@ def test_acpx_drives_jarvis_acp(standin: OllamaStandIn, tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while not getattr(standin.engine, "slow_started", False) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert getattr(standin.engine, "slow_started", False)
+        if not getattr(standin.engine, "slow_started", False):
+            slow.kill()
+            stdout, stderr = slow.communicate(timeout=30)
+            pytest.fail(
+                f"the slow prompt never reached the engine:\n{stdout[-2000:]}\n{stderr[-3000:]}"
+            )
         acpx(["--agent", AGENT, "cancel"], standin, home, project)
         stdout, stderr = slow.communicate(timeout=60)
     finally:
         if slow.poll() is None:
             slow.kill()
-            slow.wait(10)
+            slow.communicate(timeout=30)  # also closes the pipes
     out = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     assert any(m.get("result", {}).get("stopReason") == "cancelled" for m in out), stderr[-2000:]
