@@ -42,6 +42,7 @@ __all__ = [
     "OpenAIConfig",
     "SandboxConfig",
     "ToolsConfig",
+    "UiConfig",
     "load_config",
 ]
 
@@ -260,6 +261,15 @@ class CodeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UiConfig:
+    """``[ui]``: the web console jarvisd serves on a loopback port (``jarvis ui``)."""
+
+    enabled: bool = True
+    # 0: any free port (the URL `jarvis ui` prints names it).
+    port: int = _num(8765, 0, 65535)
+
+
+@dataclass(frozen=True, slots=True)
 class CredentialConfig:
     """``[credentials.NAME]``: a cloud API key the host holds for external agents.
 
@@ -296,6 +306,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     credentials: Mapping[str, CredentialConfig] = field(default_factory=dict)
     #: The file this was read from (None: defaults only).
     source: str | None = None

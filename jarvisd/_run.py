@@ -305,6 +305,18 @@ class RunContext:
     approver: Callable[[Any], Awaitable[bool]] | None = field(
         default=None, repr=False, compare=False
     )
+    #: Asked before each tool call of the run, with (tool, arguments, call id), after its
+    #: ``tool_call_start``: False denies the call (it fails, the model is told why).
+    #: ``jarvis acp`` sets it (the client's ``session/request_permission``); children
+    #: share it. None (the default): every call runs.
+    tool_gate: Callable[[str, Mapping[str, Any], str], Awaitable[bool]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    #: The text of a file as the user's editor has it (its unsaved buffer), given the
+    #: absolute path ``file_read`` resolved and allowed; None: read the disk. Called
+    #: from a worker thread. ``jarvis acp`` sets it when the client offers
+    #: ``fs/read_text_file``; children share it.
+    read_buffer: Callable[[str], str | None] | None = field(default=None, repr=False, compare=False)
     #: The host path of the run's egress proxy socket (``jarvisd.sandbox._netrun``):
     #: the sandboxes the run starts mount it. "" (the default): no network for them.
     egress: str = ""
@@ -329,6 +341,8 @@ class RunContext:
             self.depth + 1,
             bound_engines=self.bound_engines,
             approver=self.approver,
+            tool_gate=self.tool_gate,
+            read_buffer=self.read_buffer,
             egress=self.egress,
             sandbox_binds=self.sandbox_binds,
             sandbox_env=self.sandbox_env,

@@ -54,9 +54,15 @@ def real_model_path(name: str) -> Path:
     from jarvisd.catalog import get_entry, model_file
     from jarvisd.engines._llamacpp import llama_cpp_available
 
-    require(llama_cpp_available(), "llama-cpp-python is not installed (run `make setup`)")
+    require(
+        llama_cpp_available(),
+        "llama-cpp-python is not installed (run `bash packaging/dev/setup.sh`)",
+    )
     path = model_file(get_entry(name), REAL_MODELS_DIR)
-    require(path.is_file(), f"model {name} not pulled into {REAL_MODELS_DIR} (run `make models`)")
+    require(
+        path.is_file(),
+        f"model {name} not pulled into {REAL_MODELS_DIR} (run `bash packaging/dev/setup.sh --test`, or `jarvis models pull NAME`)",
+    )
     return path
 
 

@@ -30,6 +30,7 @@ PACKAGES = [
     "jarvisd.patterns",
     "jarvisd.gateway",
     "jarvisd.netpolicy",
+    "jarvisd.acp",
 ]
 
 

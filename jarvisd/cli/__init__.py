@@ -16,6 +16,7 @@ from .._version import __version__
 # name -> ("module:attr", one-line help). Help text is kept here so that listing the
 # commands never imports them.
 COMMANDS: dict[str, tuple[str, str]] = {
+    "acp": ("jarvisd.cli._acp:acp", "Be an ACP agent for editors and ACP clients, on stdio."),
     "agents": ("jarvisd.cli._agents:agents", "List the agents and whether they accept tools."),
     "code": (
         "jarvisd.cli._code:code",
@@ -31,11 +32,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),
     "trace": ("jarvisd.cli._trace:trace", "List recorded runs and show one."),
     "sandbox": ("jarvisd.cli._sandbox:sandbox", "Build, check and use the agents' sandbox."),
+    "serve": (
+        "jarvisd.cli._serve:serve",
+        "Serve jarvis's agents and teams as models on the OpenAI API.",
+    ),
     "serve-model": (
         "jarvisd.cli._serve:serve_model",
         "Serve local models over the Ollama and OpenAI HTTP APIs.",
     ),
     "task": ("jarvisd.cli._task:task", "Hand long tasks to jarvisd: submit, logs, wait, cancel."),
+    "ui": ("jarvisd.cli._ui:ui", "Open the web console: tasks live, approvals, code review."),
 }
 
 

@@ -48,6 +48,7 @@ from ._protocol import (
     TaskShow,
     TaskSubmit,
     TaskWait,
+    UiLogin,
     encode,
     parse_reply,
 )
@@ -178,6 +179,10 @@ class Client:
         status = self.call(Status(), StatusReply).status
         assert status is not None
         return status
+
+    def ui_login(self) -> str:
+        """A login URL of the web console, with a new one-time token."""
+        return self.call(UiLogin(), Ok).message
 
     def shutdown(self) -> None:
         self.call(Shutdown(), Ok)

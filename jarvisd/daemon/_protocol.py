@@ -85,6 +85,7 @@ __all__ = [
     "TaskShow",
     "TaskSubmit",
     "TaskWait",
+    "UiLogin",
     "Waiting",
     "encode",
     "parse_reply",
@@ -198,6 +199,14 @@ class Status(Request):
 @dataclass(frozen=True, slots=True)
 class Shutdown(Request):
     op: ClassVar[str] = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class UiLogin(Request):
+    """``jarvis ui``: a login URL for the web console, with a new one-time token
+    (answered with ``Ok``, the URL as its message)."""
+
+    op: ClassVar[str] = "ui.login"
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +373,7 @@ def _keepalive(data: Mapping[str, Any]) -> float | None:
 REQUESTS: dict[str, type[Request]] = {
     cls.op: cls
     for cls in (Ping, Status, Shutdown, Ask, AskCancel, TaskSubmit, TaskList, TaskShow,
-                TaskCancel, TaskAnswer, TaskLogs, TaskWait)
+                TaskCancel, TaskAnswer, TaskLogs, TaskWait, UiLogin)
 }  # fmt: skip
 
 

@@ -72,6 +72,7 @@ from ._protocol import (
     TaskShow,
     TaskSubmit,
     TaskWait,
+    UiLogin,
     encode,
     parse_request,
     request_id,
@@ -204,6 +205,7 @@ class Daemon:
         self._asks: dict[str, CancelToken] = {}  # running asks by request id
         self._sweeping = threading.Lock()
         self._sweep_failed = False
+        self.console: Any = None  # the web console's server (jarvisd.ui), once started
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -272,6 +274,7 @@ class Daemon:
             self._start_sweep()
             self._in_background(self._sweep_periodically())
             await self.asks.start()
+            await self._start_console()
             # Watching before serving: a config change made as soon as the daemon
             # answers (by a script, a test) must not be missed.
             await self._start_watching()
@@ -303,6 +306,8 @@ class Daemon:
         finally:
             self.watcher.stop()
             await self.asks.stop()
+            if self.console is not None:
+                await self.console.aclose()
             if self._server is not None:
                 self._server.close()
             self.store.close()
@@ -312,6 +317,17 @@ class Daemon:
                 with contextlib.suppress(FileNotFoundError):
                     self.paths.pid_file.unlink()
             self._restore_signal_handlers()
+
+    async def _start_console(self) -> None:
+        """The web console on its loopback port, when ``[ui] enabled``; a port in use
+        leaves the daemon running without it (said in the log)."""
+        if not self.config.ui.enabled:
+            return
+        from jarvisd.ui import ConsoleServer
+
+        console = ConsoleServer(self, self.config.ui.port)
+        if await console.start():
+            self.console = console
 
     def _start_sweep(self) -> None:
         """Sweep in a thread of its own (a daemon thread: an engine that hangs holds up
@@ -536,6 +552,12 @@ class Daemon:
             async with contextlib.aclosing(self._ask(request)) as replies:
                 async for reply in replies:
                     yield reply
+        elif isinstance(request, UiLogin):
+            if self.console is None:
+                why = ("[ui] enabled is false" if not self.config.ui.enabled else
+                       f"port {self.config.ui.port} was not free when jarvisd started ([ui] port)")  # fmt: skip
+                raise UsageError(f"the web console is not running: {why}")
+            yield Ok(id=rid, message=self.console.login_url())
         elif isinstance(request, AskCancel):
             cancel = self._asks.get(request.ask)
             if cancel is None:

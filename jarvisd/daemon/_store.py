@@ -38,7 +38,7 @@ from jarvisd.runs import AgentSpec
 
 from ._protocol import EventReply, TaskInfo
 
-__all__ = ["Checkpoint", "TaskStore", "new_task_id"]
+__all__ = ["Checkpoint", "TaskStore", "TaskSummary", "new_task_id"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,19 @@ _COLUMNS = (
     "id, state, spec, created_at, started_at, finished_at, reason, result, attempts, watch, "
     "rerun_of, timeout, last_seq, checkpoint_turns, cpu_seconds, memory_bytes, worker_pid"
 )
+
+
+#: Characters of a task's input a summary keeps.
+SUMMARY_INPUT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    id: str
+    state: str
+    agent: str
+    created_at: float
+    input: str
 
 
 def new_task_id() -> str:
@@ -314,6 +327,33 @@ class TaskStore:
                 f"SELECT {_COLUMNS} FROM tasks ORDER BY created_at DESC LIMIT ?", (limit,)
             )
         return [_info(r) for r in rows]
+
+    def summaries(
+        self,
+        states: Iterable[str] = (),
+        agent: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[TaskSummary]:
+        """What a list of tasks shows (the web console's), newest first, without
+        decoding each spec: a page of 1,000 tasks is read in milliseconds."""
+        where: list[str] = []
+        params: list[Any] = []
+        wanted = tuple(states)
+        if wanted:
+            where.append(f"state IN ({','.join('?' * len(wanted))})")
+            params += wanted
+        if agent is not None:
+            where.append("COALESCE(json_extract(spec, '$.agent'), '') = ?")
+            params.append(agent)
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._q(
+            "SELECT id, state, COALESCE(json_extract(spec, '$.agent'), ''), created_at, "
+            f"substr(COALESCE(json_extract(spec, '$.input'), ''), 1, {SUMMARY_INPUT}) "
+            f"FROM tasks {clause}ORDER BY created_at DESC LIMIT ? OFFSET ?",
+            (*params, limit, offset),
+        )
+        return [TaskSummary(str(i), str(st), str(a), float(c), str(t)) for i, st, a, c, t in rows]
 
     def ids_in(self, *states: str) -> list[str]:
         marks = ",".join("?" * len(states))

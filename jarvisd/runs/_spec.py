@@ -117,6 +117,10 @@ class AgentSpec:
             values[name] = dict(mapping)
         if not all(isinstance(v, str) for v in values["env"].values()):
             raise UsageError("agent spec field 'env' must map names to strings")
+        if values.get("sandbox") and values.get("no_sandbox"):
+            # The CLI refuses the pair too, but specs also arrive on the daemon's socket
+            # from any client; which of the two wins must never be a guess.
+            raise UsageError("agent spec fields 'sandbox' and 'no_sandbox' contradict each other")
         return cls(**values)
 
 

@@ -15,9 +15,14 @@ also ``GET /v1/models`` and ``POST /v1/chat/completions`` (server-sent events wh
 sent as a final ``{"error": ...}`` line, which Ollama clients raise as ResponseError.
 
 Before anything else, a request is refused (403, a JSON error) unless its Host and
-Origin pass :class:`~._allow.Allowlist` (no DNS rebinding, no foreign web page), and a
-body is read only with one valid Content-Length of at most ``MAX_BODY``; a refused
-request's connection is closed, its body never read.
+Origin pass :class:`~._allow.Allowlist` (no DNS rebinding, no foreign web page), then
+(401) unless it carries the server's token as ``Authorization: Bearer`` when the server
+has one (``jarvis serve`` always does), and a body is read only with one valid
+Content-Length of at most ``MAX_BODY``; a refused request's connection is closed, its
+body never read.
+
+With ``agents`` (``jarvis serve``), ``/v1/models`` also lists ``agent:NAME`` and
+``team:NAME``, and a chat for one of them is a whole run (:mod:`._agents`).
 
 The HTTP side is the standard library's threading server; all engine work runs on one
 asyncio loop in its own thread, so engines keep their async contract.
@@ -26,6 +31,8 @@ asyncio loop in its own thread, so engines keep their async contract.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hmac
 import json
 import logging
 import queue
@@ -36,7 +43,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import (
     EngineError,
@@ -57,9 +64,16 @@ from .._messages import (
 )
 from .._toolcalls import calls_end
 from ..engines import Engine, ModelInfo
+from ..gateway import _common as c
 from ..gateway import _openai_chat as openai_chat
 from ..gateway._common import BadRequest
+from . import _agents as served
+from ._agents import ServedAgents
 from ._allow import Allowlist
+
+if TYPE_CHECKING:
+    from .._run import RunContext
+    from ..runs import RunOutcome
 
 __all__ = ["OllamaServer"]
 
@@ -68,6 +82,10 @@ log = logging.getLogger(__name__)
 VERSION = "0.6.3-jarvis"
 MAX_BODY = 32 * 1024 * 1024
 _END = object()
+
+
+class _ClientGone(Exception):
+    """The client of a served run hung up or stopped reading."""
 
 
 class _Refused(Exception):
@@ -213,11 +231,17 @@ class OllamaServer:
         port: int = 11434,
         *,
         origins: Sequence[str] = (),
+        agents: ServedAgents | None = None,
+        token: str | None = None,
     ) -> None:
         self.engine = engine
         self.host = host
         self.port = port
         self.allow = Allowlist.for_server(host, origins)
+        #: Agents and teams served as models (``jarvis serve``); None: models only.
+        self.agents = agents
+        #: The bearer token every request must carry (None: none asked, serve-model).
+        self.token = token
         self._httpd: ThreadingHTTPServer | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
@@ -264,6 +288,11 @@ class OllamaServer:
             self._threads[1].join(timeout=0.5)
 
     def stop(self) -> None:
+        if self.agents is not None and self._loop is not None:
+            # The runs end on the loop, which must still turn for their containers to go.
+            self.agents.cancel_all()
+            if not self.agents.wait_idle(served.STOP_GRACE):
+                log.warning("served runs still going on at stop: %d", self.agents.active)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -381,6 +410,9 @@ class _Handler(BaseHTTPRequestHandler):
     api: OllamaServer
     protocol_version = "HTTP/1.1"
     server_version = "jarvis-ollama/" + VERSION
+    # Headers and body go out in separate writes: with Nagle's algorithm the body
+    # waits for the client's delayed ACK of the headers (up to 40 ms a response).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -423,10 +455,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _body(self) -> dict[str, Any]:
         length = self._body_length()
         raw = self.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError as exc:
-            raise BadRequest(f"invalid JSON body: {exc}") from None
+        body = c.loads(raw) if raw else {}  # depth-bounded: no RecursionError
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         self.api.observe(self.command, self.path.split("?", 1)[0], body)
@@ -439,6 +468,12 @@ class _Handler(BaseHTTPRequestHandler):
                         self.api.allow.origin_refusal(self.headers.get("Origin"))):  # fmt: skip
             if refusal is not None:
                 raise _Refused(403, refusal)
+        token = self.api.token
+        if token is not None:
+            auth = self.headers.get("Authorization") or ""
+            given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                raise _Refused(401, "missing or wrong token (Authorization: Bearer TOKEN)")
         self._body_length()
 
     def _dispatch(self, method: str) -> None:
@@ -470,7 +505,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._send_error(exc.status, str(exc), close=True)
         except BadRequest as exc:
-            self._send_error(400, str(exc))
+            self._send_error(exc.status, str(exc))
         except (EngineError, JarvisError) as exc:
             self._send_error(_error_status(exc), str(exc))
         except (BrokenPipeError, ConnectionResetError):
@@ -678,11 +713,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _openai_models(self) -> None:
         models = self.api.call(self.api.engine.list_models())
-        self._send_json(200, openai_chat.models_body([m.name for m in models]))
+        names = [m.name for m in models]
+        if self.api.agents is not None:
+            names += self.api.agents.model_names()
+        self._send_json(200, openai_chat.models_body(names))
 
     def _openai_chat(self) -> None:
         # The translation is the gateway's OpenAI dialect: one copy for both servers.
         raw = self._body()
+        if self.api.agents is not None and ServedAgents.serves(raw.get("model")):
+            self._agent_chat(raw, self.api.agents)
+            return
         chat = openai_chat.parse(raw, 1024)
         requested = chat.model or self.api.engine.default_model() or "default"
         model = self.api.resolve_model(requested)
@@ -725,3 +766,108 @@ class _Handler(BaseHTTPRequestHandler):
         except (EngineError, JarvisError) as exc:
             self._write_chunk(encoder.fail(_error_status(exc), str(exc)))
         self._write_chunk(b"")
+
+    # -- agents and teams as models (jarvis serve) -----------------------------------
+
+    def _agent_chat(self, raw: dict[str, Any], agents: ServedAgents) -> None:
+        spec = agents.spec(raw)
+        stream = c.flag(raw.get("stream"), "stream")
+        options = c.opt_obj(raw.get("stream_options"), "stream_options")
+        include_usage = c.flag(options.get("include_usage"), "include_usage")
+        assert self.api._loop is not None
+        run, outbox, future = agents.start(spec, self.api.engine, self.api._loop)
+        sock = self.connection
+        sock.settimeout(served.WRITE_TIMEOUT)  # a client that never reads ends its run
+        try:
+            self._drive_run(raw["model"], stream, include_usage, run, outbox, future)
+        except (OSError, _ClientGone) as exc:  # broken pipe, reset, a blocked write
+            self.close_connection = True
+            log.info("served run cancelled: %s", exc or type(exc).__name__)
+        finally:
+            if not future.done():
+                served.wait_out(run, future, "the client went away")
+            with contextlib.suppress(OSError):
+                sock.settimeout(None)
+
+    def _drive_run(
+        self,
+        model: str,
+        stream: bool,
+        include_usage: bool,
+        run: RunContext,
+        outbox: served.Outbox,
+        future: Future[RunOutcome],
+    ) -> None:
+        encoder = served.AgentStream(model, include_usage)
+        events: list[dict[str, Any]] = []
+        dropped = 0
+        started = False
+        begun = last = time.monotonic()
+        while True:
+            done = future.done()
+            items = outbox.take(0 if done else served.POLL)
+            if outbox.overflowed:
+                raise _ClientGone("the client is not reading the answer")
+            now = time.monotonic()
+            if stream and not started and (items or now - begun > served.HEADER_WAIT):
+                self._start_stream()
+                self._write_chunk(encoder.start())
+                started = True
+            if stream and started:
+                shown = [p for kind, p in items if kind == "event"]
+                text = "".join(p for kind, p in items if kind == "delta")
+                if shown:
+                    self._write_chunk(encoder.events(shown))
+                if text:
+                    self._write_chunk(encoder.delta(text))
+                if items:
+                    last = now
+                elif now - last > served.KEEPALIVE:
+                    self._write_chunk(b": keep-alive\n\n")
+                    last = now
+            else:
+                for kind, payload in items:
+                    if kind != "event":
+                        continue
+                    if len(events) < served.MAX_EVENTS:
+                        events.append(payload)
+                    else:
+                        dropped += 1
+            if done:
+                break
+            if served.client_gone(self.connection):
+                raise _ClientGone("the client went away")
+        outcome = future.result()
+        usage = run.budget.used.to_dict()
+        summary = served.run_summary(outcome)
+        failure = outcome.failure
+        if failure is not None and not started:
+            self._send_error(served.failure_status(failure.code), failure.message)
+            return
+        if not stream:
+            jarvis: dict[str, Any] = {"events": events, "run": summary}
+            if dropped:
+                jarvis["events_dropped"] = dropped
+            message = {"role": "assistant", "content": outcome.answer}
+            self._send_json(
+                200,
+                {**encoder.base, "object": "chat.completion",
+                 "choices": [{"index": 0, "message": message, "logprobs": None,
+                              "finish_reason": "stop"}],
+                 "usage": usage, "jarvis": jarvis},
+            )  # fmt: skip
+            return
+        if failure is not None:
+            self._write_chunk(encoder.fail(served.failure_status(failure.code), failure.message))
+        else:
+            if not outbox.streamed and outcome.answer:  # a team answers whole, not streamed
+                self._write_chunk(encoder.delta(outcome.answer))
+            self._write_chunk(encoder.finish(usage, summary))
+        self._write_chunk(b"")
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()

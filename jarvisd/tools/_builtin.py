@@ -149,6 +149,12 @@ class FileReadTool(BaseTool):
     def execute(self, **params: Any) -> str:
         raw = str(params["path"])
         resolved = self.check(raw)
+        run = current_run()
+        if run is not None and run.read_buffer is not None:
+            # The editor's text of an allowed file (unsaved changes included).
+            text = run.read_buffer(str(resolved))
+            if text is not None:
+                return text.encode()[: self.max_bytes].decode("utf-8", "ignore")
         # O_NONBLOCK: opening a FIFO (or a device) must not block the worker thread
         # forever; such files are refused below.
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

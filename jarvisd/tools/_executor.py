@@ -167,7 +167,14 @@ class ToolExecutor:
             bus.publish(EventType.TOOL_CALL_START, tool=resolved, arguments=params, call_id=call.id)
         token = _CURRENT_RUN.set(run)
         try:
-            if self._inline[resolved]:  # cheap sync tools: no task, no timeout machinery
+            if run is not None and run.tool_gate is not None:
+                allowed = await run.tool_gate(resolved, params, call.id)
+            else:
+                allowed = True
+            if not allowed:
+                result = _fail(call, f"Denied: the user did not allow this {resolved} call.", start,
+                               denied=True)  # fmt: skip
+            elif self._inline[resolved]:  # cheap sync tools: no task, no timeout machinery
                 result = self._invoke_inline(tool, params, call, resolved, start)
             else:
                 result = await self._invoke(tool, params, call, resolved, start)

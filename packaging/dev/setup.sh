@@ -42,6 +42,24 @@ apt_install() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+apt_install_cached() {
+    # As apt_install, keeping the downloaded .debs in JARVIS_APT_CACHE (default
+    # ~/.cache/jarvis/apt): a later run on this machine, or a reinstall, downloads
+    # nothing. On a bare machine the package lists are fetched first.
+    local cache=${JARVIS_APT_CACHE:-$HOME/.cache/jarvis/apt} missing=()
+    for pkg in "$@"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null || { say "please install: ${missing[*]} (no apt-get here)"; return 1; }
+    say "installing ${missing[*]} (.debs cached in $cache)"
+    mkdir -p "$cache/partial"
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+               -o "Dir::Cache::archives=$cache" -o APT::Sandbox::User=root)
+    as_root "${apt[@]}" "${missing[@]}" >/dev/null 2>&1 \
+        || { as_root apt-get update -qq && as_root "${apt[@]}" "${missing[@]}" >/dev/null; }
+}
+
 python_ok() { "$1" -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; }
 
 setup_python() {
@@ -111,6 +129,9 @@ case "$MODE" in
         pull_model qwen2.5-coder-1.5b
         # The Node.js side of the frame protocol (node_bridge/) is tested with real node.
         command -v node >/dev/null || apt_install nodejs
+        # The web console's browser tests drive Debian's chromium (Playwright never
+        # downloads a browser of its own).
+        apt_install_cached chromium fonts-liberation
         # The openhands agent's own Python 3.12 venv (cached; about 3 minutes the first time).
         say "installing the openhands agent's venv (cached under ~/.cache/jarvis/venvs)"
         "$VENV/bin/jarvis" agents install openhands
@@ -129,6 +150,21 @@ case "$MODE" in
         # The external agents' pinned npm trees (cached in ~/.cache/jarvis/agents).
         say "installing the external agents (opencode, codex, claude, gemini)"
         "$VENV/bin/jarvis" agents install opencode codex claude gemini
+        # acpx, the headless ACP client that drives `jarvis acp` in tests (pinned lockfile;
+        # cached in ~/.cache/jarvis/test-tools/acpx, installed again when the lock changes).
+        ACPX_DIR=${JARVIS_ACPX_DIR:-$HOME/.cache/jarvis/test-tools/acpx}
+        acpx_lock=$(sha256sum packaging/dev/acpx/package-lock.json | cut -d' ' -f1)
+        if [ "$(cat "$ACPX_DIR/.jarvis-installed" 2>/dev/null)" != "$acpx_lock" ]; then
+            say "installing acpx for the ACP tests (cached in $ACPX_DIR)"
+            rm -rf "$ACPX_DIR" && mkdir -p "$ACPX_DIR"
+            cp packaging/dev/acpx/package.json packaging/dev/acpx/package-lock.json "$ACPX_DIR/"
+            # `npm install` when `npm ci` calls the lock out of sync (a registry without some
+            # platforms' optional packages): it still installs the locked versions.
+            (cd "$ACPX_DIR" && { npm ci --no-audit --no-fund --ignore-scripts --loglevel=error 2>/dev/null \
+                || npm install --no-audit --no-fund --ignore-scripts --loglevel=error; })
+            test -x "$ACPX_DIR/node_modules/.bin/acpx"
+            echo "$acpx_lock" > "$ACPX_DIR/.jarvis-installed"
+        fi
         say "lint and type check"
         "$VENV/bin/ruff" check jarvisd tests runners benchmarks
         "$VENV/bin/ruff" format --check jarvisd tests runners benchmarks

@@ -250,7 +250,7 @@ def test_frame_limits_and_garbage(jarvisd: DaemonProcess) -> None:
     assert exchange(b'{"v": 1, "id": "q", "op": "nope"}\n') == {
         "v": 1, "id": "q", "type": "error", "final": True, "code": "bad_request",
         "message": "unknown op 'nope' (known: ask, ask.cancel, ping, shutdown, status, task.answer, "
-        "task.cancel, task.list, task.logs, task.show, task.submit, task.wait)",
+        "task.cancel, task.list, task.logs, task.show, task.submit, task.wait, ui.login)",
     }  # fmt: skip
     bad_spec = b'{"v":1,"id":"s","op":"task.submit","spec":{"input":3}}\n'
     assert exchange(bad_spec)["code"] == "bad_request"

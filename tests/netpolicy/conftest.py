@@ -305,6 +305,30 @@ def open_tunnel(path: Path, host: str, port: int) -> tuple[socket.socket, Reply]
     return sock, reply
 
 
+@contextlib.contextmanager
+def raw_tunnel(
+    proxies: Proxies, host: str = "127.0.0.1"
+) -> Iterator[tuple[EgressProxy, socket.socket, socket.socket]]:
+    """An allowed CONNECT to a raw TCP listener on ``host`` (an IP literal): the proxy,
+    the client's end and the server's end, both closed on exit. For protocols that are
+    not HTTP or TLS, which the proxy relays as bytes."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    literal = f"[{host}]" if family == socket.AF_INET6 else host
+    with socket.socket(family) as listener:
+        try:
+            listener.bind((host, 0))
+        except OSError:
+            pytest.skip(f"no {host} on this machine")
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        proxy = proxies(NetPolicy.parse(allow=[f"{literal}:{port}"]))
+        sock, reply = open_tunnel(proxy.socket_path, literal, port)
+        assert reply.status == 200
+        server, _ = listener.accept()
+        with sock, server:
+            yield proxy, sock, server
+
+
 # -- a TCP forwarder (the sandbox's side) -------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from .conftest import (
     ask,
     mapped,
     open_tunnel,
+    raw_tunnel,
     read_all,
     unix,
     wait_events,
@@ -140,24 +141,17 @@ def test_an_empty_policy_refuses_everything_with_events(proxies: Proxies) -> Non
 
 
 def test_a_server_that_speaks_first_is_relayed(proxies: Proxies) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
-        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
-        assert reply.status == 200
-        server, _ = listener.accept()
-        with sock, server:
-            server.sendall(b"220 smtp.example ESMTP\r\n")  # before the client says anything
-            assert sock.recv(100) == b"220 smtp.example ESMTP\r\n"
-            sock.sendall(b"QUIT\r\n")
-            assert server.recv(100) == b"QUIT\r\n"
-            sock.shutdown(socket.SHUT_WR)
-            assert server.recv(100) == b""  # the half-close crosses the proxy
-            server.sendall(b"221 bye\r\n")
-            server.close()
-            assert read_all(sock) == b"221 bye\r\n"
+    with raw_tunnel(proxies) as (proxy, sock, server):
+        port = server.getsockname()[1]
+        server.sendall(b"220 smtp.example ESMTP\r\n")  # before the client says anything
+        assert sock.recv(100) == b"220 smtp.example ESMTP\r\n"
+        sock.sendall(b"QUIT\r\n")
+        assert server.recv(100) == b"QUIT\r\n"
+        sock.shutdown(socket.SHUT_WR)
+        assert server.recv(100) == b""  # the half-close crosses the proxy
+        server.sendall(b"221 bye\r\n")
+        server.close()
+        assert read_all(sock) == b"221 bye\r\n"
     [event] = wait_events(proxy, 1)
     assert event.allowed and event.reason == f"allowed by '127.0.0.1:{port}'"
     assert (event.bytes_up, event.bytes_down) == (6, 24 + 9)
@@ -166,20 +160,9 @@ def test_a_server_that_speaks_first_is_relayed(proxies: Proxies) -> None:
 def test_ipv6_upstream_by_bracketed_literal(proxies: Proxies) -> None:
     if not socket.has_ipv6:
         pytest.skip("no IPv6 on this machine")
-    with socket.socket(socket.AF_INET6) as listener:
-        try:
-            listener.bind(("::1", 0))
-        except OSError:
-            pytest.skip("no ::1 on this machine")
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        proxy = proxies(NetPolicy.parse(allow=[f"[::1]:{port}"]))
-        sock, reply = open_tunnel(proxy.socket_path, "[::1]", port)
-        assert reply.status == 200
-        server, _ = listener.accept()
-        with sock, server:
-            sock.sendall(b"SSH-2.0-x\r\n")
-            assert server.recv(100) == b"SSH-2.0-x\r\n"
+    with raw_tunnel(proxies, "::1") as (proxy, sock, server):
+        sock.sendall(b"SSH-2.0-x\r\n")
+        assert server.recv(100) == b"SSH-2.0-x\r\n"
     [event] = wait_events(proxy, 1)
     assert event.allowed and event.address == "::1" and event.host == "::1"
 
@@ -273,19 +256,11 @@ def test_limits_must_be_positive(field: str) -> None:
 def test_other_protocols_than_tls_and_http_are_relayed_as_bytes(
     proxies: Proxies, first: bytes
 ) -> None:
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        proxy = proxies(NetPolicy.parse(allow=[f"127.0.0.1:{port}"]))
-        sock, reply = open_tunnel(proxy.socket_path, "127.0.0.1", port)
-        assert reply.status == 200
-        server, _ = listener.accept()
-        with sock, server:
-            sock.sendall(first)
-            got = b""
-            while len(got) < len(first):
-                got += server.recv(100)
-            assert got == first
+    with raw_tunnel(proxies) as (proxy, sock, server):
+        sock.sendall(first)
+        got = b""
+        while len(got) < len(first):
+            got += server.recv(100)
+        assert got == first
     [event] = wait_events(proxy, 1)
     assert event.allowed

@@ -108,6 +108,13 @@ def test_bad_spec_fields_are_refused_by_name(field: str, value: object) -> None:
         AgentSpec.from_dict({"input": "q", field: value})
 
 
+def test_a_spec_from_the_wire_cannot_ask_for_the_sandbox_and_none() -> None:
+    # The daemon reads specs from any client of its socket, not only from the CLI.
+    with pytest.raises(_errors.UsageError, match="'sandbox' and 'no_sandbox' contradict"):
+        AgentSpec.from_dict({"input": "q", "sandbox": True, "no_sandbox": True})
+    assert AgentSpec.from_dict({"input": "q", "no_sandbox": True}).no_sandbox
+
+
 # -- options ------------------------------------------------------------------------
 
 
