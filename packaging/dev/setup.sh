@@ -168,7 +168,10 @@ case "$MODE" in
         say "lint and type check"
         "$VENV/bin/ruff" check jarvisd tests runners benchmarks
         "$VENV/bin/ruff" format --check jarvisd tests runners benchmarks
-        "$VENV/bin/mypy"
+        # mypy's cache outside the checkout (a CI run starts from a fresh clone): a
+        # whole-tree check costs a minute on 2 cores, an unchanged tree about a second.
+        # mypy checks each cached module's source hash and the options before using it.
+        MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-$HOME/.cache/jarvis/mypy} "$VENV/bin/mypy"
         say "running every test"
         export CI=${CI:-true}
         "$PY" -m pytest -q -p no:cacheprovider

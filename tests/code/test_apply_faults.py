@@ -6,8 +6,10 @@ with no temporary or backup left, and the workspace's record must agree with it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import select
 import shutil
 import signal
 import subprocess
@@ -17,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jarvisd._paths import paths
@@ -39,9 +42,100 @@ def jarvis(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, env=os.environ.copy())  # fmt: skip
 
 
-def start(*args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "jarvisd", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=os.environ.copy())  # fmt: skip
+# The forking parent: it imports the CLI and the code commands once, then forks one
+# child per command. Each child runs what `python -m jarvisd ARGS` runs (main, then
+# exit with its code), with fresh stdio and the signal dispositions of a new
+# interpreter: only the interpreter's start and the imports are skipped, which were
+# most of each trial's time. Commands on stdin, one a line: ``run OUT ERR ARGV-JSON``
+# answers the child's pid; ``wait PID`` its return code (as Popen's: -N for signal N).
+_FORKER = r"""
+import json, os, sys
+import jarvisd.cli, jarvisd.cli._code, jarvisd.code, jarvisd.code._apply
+import jarvisd.code._recover, jarvisd.code._journal
+from jarvisd.cli import main
+
+for line in sys.stdin:
+    verb, rest = line.split(" ", 1)
+    if verb == "wait":
+        status = os.waitpid(int(rest), 0)[1]
+        print(os.waitstatus_to_exitcode(status), flush=True)
+        continue
+    out, err, argv = rest.split(" ", 2)
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 1)
+        os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), 2)
+        code = main(json.loads(argv))
+        sys.exit(code if isinstance(code, int) else 0)
+    print(pid, flush=True)
+"""
+
+
+class Forked:
+    """One command run by the forking parent, with the part of Popen's interface the
+    trials use: ``pid``, ``poll``, ``send_signal``, ``communicate``, ``returncode``."""
+
+    def __init__(self, forker: Forker, pid: int, out: Path, err: Path) -> None:
+        self.forker, self.pid, self.out, self.err = forker, pid, out, err
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        # The child is the forker's, not ours: it has ended once it is a zombie.
+        if self.returncode is None:
+            try:
+                ended = psutil.Process(self.pid).status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                ended = True
+            if ended:
+                self.returncode = self.forker.wait(self.pid)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def communicate(self, timeout: float) -> tuple[bytes, bytes]:
+        if self.returncode is None:
+            self.returncode = self.forker.wait(self.pid, timeout)
+        return self.out.read_bytes(), self.err.read_bytes()
+
+
+class Forker:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.count = 0
+        self.proc = subprocess.Popen([sys.executable, "-c", _FORKER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=os.environ.copy())  # fmt: skip
+
+    def _ask(self, line: str, timeout: float = 120) -> str:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        assert ready, f"the forking parent did not answer {line!r} within {timeout} s"
+        answer = self.proc.stdout.readline().decode().strip()
+        assert answer, f"the forking parent ended (exit {self.proc.poll()})"
+        return answer
+
+    def start(self, *args: str) -> Forked:
+        self.count += 1
+        out, err = self.root / f"{self.count}.out", self.root / f"{self.count}.err"
+        pid = int(self._ask(f"run {out} {err} {json.dumps(list(args))}"))
+        return Forked(self, pid, out, err)
+
+    def wait(self, pid: int, timeout: float = 120) -> int:
+        return int(self._ask(f"wait {pid}", timeout))
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        child = self.start(*args)
+        out, err = child.communicate(timeout=120)
+        return subprocess.CompletedProcess(list(args), child.poll() or 0, out.decode(),
+                                           err.decode())  # fmt: skip
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.communicate(timeout=10)  # and closes the pipes
 
 
 def state_of(root: Path) -> tuple[dict[str, str], list[str]]:
@@ -118,7 +212,7 @@ class Fixture:
             shutil.copytree(pristine, live, symlinks=True, copy_function=os.link)
         store().put(self.ws)
 
-    def wait_first_temporary(self, proc: subprocess.Popen[bytes]) -> None:
+    def wait_first_temporary(self, proc: Forked) -> None:
         # The change's first files (in git's order) are at the top of the project.
         deadline = time.monotonic() + 60
         while not any(".jarvis-" in n for n in os.listdir(self.project)):
@@ -148,14 +242,23 @@ def change(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fixture]
 def test_random_kills_leave_the_old_or_the_new_tree_after_the_next_command(
     change: Fixture,
 ) -> None:
+    (change.old_project.parent / "forked").mkdir()
+    forker = Forker(change.old_project.parent / "forked")
+    try:
+        _random_kills(change, forker)
+    finally:
+        forker.close()
+
+
+def _random_kills(change: Fixture, forker: Forker) -> None:
     old = state_of(change.project)
     # One apply without a signal: the new tree, and how long its writing takes here.
-    proc = start("code", "apply", change.ws.id)
+    proc = forker.start("code", "apply", change.ws.id)
     change.wait_first_temporary(proc)
     began = time.monotonic()
-    said = proc.communicate(timeout=120)[1]
+    first_err = proc.communicate(timeout=120)[1]
     window = time.monotonic() - began
-    assert proc.returncode == 0, said
+    assert proc.returncode == 0, first_err
     new = state_of(change.project)
     assert new != old and not leftovers(change.project)
     rng = random.Random(int(os.environ.get("JARVIS_FAULT_SEED", "38")))
@@ -164,7 +267,7 @@ def test_random_kills_leave_the_old_or_the_new_tree_after_the_next_command(
     for trial in range(TRIALS):
         change.reset()
         sig = SIGNALS[trial % 3]
-        proc = start("code", "apply", change.ws.id)
+        proc = forker.start("code", "apply", change.ws.id)
         if rng.random() < 0.15:  # anywhere from start-up through planning
             time.sleep(rng.uniform(0.0, 0.4))
         else:  # somewhere while temporaries, backups and renames happen, or after
@@ -176,7 +279,7 @@ def test_random_kills_leave_the_old_or_the_new_tree_after_the_next_command(
             window *= 0.8
             count(outcomes, "ended before the signal")
         proc.communicate(timeout=120)
-        after = jarvis("code", "list")
+        after = forker.run("code", "list")
         assert after.returncode == 0, after.stderr
         for said, label in (("rolled back the interrupted", "next command rolled back"),
                             ("completed the interrupted", "next command completed")):  # fmt: skip

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
@@ -43,6 +44,23 @@ def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation
     if first_user == "inner question":
         return reply("sub-answer")
     return reply(f"answer to {first_user}")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def still_alive(pids: Sequence[int | None], within: float = 20.0) -> list[int]:
+    """The processes of ``pids`` still running once they had ``within`` seconds to end:
+    a poll, not a fixed wait (a process killed or told to stop ends a little later, and
+    later still on a loaded machine)."""
+    deadline = time.monotonic() + within
+    while (left := [p for p in pids if p and alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
 
 
 class DaemonProcess:

@@ -21,6 +21,7 @@ import pytest
 
 from jarvisd._errors import DaemonError
 from jarvisd._messages import Generation, Message
+from jarvisd._paths import ENV_VARS
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, DaemonHost, RunOutcome
@@ -139,10 +140,17 @@ def _ask_workers(daemon: DaemonProcess) -> list[psutil.Process]:
             if "jarvisd.daemon._askworker" in " ".join(p.cmdline())]  # fmt: skip
 
 
-def test_a_stopped_ask_worker_fails_the_ask_with_a_clear_error(
-    daemon: DaemonProcess, slow_engine: SlowOnCue
+def a_stopped_ask_worker_fails_the_ask_with_a_clear_error(
+    daemon: DaemonProcess, slow_engine: SlowOnCue, env: dict[str, str]
 ) -> None:
-    cli = _ask_cli("a slow question")
+    """The ask worker stopped for the daemon's whole 60 s limit. Run, with its own
+    jarvisd and directories (``env``), during the 60 s stall of
+    ``test_crash_windows.py::test_a_60s_stall_of_the_daemon_fails_no_running_task``:
+    the two minutes of waiting overlap."""
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "jarvisd", "ask", "a slow question"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
     wait_for_calls(slow_engine, 1)
     stopped = _ask_workers(daemon)
     for worker in stopped:
@@ -158,6 +166,33 @@ def test_a_stopped_ask_worker_fails_the_ask_with_a_clear_error(
     assert cli.returncode == 1, (out, err)
     assert "was stopped for 60 s (SIGSTOP or a debugger?) and did not answer" in err, err
     assert daemon.client.ping()  # the daemon itself is fine
+
+
+@contextlib.contextmanager
+def another_daemon(root: Path) -> Iterator[tuple[DaemonProcess, SlowOnCue, dict[str, str]]]:
+    """A second jarvisd beside the test's own, on a slow engine, with its own
+    directories under ``root``; and the environment that names them."""
+    env = dict(os.environ)
+    for key, var in ENV_VARS.items():
+        (root / key).mkdir(mode=0o700 if key == "runtime" else 0o777)
+        env[var] = str(root / key)
+    engine = SlowOnCue(fallback=script)
+    with OllamaStandIn(engine) as server:
+        mine = {var: os.environ[var] for var in ENV_VARS.values()}
+        os.environ.update({var: env[var] for var in ENV_VARS.values()})
+        try:  # DaemonProcess and its client take their paths from the environment
+            process = DaemonProcess(root, server.url)
+            process.write_config()
+            process.start()
+        finally:
+            os.environ.update(mine)
+        try:
+            yield process, engine, env
+        finally:
+            if process.proc is not None and process.proc.poll() is None:
+                os.kill(process.proc.pid, signal.SIGCONT)
+                process.proc.kill()
+                process.proc.wait(10)
 
 
 class Medium(ScriptedEngine):

@@ -22,6 +22,7 @@ from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.testing import OllamaStandIn
 
 from .conftest import DaemonProcess
+from .test_ask_faults import a_stopped_ask_worker_fails_the_ask_with_a_clear_error, another_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +128,32 @@ def slow_daemon(isolated_dirs: Path) -> Iterator[DaemonProcess]:
             daemon.proc.wait(10)
 
 
-def test_a_60s_stall_of_the_daemon_fails_no_running_task(slow_daemon: DaemonProcess) -> None:
+def test_a_60s_stall_of_the_daemon_fails_no_running_task(
+    slow_daemon: DaemonProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Another 60 s wait, an ask worker stopped on a second jarvisd (test_ask_faults),
+    # runs in a thread meanwhile: its assertions are its own, checked at the end.
+    with another_daemon(tmp_path_factory.mktemp("jv2")) as (asker, engine, env):
+        errors: list[BaseException] = []
+
+        def ask_worker_stall() -> None:
+            try:
+                a_stopped_ask_worker_fails_the_ask_with_a_clear_error(asker, engine, env)
+            except BaseException as exc:
+                errors.append(exc)
+
+        other = threading.Thread(target=ask_worker_stall)
+        other.start()
+        try:
+            _a_60s_stall(slow_daemon)
+        finally:
+            other.join(240)
+        assert not other.is_alive(), "the ask worker's stall did not end"
+        if errors:
+            raise errors[0]
+
+
+def _a_60s_stall(slow_daemon: DaemonProcess) -> None:
     slow_daemon.start()
     assert slow_daemon.proc is not None
     ids = []

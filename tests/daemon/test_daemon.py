@@ -23,16 +23,9 @@ from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec
 from tests.conftest import require
 
-from .conftest import DaemonProcess
+from .conftest import DaemonProcess, alive, still_alive
 
 pytestmark = pytest.mark.slow
-
-
-def alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def events_of(client: Client, task_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -106,8 +99,7 @@ def test_kill9_then_restart_resumes_or_interrupts_and_loses_nothing(
     workers = [c.show(t).worker_pid for t in (calc.id, llm.id)]
     jarvisd.kill9()
     assert jarvisd.paths.socket.exists()  # kill -9 leaves it: the next start must cope
-    time.sleep(0.5)
-    assert not any(pid and alive(pid) for pid in workers), "workers outlived jarvisd"
+    assert not still_alive(workers), "workers outlived jarvisd"
     jarvisd.start()
     final = {t: c.wait(t, timeout=30) for t in (calc.id, llm.id, queued.id)}
     # resumed from its last completed model turn; the calculator ran once, not twice

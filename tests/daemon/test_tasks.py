@@ -6,11 +6,9 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from jarvisd._config import Config
@@ -18,14 +16,9 @@ from jarvisd.daemon import TaskManager, TaskStore
 from jarvisd.daemon._tasks import MAX_ATTEMPTS
 from jarvisd.runs import AgentSpec
 
+from .conftest import alive, still_alive
+
 STANDIN = Path(__file__).with_name("standin_worker.py")
-
-
-def alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
 
 
 def standin(tmp_path: Path, mode: str) -> tuple[str, Path]:
@@ -81,8 +74,7 @@ def test_cancel_ends_the_whole_process_tree(tmp_path: Path, mode: str) -> None:
 
     try:
         pids, worker = asyncio.run(scenario())
-        time.sleep(0.2)
-        left = [p for p in [worker, *pids] if alive(p)]
+        left = still_alive([worker, *pids])
         assert not left, f"still running after cancel: {left}"
         info = store.get(store.ids_in("cancelled")[0])
         assert info.reason == "cancelled by the user"
@@ -113,8 +105,7 @@ def test_only_crashes_use_up_resume_attempts(tmp_path: Path) -> None:
     def run_until_stopped(task_id: str | None) -> str:
         try:
             task_id = asyncio.run(one_life(task_id))
-            time.sleep(0.2)
-            left = [p for p in listed(pids_file) if alive(p)]
+            left = still_alive(listed(pids_file))
             assert not left, f"still running after the daemon stopped: {left}"
             return task_id
         finally:
