@@ -180,8 +180,12 @@ class FrameSession:
             await send_frame(self.channel, start)
             final = await self._loop()
         except FrameError as exc:
-            # A program killed because the run stopped may leave half a frame behind.
-            if not self.run_ctx.cancel.cancelled and self.stopped is None:
+            # A program killed because the run stopped, or by its timeout, may leave half
+            # a frame behind: how it ended is the failure, not the frame it was writing.
+            ended_by_host = bool(
+                self.run_ctx.cancel.cancelled or self.stopped is not None or self.channel.reason
+            )
+            if not ended_by_host:
                 raise ProtocolError(f"the {self.name} broke the frame protocol: {exc}") from exc
         except SandboxError:
             if not self.run_ctx.cancel.cancelled and self.stopped is None:

@@ -149,6 +149,9 @@ class Channel(abc.ABC):
     reports ``timed_out``."""
 
     clock: Clock
+    #: Why the host ended the program ("timeout", "killed", ...): set before it is
+    #: killed, so a reader that meets the end of its output can tell; "" until then.
+    reason: str = ""
     #: The program's one reaping, once a caller waits (see ``wait``).
     _reaping: asyncio.Future[ExecResult] | None = None
 

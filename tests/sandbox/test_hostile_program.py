@@ -215,6 +215,23 @@ def test_holding_an_inference_does_not_keep_a_busy_program_alive(
     assert time.monotonic() - started < 15
 
 
+def test_half_a_frame_cut_by_the_timeout_is_reported_as_the_timeout(
+    roots: tuple[Path, Path], hostile: Any
+) -> None:
+    # A program killed by its timeout in the middle of writing a frame (a big one, on a
+    # loaded machine) leaves half of it behind: the run failed for the timeout, not
+    # for a broken protocol.
+    hostile("""
+        out.write(encode(EventFrame(type="tool_call_end", data={"content": "y" * 100}))[:80])
+        out.flush()
+        time.sleep(600)
+    """)
+    outcome = ask(roots, ScriptedEngine.from_replies([]), timeout=1.5)
+    assert outcome.failure is not None and "ran for more than 1.5s" in outcome.failure.message, (
+        outcome.failure
+    )
+
+
 def test_forged_events_are_refused_and_namespaced(roots: tuple[Path, Path], hostile: Any) -> None:
     hostile("""
         send(EventFrame(type="inference_end", data={"prompt_tokens": 10**12,
