@@ -85,7 +85,32 @@ def link_real_models(*names: str) -> Path:
 MODEL_TEST_TIMEOUT_S = 1200
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: Where the tests that need no container engine, no model, no daemon and no fixed port
+#: live (paths from the checkout's root). ``packaging/dev/setup.sh --test`` runs them on
+#: both cores first (pytest-xdist, ``-m parallel -n 2``), then the rest one at a time:
+#: those count containers and processes, hold the model's threads, or wait on timers.
+#: A test here that needs Docker or a model still carries the ``docker``/``model``/
+#: ``slow`` marker and stays serial.
+PARALLEL_PATHS = (
+    "tests/patterns/",
+    "tests/protocol/",
+    "tests/tools/",
+    "tests/runs/",
+    "tests/evals/",
+    "tests/engines/",
+    "tests/mcp/",
+    "tests/gateway/",
+    "tests/test_",
+)
+_SERIAL_MARKERS = ("docker", "model", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("model") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(MODEL_TEST_TIMEOUT_S))
+        where = item.path.relative_to(config.rootpath).as_posix()
+        if where.startswith(PARALLEL_PATHS) and not any(
+            item.get_closest_marker(name) for name in _SERIAL_MARKERS
+        ):
+            item.add_marker(pytest.mark.parallel)

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.harness import discover
 from tests.conftest import IN_CI, REAL_MODELS_DIR, link_real_models
 
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MAY_SKIP_IN_CI = ("is not installed (jarvis agents install",)
 
 
+@pytest.mark.model  # the model rows run smollm2-135m
 def test_every_benchmark_module_runs_once_in_smoke_mode(tmp_path: Path) -> None:
     link_real_models("smollm2-135m")  # the model rows' model, in this test's data dir
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JARVIS_TEST_MODELS_DIR": str(REAL_MODELS_DIR),

@@ -141,6 +141,7 @@ def test_a_cancelled_run_reaches_an_external_member_mid_prompt(
     assert end["call_id"] == "t-open" and end["content"] == "cancelled: stopped by the user"
 
 
+@pytest.mark.docker
 def test_run_first_removes_the_container_of_an_external_agent_it_cancels(
     tmp_path: Path,
 ) -> None:
