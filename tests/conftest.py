@@ -101,6 +101,20 @@ PARALLEL_PATHS = (
     "tests/mcp/",
     "tests/gateway/",
     "tests/test_",
+    "tests/agents/",
+    "tests/netpolicy/",
+    "tests/code/",
+    "tests/bridge/",
+    "tests/server/",
+    "tests/cli/",
+)
+#: Exceptions under those paths: real agents' own venvs and bridges (heavy, and some of
+#: their tests need Docker), and a hundred forked kills timed against each other.
+SERIAL_PATHS = (
+    "tests/agents/test_openhands.py",
+    "tests/agents/test_claude_code.py",
+    "tests/agents/test_claude_code_credentials.py",
+    "tests/code/test_apply_faults.py",
 )
 _SERIAL_MARKERS = ("docker", "model", "slow")
 
@@ -110,7 +124,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("model") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(MODEL_TEST_TIMEOUT_S))
         where = item.path.relative_to(config.rootpath).as_posix()
-        if where.startswith(PARALLEL_PATHS) and not any(
-            item.get_closest_marker(name) for name in _SERIAL_MARKERS
+        if (
+            where.startswith(PARALLEL_PATHS)
+            and not where.startswith(SERIAL_PATHS)
+            and not any(item.get_closest_marker(name) for name in _SERIAL_MARKERS)
         ):
             item.add_marker(pytest.mark.parallel)
