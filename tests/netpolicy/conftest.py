@@ -283,7 +283,10 @@ def parse_reply(raw: bytes) -> Reply:
 def ask(path: Path, request: bytes) -> Reply:
     """Send ``request`` to the proxy and read its whole answer (it closes)."""
     with unix(path) as sock:
-        sock.sendall(request)
+        try:
+            sock.sendall(request)
+        except BrokenPipeError:
+            pass  # refused (and closed) before it read the request: its answer is there
         return parse_reply(read_all(sock))
 
 
