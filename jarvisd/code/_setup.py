@@ -15,8 +15,9 @@ proxy of the setup's own; the agent's phase keeps the run's policy (none by defa
 
 The cache, ``<cache>/envs/KEY``: KEY hashes the dependency files, the setup command,
 the pip sources, the sandbox image's id and the project's path (``setup_key``). It is built under a temporary name and
-renamed when complete (a failed setup leaves nothing; two runs with one KEY each build,
-the first rename wins, the other's build is dropped), then mounted read-only at
+renamed when complete (a failed setup leaves nothing). One build of a KEY at a time: the
+runs that need it meanwhile (the candidates of one run, a daemon's task and a CLI run)
+wait on a lock, then take the one environment from the cache. Then it is mounted read-only at
 ``ENV_PATH`` into the test command and the agent's sandbox, with ``ENV_PATH/bin`` first
 on PATH. It lies outside the workspace, so it is never part of the diff.
 """
@@ -307,7 +308,54 @@ async def prepare_toolchain(
         say(f"environment {key[:12]} from the cache")
         return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root))
+    async with _building_lock(root, key, say):
+        if final.is_dir():  # another run (a candidate of this one) made it meanwhile
+            say(f"environment {key[:12]} from the cache (made by another run meanwhile)")
+            return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
+        return await _build_into(plan, workspace, config, executor, say, sources, key, final,
+                                 started)  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> Any:
+    """One build of ``key`` at a time, across processes (candidates, a daemon and a
+    CLI run): an flock on ``<cache>/env-locks/KEY``, polled so the event loop keeps running
+    (candidates of one run wait in one process). The lock file stays (empty)."""
+    import asyncio
+    import fcntl
+
+    locks = root.parent / "env-locks"  # beside the cache: its listing is environments only
+    locks.mkdir(exist_ok=True, mode=0o700)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(locks / key, flags, 0o600)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    say(f"environment {key[:12]} is being made by another run: waiting for it")
+                    told = True
+                await asyncio.sleep(0.25)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+async def _build_into(
+    plan: SetupPlan,
+    workspace: str,
+    config: Config,
+    executor: CodeExecutor,
+    say: Callable[[str], None],
+    sources: PipSources,
+    key: str,
+    final: Path,
+    started: float,
+) -> Toolchain:
+    building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=final.parent))
     try:
         _hand_to_sandbox(building, config)
         output, network = await _build(plan, workspace, config, executor, building, sources, say)
@@ -315,7 +363,7 @@ async def prepare_toolchain(
         try:
             os.rename(building, final)
         except OSError:
-            if not final.is_dir():
+            if not final.is_dir():  # noqa: ASYNC240 - one stat
                 raise
             say("another run made the same environment meanwhile: using it")
     finally:
