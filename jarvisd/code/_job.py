@@ -242,6 +242,8 @@ async def _run_code(
             )
         note = f"{choice.origin} names image {choice.image}: ignored ({backend} runs no image)"
         choice = ImageChoice(config.sandbox.image, "sandbox.image", (*choice.notes, note))
+    if config.sandbox.backend == "bwrap":
+        _reachable_under_bwrap(ws.path, config)
     code_config = _code_config(config, ws)
     if choice.own:
         code_config = dataclasses.replace(
@@ -389,6 +391,36 @@ def _held_to_account(
     return None
 
 
+def _reachable_under_bwrap(path: str, config: Config) -> None:
+    """As root, bwrap runs as the sandbox's user, who must reach ``path`` (a workspace,
+    the environment cache) to mount it: refused clearly when a directory above it
+    (root's 0700 home, with jarvis's default directories) keeps that user out."""
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        return  # bwrap maps the user's own id: what the user reaches, it mounts
+    from ..sandbox._policy import SandboxPolicy
+
+    policy = SandboxPolicy.from_config(config)
+    current = Path(path)
+    for folder in (current, *current.parents):
+        info = os.stat(folder)
+        if info.st_uid == policy.uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == policy.gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            raise UsageError(
+                f"sandbox.backend is bwrap and jarvis runs as root: the sandbox's user "
+                f"({policy.uid}) cannot reach {path} ({folder} is closed to it), so bwrap "
+                "cannot mount it. Run jarvis code as your own user, or use sandbox.backend "
+                '= "docker"'
+            )
+
+
 async def _check_image(
     run: RunContext, executor: CodeExecutor, choice: Any, record: dict[str, Any]
 ) -> None:
@@ -425,17 +457,19 @@ async def _setup(
     def say(line: str) -> None:
         run.bus.publish(EventType.CODE_SETUP, line=line)
 
-    if config.sandbox.backend not in ("docker", "podman"):
-        # bwrap mounts no environment at /opt/jarvis-env (no binds of jarvis's own).
-        why = f'a setup needs a container (sandbox.backend "{config.sandbox.backend}")'
-        if plan.command:
-            record["failure"] = Failure.of(SetupFailed(why)).to_dict()
-            raise SetupFailed(why)
-        say(f"skipped: {why}")
-        return executor
-
     record["files"] = list(plan.files)
     record["command"] = plan.command or plan.pip_line
+    if config.sandbox.backend == "bwrap":
+        from ._setup import envs_dir
+
+        envs = envs_dir()
+        try:
+            envs.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _reachable_under_bwrap(str(envs.parent), config)
+        except (UsageError, OSError) as exc:
+            failure = SetupFailed(f"the setup cannot run under bwrap: {exc}")
+            record["failure"] = Failure.of(failure).to_dict()
+            raise failure from exc
     try:
         toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
                                             project=ws.source)  # fmt: skip

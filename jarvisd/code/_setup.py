@@ -267,8 +267,13 @@ def _image_id(executor: CodeExecutor, config: Config) -> str:
     """The sandbox image's id (a rebuilt image gets a new environment); the image's
     name for a backend that has no engine to ask (bwrap: the host's own system)."""
     client = getattr(executor, "client", None)
-    if client is None:
-        return f"{config.sandbox.backend}:{os.uname().release}"
+    if client is None:  # bwrap: the venv links the host's /usr/bin/python3
+        try:
+            python = os.stat(os.path.realpath("/usr/bin/python3"))
+            host = f"{os.path.realpath('/usr/bin/python3')}:{python.st_size}:{python.st_mtime_ns}"
+        except OSError:
+            host = "no-python3"
+        return f"{config.sandbox.backend}:{os.uname().release}:{host}"
     try:
         return str(client().images.get(config.sandbox.image).id)
     except JarvisError:
@@ -308,6 +313,10 @@ async def prepare_toolchain(
         say(f"environment {key[:12]} from the cache")
         return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if os.geteuid() == 0 and getattr(executor, "client", None) is None:
+        # bwrap as root runs as the sandbox's user, who must reach the environment to
+        # mount it: traverse, not list (keys are hashes; the envs are readable by all).
+        os.chmod(root, 0o711)
     async with _building_lock(root, key, say):
         if final.is_dir():  # another run (a candidate of this one) made it meanwhile
             say(f"environment {key[:12]} from the cache (made by another run meanwhile)")

@@ -230,28 +230,6 @@ def test_setup_options_on_the_command_line(tmp_path: Path) -> None:
     assert line == "[3] setup: Collecting x\\x1b[2J"
 
 
-def test_a_backend_without_binds_of_its_own_gets_no_setup(tmp_path: Path) -> None:
-    import dataclasses
-
-    from jarvisd._run import RunContext
-    from jarvisd.code._job import _setup
-    from jarvisd.code._store import Workspace
-
-    (tmp_path / "setup.py").write_text("")
-    config = Config()
-    config = dataclasses.replace(config, sandbox=dataclasses.replace(config.sandbox,
-                                                                     backend="bwrap"))  # fmt: skip
-    ws = Workspace(id="w", source=str(tmp_path), kind="copy", path=str(tmp_path), git_dir="",
-                   branch="", base="")  # fmt: skip
-    sandbox, record = _Sandbox(), {}  # type: ignore[var-annotated]
-    assert asyncio.run(_setup(ws, RunContext(), config, sandbox, record)) is sandbox
-    assert not sandbox.requests and "failure" not in record  # detected: skipped, said so
-    with pytest.raises(SetupFailed, match="needs a container"):
-        asyncio.run(_setup(dataclasses.replace(ws, setup="make"), RunContext(), config,
-                           sandbox, record))  # fmt: skip
-    assert record["failure"]["code"] == "setup_failed"
-
-
 def test_an_index_token_never_enters_the_sandbox() -> None:
     """A private index's user and password stay on the host: the setup runs the
     project's build code in the sandbox, which could read them from its environment."""
