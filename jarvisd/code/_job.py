@@ -457,6 +457,9 @@ async def _setup(
     def say(line: str) -> None:
         run.bus.publish(EventType.CODE_SETUP, line=line)
 
+    def connected(event: Any) -> None:  # what the setup reached, as the agent's are shown
+        run.bus.publish(EventType.NET_CONNECT, phase="setup", **event.to_dict())
+
     record["files"] = list(plan.files)
     record["command"] = plan.command or plan.pip_line
     if config.sandbox.backend == "bwrap":
@@ -472,7 +475,7 @@ async def _setup(
             raise failure from exc
     try:
         toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
-                                            project=ws.source)  # fmt: skip
+                                            project=ws.source, on_connect=connected)  # fmt: skip
     except SetupFailed as exc:
         record["failure"] = Failure.of(exc).to_dict()
         raise

@@ -44,6 +44,7 @@ from ..executors._base import Channel, CodeExecutor, ExecRequest
 
 if TYPE_CHECKING:
     from .._config import Config
+    from ..netpolicy import NetEvent
     from ._pipconf import PipSources
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,8 @@ MAX_DEP_FILE_BYTES = 4 * 1024 * 1024
 MAX_SETUP_OUTPUT = 6000
 #: One progress line at most (pip prints long ones).
 _MAX_LINE = 300
+#: The most hosts a setup's record names as reached (pip's sources: a few).
+_MAX_HOSTS = 32
 #: How long a setup may take unless the sandbox's timeout is longer.
 SETUP_TIMEOUT_S = 900.0
 
@@ -298,6 +301,7 @@ async def prepare_toolchain(
     say: Callable[[str], None] = lambda line: None,
     sources: PipSources | None = None,
     project: str = "",
+    on_connect: Callable[[NetEvent], None] | None = None,
 ) -> Toolchain:
     """The environment ``plan`` makes for ``workspace``: from the cache, else made in
     the sandbox (``say`` gets its progress lines). SetupFailed with the tail of its
@@ -322,7 +326,7 @@ async def prepare_toolchain(
             say(f"environment {key[:12]} from the cache (made by another run meanwhile)")
             return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
         return await _build_into(plan, workspace, config, executor, say, sources, key, final,
-                                 started)  # fmt: skip
+                                 started, on_connect)  # fmt: skip
 
 
 @contextlib.asynccontextmanager
@@ -363,11 +367,13 @@ async def _build_into(
     key: str,
     final: Path,
     started: float,
+    on_connect: Callable[[NetEvent], None] | None,
 ) -> Toolchain:
     building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=final.parent))
     try:
         _hand_to_sandbox(building, config)
-        output, network = await _build(plan, workspace, config, executor, building, sources, say)
+        output, network = await _build(plan, workspace, config, executor, building, sources, say,
+                                       on_connect)  # fmt: skip
         _no_set_id(building)
         try:
             os.rename(building, final)
@@ -414,6 +420,7 @@ async def _build(
     building: Path,
     sources: PipSources,
     say: Callable[[str], None],
+    on_connect: Callable[[NetEvent], None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     from ..netpolicy import NetPolicy
     from ..sandbox._netrun import RunNetwork
@@ -436,8 +443,16 @@ async def _build(
     async with contextlib.AsyncExitStack() as stack:
         # Always a proxy, even one that allows nothing: what setup tries to reach
         # beyond pip's sources is refused by name, not lost in a resolver's error.
+        reached: dict[str, None] = {}
+
+        def connected(event: NetEvent) -> None:
+            if event.allowed and len(reached) < _MAX_HOSTS:
+                reached[f"{event.host}:{event.port}"] = None
+            if on_connect is not None:
+                on_connect(event)
+
         network = await stack.enter_async_context(
-            RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid)
+            RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=connected)
         )
         socket_path = network.socket_path
         request = ExecRequest(argv=["/bin/sh", "-c", _SCRIPT], timeout=timeout,
@@ -471,7 +486,7 @@ async def _build(
             refused = (f"; the network policy refused {named} "
                        f"(setup may reach only pip's sources: {', '.join(sources.hosts()) or 'no host'})")  # fmt: skip
         raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
-    return output, summary.to_dict()
+    return output, {**summary.to_dict(), "hosts": list(reached)}
 
 
 class ToolchainExecutor(CodeExecutor):
