@@ -10,7 +10,8 @@ The first of these that is given wins:
 
 jarvis never pulls an image: an image that is not in the engine is an error that says
 how to get it. The image must still run jarvis's runner (a ``python3`` of at least
-3.11 on its PATH): that is checked before anything runs in it.
+3.11 at ``/usr/bin/python3``, where the sandbox starts it): that is checked before
+anything runs in it.
 
 The devcontainer file is the project's, so hostile input: it is read without
 following a symlink, at most ``MAX_DEVCONTAINER_BYTES``, as JSON with comments and
@@ -244,7 +245,7 @@ async def check_image(executor: CodeExecutor, image: str) -> str:
     if why:
         raise SandboxUnavailable(
             f"image {image} cannot run jarvis's sandbox: it needs python3 (3.11 or later) "
-            f"on its PATH ({why})"
+            f"at /usr/bin/python3 ({why})"
         )
     with contextlib.suppress(UnicodeDecodeError):
         return output.decode().strip()
