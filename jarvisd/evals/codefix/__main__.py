@@ -22,7 +22,7 @@ def main(argv: list[str]) -> int:
         started = time.perf_counter()
         try:
             repo = build_bug(bug, cache_dir() / "bugs" / bug.id)
-            before, after = asyncio.run(check_bug(repo, config))
+            _, after = asyncio.run(check_bug(repo, config))
         except JarvisError as exc:
             bad += 1
             print(f"{bug.id}: FAIL {exc}", flush=True)

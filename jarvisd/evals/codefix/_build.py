@@ -26,7 +26,7 @@ from pathlib import Path
 from ..._errors import JarvisError
 from ._corpus import Bug, Project
 
-__all__ = ["BuildError", "BugRepo", "build_bug", "cache_dir", "fetch_sdist", "mutate", "pristine"]
+__all__ = ["BugRepo", "BuildError", "build_bug", "cache_dir", "fetch_sdist", "mutate", "pristine"]
 
 #: pip's download of one sdist.
 _PIP_TIMEOUT_S = 300
@@ -40,7 +40,6 @@ _GIT_ENV = {
 
 class BuildError(JarvisError):
     """A bug of the corpus could not be made (download, hash, mutation, git)."""
-
 
 
 @dataclass(frozen=True, slots=True)

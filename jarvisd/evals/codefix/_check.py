@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from ._build import BugRepo, BuildError
 if TYPE_CHECKING:
     from ..._config import Config
     from ...code._testrun import TestRun
-    from ._corpus import Bug
 
 __all__ = ["SuiteResult", "check_bug", "failing_tests", "fixed_tree", "run_suite"]
 
@@ -57,7 +55,7 @@ async def run_suite(
     from ...code._testrun import run_test
     from ...sandbox import executor_for_backend
 
-    files = sum(1 for _ in path.rglob("*"))
+    files = sum(1 for _ in path.rglob("*"))  # noqa: ASYNC240 - before any await
     ws = Workspace(id="codefix", source=project, kind="copy", path=str(path), git_dir="",
                    branch="", base="", test=test, files=files)  # fmt: skip
     code_config = _code_config(config, ws)
@@ -100,42 +98,36 @@ async def check_bug(repo: BugRepo, config: Config) -> tuple[SuiteResult, SuiteRe
     return before, after
 
 
-def fixed_tree(repo: BugRepo, diff: str, dest: Path) -> tuple[Path, list[str]]:
-    """The bug's tree with ``diff``'s changes to the project's own source files applied
-    at ``dest``; the files it left out (tests, conftest, new files) are returned: a fix
-    is judged by the project's tests as released, which it may not change."""
-    bug: Bug = repo.bug
+def fixed_tree(repo: BugRepo, tree: Path, dest: Path) -> tuple[Path | None, list[str]]:
+    """The bug's tree at ``dest`` with ``tree``'s versions of the project's own source
+    files (those of the sdist, tests and conftests excepted); None when none differs.
+    Also the names of the changes left out (tests, new files): a fix is judged by the
+    project's tests as released, which it may not change."""
     shutil.copytree(repo.path, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
-    kept, dropped = _split(diff, repo, bug)
-    if kept.strip():
-        done = subprocess.run(["git", "apply", "--whitespace=nowarn", "-"], cwd=dest,
-                              input=kept, capture_output=True, text=True, timeout=60)  # fmt: skip
-        if done.returncode != 0:
-            raise BuildError(f"{bug.id}: the change does not apply: {done.stderr.strip()[-300:]}")
-    return dest, dropped
-
-
-_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
-
-
-def _split(diff: str, repo: BugRepo, bug: Bug) -> tuple[str, list[str]]:
-    """``diff`` cut into what a fix may change (existing source files) and the names of
-    the rest."""
-    parts = _FILE.split(diff)
-    kept: list[str] = []
+    project = repo.bug.project
+    changed = False
     dropped: list[str] = []
-    # parts: [head, a, b, body, a, b, body, ...]
-    for i in range(1, len(parts) - 2, 3):
-        old, new, body = parts[i], parts[i + 1], parts[i + 2]
-        allowed = (
-            old == new
-            and not bug.project.is_test_path(new)
-            and (repo.pristine / new).is_file()
-            and "\nnew file mode" not in body[:200]
-            and "\ndeleted file mode" not in body[:200]
-        )
-        if allowed:
-            kept.append(f"diff --git a/{old} b/{new}{body}")
-        else:
-            dropped.append(new)
-    return "".join(kept), dropped
+    for path in sorted(tree.rglob("*")):
+        rel = path.relative_to(tree).as_posix()
+        if rel.split("/", 1)[0] == ".git" or "__pycache__" in rel.split("/") or \
+                rel.endswith(".pyc") or path.is_dir():  # fmt: skip
+            continue
+        original = repo.path / rel
+        if path.is_symlink() or not original.is_file():
+            dropped.append(rel)  # a new file (or a link): never part of a judged fix
+            continue
+        if _same(path, original):
+            continue
+        if project.is_test_path(rel) or not (repo.pristine / rel).is_file():
+            dropped.append(rel)
+            continue
+        shutil.copyfile(path, dest / rel)
+        changed = True
+    return (dest if changed else None), dropped
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.stat().st_size == b.stat().st_size and a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
