@@ -9,7 +9,8 @@ import sys
 import time
 
 from ..._errors import JarvisError
-from . import build_bug, cache_dir, check_bug, load_corpus
+from . import build_bug, check_bug, load_corpus
+from ._eval import bug_dir
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +22,7 @@ def main(argv: list[str]) -> int:
     for bug in bugs:
         started = time.perf_counter()
         try:
-            repo = build_bug(bug, cache_dir() / "bugs" / bug.id)
+            repo = build_bug(bug, bug_dir(bug))
             _, after = asyncio.run(check_bug(repo, config))
         except JarvisError as exc:
             bad += 1

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._build import BugRepo, build_bug, cache_dir
+from ._build import BugRepo, build_bug
 from ._check import fixed_tree, run_suite
 from ._corpus import Bug
 
@@ -77,9 +77,12 @@ class BugResult:
 
 
 def bug_dir(bug: Bug) -> Path:
-    """Where a bug's repository is made (one place per bug: the setup's environment,
-    cached by the project's path, is made once for all runs on it)."""
-    return cache_dir() / "bugs" / bug.id
+    """Where a bug's repository is made: one place per bug (the setup's environment,
+    cached by the project's path, is made once for all runs on it), in jarvis's cache
+    (``$JARVIS_CACHE_DIR``) beside those environments."""
+    from ..._paths import paths
+
+    return paths().cache / "codefix" / bug.id
 
 
 async def judge(repo: BugRepo, tree: Path, config: Config) -> tuple[str, list[str]]:
