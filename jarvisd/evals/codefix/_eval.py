@@ -48,9 +48,13 @@ class RunConfig:
     rounds: int = 3
     max_wall: float | None = None
     max_turns: int | None = None
+    #: The column's name when it is not jarvis's (a baseline run by its own runner).
+    label: str = ""
 
     @property
     def name(self) -> str:
+        if self.label:
+            return self.label
         more = f" x{self.candidates}" if self.candidates > 1 else ""
         return f"jarvis {self.agent}{more}"
 
