@@ -154,13 +154,16 @@ def run_mini(bug: Any, model: str, base_url: str, config: Any, work: Path) -> di
                                                   project=str(repo.path)))  # fmt: skip
         env_path = toolchain.path
     pythonpath = "/testbed/src:/testbed" if (tree / "src").is_dir() else "/testbed"
-    run_args = ["--rm", "--network", "none", "-v", f"{tree}:/testbed"]
+    # As jarvis's sandbox: no network, no capabilities, bounded; the copy read-write.
+    run_args = ["--rm", "--network", "none", "--cap-drop", "ALL", "--security-opt",
+                "no-new-privileges", "--pids-limit", "512", "--memory", "2g", "--user", "0:0",
+                "-v", f"{tree}:/testbed"]  # fmt: skip
     if env_path:
         run_args += ["-v", f"{env_path}:/opt/jarvis-env:ro"]
     env = {"PATH": "/opt/jarvis-env/bin:/usr/local/bin:/usr/bin:/bin", "PYTHONPATH": pythonpath,
            "PAGER": "cat", "MANPAGER": "cat", "LESS": "-R", "PIP_PROGRESS_BAR": "off",
            "TQDM_DISABLE": "1"}  # fmt: skip
-    cfg = work / "mini.yaml"
+    cfg = work / "codefix-mini.yaml"  # not mini.yaml: -c looks in the cwd first
     cfg.write_text(_MINI_CONFIG.format(
         steps=MINI_STEPS, image=config.sandbox.image, docker=shutil.which("docker") or "docker",
         run_args=json.dumps(run_args), env=json.dumps(env), model=model, base_url=base_url,

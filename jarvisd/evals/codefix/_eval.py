@@ -134,7 +134,8 @@ def run_jarvis(
         result.prompt_tokens = outcome.usage.prompt_tokens
         result.completion_tokens = outcome.usage.completion_tokens
         result.turns = outcome.turns
-        result.failure = "" if outcome.failure is None else outcome.failure.code
+        if outcome.failure is not None:
+            result.failure = f"{outcome.failure.code}: {outcome.failure.message}"[:300]
         code = outcome.metadata.get("code")
         best = str(code.get("workspace") or ws.id) if isinstance(code, Mapping) else ws.id
         chosen = store.get(best)
