@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MINI_VERSION = "2.4.6"
 CANDIDATE_TEMPERATURE = 0.7
 #: Per bug and system: the agent's wall-clock budget (the 1.5B model runs ~15 tok/s).
-MAX_WALL_S = 900.0
+MAX_WALL_S = 600.0
 #: mini-swe-agent's step limit (its default config has none: the budget stops it).
 MINI_STEPS = 30
 SYSTEMS = ("native", "cand3", "opencode", "mini")
@@ -188,10 +188,13 @@ def run_mini(bug: Any, model: str, base_url: str, config: Any, work: Path) -> di
         try:
             data = json.loads(traj.read_text())
             for message in data.get("messages") or ():
-                usage = ((message.get("extra") or {}).get("response") or {}).get("usage") or {}
+                response = (message.get("extra") or {}).get("response")
+                if not isinstance(response, dict):
+                    continue
+                usage = response.get("usage") or {}
                 prompt += int(usage.get("prompt_tokens") or 0)
                 completion += int(usage.get("completion_tokens") or 0)
-                turns += message.get("role") == "assistant"
+                turns += 1  # one model call
         except (OSError, ValueError, AttributeError):
             pass
     return {"repo": repo, "tree": tree, "wall_s": wall, "prompt_tokens": prompt,
