@@ -89,13 +89,20 @@ def bug_dir(bug: Bug) -> Path:
     return paths().cache / "codefix" / bug.id
 
 
-async def judge(repo: BugRepo, tree: Path, config: Config) -> tuple[str, list[str]]:
+async def judge(
+    repo: BugRepo, tree: Path, config: Config, passed_there: bool = False
+) -> tuple[str, list[str]]:
     """The judge's verdict on ``tree`` (the agent's copy of the project): its changes
-    to the project's own source files, on the bug's tree, under the whole suite."""
+    to the project's own source files, on the bug's tree, under the whole suite.
+    ``passed_there``: the whole suite passed in the sandbox on ``tree`` itself (jarvis
+    code's last test run); when nothing of ``tree`` is left out, the judged tree is
+    ``tree`` and the suite is not run again."""
     with tempfile.TemporaryDirectory(prefix="codefix-judge-") as tmp:
         dest, dropped = fixed_tree(repo, tree, Path(tmp) / "tree")
         if dest is None:
             return "no_change", dropped
+        if passed_there and not dropped:
+            return "passed", dropped
         result = await run_suite(dest, repo.bug.project.test, config, str(repo.path))
     return result.verdict, dropped
 
@@ -139,7 +146,11 @@ def run_jarvis(
         code = outcome.metadata.get("code")
         best = str(code.get("workspace") or ws.id) if isinstance(code, Mapping) else ws.id
         chosen = store.get(best)
-        result.verdict, result.dropped = asyncio.run(judge(repo, Path(chosen.path), config))
+        after = chosen.outcome.get("test_after") or {}
+        passed_there = after.get("passed") is True and after.get("command") == test
+        result.verdict, result.dropped = asyncio.run(
+            judge(repo, Path(chosen.path), config, passed_there)
+        )
         result.fixed = result.verdict == "passed"
     finally:
         for member in members:
