@@ -9,6 +9,9 @@ mutation is an exact snippet, the commit's author, dates and message are fixed.
 pip fetches the sdist (``pip download --no-deps --no-binary :all: --require-hashes``:
 the host's pip configuration decides the index, and pip checks the pinned hash before
 it unpacks or prepares anything); the hash is checked again here on the file itself.
+pip download then prepares the sdist's metadata, which runs its build backend on the
+host: only on the pinned, hash-checked file (the tests, and every install of the
+project, run in the sandbox).
 """
 
 from __future__ import annotations
