@@ -480,7 +480,12 @@ async def _setup(
         record["failure"] = Failure.of(exc).to_dict()
         raise
     record.update(toolchain.to_dict())
-    run.sandbox_binds = (*run.sandbox_binds, *toolchain.binds())
+    # Candidates share one run context and each sets up (the same environment): a
+    # target is bound once, or the engine refuses the sandbox (a duplicate mount point).
+    binds = toolchain.binds()
+    targets = {target for _, target, _ in binds}
+    kept = tuple(b for b in run.sandbox_binds if b[1] not in targets)
+    run.sandbox_binds = (*kept, *binds)
     agent_env = {k: v for k, v in run_env(ws.path).items() if k in ("PATH", "VIRTUAL_ENV")}
     run.sandbox_env = {**run.sandbox_env, **agent_env}
     return with_toolchain(executor, toolchain, ws.path)
