@@ -258,6 +258,10 @@ class CodeConfig:
     # The setup command of every run (--setup CMD wins); "": detected (a Python project
     # gets a virtual environment with its dependencies and pytest; --no-setup: none).
     setup: str = ""
+    # The sandbox image of every run, when the project needs its own toolchain ("":
+    # the image of .devcontainer/devcontainer.json when it names one, else
+    # sandbox.image). It must be in the engine: jarvis never pulls one.
+    image: str = ""
 
 
 @dataclass(frozen=True, slots=True)

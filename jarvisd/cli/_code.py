@@ -141,13 +141,17 @@ def _state_dir() -> Any:
                    "cached by its dependency files (default: [code] setup, else detected: "
                    "a Python project gets its dependencies, test extras and pytest).")  # fmt: skip
 @click.option("--no-setup", is_flag=True, help="No setup, not even a detected one.")
+@click.option("--image", default="", metavar="IMAGE",
+              help="The sandbox image of the run (default: [code] image, else the image of "
+                   "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
+                   "must be in the engine: jarvis never pulls.")  # fmt: skip
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         candidates: int, agents: str, respect_gitignore: bool,
         engine: str | None, model: str, temperature: float | None, max_turns: int | None,
         max_wall: float | None, allow_net: tuple[str, ...], setup_command: str,
-        no_setup: bool, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
+        no_setup: bool, image: str, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
     from ..code import prepare
     from ..runs import AgentSpec
     from ..sandbox._netrun import split_hosts
@@ -156,6 +160,11 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         raise UsageError("the task is empty")
     if no_setup and setup_command:
         raise UsageError("--setup and --no-setup disagree: give one")
+    if image:
+        from ..code._image import valid_image
+
+        if not valid_image(image):
+            raise UsageError(f"--image {image[:80]!r} is not an image name")
     store = _store()
     chosen = _candidate_agents(agent, candidates, agents)
     if len(chosen) > 1:
@@ -170,8 +179,9 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
                      test=test_command, respect_gitignore=respect_gitignore,
                      rounds=rounds if test_command else 1)  # fmt: skip
         made = [ws]
-    if setup_command or no_setup:  # every candidate sets up the same way
-        made = [store.update(one, setup=setup_command, no_setup=no_setup) for one in made]
+    if setup_command or no_setup or image:  # every candidate sets up the same way
+        made = [store.update(one, setup=setup_command, no_setup=no_setup, image=image)
+                for one in made]  # fmt: skip
         ws = made[0]
     for one in made:
         number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""

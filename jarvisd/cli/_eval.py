@@ -1,4 +1,4 @@
-"""``jarvis eval``: how well a model and engine call tools, on public benchmarks."""
+"""``jarvis eval``: how well a model and engine call tools, and fix real bugs."""
 
 from __future__ import annotations
 
@@ -96,3 +96,72 @@ def bfcl(
     click.echo(f"{'category':<18} {'n':>4} {'accuracy':>9}")
     for s in scores:
         click.echo(f"{s.category:<18} {s.total:>4} {100 * s.accuracy:>8.1f}%")
+
+
+@eval_group.command("code")
+@click.option("--bugs", "bugs", default="", metavar="N|IDS",
+              help="How many bugs (spread over the projects), or which: ids or project "
+                   "names, comma-separated (default: all).")  # fmt: skip
+@click.option("-a", "--agent", default="native_openhands", show_default=True,
+              help="The agent of `jarvis code`.")  # fmt: skip
+@click.option("--candidates", type=click.IntRange(min=1, max=8), default=1, show_default=True,
+              help="Candidates per bug, ranked by the tests (as `jarvis code --candidates`).")  # fmt: skip
+@click.option("--rounds", type=click.IntRange(min=1, max=20), default=3, show_default=True,
+              help="The most agent rounds while the tests fail.")  # fmt: skip
+@click.option("-m", "--model", default="", help="Model; default from config.")
+@click.option("-e", "--engine", default=None, help="Engine; default from config.")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature.")
+@click.option("--max-wall", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Budget per bug: most seconds of the agent's run.")  # fmt: skip
+@click.option("--results", type=click.Path(dir_okay=False), default=None,
+              help="Append one JSON line per bug to this file, and skip the bugs it holds "
+                   "already (a stopped run goes on).")  # fmt: skip
+@click.option("--list", "list_only", is_flag=True, help="List the corpus's bugs and exit.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def code_eval(bugs: str, agent: str, candidates: int, rounds: int, model: str,
+              engine: str | None, temperature: float | None, max_wall: float | None,
+              results: str | None, list_only: bool, as_json: bool) -> None:  # fmt: skip
+    """How many real bugs `jarvis code` fixes: the codefix corpus.
+
+    Each bug is one small mutation of a real PyPI project (an sdist pinned by sha256),
+    made afresh as a git repository. The agent gets a bug report (the failing tests and
+    the symptom) and runs as `jarvis code PATH TASK --test SUITE` runs it: setup in the
+    sandbox, the test loop, --rounds. The bug counts as fixed when the project's whole
+    suite passes in the sandbox on the run's change to the project's source (its
+    changes to tests are left out). Progress goes to stderr.
+    """
+    from pathlib import Path
+
+    from .._config import load_config
+    from ..evals.codefix import load_corpus
+    from ..evals.codefix._eval import RunConfig, run_eval, summarize
+
+    corpus = load_corpus()
+    if list_only:
+        for bug in corpus.bugs:
+            click.echo(f"{bug.id:<28} {bug.project.requirement:<24} {bug.kind:<10} {bug.symptom}")
+        return
+    limit = int(bugs) if bugs.strip().isdigit() else None
+    if limit == 0:
+        raise click.BadParameter("give at least 1", param_hint="--bugs")
+    chosen = corpus.select("" if limit is not None else bugs, limit)
+    run_config = RunConfig(agent=agent, candidates=candidates, model=model, engine=engine,
+                           temperature=temperature, rounds=rounds, max_wall=max_wall)  # fmt: skip
+
+    def progress(line: str) -> None:
+        click.echo(f"jarvis: eval code: {line}", err=True)
+
+    rows = run_eval(chosen, [run_config], load_config(),
+                    results=Path(results) if results else None, progress=progress)  # fmt: skip
+    summary = summarize(rows)
+    if as_json:
+        click.echo(json.dumps({"summary": summary, "results": rows}, indent=2))
+        return
+    for r in rows:
+        word = "fixed" if r["fixed"] else (f"error: {r['error']}" if r["error"] else r["verdict"])
+        click.echo(f"{r['bug']:<28} {word:<12} {r['wall_s']:>7.1f} s "
+                   f"{r['prompt_tokens'] + r['completion_tokens']:>8} tokens")  # fmt: skip
+    for s in summary:
+        click.echo(f"{s['config']} / {s['model'] or 'default model'}: fixed {s['fixed']} of "
+                   f"{s['n']} ({100 * s['fix_rate']:.0f}%), {s['wall_s']:.0f} s, "
+                   f"{s['prompt_tokens'] + s['completion_tokens']} tokens")  # fmt: skip

@@ -230,7 +230,25 @@ async def _run_code(
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
     if run.checkpoint is not None:
         run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
+    from ._image import ImageChoice, choose_image
+
+    choice = choose_image(ws.path, config, ws.image)
+    if choice.own and config.sandbox.backend not in ("docker", "podman"):
+        backend = config.sandbox.backend
+        if choice.origin in ("--image", "[code] image"):
+            raise UsageError(
+                f"the image {choice.image} ({choice.origin}) needs a container backend: "
+                f'sandbox.backend is "{backend}" (give an image only with docker or podman)'
+            )
+        note = f"{choice.origin} names image {choice.image}: ignored ({backend} runs no image)"
+        choice = ImageChoice(config.sandbox.image, "sandbox.image", (*choice.notes, note))
+    if config.sandbox.backend == "bwrap":
+        _reachable_under_bwrap(ws.path, config)
     code_config = _code_config(config, ws)
+    if choice.own:
+        code_config = dataclasses.replace(
+            code_config, sandbox=dataclasses.replace(code_config.sandbox, image=choice.image)
+        )
     inner = dataclasses.replace(
         spec, workspace=None, input=task_prompt(ws, spec.input),
         agent=spec.agent or DEFAULT_AGENT, sandbox=True, mounts=(f"{ws.path}:rw",),
@@ -244,7 +262,10 @@ async def _run_code(
     before = after = None
     rounds: list[dict[str, Any]] = []
     setup: dict[str, Any] = {}
+    image: dict[str, Any] = {"image": choice.image, "origin": choice.origin,
+                             "notes": list(choice.notes)}  # fmt: skip
     try:
+        await _check_image(run, executor, choice, image)
         executor = await _setup(ws, run, code_config, executor, setup)
         before = await _test(executor, ws, run, timeout)
         # CodeAct with its file helpers is told how to change a file with them.
@@ -285,8 +306,11 @@ async def _run_code(
             "no_change_claimed": False,
             "failure": None if failure is None else failure.to_dict(),
             "setup": setup or None,
+            "image": image,
         }
-        if setup.get("failure"):
+        if image.get("failure"):
+            record["failure"] = image["failure"]
+        elif setup.get("failure"):
             record["failure"] = setup["failure"]
         elif outcome is None:
             record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
@@ -367,6 +391,55 @@ def _held_to_account(
     return None
 
 
+def _reachable_under_bwrap(path: str, config: Config) -> None:
+    """As root, bwrap runs as the sandbox's user, who must reach ``path`` (a workspace,
+    the environment cache) to mount it: refused clearly when a directory above it
+    (root's 0700 home, with jarvis's default directories) keeps that user out."""
+    import os
+    import stat
+
+    if os.geteuid() != 0:
+        return  # bwrap maps the user's own id: what the user reaches, it mounts
+    from ..sandbox._policy import SandboxPolicy
+
+    policy = SandboxPolicy.from_config(config)
+    current = Path(path)
+    for folder in (current, *current.parents):
+        info = os.stat(folder)
+        if info.st_uid == policy.uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == policy.gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            raise UsageError(
+                f"sandbox.backend is bwrap and jarvis runs as root: the sandbox's user "
+                f"({policy.uid}) cannot reach {path} ({folder} is closed to it), so bwrap "
+                "cannot mount it. Run jarvis code as your own user, or use sandbox.backend "
+                '= "docker"'
+            )
+
+
+async def _check_image(
+    run: RunContext, executor: CodeExecutor, choice: Any, record: dict[str, Any]
+) -> None:
+    """Say which image the run uses and why; the project's own is checked first (in
+    the engine, never pulled; it runs jarvis's runner). ``record`` gets the failure."""
+    from ._image import check_image
+
+    for note in choice.notes:
+        run.bus.publish(EventType.CODE_SETUP, line=note)
+    if not choice.own:
+        return
+    run.bus.publish(EventType.CODE_SETUP, line=f"image {choice.image} (from {choice.origin})")
+    try:
+        record["python"] = await check_image(executor, choice.image)
+    except JarvisError as exc:
+        record["failure"] = Failure.of(exc).to_dict()
+        raise
+
+
 async def _setup(
     ws: Workspace, run: RunContext, config: Config, executor: CodeExecutor, record: dict[str, Any]
 ) -> CodeExecutor:
@@ -384,25 +457,35 @@ async def _setup(
     def say(line: str) -> None:
         run.bus.publish(EventType.CODE_SETUP, line=line)
 
-    if config.sandbox.backend not in ("docker", "podman"):
-        # bwrap mounts no environment at /opt/jarvis-env (no binds of jarvis's own).
-        why = f'a setup needs a container (sandbox.backend "{config.sandbox.backend}")'
-        if plan.command:
-            record["failure"] = Failure.of(SetupFailed(why)).to_dict()
-            raise SetupFailed(why)
-        say(f"skipped: {why}")
-        return executor
+    def connected(event: Any) -> None:  # what the setup reached, as the agent's are shown
+        run.bus.publish(EventType.NET_CONNECT, phase="setup", **event.to_dict())
 
     record["files"] = list(plan.files)
     record["command"] = plan.command or plan.pip_line
+    if config.sandbox.backend == "bwrap":
+        from ._setup import envs_dir
+
+        envs = envs_dir()
+        try:
+            envs.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _reachable_under_bwrap(str(envs.parent), config)
+        except (UsageError, OSError) as exc:
+            failure = SetupFailed(f"the setup cannot run under bwrap: {exc}")
+            record["failure"] = Failure.of(failure).to_dict()
+            raise failure from exc
     try:
         toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
-                                            project=ws.source)  # fmt: skip
+                                            project=ws.source, on_connect=connected)  # fmt: skip
     except SetupFailed as exc:
         record["failure"] = Failure.of(exc).to_dict()
         raise
     record.update(toolchain.to_dict())
-    run.sandbox_binds = (*run.sandbox_binds, *toolchain.binds())
+    # Candidates share one run context and each sets up (the same environment): a
+    # target is bound once, or the engine refuses the sandbox (a duplicate mount point).
+    binds = toolchain.binds()
+    targets = {target for _, target, _ in binds}
+    kept = tuple(b for b in run.sandbox_binds if b[1] not in targets)
+    run.sandbox_binds = (*kept, *binds)
     agent_env = {k: v for k, v in run_env(ws.path).items() if k in ("PATH", "VIRTUAL_ENV")}
     run.sandbox_env = {**run.sandbox_env, **agent_env}
     return with_toolchain(executor, toolchain, ws.path)
@@ -437,7 +520,7 @@ def _summary(ws: Workspace) -> Mapping[str, Any]:
         "left_out": [dict(x) for x in ws.left_out], "more_left_out": ws.more_left_out,
         "test_before": outcome.get("test_before"), "test_after": outcome.get("test_after"),
         "rounds": len(outcome.get("rounds") or ()),
-        "setup": outcome.get("setup"),
+        "setup": outcome.get("setup"), "image": outcome.get("image"),
     }  # fmt: skip
 
 

@@ -15,8 +15,9 @@ proxy of the setup's own; the agent's phase keeps the run's policy (none by defa
 
 The cache, ``<cache>/envs/KEY``: KEY hashes the dependency files, the setup command,
 the pip sources, the sandbox image's id and the project's path (``setup_key``). It is built under a temporary name and
-renamed when complete (a failed setup leaves nothing; two runs with one KEY each build,
-the first rename wins, the other's build is dropped), then mounted read-only at
+renamed when complete (a failed setup leaves nothing). One build of a KEY at a time: the
+runs that need it meanwhile (the candidates of one run, a daemon's task and a CLI run)
+wait on a lock, then take the one environment from the cache. Then it is mounted read-only at
 ``ENV_PATH`` into the test command and the agent's sandbox, with ``ENV_PATH/bin`` first
 on PATH. It lies outside the workspace, so it is never part of the diff.
 """
@@ -43,6 +44,7 @@ from ..executors._base import Channel, CodeExecutor, ExecRequest
 
 if TYPE_CHECKING:
     from .._config import Config
+    from ..netpolicy import NetEvent
     from ._pipconf import PipSources
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,8 @@ MAX_DEP_FILE_BYTES = 4 * 1024 * 1024
 MAX_SETUP_OUTPUT = 6000
 #: One progress line at most (pip prints long ones).
 _MAX_LINE = 300
+#: The most hosts a setup's record names as reached (pip's sources: a few).
+_MAX_HOSTS = 32
 #: How long a setup may take unless the sandbox's timeout is longer.
 SETUP_TIMEOUT_S = 900.0
 
@@ -266,8 +270,13 @@ def _image_id(executor: CodeExecutor, config: Config) -> str:
     """The sandbox image's id (a rebuilt image gets a new environment); the image's
     name for a backend that has no engine to ask (bwrap: the host's own system)."""
     client = getattr(executor, "client", None)
-    if client is None:
-        return f"{config.sandbox.backend}:{os.uname().release}"
+    if client is None:  # bwrap: the venv links the host's /usr/bin/python3
+        try:
+            python = os.stat(os.path.realpath("/usr/bin/python3"))
+            host = f"{os.path.realpath('/usr/bin/python3')}:{python.st_size}:{python.st_mtime_ns}"
+        except OSError:
+            host = "no-python3"
+        return f"{config.sandbox.backend}:{os.uname().release}:{host}"
     try:
         return str(client().images.get(config.sandbox.image).id)
     except JarvisError:
@@ -292,6 +301,7 @@ async def prepare_toolchain(
     say: Callable[[str], None] = lambda line: None,
     sources: PipSources | None = None,
     project: str = "",
+    on_connect: Callable[[NetEvent], None] | None = None,
 ) -> Toolchain:
     """The environment ``plan`` makes for ``workspace``: from the cache, else made in
     the sandbox (``say`` gets its progress lines). SetupFailed with the tail of its
@@ -307,15 +317,68 @@ async def prepare_toolchain(
         say(f"environment {key[:12]} from the cache")
         return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=root))
+    if os.geteuid() == 0 and getattr(executor, "client", None) is None:
+        # bwrap as root runs as the sandbox's user, who must reach the environment to
+        # mount it: traverse, not list (keys are hashes; the envs are readable by all).
+        os.chmod(root, 0o711)
+    async with _building_lock(root, key, say):
+        if final.is_dir():  # another run (a candidate of this one) made it meanwhile
+            say(f"environment {key[:12]} from the cache (made by another run meanwhile)")
+            return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
+        return await _build_into(plan, workspace, config, executor, say, sources, key, final,
+                                 started, on_connect)  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> Any:
+    """One build of ``key`` at a time, across processes (candidates, a daemon and a
+    CLI run): an flock on ``<cache>/env-locks/KEY``, polled so the event loop keeps running
+    (candidates of one run wait in one process). The lock file stays (empty)."""
+    import asyncio
+    import fcntl
+
+    locks = root.parent / "env-locks"  # beside the cache: its listing is environments only
+    locks.mkdir(exist_ok=True, mode=0o700)
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd = os.open(locks / key, flags, 0o600)
+    try:
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not told:
+                    say(f"environment {key[:12]} is being made by another run: waiting for it")
+                    told = True
+                await asyncio.sleep(0.25)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+async def _build_into(
+    plan: SetupPlan,
+    workspace: str,
+    config: Config,
+    executor: CodeExecutor,
+    say: Callable[[str], None],
+    sources: PipSources,
+    key: str,
+    final: Path,
+    started: float,
+    on_connect: Callable[[NetEvent], None] | None,
+) -> Toolchain:
+    building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=final.parent))
     try:
         _hand_to_sandbox(building, config)
-        output, network = await _build(plan, workspace, config, executor, building, sources, say)
+        output, network = await _build(plan, workspace, config, executor, building, sources, say,
+                                       on_connect)  # fmt: skip
         _no_set_id(building)
         try:
             os.rename(building, final)
         except OSError:
-            if not final.is_dir():
+            if not final.is_dir():  # noqa: ASYNC240 - one stat
                 raise
             say("another run made the same environment meanwhile: using it")
     finally:
@@ -357,6 +420,7 @@ async def _build(
     building: Path,
     sources: PipSources,
     say: Callable[[str], None],
+    on_connect: Callable[[NetEvent], None] | None = None,
 ) -> tuple[str, dict[str, Any]]:
     from ..netpolicy import NetPolicy
     from ..sandbox._netrun import RunNetwork
@@ -379,8 +443,16 @@ async def _build(
     async with contextlib.AsyncExitStack() as stack:
         # Always a proxy, even one that allows nothing: what setup tries to reach
         # beyond pip's sources is refused by name, not lost in a resolver's error.
+        reached: dict[str, None] = {}
+
+        def connected(event: NetEvent) -> None:
+            if event.allowed and len(reached) < _MAX_HOSTS:
+                reached[f"{event.host}:{event.port}"] = None
+            if on_connect is not None:
+                on_connect(event)
+
         network = await stack.enter_async_context(
-            RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid)
+            RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=connected)
         )
         socket_path = network.socket_path
         request = ExecRequest(argv=["/bin/sh", "-c", _SCRIPT], timeout=timeout,
@@ -414,7 +486,7 @@ async def _build(
             refused = (f"; the network policy refused {named} "
                        f"(setup may reach only pip's sources: {', '.join(sources.hosts()) or 'no host'})")  # fmt: skip
         raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
-    return output, summary.to_dict()
+    return output, {**summary.to_dict(), "hosts": list(reached)}
 
 
 class ToolchainExecutor(CodeExecutor):

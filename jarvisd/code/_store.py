@@ -63,6 +63,9 @@ class Workspace:
     #: The setup command (--setup, [code] setup); "" with ``no_setup`` false: detected.
     setup: str = ""
     no_setup: bool = False
+    #: The sandbox image given with --image ("": [code] image, the devcontainer's, or
+    #: sandbox.image; ``jarvisd.code._image``).
+    image: str = ""
     state: str = "ready"
     created_at: float = 0.0
     setup_s: float = 0.0
@@ -100,6 +103,7 @@ class Workspace:
             "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,
             "group": self.group, "candidate": self.candidate, "members": list(self.members),
             "shown_state": self.shown_state, "setup": self.setup, "no_setup": self.no_setup,
+            "image": self.image,
         }  # fmt: skip
 
     @classmethod

@@ -64,7 +64,8 @@ class ExecRequest:
     separate_code: bool = False
     #: Paths jarvis itself chose to show the program, (host path, path inside, read
     #: only): an external agent's npm tree, Node.js, its per-run home. Never from the
-    #: edge: they bypass the mount allowlist. Only the container backends apply them.
+    #: edge: they bypass the mount allowlist. The container backends and bwrap apply
+    #: them (``subprocess`` cannot).
     system_binds: Sequence[tuple[str, str, bool]] = ()
     #: The host path of the run's egress proxy socket (``jarvisd.netpolicy``), or ""
     #: (the default): no network at all. The sandbox keeps no network interface either

@@ -113,6 +113,10 @@ class BwrapExecutor(CodeExecutor):
             argv += ["--ro-bind", inputs, INPUT_DIR]
         for mount in mounts:
             argv += ["--ro-bind" if mount.read_only else "--bind", str(mount.source), mount.target]
+        for source, target, read_only in request.system_binds:
+            # jarvis's own (never from the edge): a jarvis code run's environment and
+            # pip's local sources; bwrap makes the mount point in the tmpfs root.
+            argv += ["--ro-bind" if read_only else "--bind", source, target]
         forward: Sequence[str] = ()
         if request.proxy_socket:
             # Still no network (--unshare-all): the proxy's socket and a forwarder to it.

@@ -97,7 +97,10 @@ def test_candidates_are_ranked_by_the_tests_and_the_best_applied(project: Path) 
     (project / "test_u.py").write_text(UNIT)
     lead = prepare_group(str(project), store=store(), state_dir=paths().state, task="fix add",
                          agents=["native_openhands"] * 4, test="python3 -m unittest -q test_u")  # fmt: skip
-    members = group_of(store(), lead)
+    # Each candidate sets up the same environment: it is mounted once into each sandbox
+    # (the candidates share one run context; a second bind of /opt/jarvis-env was
+    # refused by the engine as a duplicate mount point).
+    members = [store().update(ws, setup="true") for ws in group_of(store(), lead)]
     where = {ws.path: ws.candidate for ws in members}
 
     def candidate(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:

@@ -2,7 +2,7 @@
 read the way pip reads it, what a project's setup is, and the environment cache (a
 fake executor stands for the sandbox): reused while the dependency files are the
 same, made anew when one changes, nothing left by a failed setup, one entry for two
-runs that make it at once."""
+candidates that need it at once."""
 
 from __future__ import annotations
 
@@ -188,22 +188,31 @@ def test_a_failed_setup_leaves_no_cache_entry(tmp_path: Path) -> None:
     assert list(envs_dir().iterdir()) == []
 
 
-def test_two_runs_making_one_environment_at_once_share_it(tmp_path: Path) -> None:
+def test_candidates_making_one_environment_at_once_build_it_once(tmp_path: Path) -> None:
+    """--candidates N: N runs with one key at once. One builds; the others wait for it
+    and take it from the cache (never N builds, never one over another)."""
     (tmp_path / "requirements.txt").write_text("iniconfig\n")
+    lines: list[str] = []
 
-    async def both() -> list[Any]:
+    async def three() -> list[Any]:
         gate = asyncio.Event()
         sandbox = _Sandbox(gate=gate)
-        runs = [asyncio.ensure_future(_prepare(tmp_path, sandbox)) for _ in range(2)]
-        while len(sandbox.requests) < 2:  # noqa: ASYNC110 - both are building
+        runs = [asyncio.ensure_future(_prepare(tmp_path, sandbox, lines)) for _ in range(3)]
+        while not sandbox.requests:  # noqa: ASYNC110 - the first is building
             await asyncio.sleep(0.01)
+        await asyncio.sleep(0.6)  # the others poll the lock meanwhile
+        assert len(sandbox.requests) == 1
         gate.set()
-        return list(await asyncio.gather(*runs))
+        done = list(await asyncio.gather(*runs))
+        assert len(sandbox.requests) == 1
+        return done
 
-    first, second = asyncio.run(both())
-    assert first.path == second.path and first.key == second.key
-    assert [p.name for p in envs_dir().iterdir()] == [first.key]  # no build left behind
-    assert Path(first.path, "pyvenv.cfg").read_text().startswith("built by request")
+    made = asyncio.run(three())
+    assert len({t.path for t in made}) == 1 and len({t.key for t in made}) == 1
+    assert sorted(t.cached for t in made) == [False, True, True]
+    assert sum("being made by another run: waiting" in line for line in lines) == 2
+    assert [p.name for p in envs_dir().iterdir()] == [made[0].key]  # no build left behind
+    assert Path(made[0].path, "pyvenv.cfg").read_text() == "built by request 1\n"
 
 
 def test_setup_options_on_the_command_line(tmp_path: Path) -> None:
@@ -219,28 +228,6 @@ def test_setup_options_on_the_command_line(tmp_path: Path) -> None:
     # A daemon task's log shows the setup's lines, escaped (they come from the sandbox).
     line = format_event(3, "code_setup", {"line": "Collecting x\x1b[2J"})
     assert line == "[3] setup: Collecting x\\x1b[2J"
-
-
-def test_a_backend_without_binds_of_its_own_gets_no_setup(tmp_path: Path) -> None:
-    import dataclasses
-
-    from jarvisd._run import RunContext
-    from jarvisd.code._job import _setup
-    from jarvisd.code._store import Workspace
-
-    (tmp_path / "setup.py").write_text("")
-    config = Config()
-    config = dataclasses.replace(config, sandbox=dataclasses.replace(config.sandbox,
-                                                                     backend="bwrap"))  # fmt: skip
-    ws = Workspace(id="w", source=str(tmp_path), kind="copy", path=str(tmp_path), git_dir="",
-                   branch="", base="")  # fmt: skip
-    sandbox, record = _Sandbox(), {}  # type: ignore[var-annotated]
-    assert asyncio.run(_setup(ws, RunContext(), config, sandbox, record)) is sandbox
-    assert not sandbox.requests and "failure" not in record  # detected: skipped, said so
-    with pytest.raises(SetupFailed, match="needs a container"):
-        asyncio.run(_setup(dataclasses.replace(ws, setup="make"), RunContext(), config,
-                           sandbox, record))  # fmt: skip
-    assert record["failure"]["code"] == "setup_failed"
 
 
 def test_an_index_token_never_enters_the_sandbox() -> None:
