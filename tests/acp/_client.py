@@ -10,6 +10,9 @@ from typing import Any
 
 from acp import schema
 
+from jarvisd._messages import Generation, Message, Role
+from jarvisd.engines import ScriptedEngine
+
 #: The command that runs this tree's jarvis.
 JARVIS = (sys.executable, "-m", "jarvisd")
 
@@ -63,3 +66,16 @@ def _root() -> str:
     import jarvisd
 
     return os.path.dirname(os.path.dirname(os.path.abspath(jarvisd.__file__)))
+
+
+class Slow(ScriptedEngine):
+    """A scripted engine whose reply to a task that says "slow" never comes (in test
+    time): for cancels. ``slow_started`` tells a test it is waiting there."""
+
+    slow_started = False
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        if any("slow" in m.content for m in messages if m.role is Role.USER):
+            self.slow_started = True
+            await asyncio.sleep(60)
+        return await super().generate(messages, **kwargs)

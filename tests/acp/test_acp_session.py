@@ -19,10 +19,10 @@ import pytest
 from acp import schema
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
-from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.engines import reply
 from jarvisd.testing import OllamaStandIn
 
-from ._client import JARVIS, RecordingClient, env
+from ._client import JARVIS, RecordingClient, Slow, env
 
 MCP_SERVER = str(Path(__file__).parents[1] / "mcp" / "stdlib_server.py")
 FLAGS = ("acp", "--engine", "ollama", "--model", "scripted", "--agent", "orchestrator",
@@ -40,13 +40,6 @@ def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation
     if "read /etc/hostname" in user:
         return reply("", ("file_read", {"path": "/etc/hostname"}))
     return reply(f"hello from jarvis about {user[:40]}")
-
-
-class Slow(ScriptedEngine):
-    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
-        if any("slow" in m.content for m in messages if m.role is Role.USER):
-            await asyncio.sleep(60)
-        return await super().generate(messages, **kwargs)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ a tool call with its updates, permission requests answered by ``--approve-reads`
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 import subprocess
@@ -18,11 +17,11 @@ from typing import Any
 import pytest
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
-from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.engines import reply
 from jarvisd.testing import OllamaStandIn
 
 from ..conftest import require
-from ._client import env
+from ._client import Slow, env
 
 ACPX = Path.home() / ".cache/jarvis/test-tools/acpx/node_modules/.bin/acpx"
 AGENT = shlex.join([sys.executable, "-m", "jarvisd", "acp", "--engine", "ollama", "--model",
@@ -36,14 +35,6 @@ def script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation
     if "read /etc/hostname" in user:
         return reply("", ("file_read", {"path": "/etc/hostname"}))
     return reply(f"hello from jarvis about {user[:40]}")
-
-
-class Slow(ScriptedEngine):
-    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
-        if any("slow" in m.content for m in messages if m.role is Role.USER):
-            self.slow_started = True
-            await asyncio.sleep(60)
-        return await super().generate(messages, **kwargs)
 
 
 @pytest.fixture
