@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any
 
 __all__ = ["CODE_AGENT", "CODE_MODE", "MAX_OFFERED_BYTES", "FileChange", "changed_files"]
@@ -34,13 +34,15 @@ class FileChange:
     new: str | None  # None: deleted, or not text (then jarvis applies the change)
 
 
-def _text(path: Path) -> str | None:
-    try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_OFFERED_BYTES + 1)
-    except OSError:
-        return None
-    if len(data) > MAX_OFFERED_BYTES:
+def _text(root: str, rel: str) -> str | None:
+    """The text of the regular file ``rel`` below ``root``, or None. No component is
+    followed through a symlink: the agent that wrote the workspace could have left a
+    link to a host file there, whose text would otherwise be offered to the client
+    and written into the project as a plain file."""
+    from ..code import read_below
+
+    data = read_below(root, rel, MAX_OFFERED_BYTES + 1)
+    if data is None or len(data) > MAX_OFFERED_BYTES:
         return None
     try:
         return data.decode("utf-8")
@@ -63,8 +65,8 @@ def changed_files(project: str, workspace: str, files: Any) -> list[FileChange] 
         parts = PurePosixPath(rel).parts
         if not parts or rel.startswith("/") or ".." in parts:
             return None
-        new = _text(Path(workspace, rel))
-        old = None if status == "A" else _text(Path(project, rel))
+        new = _text(workspace, rel)
+        old = None if status == "A" else _text(project, rel)
         if new is None or (status == "M" and old is None):
             return None
         found.append(FileChange(os.path.join(project, rel), old, new))

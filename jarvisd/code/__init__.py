@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ._apply import apply
     from ._job import run_code
     from ._store import CodeStore, Workspace
+    from ._testrun import read_below
     from ._workspace import discard, prepare
 
 _LAZY = {
@@ -28,10 +29,11 @@ _LAZY = {
     "apply": "._apply",
     "discard": "._workspace",
     "prepare": "._workspace",
+    "read_below": "._testrun",
     "run_code": "._job",
 }
 
-__all__ = ["CodeStore", "Workspace", "apply", "discard", "prepare", "run_code"]
+__all__ = ["CodeStore", "Workspace", "apply", "discard", "prepare", "read_below", "run_code"]
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
 

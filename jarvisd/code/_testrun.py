@@ -38,6 +38,7 @@ __all__ = [
     "TestRun",
     "judge",
     "named_files",
+    "read_below",
     "run_test",
 ]
 
@@ -251,7 +252,7 @@ def named_files(
     for rel in found:
         if len(out) >= max_files or left <= 0:
             break
-        data = _read_below(root, rel, left + 1)
+        data = read_below(root, rel, left + 1)
         if data is None:
             continue
         text = data[:left].decode("utf-8", "replace")
@@ -274,7 +275,7 @@ def _relative(name: str, root: str) -> str | None:
     return "/".join(parts)
 
 
-def _read_below(root: str, rel: str, limit: int) -> bytes | None:
+def read_below(root: str, rel: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of the regular file ``rel`` below ``root``, every
     component reached without following a symlink; None when it is not such a file."""
     try:
