@@ -364,6 +364,8 @@ class Session:
             finally:
                 for task in (body, down):
                     task.cancel()
+                    if task.done() and not task.cancelled():
+                        task.exception()  # retrieved: the first failure is the one raised
             reusable = (
                 body.done()
                 and not body.cancelled()
@@ -632,6 +634,12 @@ class Session:
             for task in (client, upstream):
                 if not task.done():
                     task.cancel()
+        # Both can end in one turn of the loop (their idle deadlines are the same): each
+        # one's error is retrieved, or asyncio logs the one not raised here.
+        errors = [t.exception() for t in (client, upstream) if t.done() and not t.cancelled()]
+        for error in errors:
+            if error is not None:
+                raise error
         got = [t.result() if t.done() and not t.cancelled() else None for t in (client, upstream)]
         if got[1] == b"":
             raise _End("the upstream closed before the client spoke", refused=False)

@@ -4,6 +4,7 @@ be reached is a 502 naming it."""
 
 from __future__ import annotations
 
+import gc
 import socket
 import time
 
@@ -183,3 +184,21 @@ def test_a_name_that_does_not_resolve_is_a_502_naming_it(
     )
     [event] = wait_events(proxy, 1)
     assert not event.allowed and event.address is None
+
+
+def test_a_tunnel_idle_both_ways_ends_with_no_stray_task_error(
+    proxies: Proxies, http_upstream: Upstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Both directions' reads time out on the same deadline; when both end at once,
+    # the second one's error must be retrieved too, not logged by asyncio as a task
+    # exception never retrieved (seen in CI's log).
+    port = http_upstream.port
+    proxy = proxies(mapped(f"upstream.test:{port}"), limits=NetLimits(idle_timeout=0.05))
+    for _ in range(20):
+        sock, reply = open_tunnel(proxy.socket_path, "upstream.test", port)
+        assert reply.status == 200
+        with sock:
+            assert read_all(sock) == b""
+    wait_events(proxy, 20)
+    gc.collect()
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
