@@ -26,7 +26,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("jarvisd.cli._config:config", "Show the configuration and where it lives."),
     "completion": ("jarvisd.cli._completion:completion", "Print the shell completion script."),
     "daemon": ("jarvisd.cli._daemon:daemon", "Start, stop and inspect the jarvisd daemon."),
-    "eval": ("jarvisd.cli._eval:eval_group", "Measure how well a model calls tools (BFCL)."),
+    "eval": (
+        "jarvisd.cli._eval:eval_group",
+        "Measure models and agents on this machine: tool calls (BFCL), real bugs (codefix).",
+    ),
     "memory": ("jarvisd.cli._memory:memory", "Add text to memory and search it."),
     "models": ("jarvisd.cli._models:models", "List, download and locate local models."),
     "tools": ("jarvisd.cli._tools:tools", "List tools and run one directly."),

@@ -17,7 +17,7 @@ __all__ = ["eval_group"]
 
 @click.group("eval")
 def eval_group() -> None:
-    """Measure how well a model calls tools, on this machine."""
+    """Measure models and agents on this machine: tool calls (BFCL), real bugs (codefix)."""
 
 
 @eval_group.command("bfcl")
