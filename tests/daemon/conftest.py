@@ -153,3 +153,20 @@ def jarvisd(isolated_dirs: Path, standin: OllamaStandIn) -> Iterator[DaemonProce
     if daemon.proc is not None and daemon.proc.poll() is None:
         daemon.proc.kill()
         daemon.proc.wait(10)
+
+
+def owned_by(pids: set[int]) -> list[str]:
+    """Sandbox containers whose owner label names one of ``pids`` on this host."""
+    import socket
+
+    from jarvisd._config import Config
+    from jarvisd.sandbox import connect
+    from jarvisd.sandbox._policy import LABEL, OWNER_LABEL
+
+    client = connect(Config())
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    finally:
+        client.close()
+    owners = {f"{socket.gethostname()}:{pid}" for pid in pids}
+    return [c["Id"] for c in found if (c.get("Labels") or {}).get(OWNER_LABEL) in owners]

@@ -4,7 +4,6 @@ containers must still be removed when they end, not wait for the next daemon sta
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,13 @@ from typing import Any
 import psutil
 import pytest
 
-from jarvisd._config import Config
 from jarvisd._messages import Generation, Message, Role
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.sandbox import connect
-from jarvisd.sandbox._policy import LABEL, OWNER_LABEL
 from jarvisd.testing import OllamaStandIn
 from tests.conftest import require
 from tests.sandbox.conftest import engine_problem
 
-from .conftest import DaemonProcess
+from .conftest import DaemonProcess, owned_by
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -36,17 +32,6 @@ class OneCell(ScriptedEngine):
         if any(m.role is Role.TOOL for m in messages) or "42" in messages[-1].content:
             return reply("Final Answer: 42")
         return reply("```python\nprint(6 * 7)\n```")
-
-
-def owned_by(pids: set[int]) -> list[str]:
-    """Sandbox containers whose owner label names one of ``pids`` on this host."""
-    client = connect(Config())
-    try:
-        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
-    finally:
-        client.close()
-    owners = {f"{socket.gethostname()}:{pid}" for pid in pids}
-    return [c["Id"] for c in found if (c.get("Labels") or {}).get(OWNER_LABEL) in owners]
 
 
 def gone(pids: set[int], timeout: float = 60) -> None:

@@ -27,6 +27,7 @@ from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
 from tests.conftest import IN_CI, require
+from tests.daemon.conftest import owned_by
 
 pytestmark = [pytest.mark.slow]
 
@@ -331,22 +332,6 @@ def test_review_a_diff_and_apply_it_then_discard_another(
     assert (project / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
 
 
-def _containers_of(pids: set[int]) -> list[str]:
-    import socket
-
-    from jarvisd._config import Config
-    from jarvisd.sandbox import connect
-    from jarvisd.sandbox._policy import LABEL, OWNER_LABEL
-
-    client = connect(Config())
-    try:
-        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
-    finally:
-        client.close()
-    owners = {f"{socket.gethostname()}:{pid}" for pid in pids}
-    return [c["Id"] for c in found if (c.get("Labels") or {}).get(OWNER_LABEL) in owners]
-
-
 def test_cancel_a_running_sandboxed_task_leaves_no_container(web: Watched, daemon: Module) -> None:
     from tests.sandbox.conftest import engine_problem
 
@@ -362,7 +347,7 @@ def test_cancel_a_running_sandboxed_task_leaves_no_container(web: Watched, daemo
     info = wait_state(daemon, task_id, "running")
     pids: set[int] = set()
     deadline = time.monotonic() + 120
-    while not _containers_of(pids):
+    while not owned_by(pids):
         info = daemon.client().show(task_id)
         assert info.state == "running" and time.monotonic() < deadline, daemon.log()
         if info.worker_pid:
@@ -374,7 +359,7 @@ def test_cancel_a_running_sandboxed_task_leaves_no_container(web: Watched, daemo
     page.wait_for_url(f"**/tasks/{task_id}")
     wait_state(daemon, task_id, "cancelled")
     deadline = time.monotonic() + 60
-    while _containers_of(pids):
+    while owned_by(pids):
         assert time.monotonic() < deadline, "the cancelled task's container is still there"
         time.sleep(0.5)
 
