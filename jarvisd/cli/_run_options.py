@@ -41,7 +41,7 @@ _OPTIONS = (
                  help="A file given to the agent as its context (rlm keeps it in its REPL)."),
     click.option("--team", "team_file", type=click.Path(dir_okay=False), default=None,
                  help="Run a team described in a TOML file (agents and a pattern tree) "
-                      "instead of one agent; see README, Composing agents."),
+                      "instead of one agent; see docs/composing-agents.md."),
     click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container."),
     click.option("--no-sandbox", is_flag=True,
                  help="Run an external agent (opencode, codex, claude, gemini...) on the host "

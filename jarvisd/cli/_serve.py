@@ -154,7 +154,7 @@ def serve(
     /v1/models lists agent:NAME and team:NAME; a /v1/chat/completions request for one
     runs that agent or team on the served model, as `jarvis ask` would: its tools run
     here, its answer streams back, usage is the whole run's, and a client that hangs up
-    cancels the run (its containers too). See README, "Agents as models".
+    cancels the run (its containers too). See docs/serving.md, "Agents as models".
 
     Every request must carry `Authorization: Bearer TOKEN` (the token is printed at
     start); Host and Origin are checked as by serve-model.

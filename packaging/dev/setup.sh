@@ -172,6 +172,12 @@ case "$MODE" in
         # whole-tree check costs a minute on 2 cores, an unchanged tree about a second.
         # mypy checks each cached module's source hash and the options before using it.
         MYPY_CACHE_DIR=${MYPY_CACHE_DIR:-$HOME/.cache/jarvis/mypy} "$VENV/bin/mypy"
+        # The documentation site, strict: a broken link, a missing page, or a command or
+        # option the pages show that the CLI lacks fails here (packaging/docs/hooks.py).
+        say "building the documentation (mkdocs build --strict)"
+        docs_site=$(mktemp -d)
+        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$docs_site"
+        rm -rf "$docs_site"
         say "running every test"
         export CI=${CI:-true}
         # Two passes: the tests marked `parallel` (tests/conftest.py: no container engine,
