@@ -33,6 +33,7 @@ import click
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"<!-- (generated|include): ([\w./-]+) -->")
+INLINE = re.compile(r"`(jarvis [^`]+)`")
 FENCE = re.compile(r"^```(?:sh|bash|console)\n(.*?)^```", re.M | re.S)
 
 
@@ -242,7 +243,8 @@ def _help_text(text: str) -> str:
 
 
 def _escape(text: str) -> str:
-    return re.sub(r"([\\`*_<>\[\]])", r"\\\1", text)
+    """Help text as Markdown prose: `code` spans kept, nothing else read as markup."""
+    return re.sub(r"([\\*_<>\[\]])", r"\\\1", text)
 
 
 def home() -> str:
@@ -262,13 +264,16 @@ GENERATED: dict[str, Callable[[], str]] = {
 
 
 def check_commands(markdown: str) -> Iterator[str]:
-    """What is wrong with the ``jarvis ...`` lines of a page's shell blocks."""
-    for block in FENCE.findall(markdown):
-        for line in _command_lines(block):
-            for variant in _variants(line):
-                problem = _check(variant)
-                if problem:
-                    yield f"`{line}`: {problem}"
+    """What is wrong with the ``jarvis ...`` lines of a page's shell blocks and its
+    inline ``jarvis ...`` code (a span broken over lines is a message, not a command)."""
+    lines = [line for block in FENCE.findall(markdown) for line in _command_lines(block)]
+    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.M | re.S)
+    lines += [span for span in INLINE.findall(prose) if "\n" not in span]
+    for line in lines:
+        for variant in _variants(line):
+            problem = _check(variant)
+            if problem:
+                yield f"`{line}`: {problem}"
 
 
 def _command_lines(block: str) -> Iterator[str]:
@@ -323,6 +328,8 @@ def _check(line: str) -> str | None:
         path += f" {name}"
         ctx = click.Context(sub, info_name=name, parent=ctx)
         command = sub
+    if isinstance(command, click.Group) and type(command).parse_args is not click.Group.parse_args:
+        command = command.get_command(ctx, "run") or command  # `jarvis code --candidates 3 ...`
     known = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
     if isinstance(command, click.Group) or command is cli:
         known |= {opt for p in cli.params for opt in (*p.opts, *p.secondary_opts)}
