@@ -247,6 +247,19 @@ def _escape(text: str) -> str:
     return re.sub(r"([\\*_<>\[\]])", r"\\\1", text)
 
 
+def benchmark_results() -> str:
+    """Every results file of benchmarks/results/, as the last run wrote it: a new one
+    is on the page without anyone adding it."""
+    out = []
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.md")):
+        title, _, body = path.read_text().partition("\n")
+        out.append(f"### {title.lstrip('# ').strip()} (`{path.name}`)\n")
+        out.append(
+            re.sub(r"^(#{1,3}) ", lambda m: "#" * (len(m.group(1)) + 3) + " ", body, flags=re.M)
+        )
+    return "\n".join(out)
+
+
 def home() -> str:
     """The README, the site's front page too: its links into docs/ made relative."""
     text = (ROOT / "README.md").read_text()
@@ -257,6 +270,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "config": config_reference,
     "cli": cli_reference,
     "home": home,
+    "benchmarks": benchmark_results,
 }
 
 
