@@ -176,7 +176,7 @@ case "$MODE" in
         # option the pages show that the CLI lacks fails here (packaging/docs/hooks.py).
         say "building the documentation (mkdocs build --strict)"
         docs_site=$(mktemp -d)
-        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --quiet --site-dir "$docs_site"
+        NO_MKDOCS_2_WARNING=1 "$VENV/bin/mkdocs" build --strict --site-dir "$docs_site"  # not --quiet: it hides the warnings --strict counts
         rm -rf "$docs_site"
         say "running every test"
         export CI=${CI:-true}
