@@ -220,7 +220,9 @@ def cli_reference() -> str:
 def _commands(
     command: click.Command, path: str, parent: click.Context | None
 ) -> Iterator[tuple[str, click.Command, click.Context]]:
-    ctx = click.Context(command, info_name=path.split()[-1], parent=parent)
+    ctx = click.Context(
+        command, info_name=path.split()[-1], parent=parent, **command.context_settings
+    )
     yield path, command, ctx
     if isinstance(command, click.Group):
         for name in command.list_commands(ctx):
