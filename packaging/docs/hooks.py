@@ -86,9 +86,7 @@ def config_reference() -> str:
     notes = _field_comments(Path(_config.__file__).read_text())
     out: list[str] = []
     for table, cls in _tables(_config.Config, ""):
-        out.append(f"## `[{table}]`\n")
-        if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "("):
-            out.append(_rst(cls.__doc__) + "\n")
+        doc = cls.__doc__ if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""
         rows = []
         for f in dataclasses.fields(cls):
             hint = typing.get_type_hints(cls)[f.name]
@@ -100,6 +98,11 @@ def config_reference() -> str:
                 kind = bounds.describe(hint is int)
             note = notes.get((cls.__name__, f.name), "")
             rows.append(f"| `{f.name}` | {_cell(kind)} | `{_default(f)}` | {_cell(note)} |")
+        if not rows and not doc:
+            continue  # a table of tables only ([mcp]): its children say it all
+        out.append(f"## `[{table}]`\n")
+        if doc:
+            out.append(_rst(doc) + "\n")
         if rows:
             out.append("| key | value | default | what |\n|---|---|---|---|")
             out.extend(rows)
