@@ -95,3 +95,15 @@ def test_the_readme_is_a_short_front_page_that_passes_the_check() -> None:
     assert "bash packaging/dev/setup.sh --demo\n" in readme
     assert "bash packaging/dev/setup.sh --test\n" in readme
     assert list(_hooks().check_commands(readme)) == []
+
+
+def test_a_path_the_repository_lacks_is_found() -> None:
+    check = _hooks().check_paths
+    page = (
+        "See `jarvisd/_config.py`, `tests/test_docs.py::test_x`, `benchmarks/results/*.md`\n"
+        "and `jarvisd/no_such_module.py`, `tests/gone/test_y.py::test_z`.\n"
+    )
+    assert list(check(page)) == [
+        "`jarvisd/no_such_module.py`: no such file or directory in the repository",
+        "`tests/gone/test_y.py`: no such file or directory in the repository",
+    ]

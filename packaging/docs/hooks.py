@@ -56,7 +56,7 @@ class DocsError(_Base):
 def on_page_markdown(markdown: str, page: object, **_: object) -> str:
     where = getattr(getattr(page, "file", None), "src_path", "?")
     markdown = MARKER.sub(lambda m: _expand(m.group(1), m.group(2), where), markdown)
-    for problem in check_commands(markdown):
+    for problem in [*check_commands(markdown), *check_paths(markdown)]:
         log.warning("%s: %s", where, problem)
     return markdown
 
@@ -277,6 +277,23 @@ GENERATED: dict[str, Callable[[], str]] = {
     "home": home,
     "benchmarks": benchmark_results,
 }
+
+
+# -- the files the pages name ----------------------------------------------------------
+
+#: A repository path in inline code: `jarvisd/daemon/_protocol.py`, `tests/x.py::test_y`.
+REPO_PATH = re.compile(
+    r"`((?:jarvisd|tests|runners|benchmarks|packaging|node_bridge|sandbox)/[\w./*-]*)(?:::[\w:\[\]-]*)?`"
+)
+
+
+def check_paths(markdown: str) -> Iterator[str]:
+    """A file or directory a page names that the repository does not hold (moved or
+    renamed since the page was written)."""
+    for path in REPO_PATH.findall(markdown):
+        path = path.rstrip(".")
+        if not (ROOT / path).exists() and not any(ROOT.glob(path)):
+            yield f"`{path}`: no such file or directory in the repository"
 
 
 # -- the commands the pages show -------------------------------------------------------
