@@ -392,13 +392,28 @@ class JarvisAcpAgent:
                 content = [_text_block_content(f"changes: {listed}")]
             title = f"apply the change to {len(files)} file{'s' if len(files) != 1 else ''}"
             locations = [schema.ToolCallLocation(path=c.path) for c in changes or ()][:50]
-            await self._send(session, schema.ToolCallStart(
-                session_update="tool_call", tool_call_id=call_id, title=title, kind="edit",
-                status="pending", content=content, locations=locations or None,
-            ))  # fmt: skip
-            allowed = await self._ask(session, run, schema.ToolCallUpdate(
-                tool_call_id=call_id, title=title, kind="edit", status="pending",
-            ))  # fmt: skip
+            await self._send(
+                session,
+                schema.ToolCallStart(
+                    session_update="tool_call",
+                    tool_call_id=call_id,
+                    title=title,
+                    kind="edit",
+                    status="pending",
+                    content=content,
+                    locations=locations or None,
+                ),
+            )
+            allowed = await self._ask(
+                session,
+                run,
+                schema.ToolCallUpdate(
+                    tool_call_id=call_id,
+                    title=title,
+                    kind="edit",
+                    status="pending",
+                ),
+            )
             if not allowed:
                 await self._send(
                     session, _call_done(call_id, "failed", "not applied: the project is untouched")
@@ -590,9 +605,11 @@ def _text_block_content(text: str) -> Any:
 
 def _call_done(call_id: str, status: str, text: str) -> Any:
     return schema.ToolCallProgress(
-        session_update="tool_call_update", tool_call_id=call_id, status=status,  # type: ignore[arg-type]
+        session_update="tool_call_update",
+        tool_call_id=call_id,
+        status=status,  # type: ignore[arg-type]
         content=[_text_block_content(text)],
-    )  # fmt: skip
+    )
 
 
 def _prepare_workspace(cwd: str, task: str) -> Any:

@@ -237,9 +237,12 @@ def _trim_middle(text: str, max_chars: int) -> str:
 
 def _shrink(message: Message, tokens: int) -> Message:
     return Message(
-        message.role, _trim_middle(message.content, max(tokens * 3, 120)), message.tool_calls,
-        message.tool_call_id, message.name,
-    )  # fmt: skip
+        message.role,
+        _trim_middle(message.content, max(tokens * 3, 120)),
+        message.tool_calls,
+        message.tool_call_id,
+        message.name,
+    )
 
 
 def fit_messages(messages: Sequence[Message], budget: int) -> list[Message]:
@@ -316,9 +319,13 @@ class ToolUsingAgent(BaseAgent):
         tool_timeout: float = 30.0,
     ) -> None:
         super().__init__(
-            engine, model, bus=bus, temperature=temperature, max_tokens=max_tokens,
+            engine,
+            model,
+            bus=bus,
+            temperature=temperature,
+            max_tokens=max_tokens,
             system_prompt=system_prompt,
-        )  # fmt: skip
+        )
         if max_turns < 1:
             raise ValueError("max_turns must be at least 1")
         self.tools = list(tools)

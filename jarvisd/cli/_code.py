@@ -132,26 +132,56 @@ def _state_dir() -> Any:
     default=None,
     help="Budget: most seconds of wall-clock time for the agent's run.",
 )
-@click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
-              help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
-                   "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
-                   "Default: no network.")  # fmt: skip
-@click.option("--setup", "setup_command", default="", metavar="CMD",
-              help="Prepare the project's environment with CMD, in the sandbox, in a venv "
-                   "cached by its dependency files (default: [code] setup, else detected: "
-                   "a Python project gets its dependencies, test extras and pytest).")  # fmt: skip
+@click.option(
+    "--allow-net",
+    "allow_net",
+    multiple=True,
+    metavar="HOST[,HOST...]",
+    help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
+    "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
+    "Default: no network.",
+)
+@click.option(
+    "--setup",
+    "setup_command",
+    default="",
+    metavar="CMD",
+    help="Prepare the project's environment with CMD, in the sandbox, in a venv "
+    "cached by its dependency files (default: [code] setup, else detected: "
+    "a Python project gets its dependencies, test extras and pytest).",
+)
 @click.option("--no-setup", is_flag=True, help="No setup, not even a detected one.")
-@click.option("--image", default="", metavar="IMAGE",
-              help="The sandbox image of the run (default: [code] image, else the image of "
-                   "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
-                   "must be in the engine: jarvis never pulls.")  # fmt: skip
+@click.option(
+    "--image",
+    default="",
+    metavar="IMAGE",
+    help="The sandbox image of the run (default: [code] image, else the image of "
+    "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
+    "must be in the engine: jarvis never pulls.",
+)
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
-def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
-        candidates: int, agents: str, respect_gitignore: bool,
-        engine: str | None, model: str, temperature: float | None, max_turns: int | None,
-        max_wall: float | None, allow_net: tuple[str, ...], setup_command: str,
-        no_setup: bool, image: str, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
+def run(
+    path: str,
+    task_text: str,
+    agent: str,
+    test_command: str,
+    rounds: int,
+    candidates: int,
+    agents: str,
+    respect_gitignore: bool,
+    engine: str | None,
+    model: str,
+    temperature: float | None,
+    max_turns: int | None,
+    max_wall: float | None,
+    allow_net: tuple[str, ...],
+    setup_command: str,
+    no_setup: bool,
+    image: str,
+    no_daemon: bool,
+    as_json: bool,
+) -> None:
     from ..code import prepare
     from ..runs import AgentSpec
     from ..sandbox._netrun import split_hosts
@@ -170,27 +200,52 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
     if len(chosen) > 1:
         from ..code._candidates import group_of, prepare_group
 
-        ws = prepare_group(path, store=store, state_dir=_state_dir(), task=task_text,
-                           agents=chosen, test=test_command, respect_gitignore=respect_gitignore,
-                           rounds=rounds if test_command else 1)  # fmt: skip
+        ws = prepare_group(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agents=chosen,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds if test_command else 1,
+        )
         made = group_of(store, ws)
     else:
-        ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
-                     test=test_command, respect_gitignore=respect_gitignore,
-                     rounds=rounds if test_command else 1)  # fmt: skip
+        ws = prepare(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agent=agent,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds if test_command else 1,
+        )
         made = [ws]
     if setup_command or no_setup or image:  # every candidate sets up the same way
-        made = [store.update(one, setup=setup_command, no_setup=no_setup, image=image)
-                for one in made]  # fmt: skip
+        made = [
+            store.update(one, setup=setup_command, no_setup=no_setup, image=image) for one in made
+        ]
         ws = made[0]
     for one in made:
         number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
-        click.echo(f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
-                   f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
-                   err=True)  # fmt: skip
-    spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
-                     temperature=temperature, max_turns=max_turns, max_wall=max_wall,
-                     workspace=ws.id, allow_net=split_hosts(allow_net)).at_edge()  # fmt: skip
+        click.echo(
+            f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
+            f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
+            err=True,
+        )
+    spec = AgentSpec(
+        input=task_text,
+        agent=agent,
+        engine=engine,
+        model=model,
+        temperature=temperature,
+        max_turns=max_turns,
+        max_wall=max_wall,
+        workspace=ws.id,
+        allow_net=split_hosts(allow_net),
+    ).at_edge()
     failure = None
     task_id = None if no_daemon else _submit(spec)
     if task_id is not None:
@@ -210,8 +265,9 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
     if ws.group:
         _print_group(store, ws, None, as_json)
     elif as_json:
-        click.echo(json.dumps({**ws.to_dict(), **({"network": network} if network else {})},
-                              indent=2))  # fmt: skip
+        click.echo(
+            json.dumps({**ws.to_dict(), **({"network": network} if network else {})}, indent=2)
+        )
     else:
         _print_workspace(ws, diff=True)
     if not as_json and isinstance(network, dict):  # the run's egress: reached, refused
@@ -238,8 +294,10 @@ def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
     if not named:
         return [agent] * candidates
     if candidates not in (1, len(named)):
-        raise UsageError(f"--candidates {candidates} and --agents name {len(named)} agents: "
-                         "give one of them (--agents runs one candidate of each)")  # fmt: skip
+        raise UsageError(
+            f"--candidates {candidates} and --agents name {len(named)} agents: "
+            "give one of them (--agents runs one candidate of each)"
+        )
     if len(named) > 8:
         raise UsageError(f"--agents: at most 8 candidates (got {len(named)})")
     return named
@@ -255,13 +313,16 @@ def _pick(store: CodeStore, ws: Workspace, candidate: int | None) -> tuple[list[
     if candidate is None:
         return ranking, members[ranking[0].candidate]
     if candidate not in members:
-        raise UsageError(f"workspace {ws.id}'s group has candidates "
-                         f"{', '.join(map(str, sorted(members)))}, not {candidate}")  # fmt: skip
+        raise UsageError(
+            f"workspace {ws.id}'s group has candidates "
+            f"{', '.join(map(str, sorted(members)))}, not {candidate}"
+        )
     return ranking, members[candidate]
 
 
-def _print_group(store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool,
-                 pager: bool = False) -> None:  # fmt: skip
+def _print_group(
+    store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool, pager: bool = False
+) -> None:
     """The candidates side by side, ranked, then the chosen one (default: the best)."""
     from ._terminal import for_terminal
 
@@ -270,26 +331,43 @@ def _print_group(store: CodeStore, ws: Workspace, candidate: int | None, as_json
         from ..code._candidates import group_of
 
         members = group_of(store, ws)
-        click.echo(json.dumps({"group": ws.group, "best": ranking[0].candidate,
-                               "candidates": [r.to_dict() for r in ranking],
-                               "workspaces": [m.to_dict() for m in members]}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "group": ws.group,
+                    "best": ranking[0].candidate,
+                    "candidates": [r.to_dict() for r in ranking],
+                    "workspaces": [m.to_dict() for m in members],
+                },
+                indent=2,
+            )
+        )
         return
     color = sys.stdout.isatty()
-    lines = [f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
-             "then smallest diff):",
-             f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
-             f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN"]  # fmt: skip
+    lines = [
+        f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
+        "then smallest diff):",
+        f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
+        f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN",
+    ]
     for place, r in enumerate(ranking, 1):
         failures = "-" if r.failures is None else str(r.failures)
         agent = for_terminal(r.agent)[:18]
-        lines.append(f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
-                     f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
-                     f"{r.failure or 'ok'}")  # fmt: skip
-    lines += ["", f"candidate {chosen.candidate} (another: jarvis code show {ws.group} "
-              "--candidate K):", ""]  # fmt: skip
+        lines.append(
+            f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
+            f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
+            f"{r.failure or 'ok'}"
+        )
+    lines += [
+        "",
+        f"candidate {chosen.candidate} (another: jarvis code show {ws.group} --candidate K):",
+        "",
+    ]
     lines += [x for x in _render(chosen, diff=True, color=color) if not x.startswith("\napply:")]
-    lines.append(f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
-                 f"(the best: jarvis code apply {ws.group})")  # fmt: skip
+    lines.append(
+        f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
+        f"(the best: jarvis code apply {ws.group})"
+    )
     text = "\n".join(lines)
     if pager:
         click.echo_via_pager(text + "\n")
@@ -367,8 +445,10 @@ def list_(limit: int, as_json: bool) -> None:
     for ws in found:
         files = len(ws.outcome.get("files") or ())
         task = ws.task.replace("\n", " ")[:50]
-        click.echo(f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
-                   f"{ws.source}  {task}")  # fmt: skip
+        click.echo(
+            f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
+            f"{ws.source}  {task}"
+        )
 
 
 def _brief(ws: Workspace) -> dict[str, Any]:
@@ -440,17 +520,25 @@ def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
         test = out.get(key)
         if isinstance(test, dict):
             verdict = clean(describe(test))
-            lines.append(f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
-                         f"  ({clean(str(test.get('command')))})")  # fmt: skip
+            lines.append(
+                f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
+                f"  ({clean(str(test.get('command')))})"
+            )
     rounds = out.get("rounds") or []
     if len(rounds) > 1:
-        said = ", ".join(f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
-                         for r in rounds if isinstance(r, dict))  # fmt: skip
+        said = ", ".join(
+            f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
+            for r in rounds
+            if isinstance(r, dict)
+        )
         lines.append(f"rounds:      {len(rounds)} of {ws.rounds} ({said})")
     failure = out.get("failure")
     if isinstance(failure, dict):
-        lines.append(style(f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}",
-                           fg="red"))  # fmt: skip
+        lines.append(
+            style(
+                f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}", fg="red"
+            )
+        )
     if out.get("summary"):
         lines += ["summary:", *("  " + line for line in clean(str(out["summary"])).splitlines())]
     files = out.get("files") or []
@@ -506,8 +594,9 @@ def apply_(ws_id: str, candidate: int | None) -> None:
         # The group's first workspace names the group: the best, or --candidate K.
         ranking, chosen = _pick(store, ws, candidate)
         if candidate is None and ranking[0].tier == 4:
-            raise UsageError(f"no candidate of {ws.group} has a change to apply "
-                             "(see `jarvis code show`)")  # fmt: skip
+            raise UsageError(
+                f"no candidate of {ws.group} has a change to apply (see `jarvis code show`)"
+            )
         click.echo(f"candidate {chosen.candidate} (workspace {chosen.id})", err=True)
         ws_id = chosen.id
     elif candidate is not None:

@@ -165,8 +165,9 @@ async def _guarded(
     except Exception as exc:  # as run_spec: a run that failed is an outcome, never a raise
         log.exception("the jarvis code run failed")
         failure = Failure.of(exc)
-    return RunOutcome(agent=spec.agent, failure=failure,
-                      duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
+    return RunOutcome(
+        agent=spec.agent, failure=failure, duration_s=round(time.perf_counter() - started, 3)
+    )
 
 
 async def _run_group(
@@ -185,11 +186,19 @@ async def _run_group(
     from ._candidates import group_of, rank
 
     members = group_of(store, lead)
-    outcomes = await asyncio.gather(*(
-        _guarded(dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
-                 run, config, engine, store, started)
-        for ws in members
-    ))  # fmt: skip
+    outcomes = await asyncio.gather(
+        *(
+            _guarded(
+                dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
+                run,
+                config,
+                engine,
+                store,
+                started,
+            )
+            for ws in members
+        )
+    )
     ranking = rank([store.get(ws.id) for ws in members])
     best = ranking[0]
     outcome = outcomes[[ws.candidate for ws in members].index(best.candidate)]
@@ -199,10 +208,12 @@ async def _run_group(
     code = dict(outcome.metadata.get("code") or {})
     code.update(candidates=[r.to_dict() for r in ranking], best=best.candidate, group=lead.id)
     return dataclasses.replace(
-        outcome, turns=sum(o.turns for o in outcomes), usage=usage,
+        outcome,
+        turns=sum(o.turns for o in outcomes),
+        usage=usage,
         metadata={**dict(outcome.metadata), "code": code},
         duration_s=round(time.perf_counter() - started, 3),
-    )  # fmt: skip
+    )
 
 
 async def _run_code(
@@ -250,9 +261,13 @@ async def _run_code(
             code_config, sandbox=dataclasses.replace(code_config.sandbox, image=choice.image)
         )
     inner = dataclasses.replace(
-        spec, workspace=None, input=task_prompt(ws, spec.input),
-        agent=spec.agent or DEFAULT_AGENT, sandbox=True, mounts=(f"{ws.path}:rw",),
-    )  # fmt: skip
+        spec,
+        workspace=None,
+        input=task_prompt(ws, spec.input),
+        agent=spec.agent or DEFAULT_AGENT,
+        sandbox=True,
+        mounts=(f"{ws.path}:rw",),
+    )
     # Checked before the workspace is taken: a refused spec leaves it ready.
     inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
     ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
@@ -262,8 +277,11 @@ async def _run_code(
     before = after = None
     rounds: list[dict[str, Any]] = []
     setup: dict[str, Any] = {}
-    image: dict[str, Any] = {"image": choice.image, "origin": choice.origin,
-                             "notes": list(choice.notes)}  # fmt: skip
+    image: dict[str, Any] = {
+        "image": choice.image,
+        "origin": choice.origin,
+        "notes": list(choice.notes),
+    }
     try:
         await _check_image(run, executor, choice, image)
         executor = await _setup(ws, run, code_config, executor, setup)
@@ -274,8 +292,9 @@ async def _run_code(
         prompt = task_prompt(ws, spec.input, before, helpers=helpers)
         number, turns, usage = 1, 0, None
         while True:
-            outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
-                                     code_config, engine)  # fmt: skip
+            outcome = await run_spec(
+                dataclasses.replace(inner, input=prompt), run, code_config, engine
+            )
             own = outcome.turns  # this round's
             turns += outcome.turns
             usage = outcome.usage if usage is None else usage + outcome.usage
@@ -285,8 +304,15 @@ async def _run_code(
             if not _go_on(before, after, number, ws.rounds, run):
                 break
             number += 1
-            prompt = round_prompt(ws, spec.input, after, outcome.answer, number, ws.rounds,  # type: ignore[arg-type]
-                                  helpers=helpers)  # fmt: skip
+            prompt = round_prompt(
+                ws,
+                spec.input,
+                after,  # type: ignore[arg-type]
+                outcome.answer,
+                number,
+                ws.rounds,
+                helpers=helpers,
+            )
     finally:
         close = getattr(executor, "close", None)
         if close is not None:
@@ -313,8 +339,10 @@ async def _run_code(
         elif setup.get("failure"):
             record["failure"] = setup["failure"]
         elif outcome is None:
-            record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
-                                 "message": run.cancel.reason or "the run stopped"}  # fmt: skip
+            record["failure"] = {
+                "code": "cancelled" if run.cancel.cancelled else "internal",
+                "message": run.cancel.reason or "the run stopped",
+            }
         if problem is not None:
             record["failure"] = Failure.of(problem).to_dict()
         dishonest = None
@@ -343,16 +371,28 @@ def _round(
     ``test_after``), published as a ``round`` event."""
     rounds = ws.rounds
     record: dict[str, Any] = {
-        "round": number, "of": rounds, "turns": outcome.turns,
+        "round": number,
+        "of": rounds,
+        "turns": outcome.turns,
         "failure": None if outcome.failure is None else outcome.failure.to_dict(),
         "summary": outcome.answer[-1000:],
-        "test": None if test is None else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
-    }  # fmt: skip
+        "test": None
+        if test is None
+        else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
+    }
     verdict = "" if test is None else test.verdict
     extra = {"candidate": ws.candidate} if ws.candidate else {}
-    run.bus.publish(EventType.ROUND, pattern="code", depth=run.depth, round=number, of=rounds,
-                    test=verdict, exit_code=None if test is None else test.exit_code,
-                    error="" if test is None else test.error, **extra)  # fmt: skip
+    run.bus.publish(
+        EventType.ROUND,
+        pattern="code",
+        depth=run.depth,
+        round=number,
+        of=rounds,
+        test=verdict,
+        exit_code=None if test is None else test.exit_code,
+        error="" if test is None else test.error,
+        **extra,
+    )
     return record
 
 
@@ -474,8 +514,9 @@ async def _setup(
             record["failure"] = Failure.of(failure).to_dict()
             raise failure from exc
     try:
-        toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
-                                            project=ws.source, on_connect=connected)  # fmt: skip
+        toolchain = await prepare_toolchain(
+            plan, ws.path, config, executor, say, project=ws.source, on_connect=connected
+        )
     except SetupFailed as exc:
         record["failure"] = Failure.of(exc).to_dict()
         raise
@@ -515,13 +556,20 @@ def _summary(ws: Workspace) -> Mapping[str, Any]:
     """What a run's outcome says of the workspace (the diff itself is in the store)."""
     outcome = ws.outcome
     return {
-        "workspace": ws.id, "path": ws.path, "source": ws.source, "branch": ws.branch,
-        "changed": outcome.get("changed"), "files": outcome.get("files"),
-        "left_out": [dict(x) for x in ws.left_out], "more_left_out": ws.more_left_out,
-        "test_before": outcome.get("test_before"), "test_after": outcome.get("test_after"),
+        "workspace": ws.id,
+        "path": ws.path,
+        "source": ws.source,
+        "branch": ws.branch,
+        "changed": outcome.get("changed"),
+        "files": outcome.get("files"),
+        "left_out": [dict(x) for x in ws.left_out],
+        "more_left_out": ws.more_left_out,
+        "test_before": outcome.get("test_before"),
+        "test_after": outcome.get("test_after"),
         "rounds": len(outcome.get("rounds") or ()),
-        "setup": outcome.get("setup"), "image": outcome.get("image"),
-    }  # fmt: skip
+        "setup": outcome.get("setup"),
+        "image": outcome.get("image"),
+    }
 
 
 def workspace_of(outcome: RunOutcome) -> str:

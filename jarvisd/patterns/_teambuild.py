@@ -58,8 +58,9 @@ def build_team(
             if name in team.agents:
                 built[name] = as_member(agent(name), name)
             else:
-                built[name] = _pattern(name, team.patterns[name], member, agent, engine, config,
-                                       defaults)  # fmt: skip
+                built[name] = _pattern(
+                    name, team.patterns[name], member, agent, engine, config, defaults
+                )
         return built[name]
 
     return member(team.root)
@@ -116,57 +117,92 @@ def _pattern(
         routes = [Route(member(n), descriptions.get(n, "")) for n in table["routes"]]
         return Router(engine, routes, fallback=optional("fallback"), model=model, name=name)
     if kind == "parallel":
-        return Parallel(members("members"), mode=table.get("mode", "all"),
-                        synthesizer=optional("synthesizer"), timeout=table.get("timeout"),
-                        name=name)  # fmt: skip
+        return Parallel(
+            members("members"),
+            mode=table.get("mode", "all"),
+            synthesizer=optional("synthesizer"),
+            timeout=table.get("timeout"),
+            name=name,
+        )
     if kind == "supervisor":
-        return Supervisor(engine, members("workers"), model=model,
-                          system_prompt=table.get("system_prompt"),
-                          max_turns=table.get("max_turns", defaults.max_turns), name=name)  # fmt: skip
+        return Supervisor(
+            engine,
+            members("workers"),
+            model=model,
+            system_prompt=table.get("system_prompt"),
+            max_turns=table.get("max_turns", defaults.max_turns),
+            name=name,
+        )
     if kind == "network":
-        return Network(members("peers"), rounds=table.get("rounds", 2),
-                       synthesizer=optional("synthesizer"), name=name)  # fmt: skip
+        return Network(
+            members("peers"),
+            rounds=table.get("rounds", 2),
+            synthesizer=optional("synthesizer"),
+            name=name,
+        )
     if kind == "hierarchical":
-        departments = {n: Department(member(n), descriptions.get(n, ""))
-                       for n in table["departments"]}  # fmt: skip
-        return Hierarchical(engine, departments, model=model,
-                            system_prompt=table.get("system_prompt"), name=name)  # fmt: skip
+        departments = {
+            n: Department(member(n), descriptions.get(n, "")) for n in table["departments"]
+        }
+        return Hierarchical(
+            engine, departments, model=model, system_prompt=table.get("system_prompt"), name=name
+        )
     if kind == "reflective":
-        return Reflective(member(table["actor"]), member(table["critic"]),
-                          max_rounds=table.get("max_rounds", 3), name=name)  # fmt: skip
+        return Reflective(
+            member(table["actor"]),
+            member(table["critic"]),
+            max_rounds=table.get("max_rounds", 3),
+            name=name,
+        )
     if kind == "debate":
-        return Debate(members("debaters"), member(table["judge"]),
-                      rounds=table.get("rounds", 2), name=name)  # fmt: skip
+        return Debate(
+            members("debaters"), member(table["judge"]), rounds=table.get("rounds", 2), name=name
+        )
     if kind == "plan_and_execute":
-        return PlanAndExecute(engine, members("executors"), model=model,
-                              max_replans=table.get("max_replans", 1),
-                              descriptions=dict(descriptions), name=name)  # fmt: skip
+        return PlanAndExecute(
+            engine,
+            members("executors"),
+            model=model,
+            max_replans=table.get("max_replans", 1),
+            descriptions=dict(descriptions),
+            name=name,
+        )
     if kind == "planned":
         from ._planning import Planned, PlanningConfig
 
         planning = PlanningConfig(
-            enabled=True, model=model, always=table.get("always", False),
+            enabled=True,
+            model=model,
+            always=table.get("always", False),
             min_complexity=table.get("min_complexity", 2),
             max_replans=table.get("max_replans", 0),
-        )  # fmt: skip
+        )
         return Planned(member(table["member"]), planning, engine=engine, name=name)
     if kind == "team_lead":
-        return TeamLead(engine, members("members"), strategy=table.get("strategy", "sequential"),
-                        model=model, max_assignments=table.get("max_assignments", 6),
-                        name=name)  # fmt: skip
+        return TeamLead(
+            engine,
+            members("members"),
+            strategy=table.get("strategy", "sequential"),
+            model=model,
+            max_assignments=table.get("max_assignments", 6),
+            name=name,
+        )
     if kind == "handoffs":
         from ..agents import ToolUsingAgent
 
         source = agent(table["agent"])
         if not isinstance(source, ToolUsingAgent):
-            raise UsageError(f"team pattern {name!r}: agent {table['agent']!r} cannot hand off "
-                             "(it calls no tools; use orchestrator)")  # fmt: skip
+            raise UsageError(
+                f"team pattern {name!r}: agent {table['agent']!r} cannot hand off "
+                "(it calls no tools; use orchestrator)"
+            )
         return WithHandoffs(source, [Handoff(member(n)) for n in table["targets"]], name=name)
     if kind == "tool_plan":
         from ..tools import build_tools
 
-        return ToolPlanner(engine, build_tools(table["tools"], config, engine), model=model,
-                           name=name)  # fmt: skip
+        return ToolPlanner(
+            engine, build_tools(table["tools"], config, engine), model=model, name=name
+        )
     raise UsageError(f"unknown pattern {kind!r}")  # parse_team refuses these first
 
 

@@ -87,18 +87,41 @@ BLOCKED_PATTERNS: tuple[str, ...] = (
 #: Directories whose contents are host state, never data to hand to an agent: a mount
 #: equal to, under, or containing one of these is refused.
 SYSTEM_DIRS: tuple[str, ...] = (
-    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker",
-    "/var/lib/containers", "/var/lib/containerd", "/var/log", "/var/spool", "/var/mail",
-    "/var/backups", "/lost+found",
-)  # fmt: skip
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/var/run",
+    "/boot",
+    "/var/lib/docker",
+    "/var/lib/containers",
+    "/var/lib/containerd",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/var/backups",
+    "/lost+found",
+)
 
 #: Paths inside the container that a host mount must not cover (it is mounted at its
 #: host path): the image's own system and jarvis's code and inputs (nor anything under
 #: them), and a few directories it may only go inside of.
 RESERVED_TARGETS: tuple[str, ...] = (
-    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/proc", "/sys",
-    "/dev", "/opt/jarvis", "/opt/jarvis-in",
-)  # fmt: skip
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/opt/jarvis",
+    "/opt/jarvis-in",
+)
 RESERVED_EXACT: tuple[str, ...] = ("/", "/tmp", "/var", "/opt", "/run", "/home", "/mnt", "/srv")
 
 #: Entries a mount's tree may hold before it counts as too large to verify.
