@@ -32,7 +32,7 @@ from .._errors import JarvisError
 from ._change import prepare_workspace, settle_change
 from ._edits import CODE_AGENT, CODE_MODE
 from ._hello import initialize_reply
-from ._input import checked_cwd, prompt_text
+from ._input import checked_cwd, mcp_configs, prompt_text
 from ._store import SessionRecord, SessionStore
 from ._updates import UpdateMapper, tool_kind
 
@@ -114,7 +114,7 @@ class JarvisAcpAgent:
         self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any
     ) -> schema.NewSessionResponse:
         cwd = checked_cwd(cwd)
-        mcp = mcp_servers(mcp_servers)
+        mcp = mcp_configs(mcp_servers)
         mode = self._default_mode()
         header, record = self._store.create(
             cwd=cwd, agent=self._base.agent, mode=mode, model=self._base.model
@@ -137,7 +137,7 @@ class JarvisAcpAgent:
         **_: Any,
     ) -> schema.LoadSessionResponse:
         cwd = checked_cwd(cwd)
-        mcp = mcp_servers(mcp_servers)
+        mcp = mcp_configs(mcp_servers)
         try:
             header, record, updates = await asyncio.to_thread(self._store.open, session_id)
         except JarvisError as exc:

@@ -9,7 +9,7 @@ from typing import Any
 
 from acp.exceptions import RequestError
 
-__all__ = ["MAX_MCP_SERVERS", "MAX_PROMPT_CHARS", "checked_cwd", "mcp_servers", "prompt_text"]
+__all__ = ["MAX_MCP_SERVERS", "MAX_PROMPT_CHARS", "checked_cwd", "mcp_configs", "prompt_text"]
 
 #: The most prompt text taken from one ``session/prompt`` (characters).
 MAX_PROMPT_CHARS = 1_000_000
@@ -54,7 +54,7 @@ def prompt_text(blocks: list[Any]) -> str:
     return "".join(parts)
 
 
-def mcp_servers(servers: Any) -> dict[str, Any]:
+def mcp_configs(servers: Any) -> dict[str, Any]:
     """The session's MCP servers as ``[mcp.servers]`` entries (stdio only), named
     ``acp_NAME`` so they never shadow the config's."""
     from .._config import McpServerConfig
