@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._errors import DaemonUnavailable, UsageError
+from ._code_view import _pick, _print_group, _print_workspace, _render
 
 if TYPE_CHECKING:
     from ..code import CodeStore, Workspace
+    from ..runs import Failure
 
 __all__ = ["code"]
 
@@ -182,7 +184,6 @@ def run(
     no_daemon: bool,
     as_json: bool,
 ) -> None:
-    from ..code import prepare
     from ..runs import AgentSpec
     from ..sandbox._netrun import split_hosts
 
@@ -196,45 +197,19 @@ def run(
         if not valid_image(image):
             raise UsageError(f"--image {image[:80]!r} is not an image name")
     store = _store()
-    chosen = _candidate_agents(agent, candidates, agents)
-    if len(chosen) > 1:
-        from ..code._candidates import group_of, prepare_group
-
-        ws = prepare_group(
-            path,
-            store=store,
-            state_dir=_state_dir(),
-            task=task_text,
-            agents=chosen,
-            test=test_command,
-            respect_gitignore=respect_gitignore,
-            rounds=rounds if test_command else 1,
-        )
-        made = group_of(store, ws)
-    else:
-        ws = prepare(
-            path,
-            store=store,
-            state_dir=_state_dir(),
-            task=task_text,
-            agent=agent,
-            test=test_command,
-            respect_gitignore=respect_gitignore,
-            rounds=rounds if test_command else 1,
-        )
-        made = [ws]
-    if setup_command or no_setup or image:  # every candidate sets up the same way
-        made = [
-            store.update(one, setup=setup_command, no_setup=no_setup, image=image) for one in made
-        ]
-        ws = made[0]
-    for one in made:
-        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
-        click.echo(
-            f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
-            f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
-            err=True,
-        )
+    ws = _workspaces(
+        store,
+        path,
+        task_text,
+        _candidate_agents(agent, candidates, agents),
+        agent,
+        test_command,
+        rounds if test_command else 1,
+        respect_gitignore,
+        setup_command,
+        no_setup,
+        image,
+    )
     spec = AgentSpec(
         input=task_text,
         agent=agent,
@@ -261,7 +236,74 @@ def run(
         outcome = LocalHost().run(spec, context)
         failure = outcome.failure
         network = outcome.metadata.get("network")
-    ws = store.get(ws.id)
+    _report(store, store.get(ws.id), network, failure, as_json)
+
+
+def _workspaces(
+    store: CodeStore,
+    path: str,
+    task_text: str,
+    chosen: list[str],
+    agent: str,
+    test_command: str,
+    rounds: int,
+    respect_gitignore: bool,
+    setup_command: str,
+    no_setup: bool,
+    image: str,
+) -> Workspace:
+    """The run's workspace (the group's first, for candidates), prepared and said."""
+    from ..code import prepare
+
+    if len(chosen) > 1:
+        from ..code._candidates import group_of, prepare_group
+
+        ws = prepare_group(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agents=chosen,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds,
+        )
+        made = group_of(store, ws)
+    else:
+        ws = prepare(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agent=agent,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds,
+        )
+        made = [ws]
+    if setup_command or no_setup or image:  # every candidate sets up the same way
+        made = [
+            store.update(one, setup=setup_command, no_setup=no_setup, image=image) for one in made
+        ]
+        ws = made[0]
+    for one in made:
+        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
+        click.echo(
+            f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
+            f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
+            err=True,
+        )
+    return ws
+
+
+def _report(
+    store: CodeStore,
+    ws: Workspace,
+    network: object,
+    failure: Failure | None,
+    as_json: bool,
+) -> None:
+    """The run's workspace (or group) after the run, its egress, and its failure."""
     if ws.group:
         _print_group(store, ws, None, as_json)
     elif as_json:
@@ -301,78 +343,6 @@ def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
     if len(named) > 8:
         raise UsageError(f"--agents: at most 8 candidates (got {len(named)})")
     return named
-
-
-def _pick(store: CodeStore, ws: Workspace, candidate: int | None) -> tuple[list[Any], Workspace]:
-    """The ranking of ``ws``'s group, and the member ``candidate`` names (default: the
-    best)."""
-    from ..code._candidates import group_of, rank
-
-    members = {m.candidate: m for m in group_of(store, ws)}
-    ranking = rank(list(members.values()))
-    if candidate is None:
-        return ranking, members[ranking[0].candidate]
-    if candidate not in members:
-        raise UsageError(
-            f"workspace {ws.id}'s group has candidates "
-            f"{', '.join(map(str, sorted(members)))}, not {candidate}"
-        )
-    return ranking, members[candidate]
-
-
-def _print_group(
-    store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool, pager: bool = False
-) -> None:
-    """The candidates side by side, ranked, then the chosen one (default: the best)."""
-    from ._terminal import for_terminal
-
-    ranking, chosen = _pick(store, ws, candidate)
-    if as_json:
-        from ..code._candidates import group_of
-
-        members = group_of(store, ws)
-        click.echo(
-            json.dumps(
-                {
-                    "group": ws.group,
-                    "best": ranking[0].candidate,
-                    "candidates": [r.to_dict() for r in ranking],
-                    "workspaces": [m.to_dict() for m in members],
-                },
-                indent=2,
-            )
-        )
-        return
-    color = sys.stdout.isatty()
-    lines = [
-        f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
-        "then smallest diff):",
-        f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
-        f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN",
-    ]
-    for place, r in enumerate(ranking, 1):
-        failures = "-" if r.failures is None else str(r.failures)
-        agent = for_terminal(r.agent)[:18]
-        lines.append(
-            f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
-            f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
-            f"{r.failure or 'ok'}"
-        )
-    lines += [
-        "",
-        f"candidate {chosen.candidate} (another: jarvis code show {ws.group} --candidate K):",
-        "",
-    ]
-    lines += [x for x in _render(chosen, diff=True, color=color) if not x.startswith("\napply:")]
-    lines.append(
-        f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
-        f"(the best: jarvis code apply {ws.group})"
-    )
-    text = "\n".join(lines)
-    if pager:
-        click.echo_via_pager(text + "\n")
-    else:
-        click.echo(text)
 
 
 def _submit(spec: Any) -> str | None:
@@ -486,88 +456,6 @@ def show(ws_id: str, as_json: bool, no_pager: bool, candidate: int | None) -> No
         click.echo_via_pager("\n".join(lines) + "\n")
     else:
         click.echo("\n".join(lines))
-
-
-def _print_workspace(ws: Workspace, *, diff: bool) -> None:
-    click.echo("\n".join(_render(ws, diff=diff, color=sys.stdout.isatty())))
-
-
-def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
-    """The workspace for a person. What the agent wrote (summary, diff, test output) is
-    cleaned of escape sequences on a terminal."""
-    from ._terminal import for_terminal
-
-    def clean(text: str) -> str:
-        return for_terminal(text) if color else text
-
-    def style(text: str, **kw: Any) -> str:
-        return click.style(text, **kw) if color else text
-
-    out = ws.outcome
-    lines = [
-        style(f"workspace {ws.id}", bold=True) + f"  {ws.shown_state}",
-        f"project:   {ws.source}",
-        f"workspace: {ws.path} ({ws.kind}, branch {ws.branch})",
-        f"agent:     {ws.agent or '(default)'}   task: {clean(ws.task)[:200]}",
-    ]
-    if ws.left_out:
-        shown = ", ".join(f"{x['path']} ({x['reason']})" for x in ws.left_out[:20])
-        more = len(ws.left_out) - 20 + ws.more_left_out
-        lines.append(f"left out:  {clean(shown)}" + (f" and {more} more" if more > 0 else ""))
-    from ..code._testrun import describe
-
-    for key, label in (("test_before", "test before"), ("test_after", "test after")):
-        test = out.get(key)
-        if isinstance(test, dict):
-            verdict = clean(describe(test))
-            lines.append(
-                f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
-                f"  ({clean(str(test.get('command')))})"
-            )
-    rounds = out.get("rounds") or []
-    if len(rounds) > 1:
-        said = ", ".join(
-            f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
-            for r in rounds
-            if isinstance(r, dict)
-        )
-        lines.append(f"rounds:      {len(rounds)} of {ws.rounds} ({said})")
-    failure = out.get("failure")
-    if isinstance(failure, dict):
-        lines.append(
-            style(
-                f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}", fg="red"
-            )
-        )
-    if out.get("summary"):
-        lines += ["summary:", *("  " + line for line in clean(str(out["summary"])).splitlines())]
-    files = out.get("files") or []
-    if ws.state in ("done", "failed", "applied"):
-        if files:
-            lines.append(f"files:     {len(files)} touched")
-            lines += [f"  {f['status']} {clean(f['path'])}" for f in files]
-        elif out.get("no_change_claimed"):
-            lines.append(style("files:     no change, though the summary claims one", fg="red"))
-        else:
-            lines.append("files:     no change")
-    if diff and out.get("diff"):
-        lines.append("")
-        for line in clean(str(out["diff"])).splitlines():
-            if line.startswith(("+++", "---")):
-                lines.append(style(line, bold=True))
-            elif line.startswith("+"):
-                lines.append(style(line, fg="green"))
-            elif line.startswith("-"):
-                lines.append(style(line, fg="red"))
-            elif line.startswith("@@"):
-                lines.append(style(line, fg="cyan"))
-            else:
-                lines.append(line)
-        if out.get("diff_truncated"):
-            lines.append(f"[diff cut at its first {len(out['diff'])} characters]")
-    if ws.state in ("done", "failed") and files:
-        lines.append(f"\napply: jarvis code apply {ws.id}   discard: jarvis code discard {ws.id}")
-    return lines
 
 
 @code.command("apply")
