@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, SetupFailed, UsageError
-from ..executors._base import Channel, CodeExecutor, ExecRequest
+from ..executors._base import Channel, CodeExecutor, ExecRequest, ExecResult
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -445,20 +445,10 @@ async def _build(
         hosts=dict(net.hosts),
         source="pip configuration",
     )
-    env = {
-        **sources.env(),
-        "JARVIS_WS": workspace,
-        "JARVIS_SETUP": plan.command,
-        "JARVIS_REQS": " ".join(plan.requirements),
-        "JARVIS_PROJECT": plan.target,
-        "PYTHONDONTWRITEBYTECODE": "",
-        "PYTHONPATH": "",
-    }
+    env = _setup_env(plan, workspace, sources)
     binds = [(str(building), ENV_PATH, False)]
     binds += [(real, inside, True) for real, inside in sources.binds()]
     timeout = max(SETUP_TIMEOUT_S, config.sandbox.timeout)
-    tail: collections.deque[str] = collections.deque()
-    size = 0
     sandbox = SandboxPolicy.from_config(config)
     async with contextlib.AsyncExitStack() as stack:
         # Always a proxy, even one that allows nothing: what setup tries to reach
@@ -483,23 +473,7 @@ async def _build(
             system_binds=tuple(binds),
             proxy_socket=socket_path,
         )
-        channel = await executor.open(request)
-        try:
-            await channel.close_stdin()
-            while raw := await channel.readline(64 * 1024):
-                line = raw.decode("utf-8", "replace").rstrip()[:_MAX_LINE]
-                tail.append(line)
-                size += len(line) + 1
-                while size > MAX_SETUP_OUTPUT and len(tail) > 1:
-                    size -= len(tail.popleft()) + 1
-                if line:
-                    say(line)
-            result = await channel.wait()
-        except BaseException:
-            await channel.stop("cancelled")
-            raise
-        if result.stderr:
-            tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
+        tail, result = await _run_script(await executor.open(request), say)
         await stack.aclose()
         summary = network.summary
     output = "\n".join(tail)[-MAX_SETUP_OUTPUT:]
@@ -514,6 +488,45 @@ async def _build(
             )
         raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
     return output, {**summary.to_dict(), "hosts": list(reached)}
+
+
+def _setup_env(plan: SetupPlan, workspace: str, sources: PipSources) -> dict[str, str]:
+    """The setup script's environment: pip's sources and what to install where."""
+    return {
+        **sources.env(),
+        "JARVIS_WS": workspace,
+        "JARVIS_SETUP": plan.command,
+        "JARVIS_REQS": " ".join(plan.requirements),
+        "JARVIS_PROJECT": plan.target,
+        "PYTHONDONTWRITEBYTECODE": "",
+        "PYTHONPATH": "",
+    }
+
+
+async def _run_script(
+    channel: Channel, say: Callable[[str], None]
+) -> tuple[collections.deque[str], ExecResult]:
+    """The setup script's run on ``channel``: each line of its output said as it comes,
+    its tail kept (about MAX_SETUP_OUTPUT characters, stderr's tail after it)."""
+    tail: collections.deque[str] = collections.deque()
+    size = 0
+    try:
+        await channel.close_stdin()
+        while raw := await channel.readline(64 * 1024):
+            line = raw.decode("utf-8", "replace").rstrip()[:_MAX_LINE]
+            tail.append(line)
+            size += len(line) + 1
+            while size > MAX_SETUP_OUTPUT and len(tail) > 1:
+                size -= len(tail.popleft()) + 1
+            if line:
+                say(line)
+        result = await channel.wait()
+    except BaseException:
+        await channel.stop("cancelled")
+        raise
+    if result.stderr:
+        tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
+    return tail, result
 
 
 class ToolchainExecutor(CodeExecutor):

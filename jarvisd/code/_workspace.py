@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import UsageError, WorkspaceError
-from ._copy import NameFilter, copy_tree
+from ._copy import CopyReport, NameFilter, copy_tree
 from ._git import Git, git_output
 from ._record import Limits, load_manifest, record, save_manifest
 from ._store import CodeStore, Workspace, new_workspace_id
@@ -219,19 +219,7 @@ def prepare(
     if rounds < 1:
         raise UsageError(f"rounds must be at least 1 (got {rounds})")
     started = time.perf_counter()
-    path = Path(os.path.abspath(os.path.expanduser(source)))
-    try:
-        real = path.resolve(strict=True)
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}") from exc
-    if not real.is_dir():
-        raise UsageError(f"{path} is not a directory")
-    workspaces = (state_dir / "code").resolve()
-    if workspaces.is_relative_to(real) or real.is_relative_to(workspaces):
-        # A workspace inside the project would be copied into itself as it grows.
-        raise UsageError(
-            f"{path} holds jarvis's workspaces ({workspaces}): name a project directory"
-        )
+    real = _project_dir(source, state_dir)
     ws_id = new_workspace_id()
     root = workspace_root(state_dir, ws_id)
     root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -243,24 +231,7 @@ def prepare(
     try:
         head, objects, algorithm = _project_repository(real)
         _private_repository(git_dir, objects, algorithm)
-        only: set[str] | None = None
-        listing = ["ls-files", "-z", "--others", "--exclude-standard"]
-        if head:  # the project's tracked and untracked files, not the ignored ones
-            only = set(_split(_project_git(real, *listing, "--cached").stdout))
-        elif respect_gitignore:
-            only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
-        tree.mkdir()
-        owner = _sandbox_owner()
-        os.chmod(tree, 0o770)
-        if owner is not None:
-            os.chown(tree, *owner)
-        report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
-        if only is not None:  # what is ignored, listed so nobody wonders where it went
-            ignored = _project_git(
-                real, *listing, "--ignored", "--directory", git_dir=None if head else git_dir
-            ).stdout
-            for name in _split(ignored):
-                report.leave_out(name.rstrip("/"), "ignored by git")
+        report = _copy_project(real, tree, git_dir, head, respect_gitignore)
         left = report.all_left_out
         (root / _LEFT_OUT).write_bytes(b"".join(os.fsencode(p) + b"\0" for p in left))
         (root / _FORMAT).write_text(algorithm)
@@ -298,6 +269,52 @@ def prepare(
         more_left_out=report.more_left_out,
     )
     return store.put(ws)
+
+
+def _project_dir(source: str, state_dir: Path) -> Path:
+    """The project directory ``source`` names, resolved; refused when it is not one, or
+    holds (or is inside) jarvis's workspaces."""
+    path = Path(os.path.abspath(os.path.expanduser(source)))
+    try:
+        real = path.resolve(strict=True)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from exc
+    if not real.is_dir():
+        raise UsageError(f"{path} is not a directory")
+    workspaces = (state_dir / "code").resolve()
+    if workspaces.is_relative_to(real) or real.is_relative_to(workspaces):
+        # A workspace inside the project would be copied into itself as it grows.
+        raise UsageError(
+            f"{path} holds jarvis's workspaces ({workspaces}): name a project directory"
+        )
+    return real
+
+
+def _copy_project(
+    real: Path, tree: Path, git_dir: Path, head: str, respect_gitignore: bool
+) -> CopyReport:
+    """Copy the project into ``tree`` (owned by the sandbox's user), without what git
+    ignores when it is a repository (or ``respect_gitignore``); what was left out is in
+    the report."""
+    only: set[str] | None = None
+    listing = ["ls-files", "-z", "--others", "--exclude-standard"]
+    if head:  # the project's tracked and untracked files, not the ignored ones
+        only = set(_split(_project_git(real, *listing, "--cached").stdout))
+    elif respect_gitignore:
+        only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
+    tree.mkdir()
+    owner = _sandbox_owner()
+    os.chmod(tree, 0o770)
+    if owner is not None:
+        os.chown(tree, *owner)
+    report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
+    if only is not None:  # what is ignored, listed so nobody wonders where it went
+        ignored = _project_git(
+            real, *listing, "--ignored", "--directory", git_dir=None if head else git_dir
+        ).stdout
+        for name in _split(ignored):
+            report.leave_out(name.rstrip("/"), "ignored by git")
+    return report
 
 
 @dataclass(frozen=True, slots=True)
