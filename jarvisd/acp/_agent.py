@@ -21,11 +21,11 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acp import schema
+from acp import Client, schema
 from acp.exceptions import RequestError
 
 from .._errors import JarvisError
@@ -37,7 +37,8 @@ from ._store import SessionRecord, SessionStore
 from ._updates import UpdateMapper, tool_kind
 
 if TYPE_CHECKING:
-    from .._config import Config
+    from .._config import Config, McpServerConfig
+    from .._events import Event
     from .._run import RunContext
     from ..runs import AgentSpec, RunOutcome
 
@@ -57,6 +58,23 @@ _MODE_TEXT = {
 }
 _STOP_REASONS = {"budget": "max_tokens", "max_turns": "max_turn_requests"}
 
+#: What one ``session/update`` carries (the SDK's union).
+Update = (
+    schema.UserMessageChunk
+    | schema.AgentMessageChunk
+    | schema.AgentThoughtChunk
+    | schema.ToolCallStart
+    | schema.ToolCallProgress
+    | schema.AgentPlanUpdate
+    | schema.AgentPlanContentUpdate
+    | schema.AgentPlanRemovedUpdate
+    | schema.AvailableCommandsUpdate
+    | schema.CurrentModeUpdate
+    | schema.ConfigOptionUpdate
+    | schema.SessionInfoUpdate
+    | schema.UsageUpdate
+)
+
 
 @dataclass(eq=False)
 class Session:
@@ -65,7 +83,7 @@ class Session:
     mode: str
     model: str
     record: SessionRecord
-    mcp: Mapping[str, Any] = field(default_factory=dict)  # name -> McpServerConfig
+    mcp: Mapping[str, McpServerConfig] = field(default_factory=dict)
     always: set[str] = field(default_factory=set)  # tools the client always allows
     run: RunContext | None = None
     task: asyncio.Task[RunOutcome] | None = None
@@ -81,14 +99,14 @@ class JarvisAcpAgent:
         self._config = config
         self._store = store
         self._sessions: dict[str, Session] = {}
-        self._conn: Any = None
+        self._conn: Client = None  # type: ignore[assignment]  # set by on_connect
         #: Whether the client offers fs/read_text_file and fs/write_text_file (set by
         #: initialize).
         self.client_reads_files = False
         self.client_writes_files = False
         self._loop_thread = threading.get_ident()
 
-    def on_connect(self, conn: Any) -> None:
+    def on_connect(self, conn: Client) -> None:
         self._conn = conn
 
     # ---- the protocol's methods -------------------------------------------------
@@ -98,7 +116,7 @@ class JarvisAcpAgent:
         protocol_version: int,
         client_capabilities: Any = None,
         client_info: Any = None,
-        **_: Any,
+        **_: object,
     ) -> schema.InitializeResponse:
         fs = getattr(client_capabilities, "fs", None)
         self.client_reads_files = bool(getattr(fs, "read_text_file", False))
@@ -107,11 +125,11 @@ class JarvisAcpAgent:
         assert reply is not None
         return schema.InitializeResponse.model_validate(reply)
 
-    async def authenticate(self, method_id: str, **_: Any) -> None:
+    async def authenticate(self, method_id: str, **_: object) -> None:
         return None
 
     async def new_session(
-        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any
+        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: object
     ) -> schema.NewSessionResponse:
         cwd = checked_cwd(cwd)
         mcp = mcp_configs(mcp_servers)
@@ -134,7 +152,7 @@ class JarvisAcpAgent:
         session_id: str,
         mcp_servers: Any = None,
         additional_directories: Any = None,
-        **_: Any,
+        **_: object,
     ) -> schema.LoadSessionResponse:
         cwd = checked_cwd(cwd)
         mcp = mcp_configs(mcp_servers)
@@ -161,7 +179,7 @@ class JarvisAcpAgent:
         )
 
     async def list_sessions(
-        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+        self, cwd: str | None = None, cursor: str | None = None, **_: object
     ) -> schema.ListSessionsResponse:
         import datetime
 
@@ -179,7 +197,7 @@ class JarvisAcpAgent:
         )
 
     async def set_session_mode(
-        self, session_id: str, mode_id: str, **_: Any
+        self, session_id: str, mode_id: str, **_: object
     ) -> schema.SetSessionModeResponse:
         session = self._session(session_id)
         if mode_id not in self._mode_ids():
@@ -189,7 +207,7 @@ class JarvisAcpAgent:
         return schema.SetSessionModeResponse()
 
     async def set_config_option(
-        self, config_id: str, session_id: str, value: Any, **_: Any
+        self, config_id: str, session_id: str, value: Any, **_: object
     ) -> schema.SetSessionConfigOptionResponse:
         session = self._session(session_id)
         known = [*self._model_ids(), self._base.model]
@@ -203,7 +221,7 @@ class JarvisAcpAgent:
             config_options=self._config_options(session.model)
         )
 
-    async def cancel(self, session_id: str, **_: Any) -> None:
+    async def cancel(self, session_id: str, **_: object) -> None:
         session = self._sessions.get(session_id)
         if session is None or session.run is None:
             return
@@ -217,7 +235,9 @@ class JarvisAcpAgent:
                 CANCEL_GRACE_S, lambda: task.done() or task.cancel()
             )
 
-    async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> schema.PromptResponse:
+    async def prompt(
+        self, session_id: str, prompt: list[Any], **_: object
+    ) -> schema.PromptResponse:
         session = self._session(session_id)
         if session.task is not None and not session.task.done():
             raise RequestError.invalid_request(
@@ -240,7 +260,7 @@ class JarvisAcpAgent:
         out = _Outbox(self, session, loop)
         queue = out.queue
 
-        def on_event(event: Any) -> None:
+        def on_event(event: Event) -> None:
             for update in mapper.map(event):
                 out.put(update)
 
@@ -295,8 +315,8 @@ class JarvisAcpAgent:
         return _response(session, outcome)
 
     def _gate(
-        self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Any]
-    ) -> Any:
+        self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Update]
+    ) -> Callable[[str, Mapping[str, Any], str], Awaitable[bool]]:
         """The run's tool gate: the client allows each call that is not pure thought."""
 
         async def gate(tool: str, arguments: Mapping[str, Any], call_id: str) -> bool:
@@ -317,7 +337,7 @@ class JarvisAcpAgent:
 
         return gate
 
-    async def _ask(self, session: Session, run: RunContext, call: Any) -> bool:
+    async def _ask(self, session: Session, run: RunContext, call: schema.ToolCallUpdate) -> bool:
         """The client's answer to a permission request for ``call`` (a cancel, an
         error or a closed connection: no)."""
         asked = asyncio.ensure_future(
@@ -343,7 +363,9 @@ class JarvisAcpAgent:
             session.always.add(str(call.title))
         return True
 
-    def _buffer_reader(self, session: Session, loop: asyncio.AbstractEventLoop) -> Any:
+    def _buffer_reader(
+        self, session: Session, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[str], str | None]:
         """``file_read``'s way to the client's buffers (``fs/read_text_file``), called
         from the tool's worker thread; None (the disk) on any failure."""
 
@@ -362,7 +384,7 @@ class JarvisAcpAgent:
 
         return read
 
-    async def _send(self, session: Session, update: Any) -> None:
+    async def _send(self, session: Session, update: Update) -> None:
         session.record.append(
             {
                 "kind": "update",
@@ -481,10 +503,10 @@ class _Outbox:
         self, agent: JarvisAcpAgent, session: Session, loop: asyncio.AbstractEventLoop
     ) -> None:
         self.agent, self.session, self.loop = agent, session, loop
-        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.queue: asyncio.Queue[Update] = asyncio.Queue()
         self.streamed = False  # some of the answer went out as it was generated
 
-    def put(self, update: Any) -> None:
+    def put(self, update: Update) -> None:
         if threading.get_ident() == self.agent._loop_thread:
             self.queue.put_nowait(update)
         else:  # an engine streaming from a worker thread
@@ -520,7 +542,7 @@ def _response(session: Session, outcome: RunOutcome | None) -> schema.PromptResp
     return schema.PromptResponse(stop_reason="end_turn")
 
 
-def _agent_text(text: str) -> Any:
+def _agent_text(text: str) -> schema.AgentMessageChunk:
     return schema.AgentMessageChunk(
         session_update="agent_message_chunk",
         content=schema.TextContentBlock(type="text", text=text),

@@ -15,7 +15,7 @@ from ._edits import CODE_AGENT, FileChange, changed_files
 if TYPE_CHECKING:
     from .._run import RunContext
     from ..runs import RunOutcome
-    from ._agent import JarvisAcpAgent, Session
+    from ._agent import JarvisAcpAgent, Session, Update
 
 __all__ = ["prepare_workspace", "settle_change", "text_block_content"]
 
@@ -38,7 +38,7 @@ async def settle_change(
     workspace: Any,
     outcome: RunOutcome | None,
     run: RunContext,
-    queue: asyncio.Queue[Any],
+    queue: asyncio.Queue[Update],
 ) -> str:
     """Offer a code run's change to the client and apply it once allowed; the
     workspace is gone afterwards either way. What to tell the user."""

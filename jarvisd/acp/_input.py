@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acp.exceptions import RequestError
+
+if TYPE_CHECKING:
+    from .._config import McpServerConfig
 
 __all__ = ["MAX_MCP_SERVERS", "MAX_PROMPT_CHARS", "checked_cwd", "mcp_configs", "prompt_text"]
 
@@ -54,12 +57,12 @@ def prompt_text(blocks: list[Any]) -> str:
     return "".join(parts)
 
 
-def mcp_configs(servers: Any) -> dict[str, Any]:
+def mcp_configs(servers: Any) -> dict[str, McpServerConfig]:
     """The session's MCP servers as ``[mcp.servers]`` entries (stdio only), named
     ``acp_NAME`` so they never shadow the config's."""
     from .._config import McpServerConfig
 
-    found: dict[str, Any] = {}
+    found: dict[str, McpServerConfig] = {}
     for server in list(servers or ())[: MAX_MCP_SERVERS + 1]:
         if len(found) >= MAX_MCP_SERVERS:
             raise RequestError.invalid_params({"message": f"at most {MAX_MCP_SERVERS} MCP servers"})
