@@ -4,14 +4,25 @@ and the notes that tell the model, and the user, why."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from collections.abc import Collection, Sequence
+from typing import TypedDict
 
 from .._grounding import Sources, invented, unrelated
 from .._messages import ToolCall, ToolSpec
 from ..tools import ToolExecutor
 
-__all__ = ["find_held", "held_message", "held_note", "retry_note"]
+__all__ = ["HeldCall", "find_held", "held_message", "held_note", "retry_note"]
+
+
+class HeldCall(TypedDict, total=False):
+    """A call not made, and why: values the run was never given (``invented``), a tool
+    foreign to the request (``unrelated``), or one an earlier held call named
+    (``withheld``). Kept in the run's metadata as it is (``held_calls``)."""
+
+    tool: str
+    invented: dict[str, object]
+    unrelated: bool
+    withheld: bool
 
 
 def find_held(
@@ -19,13 +30,13 @@ def find_held(
     executor: ToolExecutor,
     sources: Sources,
     withheld: Collection[str] = (),
-) -> list[dict[str, Any]]:
+) -> list[HeldCall]:
     """The calls of a reply not to run, each as ``{"tool": name, "invented": {argument:
     value}}`` (values the run was never given, see :func:`invented`), ``{"tool":
     name, "unrelated": True}`` (a name passed to a tool foreign to the request, see
     :func:`unrelated`) or ``{"tool": name, "withheld": True}`` (a tool an earlier held
     call named, no longer offered)."""
-    held: list[dict[str, Any]] = []
+    held: list[HeldCall] = []
     for call in calls:
         tool = executor.tools.get(call.name)
         if tool is None:
@@ -41,13 +52,11 @@ def find_held(
     return held
 
 
-def _why_held(
-    held: Sequence[Mapping[str, Any]], max_chars: int = 80, *, values: bool = True
-) -> str:
+def _why_held(held: Sequence[HeldCall], max_chars: int = 80, *, values: bool = True) -> str:
     """Why ``held`` were not made; ``values=False`` names the arguments without their
     values (for the model: a made-up value read back is a value it then states)."""
 
-    def shown(value: Any) -> str:
+    def shown(value: object) -> str:
         text = repr(value)
         return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
@@ -69,7 +78,7 @@ def _why_held(
     return "; ".join(reasons)
 
 
-def held_note(held: Sequence[Mapping[str, Any]]) -> str:
+def held_note(held: Sequence[HeldCall]) -> str:
     """Why the answer turn is asked after held calls (see :func:`_held`); without the
     values held, which the model would otherwise state as its answer."""
     return (
@@ -78,7 +87,7 @@ def held_note(held: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def retry_note(held: Sequence[Mapping[str, Any]], others: Sequence[ToolSpec]) -> str:
+def retry_note(held: Sequence[HeldCall], others: Sequence[ToolSpec]) -> str:
     """The turn asked again after held calls, with the tools not held still offered:
     why (without the values held), and what is left."""
     names = ", ".join(spec.name for spec in others[:20])
@@ -89,7 +98,7 @@ def retry_note(held: Sequence[Mapping[str, Any]], others: Sequence[ToolSpec]) ->
     )
 
 
-def held_message(held: Sequence[Mapping[str, Any]]) -> str:
+def held_message(held: Sequence[HeldCall]) -> str:
     """The run's answer when the model gave none after held calls: why."""
     return (
         f"No answer: the model's tool call was not made ({_why_held(held)}). "

@@ -67,7 +67,7 @@ from ._answer import AnswerGate
 from ._base import AgentContext, AgentResult, BaseAgent
 from ._dialect import Dialect, LoopSetup, LoopState, Step
 from ._fit import estimate_tokens, fit_messages
-from ._held import find_held, held_message, held_note, retry_note
+from ._held import HeldCall, find_held, held_message, held_note, retry_note
 from ._reask import BLOCKED_NOTE, answer_turn, drops_results, grounded
 
 __all__ = [
@@ -208,7 +208,7 @@ class _Loop:
         )
         # Tools a held call named: not offered again, and a later call to one is held too.
         self.withheld: set[str] = set()
-        self.held_so_far: list[dict[str, Any]] = []
+        self.held_so_far: list[HeldCall] = []
 
     @classmethod
     async def open(
@@ -355,7 +355,7 @@ class _Loop:
         self.save()
         return None
 
-    async def _hold(self, held: list[dict[str, Any]], generation: Generation) -> AgentResult | None:
+    async def _hold(self, held: list[HeldCall], generation: Generation) -> AgentResult | None:
         """Calls not run: a call on values nobody gave, or on a tool foreign to the
         request, answers nothing (a "last world cup" looked up for a made-up team, a
         hexagon's sides as a boiling point). Once, the turn is asked again with the
