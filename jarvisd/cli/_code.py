@@ -14,8 +14,11 @@ from .._errors import DaemonUnavailable, UsageError
 from ._code_view import _pick, _print_group, _print_workspace, _render
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .._events import Event
     from ..code import CodeStore, Workspace
-    from ..runs import Failure
+    from ..runs import AgentSpec, Failure
 
 __all__ = ["code"]
 
@@ -74,7 +77,7 @@ def _store() -> CodeStore:
     return CodeStore(paths().state / "code.db")
 
 
-def _state_dir() -> Any:
+def _state_dir() -> Path:
     from .._paths import paths
 
     return paths().state
@@ -322,7 +325,7 @@ def _report(
         raise click.exceptions.Exit(failure.exit_code)
 
 
-def _say_setup(event: Any) -> None:
+def _say_setup(event: Event) -> None:
     """A line of the setup's progress (pip's output, from the sandbox: escaped)."""
     from ._terminal import visible
 
@@ -345,7 +348,7 @@ def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
     return named
 
 
-def _submit(spec: Any) -> str | None:
+def _submit(spec: AgentSpec) -> str | None:
     """Hand the run to jarvisd as a task; None when no daemon answers."""
     from ..daemon import Client
 
@@ -357,7 +360,7 @@ def _submit(spec: Any) -> str | None:
     return str(info.id)
 
 
-def _task_network(task_id: str) -> Any:
+def _task_network(task_id: str) -> object:
     """The network summary of a finished task's outcome (None: it had no proxy)."""
     from ..daemon import Client
 
@@ -366,7 +369,7 @@ def _task_network(task_id: str) -> Any:
     return metadata.get("network") if isinstance(metadata, dict) else None
 
 
-def _follow(task_id: str) -> Any:
+def _follow(task_id: str) -> Failure | None:
     """Show the task's events until it ends; Ctrl-C cancels it. Its failure, or None."""
     from ..daemon import Client
     from ..runs import Failure

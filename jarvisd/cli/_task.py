@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,13 +13,16 @@ from jarvisd._errors import UsageError
 from ._run_options import build_spec, run_options
 from ._terminal import visible
 
+if TYPE_CHECKING:
+    from jarvisd.daemon import Client, TaskInfo
+
 __all__ = ["format_event", "task"]
 
 # Exit codes of `task wait`: how the task ended.
 WAIT_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 4, "interrupted": 5}
 
 
-def _client(timeout: float = 30.0) -> Any:
+def _client(timeout: float = 30.0) -> Client:
     from jarvisd.daemon import Client
 
     return Client(timeout=timeout)
@@ -71,11 +74,11 @@ def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
     return f"[{seq}] {event} {details}".rstrip()
 
 
-def _state(info: Any) -> str:
+def _state(info: TaskInfo) -> str:
     return "waiting" if info.waiting is not None else info.state
 
 
-def _print_info(info: Any) -> None:
+def _print_info(info: TaskInfo) -> None:
     click.echo(f"id:        {info.id}")
     click.echo(f"state:     {_state(info)}" + (f" ({visible(info.reason)})" if info.reason else ""))
     if info.waiting is not None:
