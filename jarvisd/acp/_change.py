@@ -14,13 +14,14 @@ from ._edits import CODE_AGENT, FileChange, changed_files
 
 if TYPE_CHECKING:
     from .._run import RunContext
+    from ..code import Workspace
     from ..runs import RunOutcome
     from ._agent import JarvisAcpAgent, Session, Update
 
 __all__ = ["prepare_workspace", "settle_change", "text_block_content"]
 
 
-def prepare_workspace(cwd: str, task: str) -> Any:
+def prepare_workspace(cwd: str, task: str) -> Workspace:
     from .._paths import paths
     from ..code import CodeStore, prepare
 
@@ -35,7 +36,7 @@ def prepare_workspace(cwd: str, task: str) -> Any:
 async def settle_change(
     agent: JarvisAcpAgent,
     session: Session,
-    workspace: Any,
+    workspace: Workspace,
     outcome: RunOutcome | None,
     run: RunContext,
     queue: asyncio.Queue[Update],
@@ -129,13 +130,13 @@ async def _offer(
     )
 
 
-def text_block_content(text: str) -> Any:
+def text_block_content(text: str) -> schema.ContentToolCallContent:
     return schema.ContentToolCallContent(
         type="content", content=schema.TextContentBlock(type="text", text=text)
     )
 
 
-def _call_done(call_id: str, status: str, text: str) -> Any:
+def _call_done(call_id: str, status: str, text: str) -> schema.ToolCallProgress:
     return schema.ToolCallProgress(
         session_update="tool_call_update",
         tool_call_id=call_id,

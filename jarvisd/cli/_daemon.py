@@ -7,17 +7,20 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from jarvisd._errors import DaemonError, DaemonUnavailable, UsageError
 from jarvisd._procs import pid_alive
 
+if TYPE_CHECKING:
+    from jarvisd.daemon import Client
+
 __all__ = ["daemon", "install_unit", "start_daemon", "stop_daemon"]
 
 
-def _client(timeout: float = 5.0) -> Any:
+def _client(timeout: float = 5.0) -> Client:
     from jarvisd.daemon import Client
 
     return Client(timeout=timeout, connect_timeout=1.0)

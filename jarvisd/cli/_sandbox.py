@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .._errors import UsageError
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
+    from jarvisd.netpolicy import NetEvent
 
 __all__ = ["sandbox"]
 
@@ -169,7 +173,7 @@ async def _run(
     return code
 
 
-def _say_net(event: Any) -> None:
+def _say_net(event: NetEvent) -> None:
     """One line on stderr per connection the proxy saw (the run's network log)."""
     verdict = "allowed" if event.allowed else "REFUSED"
     size = f", {event.bytes_up} B up, {event.bytes_down} B down" if event.allowed else ""
@@ -181,7 +185,7 @@ def _say_net(event: Any) -> None:
 
 
 async def _run_program(
-    config: Any, argv: list[str], mounts: tuple[str, ...], seconds: float | None, egress: str
+    config: Config, argv: list[str], mounts: tuple[str, ...], seconds: float | None, egress: str
 ) -> int:
     from ..executors import ExecRequest
     from ..sandbox import executor_for_backend

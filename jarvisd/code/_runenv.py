@@ -15,6 +15,7 @@ from ._store import Workspace
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import CodeExecutor
+    from ..netpolicy import NetEvent
     from ._image import ImageChoice
 
 __all__ = ["_check_image", "_reachable_under_bwrap", "_setup"]
@@ -86,7 +87,7 @@ async def _setup(
     def say(line: str) -> None:
         run.bus.publish(EventType.CODE_SETUP, line=line)
 
-    def connected(event: Any) -> None:  # what the setup reached, as the agent's are shown
+    def connected(event: NetEvent) -> None:  # what the setup reached, as the agent's are shown
         run.bus.publish(EventType.NET_CONNECT, phase="setup", **event.to_dict())
 
     record["files"] = list(plan.files)

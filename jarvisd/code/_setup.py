@@ -34,7 +34,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -339,7 +339,7 @@ async def prepare_toolchain(
 
 
 @contextlib.asynccontextmanager
-async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> Any:
+async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> AsyncIterator[None]:
     """One build of ``key`` at a time, across processes (candidates, a daemon and a
     CLI run): an flock on ``<cache>/env-locks/KEY``, polled so the event loop keeps running
     (candidates of one run wait in one process). The lock file stays (empty)."""

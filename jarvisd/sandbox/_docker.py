@@ -44,7 +44,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -376,7 +376,7 @@ class DockerExecutor(CodeExecutor):
         return channel
 
 
-def _write_inputs(files: Any, policy: SandboxPolicy) -> Path:
+def _write_inputs(files: Mapping[str, str], policy: SandboxPolicy) -> Path:
     root = Path(tempfile.mkdtemp(prefix="jarvis-in-"))
     base = root.resolve()
     try:
