@@ -110,7 +110,7 @@ class TestRun:
         }
 
 
-def describe(test: Any) -> str:
+def describe(test: object) -> str:
     """:meth:`TestRun.describe` for a stored test (a dict; older records have no
     verdict: theirs is passed or failed)."""
     if not isinstance(test, dict):

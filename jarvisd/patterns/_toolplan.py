@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ class PlanStep:
         return found
 
 
-def _walk(value: Any, visit: Any) -> None:
+def _walk(value: object, visit: Callable[[str], object]) -> None:
     if isinstance(value, str):
         visit(value)
     elif isinstance(value, Mapping):
