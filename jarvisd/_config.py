@@ -79,8 +79,9 @@ def _number(value: float | None) -> str:
     return str(int(value)) if value is not None and float(value).is_integer() else f"{value}"
 
 
-def _num(default: Any, low: float | None = None, high: float | None = None,
-         above: bool = False) -> Any:  # fmt: skip
+def _num(
+    default: Any, low: float | None = None, high: float | None = None, above: bool = False
+) -> Any:
     """A numeric field with its bounds."""
     return field(default=default, metadata={"bounds": Bounds(low, high, above)})
 
@@ -494,9 +495,10 @@ def _check_credentials(credentials: Mapping[str, CredentialConfig], file: str, d
         for agent in credential.agents:
             if agent in claimed:
                 raise ConfigError(
-                    file, f"{where}.agents",
+                    file,
+                    f"{where}.agents",
                     f"agents named by one credential only ({agent!r} is in {claimed[agent]}'s)",
-                )  # fmt: skip
+                )
             claimed[agent] = name
 
 
