@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import enum
 import importlib
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,27 +35,23 @@ from jarvisd._errors import (
 from jarvisd._paths import paths
 from jarvisd._run import CancelToken
 from jarvisd._version import __version__
-from jarvisd.runs import RunOutcome
 from jarvisd.runs._failures import to_wire
 
 from ._askpool import AskPool
 from ._identity import check_private_dir, peer_uid, write_pid_file
+from ._lifecycle import DaemonPaths, ExitCode, socket_answers, take_lock
 from ._protocol import (
     PROTOCOL_VERSION,
     TERMINAL_STATES,
-    Alive,
     Ask,
     AskCancel,
     DaemonStatus,
-    Delta,
     ErrorReply,
-    EventReply,
     Ok,
     Ping,
     Pong,
     Reply,
     Request,
-    ResultReply,
     Shutdown,
     Status,
     StatusReply,
@@ -77,90 +69,19 @@ from ._protocol import (
     parse_request,
     request_id,
 )
+from ._replies import _peer, stream_ask, stream_logs, stream_wait, wait_task
 from ._store import TaskStore
 from ._tasks import TaskManager
 from ._watch import Watcher, WatchFilter, count_dirs
 
-__all__ = ["Daemon", "DaemonPaths", "ExitCode"]
+__all__ = ["Daemon", "DaemonPaths", "ExitCode", "socket_answers", "take_lock"]
 
 log = logging.getLogger(__name__)
 
 _CONFIG_WATCH = "config"
-_FOLLOW_POLL_S = 1.0
 #: How often sandbox containers whose owning process is gone are removed while the
 #: daemon runs (a worker killed mid-run, or by a stall, cannot remove its own).
 _SWEEP_EVERY_S = 60.0
-#: How often a running ask looks whether its client is still connected.
-_CLIENT_CHECK_S = 1.0
-#: The socket of the connection a request came on (set per connection task).
-_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("jarvisd_peer", default=None)
-
-
-def _peer_closed(sock: Any) -> bool:
-    """Whether the client closed its end of ``sock`` (a transport's socket): a read
-    would see end of file. Peeked through a duplicate, which leaves the stream as is."""
-    try:
-        with socket.fromfd(sock.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
-            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False  # connected, nothing sent
-    except OSError:
-        return True
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0  # stopped on request (signal or `shutdown`)
-    FAILURE = 1  # an unexpected error
-    USAGE = 2
-    ALREADY_RUNNING = 73  # another jarvisd answers on the socket
-    UNSAFE_RUNTIME_DIR = 77  # the runtime directory is not ours alone (EX_NOPERM)
-    CONFIG = 78  # the config file is invalid at start
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonPaths:
-    socket: Path
-    pid_file: Path
-    database: Path
-    log_file: Path
-
-    @classmethod
-    def default(cls) -> DaemonPaths:
-        p = paths()
-        return cls(p.socket, p.runtime / "jarvisd.pid", p.state / "jarvisd.db",
-                   p.state / "jarvisd.log")  # fmt: skip
-
-    @property
-    def lock_file(self) -> Path:
-        """Held (flock) by the one daemon that owns the database, for its whole life."""
-        return self.database.with_name(self.database.name + ".lock")
-
-
-def take_lock(path: Path) -> int | None:
-    """An exclusive, non-blocking flock on ``path``: the open descriptor that holds it,
-    or None when another process holds it. The kernel releases it when the process
-    ends, however it ends, so a ``kill -9`` never leaves a stale lock."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def socket_answers(path: Path, timeout: float = 1.0) -> bool:
-    """Does a daemon answer a ping on ``path``?"""
-    from ._client import Client
-
-    try:
-        Client(path, timeout=timeout).ping()
-    except JarvisError:
-        return False
-    return True
 
 
 def _watch_root(watch: str, limit: int) -> str:
@@ -549,7 +470,8 @@ class Daemon:
             self.should_exit = True
             self._stop.set()
         elif isinstance(request, Ask):
-            async with contextlib.aclosing(self._ask(request)) as replies:
+            replies = stream_ask(self.asks, self._asks, request, _peer.get())
+            async with contextlib.aclosing(replies):
                 async for reply in replies:
                     yield reply
         elif isinstance(request, UiLogin):
@@ -575,26 +497,20 @@ class Daemon:
             info = await self.tasks.cancel(request.task)
             self.watcher.remove(info.id)
             if not info.finished:  # answer once it has really stopped
-                info = await self._wait(TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3))
+                stop = TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3)
+                info = await wait_task(self.store, self.tasks, stop)
             yield TaskReply(id=rid, task=info)
         elif isinstance(request, TaskAnswer):
             yield TaskReply(id=rid, task=self.tasks.answer(request.task, request.allow))
         elif isinstance(request, TaskLogs):
-            async with contextlib.aclosing(self._logs(request)) as replies:
+            replies = stream_logs(self.store, self.tasks, request)
+            async with contextlib.aclosing(replies):
                 async for reply in replies:
                     yield reply
         elif isinstance(request, TaskWait):
-            waiting = asyncio.ensure_future(self._wait(request))
-            try:
-                # ``alive`` while it waits: the client tells a long task from a stopped
-                # daemon (one that stops answering is an error there, not a hang).
-                while not waiting.done():
-                    done, _ = await asyncio.wait({waiting}, timeout=request.keepalive)
-                    if not done:
-                        yield Alive(id=rid)
-                yield TaskReply(id=rid, task=waiting.result())
-            finally:
-                waiting.cancel()
+            async with contextlib.aclosing(stream_wait(self.store, self.tasks, request)) as replies:
+                async for reply in replies:
+                    yield reply
         else:  # pragma: no cover - parse_request only builds the types above
             raise ProtocolError(f"unhandled op {request.op!r}")
 
@@ -635,103 +551,3 @@ class Daemon:
         if watch is not None:
             await self._add_task_watch(info.id, watch)
         return info
-
-    async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:
-        """Answer in an ask worker (never in this process), streaming text and tool-call
-        events as they come, then the outcome; ``alive`` every ``keepalive`` seconds
-        while nothing else is sent. A client that goes away cancels the run."""
-        queue: asyncio.Queue[Reply | None] = asyncio.Queue()
-        cancel = CancelToken()
-        if request.id:
-            self._asks[request.id] = cancel
-
-        async def go() -> None:
-            try:
-                async for item in self.asks.ask(request.spec, cancel):
-                    if isinstance(item, RunOutcome):
-                        queue.put_nowait(ResultReply(id=request.id, result=item.to_dict()))
-                    elif item.type == "inference_delta":
-                        text = item.data.get("text")
-                        if isinstance(text, str):
-                            queue.put_nowait(Delta(id=request.id, text=text))
-                    else:
-                        queue.put_nowait(EventReply(id=request.id, event=item.type,
-                                                    data=item.data, timestamp=time.time()))  # fmt: skip
-            except Exception as exc:
-                log.exception("ask failed")
-                code, message = to_wire(exc)
-                queue.put_nowait(ErrorReply(id=request.id, code=code, message=message))
-            finally:
-                queue.put_nowait(None)
-
-        worker = asyncio.create_task(go())
-        peer = _peer.get()
-        quiet = 0.0
-        try:
-            while True:
-                # Looked at every second: a client that went away while its question
-                # waited for a worker must not have it sent to the engine after all.
-                step = _CLIENT_CHECK_S if request.keepalive is None else min(
-                    request.keepalive, _CLIENT_CHECK_S)  # fmt: skip
-                try:
-                    reply = await asyncio.wait_for(queue.get(), step)
-                except TimeoutError:
-                    if peer is not None and _peer_closed(peer):
-                        cancel.cancel("the client disconnected")
-                        log.info("ask %s: the client went away", request.id or "-")
-                        break
-                    quiet += step
-                    if request.keepalive is not None and quiet >= request.keepalive:
-                        quiet = 0.0
-                        yield Alive(id=request.id)
-                    continue
-                quiet = 0.0
-                if reply is None:
-                    break
-                yield reply
-        finally:
-            if self._asks.get(request.id) is cancel:
-                del self._asks[request.id]
-            if not worker.done():  # the client went away: stop the run
-                cancel.cancel("the client disconnected")
-                await asyncio.gather(worker, return_exceptions=True)
-
-    async def _logs(self, request: TaskLogs) -> AsyncGenerator[Reply, None]:
-        task_id = self.store.resolve(request.task)
-        since = request.since
-        quiet_since = time.monotonic()
-        while True:
-            changed = self.tasks.changed(task_id)
-            state = self.store.get(task_id).state
-            events = self.store.events(task_id, since)
-            for event in events:
-                since = event.seq
-                yield type(event)(id=request.id, seq=event.seq, event=event.event,
-                                  data=event.data, timestamp=event.timestamp)  # fmt: skip
-            if events:
-                quiet_since = time.monotonic()
-                continue  # there may be more than one page
-            if not request.follow or state in TERMINAL_STATES:
-                yield Ok(id=request.id, message=state)
-                return
-            keepalive = request.keepalive
-            if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
-                yield Alive(id=request.id)
-                quiet_since = time.monotonic()
-            poll = _FOLLOW_POLL_S if keepalive is None else min(keepalive, _FOLLOW_POLL_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), poll)
-
-    async def _wait(self, request: TaskWait) -> Any:
-        task_id = self.store.resolve(request.task)
-        deadline = None if request.timeout is None else time.monotonic() + request.timeout
-        while True:
-            changed = self.tasks.changed(task_id)
-            info = self.store.get(task_id)
-            if info.finished:
-                return info
-            left = _FOLLOW_POLL_S if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                return self.tasks.show(task_id)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, _FOLLOW_POLL_S))
