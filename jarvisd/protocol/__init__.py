@@ -30,6 +30,7 @@ from ._frames import (
     jsonable,
 )
 from ._infer import InferRequest
+from ._link import ChildLink
 from ._message import MISSING, Invalid, Message, wire
 from ._tools import OfferedTool
 
@@ -41,6 +42,7 @@ __all__ = [
     "Approval",
     "Approve",
     "Cancel",
+    "ChildLink",
     "ErrorFrame",
     "EventFrame",
     "Frame",
