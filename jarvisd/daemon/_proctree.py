@@ -12,12 +12,15 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from psutil import Process
 
 __all__ = ["end_processes", "kill_stale_worker", "kill_tree", "running_now", "snapshot_tree"]
 
 
-def _tree(pid: int) -> list[Any]:
+def _tree(pid: int) -> list[Process]:
     import psutil
 
     try:
@@ -27,7 +30,7 @@ def _tree(pid: int) -> list[Any]:
         return []
 
 
-def snapshot_tree(pid: int) -> tuple[list[Any], float, int]:
+def snapshot_tree(pid: int) -> tuple[list[Process], float, int]:
     """``pid`` and its descendants (psutil processes), with their CPU seconds (user +
     system) and resident memory."""
     import psutil
@@ -44,7 +47,7 @@ def snapshot_tree(pid: int) -> tuple[list[Any], float, int]:
     return procs, cpu, rss
 
 
-def running_now(proc: Any) -> bool:
+def running_now(proc: Process) -> bool:
     import psutil
 
     try:
@@ -53,7 +56,7 @@ def running_now(proc: Any) -> bool:
         return False
 
 
-def end_processes(procs: Iterable[Any]) -> None:
+def end_processes(procs: Iterable[Process]) -> None:
     """SIGKILL each process still running (psutil checks its start time, so a recycled
     pid is never touched)."""
     import psutil

@@ -475,9 +475,10 @@ def encode(message: Request | Reply) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _depth(value: Any) -> int:
+def _depth(value: dict[str, Any]) -> int:
     """How deeply arrays and objects nest in ``value`` (without recursion)."""
-    deepest, stack = 0, [(value, 1)]
+    deepest = 0
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         deepest = max(deepest, level)
@@ -486,7 +487,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _json(line: bytes | str) -> Any:
+def _json(line: bytes | str) -> object:
     try:
         return json.loads(line)
     except RecursionError:  # deeper than the interpreter's stack: a protocol error too

@@ -12,7 +12,6 @@ import logging
 import socket
 import time
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from jarvisd._run import CancelToken
 from jarvisd.runs import RunOutcome
@@ -45,10 +44,12 @@ _FOLLOW_POLL_S = 1.0
 #: How often a running ask looks whether its client is still connected.
 _CLIENT_CHECK_S = 1.0
 #: The socket of the connection a request came on (set per connection task).
-_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("jarvisd_peer", default=None)
+_peer: contextvars.ContextVar[socket.socket | None] = contextvars.ContextVar(
+    "jarvisd_peer", default=None
+)
 
 
-def peer_closed(sock: Any) -> bool:
+def peer_closed(sock: socket.socket) -> bool:
     """Whether the client closed its end of ``sock`` (a transport's socket): a read
     would see end of file. Peeked through a duplicate, which leaves the stream as is."""
     try:
@@ -61,7 +62,7 @@ def peer_closed(sock: Any) -> bool:
 
 
 async def stream_ask(
-    pool: AskPool, running: dict[str, CancelToken], request: Ask, peer: Any
+    pool: AskPool, running: dict[str, CancelToken], request: Ask, peer: socket.socket | None
 ) -> AsyncGenerator[Reply, None]:
     """Answer in an ask worker (never in this process), streaming text and tool-call
     events as they come, then the outcome; ``alive`` every ``keepalive`` seconds
@@ -81,8 +82,11 @@ async def stream_ask(
                     if isinstance(text, str):
                         queue.put_nowait(Delta(id=request.id, text=text))
                 else:
-                    queue.put_nowait(EventReply(id=request.id, event=item.type,
-                                                data=item.data, timestamp=time.time()))  # fmt: skip
+                    queue.put_nowait(
+                        EventReply(
+                            id=request.id, event=item.type, data=item.data, timestamp=time.time()
+                        )
+                    )
         except Exception as exc:
             log.exception("ask failed")
             code, message = to_wire(exc)
@@ -97,8 +101,11 @@ async def stream_ask(
         while True:
             # Looked at every second: a client that went away while its question
             # waited for a worker must not have it sent to the engine after all.
-            step = _CLIENT_CHECK_S if request.keepalive is None else min(
-                request.keepalive, _CLIENT_CHECK_S)  # fmt: skip
+            step = (
+                _CLIENT_CHECK_S
+                if request.keepalive is None
+                else min(request.keepalive, _CLIENT_CHECK_S)
+            )
             try:
                 reply = await asyncio.wait_for(queue.get(), step)
             except TimeoutError:
@@ -135,8 +142,13 @@ async def stream_logs(
         events = store.events(task_id, since)
         for event in events:
             since = event.seq
-            yield type(event)(id=request.id, seq=event.seq, event=event.event,
-                              data=event.data, timestamp=event.timestamp)  # fmt: skip
+            yield type(event)(
+                id=request.id,
+                seq=event.seq,
+                event=event.event,
+                data=event.data,
+                timestamp=event.timestamp,
+            )
         if events:
             quiet_since = time.monotonic()
             continue  # there may be more than one page

@@ -57,6 +57,7 @@ from ._protocol import (
     StatusReply,
     TaskAnswer,
     TaskCancel,
+    TaskInfo,
     TaskList,
     TaskListReply,
     TaskLogs,
@@ -119,7 +120,7 @@ class Daemon:
         self.should_exit = False
         self._stop = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: set[asyncio.Task[None]] = set()
         self._watch_runs: dict[str, str] = {}  # watch task id -> its latest run's id
         self._previous_handlers: dict[int, Any] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -166,8 +167,11 @@ class Daemon:
         # lock decides, before anything is read, even when both start at the same time.
         lock = take_lock(self.paths.lock_file)
         if lock is None:
-            log.error("another jarvisd already answers for %s (it holds %s)",
-                      self.paths.database, self.paths.lock_file)  # fmt: skip
+            log.error(
+                "another jarvisd already answers for %s (it holds %s)",
+                self.paths.database,
+                self.paths.lock_file,
+            )
             return ExitCode.ALREADY_RUNNING
         try:
             return await self._serve_locked()
@@ -210,8 +214,9 @@ class Daemon:
             bound = True
             self.paths.socket.chmod(0o600)
             write_pid_file(self.paths.pid_file)
-            log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
-                     self.paths.socket)  # fmt: skip
+            log.info(
+                "jarvisd %s (pid %d) listening on %s", __version__, os.getpid(), self.paths.socket
+            )
             watch_loop = asyncio.create_task(
                 self.watcher.run(self._stop, self._on_watch_fire, self._watch_busy)
             )
@@ -408,8 +413,13 @@ class Daemon:
         uid = peer_uid(sock) if sock is not None else None
         if uid is not None and uid != os.getuid():
             log.warning("refused a connection from uid %d", uid)
-            await self._send(writer, ErrorReply(code="denied",
-                             message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})"))  # fmt: skip
+            await self._send(
+                writer,
+                ErrorReply(
+                    code="denied",
+                    message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})",
+                ),
+            )
             return
         max_bytes = self.config.daemon.max_frame_bytes
         _peer.set(sock)
@@ -417,17 +427,31 @@ class Daemon:
             try:
                 line = await reader.readuntil(b"\n")
             except asyncio.LimitOverrunError:
-                await self._send(writer, ErrorReply(code="frame_too_large",
-                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                await self._send(
+                    writer,
+                    ErrorReply(
+                        code="frame_too_large",
+                        message=f"a request line may be at most {max_bytes} bytes",
+                    ),
+                )
                 return
             except asyncio.IncompleteReadError as exc:
                 if exc.partial.strip():
-                    await self._send(writer, ErrorReply(code="bad_request",
-                                     message="the request did not end with a newline"))  # fmt: skip
+                    await self._send(
+                        writer,
+                        ErrorReply(
+                            code="bad_request", message="the request did not end with a newline"
+                        ),
+                    )
                 return
             if len(line) > max_bytes + 1:
-                await self._send(writer, ErrorReply(code="frame_too_large",
-                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                await self._send(
+                    writer,
+                    ErrorReply(
+                        code="frame_too_large",
+                        message=f"a request line may be at most {max_bytes} bytes",
+                    ),
+                )
                 return
             if not line.strip():
                 continue
@@ -476,8 +500,11 @@ class Daemon:
                     yield reply
         elif isinstance(request, UiLogin):
             if self.console is None:
-                why = ("[ui] enabled is false" if not self.config.ui.enabled else
-                       f"port {self.config.ui.port} was not free when jarvisd started ([ui] port)")  # fmt: skip
+                why = (
+                    "[ui] enabled is false"
+                    if not self.config.ui.enabled
+                    else f"port {self.config.ui.port} was not free when jarvisd started ([ui] port)"
+                )
                 raise UsageError(f"the web console is not running: {why}")
             yield Ok(id=rid, message=self.console.login_url())
         elif isinstance(request, AskCancel):
@@ -539,7 +566,7 @@ class Daemon:
             stalled=self.tasks.stalled,
         )
 
-    async def _submit(self, request: TaskSubmit) -> Any:
+    async def _submit(self, request: TaskSubmit) -> TaskInfo:
         from jarvisd.runs import validate_spec
 
         validate_spec(request.spec, self.config)  # refused now, not when it runs

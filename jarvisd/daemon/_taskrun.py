@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jarvisd._errors import ProtocolError, StoreError
 from jarvisd.protocol import (
@@ -33,6 +33,9 @@ from jarvisd.runs import Failure, RunOutcome
 from ._proctree import kill_tree, running_now, snapshot_tree
 from ._protocol import CHECKPOINT_EVENT, Waiting
 from ._store import TaskStore
+
+if TYPE_CHECKING:
+    from psutil import Process
 
 __all__ = ["SHUTDOWN_REASON", "WORKER_FRAME_LIMIT", "TaskRun"]
 
@@ -77,7 +80,7 @@ class TaskRun:
     killer: asyncio.Task[None] | None = None
     #: Every descendant of the worker seen so far, by pid: none may outlive the task,
     #: including those that left the worker's process group (setsid) or were re-parented.
-    seen: dict[int, Any] = field(default_factory=dict)
+    seen: dict[int, Process] = field(default_factory=dict)
     #: Set once the worker has ended and its outcome is being stored.
     returncode: int | None = None
     approval: _Approval | None = None
@@ -151,14 +154,23 @@ class TaskRun:
 
         timeout = self.approval_timeout()
         now = time.time()
-        waiting = Waiting(clip(frame.tool, _APPROVAL_TOOL_CHARS),
-                          clip(frame.tool_kind, _APPROVAL_TOOL_CHARS), now, now + timeout)  # fmt: skip
+        waiting = Waiting(
+            clip(frame.tool, _APPROVAL_TOOL_CHARS),
+            clip(frame.tool_kind, _APPROVAL_TOOL_CHARS),
+            now,
+            now + timeout,
+        )
         arguments = clip(json.dumps(frame.arguments, default=str), _APPROVAL_ARGS_CHARS)
         self.store.append_event(
-            self.task_id, "approval_requested",
-            {"tool": waiting.tool, "kind": waiting.kind, "arguments": arguments,
-             "timeout": timeout},
-        )  # fmt: skip
+            self.task_id,
+            "approval_requested",
+            {
+                "tool": waiting.tool,
+                "kind": waiting.kind,
+                "arguments": arguments,
+                "timeout": timeout,
+            },
+        )
         timer = asyncio.get_running_loop().call_later(
             timeout, self.answer_timeout, f"no answer within {timeout:g} s"
         )
@@ -178,17 +190,22 @@ class TaskRun:
         pending.timer.cancel()
         try:
             self.store.append_event(
-                self.task_id, "approval",
-                {"tool": pending.waiting.tool, "kind": pending.waiting.kind,
-                 "allowed": allowed, "by": by},
-            )  # fmt: skip
+                self.task_id,
+                "approval",
+                {
+                    "tool": pending.waiting.tool,
+                    "kind": pending.waiting.kind,
+                    "allowed": allowed,
+                    "by": by,
+                },
+            )
         finally:
             # Given to the worker once the task has its slot back (the scheduler).
             self.answered = Approval(id=pending.frame_id, allowed=allowed, reason=by)
             self.wake()
             self.notify(self.task_id)
 
-    def observe(self, procs: list[Any], cpu: float, mem: int) -> None:
+    def observe(self, procs: list[Process], cpu: float, mem: int) -> None:
         """Record a snapshot of the worker's tree: its usage, and its descendants."""
         if mem:
             self.cpu_seconds, self.memory_bytes = max(cpu, self.cpu_seconds), mem

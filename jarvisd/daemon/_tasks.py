@@ -140,10 +140,15 @@ class TaskManager:
                 self.store.append_event(
                     task_id,
                     "tool_call_end",
-                    {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
-                     "status": "effect_unverified", "synthetic": True,
-                     "content": f"{why}: this call may or may not have taken effect"},
-                )  # fmt: skip
+                    {
+                        "tool": call.get("tool"),
+                        "call_id": call.get("call_id"),
+                        "success": False,
+                        "status": "effect_unverified",
+                        "synthetic": True,
+                        "content": f"{why}: this call may or may not have taken effect",
+                    },
+                )
             names = ", ".join(f"{c.get('tool')} ({c.get('call_id')})" for c in in_flight)
             self._finish(
                 task_id,
@@ -172,9 +177,13 @@ class TaskManager:
             self.store.append_event(
                 task_id,
                 "task_resumed",
-                {"reason": why, "from_turn": cp.turns if cp.state is not None else 0,
-                 "checkpoint_seq": cp.seq, "crash": crashed},
-            )  # fmt: skip
+                {
+                    "reason": why,
+                    "from_turn": cp.turns if cp.state is not None else 0,
+                    "checkpoint_seq": cp.seq,
+                    "crash": crashed,
+                },
+            )
             self.store.requeue(task_id, f"{why}; resuming from turn {cp.turns}")
             self._notify(task_id)
 
@@ -267,8 +276,15 @@ class TaskManager:
         if event is not None:
             event.set()
 
-    def _finish(self, task_id: str, state: str, reason: str = "", result: Any = None,
-                cpu: float | None = None, mem: int | None = None) -> None:  # fmt: skip
+    def _finish(
+        self,
+        task_id: str,
+        state: str,
+        reason: str = "",
+        result: Any = None,
+        cpu: float | None = None,
+        mem: int | None = None,
+    ) -> None:
         self.store.finish(task_id, state, reason, result, cpu_seconds=cpu, memory_bytes=mem)
         self.store.append_event(task_id, "task_end", {"state": state, "reason": reason})
         self._notify(task_id)
@@ -323,12 +339,14 @@ class TaskManager:
         config = self._config()
         cp = self.store.checkpoint(task_id)
         proc = await asyncio.create_subprocess_exec(
-            self._python, "-m", "jarvisd.daemon._worker",
+            self._python,
+            "-m",
+            "jarvisd.daemon._worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
             limit=WORKER_FRAME_LIMIT,
-        )  # fmt: skip
+        )
         assert proc.stdin is not None and proc.stdout is not None
         if self.store.get(task_id).state != "queued":  # cancelled while the worker started
             proc.kill()
@@ -356,9 +374,12 @@ class TaskManager:
         self.store.append_event(
             task_id,
             "task_start",
-            {"attempt": info.attempts + 1, "worker_pid": proc.pid,
-             "resume_from_turn": cp.turns if cp.state is not None else 0},
-        )  # fmt: skip
+            {
+                "attempt": info.attempts + 1,
+                "worker_pid": proc.pid,
+                "resume_from_turn": cp.turns if cp.state is not None else 0,
+            },
+        )
         self._notify(task_id)
         limit = info.timeout or config.daemon.task_timeout
         loop = asyncio.get_running_loop()
@@ -367,9 +388,14 @@ class TaskManager:
         )
         start = Start(
             task="agent",
-            payload={"task_id": task_id, "spec": info.spec.to_dict(), "config": config.to_dict(),
-                     "config_source": config.source or "", "resume": cp.state},
-        )  # fmt: skip
+            payload={
+                "task_id": task_id,
+                "spec": info.spec.to_dict(),
+                "config": config.to_dict(),
+                "config_source": config.source or "",
+                "resume": cp.state,
+            },
+        )
         rt.write(encode(start))
         if self._stopping:
             rt.signal_cancel(SHUTDOWN_REASON)
@@ -398,8 +424,9 @@ class TaskManager:
             # interruption like a daemon crash, not the run's failure. Resumed as one,
             # so a worker that keeps losing it is not resumed for ever (MAX_ATTEMPTS).
             self.store.set_usage(task_id, cpu, mem)
-            self._settle_interrupted(task_id, "the worker lost its link to the daemon",
-                                     crashed=True)  # fmt: skip
+            self._settle_interrupted(
+                task_id, "the worker lost its link to the daemon", crashed=True
+            )
             if self.store.get(task_id).state == "queued" and task_id not in self._queue:
                 self._queue.append(task_id)
                 self._wake.set()
@@ -424,16 +451,26 @@ class TaskManager:
             self.store.append_event(
                 task_id,
                 "tool_call_end",
-                {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
-                 "status": status, "synthetic": True, "content": f"{status}: {reason}"},
-            )  # fmt: skip
+                {
+                    "tool": call.get("tool"),
+                    "call_id": call.get("call_id"),
+                    "success": False,
+                    "status": status,
+                    "synthetic": True,
+                    "content": f"{status}: {reason}",
+                },
+            )
 
     # -- store failures -------------------------------------------------------------
 
     def _store_failed(self, error: StoreError) -> None:
         if not self.store_error:
-            log.error("the task store failed: %s; no task starts until it can be written "
-                      "again (tried every %g s)", error, _STORE_RETRY_S)  # fmt: skip
+            log.error(
+                "the task store failed: %s; no task starts until it can be written "
+                "again (tried every %g s)",
+                error,
+                _STORE_RETRY_S,
+            )
         self.store_error = str(error)
 
     async def _stall(self, task_id: str, error: str) -> None:

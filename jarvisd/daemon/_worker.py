@@ -61,6 +61,7 @@ from ._protocol import CHECKPOINT_EVENT
 
 if TYPE_CHECKING:
     from jarvisd._run import CancelToken
+    from jarvisd.external import PermissionRequest
 
 log = logging.getLogger("jarvisd.worker")
 
@@ -92,7 +93,7 @@ class _Host:
         # went away closes stdin, which ends this process (read_forever).
         self.link.exchange(Ping())
 
-    async def approve(self, request: Any, cancel: CancelToken) -> bool:
+    async def approve(self, request: PermissionRequest, cancel: CancelToken) -> bool:
         """Ask the daemon (and through it a person) whether the tool of ``request``
         (a ``jarvisd.external.PermissionRequest``) may run; True allows. The daemon
         answers every approve, with a denial at its timeout; a cancel of the run

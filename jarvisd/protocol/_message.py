@@ -24,7 +24,7 @@ import dataclasses
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar, Final, Protocol, TypeVar, Union, overload
 
 from .._errors import JarvisError
 
@@ -50,6 +50,13 @@ __all__ = [
 ]
 
 M = TypeVar("M", bound="Message")
+T = TypeVar("T")
+
+
+class _FromDict(Protocol):
+    """A wire type read from a JSON object (a :class:`Message`, ``AgentSpec``)."""
+
+    def from_dict(self, data: Mapping[str, Any], /) -> object: ...
 
 
 class _Missing:
@@ -58,7 +65,7 @@ class _Missing:
 
 
 #: The value a reader gets for an absent key (``null`` is ``None``, a different thing).
-MISSING: Any = _Missing()
+MISSING: Final = _Missing()
 
 
 class Invalid(ValueError):
@@ -66,9 +73,9 @@ class Invalid(ValueError):
 
 
 #: Reads one field: ``(value or MISSING, label) -> typed value``; raises :class:`Invalid`.
-Reader = Callable[[object, str], Any]
+Reader = Callable[[object, str], object]
 #: Validates (and may bound) a value after reading; raises :class:`Invalid`.
-Check = Callable[[Any], Any]
+Check = Callable[[Any], object]
 
 
 # -- readers --------------------------------------------------------------------------
@@ -177,7 +184,7 @@ def raw(value: object, label: str) -> object:
     return None if value is MISSING else value
 
 
-def nested(cls: Any, *, optional: bool = False, invalid: str = "") -> Reader:
+def nested(cls: _FromDict, *, optional: bool = False, invalid: str = "") -> Reader:
     """An object read by ``cls.from_dict``: a :class:`Message` (its errors stand as they
     are) or another wire type such as ``AgentSpec``, whose own errors become
     ``invalid <invalid>: ...``."""
@@ -201,7 +208,7 @@ def list_of(item: Reader, what: str, *, required: bool = False) -> Reader:
     """A JSON array (absent or null: empty unless ``required``), each item read by
     ``item``; an item it refuses is reported as the list's fault."""
 
-    def read(value: object, label: str) -> tuple[Any, ...]:
+    def read(value: object, label: str) -> tuple[object, ...]:
         if not required and (value is MISSING or value is None):
             return ()
         if not isinstance(value, list):
@@ -217,14 +224,30 @@ def list_of(item: Reader, what: str, *, required: bool = False) -> Reader:
 # -- declarations ---------------------------------------------------------------------
 
 
+@overload
 def wire(
-    default: Any = dataclasses.MISSING,
+    default: T,
     *,
-    factory: Callable[[], Any] | None = None,
     read: Reader | None = None,
     required: bool = False,
-    check: Check | None = None,
-) -> Any:
+    check: Callable[[T], T] | None = None,
+) -> T: ...
+@overload
+def wire(
+    *,
+    factory: Callable[[], T],
+    read: Reader | None = None,
+    required: bool = False,
+    check: Callable[[T], T] | None = None,
+) -> T: ...
+def wire(
+    default: object = dataclasses.MISSING,
+    *,
+    factory: Callable[[], object] | None = None,
+    read: Reader | None = None,
+    required: bool = False,
+    check: Callable[[Any], object] | None = None,
+) -> object:
     """A message field with its wire rules: ``read`` replaces the reader its type
     implies; ``required`` refuses an absent value (the dataclass default then serves
     only code that builds the message); ``check`` validates the value read."""
@@ -244,7 +267,7 @@ class _Plan:
 _PLANS: dict[type, tuple[_Plan, ...]] = {}
 
 
-def _default(f: dataclasses.Field[Any]) -> Any:
+def _default(f: dataclasses.Field[Any]) -> object:
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:
@@ -252,7 +275,7 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     return MISSING
 
 
-def _reader_for(hint: Any, f: dataclasses.Field[Any], required: bool) -> Reader:
+def _reader_for(hint: object, f: dataclasses.Field[Any], required: bool) -> Reader:
     """The reader a field's type implies (``required``: an absent value is refused)."""
     default = _default(f)
     args = typing.get_args(hint)
