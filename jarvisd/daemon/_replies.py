@@ -38,7 +38,7 @@ from ._tasks import TaskManager
 
 __all__ = ["peer_closed", "stream_ask", "stream_logs", "stream_wait", "wait_task"]
 
-log = logging.getLogger("jarvisd.daemon._server")
+log = logging.getLogger(__name__)
 
 _FOLLOW_POLL_S = 1.0
 #: How often a running ask looks whether its client is still connected.

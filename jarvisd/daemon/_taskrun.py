@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SHUTDOWN_REASON", "WORKER_FRAME_LIMIT", "TaskRun"]
 
-log = logging.getLogger("jarvisd.daemon._tasks")
+log = logging.getLogger(__name__)
 
 SHUTDOWN_REASON = "daemon shutdown"
 WORKER_FRAME_LIMIT = 64 * 1024 * 1024
