@@ -207,9 +207,15 @@ async def run_agent_task(start: Start, link: FrameLink, launcher: Launcher | Non
     run.bus.subscribe(lambda event: _forward_events(link, event))
     link.start(run)
     outcome = await run_spec(
-        spec, run, config, ProxyEngine(link), context=context,
-        extra=_in_container_extra(spec, config, launcher), trace=False, tools=host_tools,
-    )  # fmt: skip
+        spec,
+        run,
+        config,
+        ProxyEngine(link),
+        context=context,
+        extra=_in_container_extra(spec, config, launcher),
+        trace=False,
+        tools=host_tools,
+    )
     return ResultFrame(result=jsonable(outcome.to_dict()))
 
 
