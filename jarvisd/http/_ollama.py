@@ -64,8 +64,9 @@ VERSION = wire.VERSION
 MAX_BODY = 32 * 1024 * 1024
 #: Ollama's clients may open a connection well before their first request (no token
 #: to show, nothing to starve): the first head has as long as any other.
-LIMITS = Limits(max_body=MAX_BODY, first_head_timeout=HEAD_TIMEOUT,
-                write_timeout=served.WRITE_TIMEOUT)  # fmt: skip
+LIMITS = Limits(
+    max_body=MAX_BODY, first_head_timeout=HEAD_TIMEOUT, write_timeout=served.WRITE_TIMEOUT
+)
 _JSON = "application/json; charset=utf-8"
 _SERVER = ("server", "jarvis-ollama/" + VERSION)
 _METHODS = frozenset({"GET", "POST", "HEAD", "DELETE"})
@@ -244,8 +245,12 @@ class _Routes:
         (Host) must not reach the model; a chunked body must not reach the reader
         (h11 has checked the Content-Length, the server its bound)."""
         headers = request.headers
-        for refusal in (self.api.allow.host_refusal(headers.get("host")),
-                        self.api.allow.origin_refusal(headers.get("origin"))):  # fmt: skip
+        allow = self.api.allow
+        refusals = (
+            allow.host_refusal(headers.get("host")),
+            allow.origin_refusal(headers.get("origin")),
+        )
+        for refusal in refusals:
             if refusal is not None:
                 return self._refused(request, 403, refusal)
         token = self.api.token
@@ -261,8 +266,6 @@ class _Routes:
         return None
 
     def refuse(self, request: Request | None, status: int, message: str) -> Response:
-        if status == 400 and "Content-Length" in message:
-            message = f"invalid Content-Length: {message}"
         return _error("" if request is None else request.path, status, message)
 
     @staticmethod
@@ -331,17 +334,24 @@ class _Routes:
         context = meta.get(f"{arch}.context_length") or window
         details = wire.model_entry(info)["details"]
         if meta:
-            details.update(format="gguf", family=arch, families=[arch],
-                           parameter_size=str(meta.get("general.size_label") or ""))  # fmt: skip
-        return _json(200, {
-            "modelfile": f"FROM {name}",
-            "parameters": f"num_ctx {window}" if window else "",
-            "template": str(meta.get("tokenizer.chat_template") or ""),
-            "details": details,
-            "model_info": {"general.architecture": arch, f"{arch}.context_length": context},
-            "capabilities": ["completion", "tools"],
-            "modified_at": wire.now(),
-        })  # fmt: skip
+            details.update(
+                format="gguf",
+                family=arch,
+                families=[arch],
+                parameter_size=str(meta.get("general.size_label") or ""),
+            )
+        return _json(
+            200,
+            {
+                "modelfile": f"FROM {name}",
+                "parameters": f"num_ctx {window}" if window else "",
+                "template": str(meta.get("tokenizer.chat_template") or ""),
+                "details": details,
+                "model_info": {"general.architecture": arch, f"{arch}.context_length": context},
+                "capabilities": ["completion", "tools"],
+                "modified_at": wire.now(),
+            },
+        )
 
     async def chat(self, request: Request) -> Response:
         body = self._body(request)
@@ -350,9 +360,16 @@ class _Routes:
         if not messages:
             # Ollama answers an empty chat with a load-only reply.
             model = await self.api.resolve_model(body.get("model"))
-            return _json(200, {"model": wire.tag(model), "created_at": wire.now(),
-                               "message": {"role": "assistant", "content": ""},
-                               "done": True, "done_reason": "load"})  # fmt: skip
+            return _json(
+                200,
+                {
+                    "model": wire.tag(model),
+                    "created_at": wire.now(),
+                    "message": {"role": "assistant", "content": ""},
+                    "done": True,
+                    "done_reason": "load",
+                },
+            )
         return await self._generation(body, messages, tools, "chat")
 
     async def generate(self, request: Request) -> Response:
@@ -362,8 +379,16 @@ class _Routes:
             raise BadRequest("prompt must be a string")
         if not prompt:
             model = await self.api.resolve_model(body.get("model"))
-            return _json(200, {"model": wire.tag(model), "created_at": wire.now(),
-                               "response": "", "done": True, "done_reason": "load"})  # fmt: skip
+            return _json(
+                200,
+                {
+                    "model": wire.tag(model),
+                    "created_at": wire.now(),
+                    "response": "",
+                    "done": True,
+                    "done_reason": "load",
+                },
+            )
         messages = []
         if isinstance(body.get("system"), str) and body["system"]:
             messages.append(Message.system(body["system"]))

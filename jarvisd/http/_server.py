@@ -35,8 +35,11 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+if TYPE_CHECKING:
+    from h11 import PAUSED, Event
 
 __all__ = ["App", "HTTPServer", "Hangup", "Limits", "Request", "Response"]
 
@@ -308,12 +311,12 @@ class _Connection:
             self.conn.receive_data(data)
         await asyncio.Event().wait()
 
-    async def _event(self) -> Any:
+    async def _event(self) -> Event | type[PAUSED]:
         h11 = self.h11
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
-                return event
+                return cast("Event | type[PAUSED]", event)
             try:
                 data = await self.reader.read(_READ)
             except ConnectionError:
@@ -402,7 +405,7 @@ class _Connection:
         with contextlib.suppress(_Close):
             await self._send(self.app.refuse(head, status, message), close=True)
 
-    async def _write(self, *events: Any) -> None:
+    async def _write(self, *events: Event) -> None:
         data = b"".join(self.conn.send(event) or b"" for event in events)
         if not data:
             return
