@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import EngineError, EngineResponseError, JarvisError, ModelNotFound, UsageError
 from .._messages import Message, StreamChunk, ToolSpec
@@ -69,6 +69,7 @@ LIMITS = Limits(
 )
 _JSON = "application/json; charset=utf-8"
 _SERVER = ("server", "jarvis-ollama/" + VERSION)
+_T = TypeVar("_T")
 _METHODS = frozenset({"GET", "POST", "HEAD", "DELETE"})
 
 
@@ -136,7 +137,7 @@ class OllamaServer:
         self._server = self._on_loop(asyncio.start_server(self._http.connection, sock=sock))
         return self
 
-    def _on_loop(self, coro: Awaitable[Any], timeout: float | None = None) -> Any:
+    def _on_loop(self, coro: Awaitable[_T], timeout: float | None = None) -> _T:
         assert self._loop is not None
         future = asyncio.run_coroutine_threadsafe(_awaited(coro), self._loop)
         return future.result(timeout)
@@ -178,7 +179,7 @@ class OllamaServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    async def resolve_model(self, requested: Any, *, use: bool = True) -> str:
+    async def resolve_model(self, requested: object, *, use: bool = True) -> str:
         """The served name of ``requested`` (404 if unknown). ``use``: the request runs
         the model, so /api/ps lists it from now on (/api/show only looks)."""
         if not isinstance(requested, str) or not requested:
@@ -208,11 +209,11 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _awaited(value: Awaitable[Any]) -> Any:
+async def _awaited(value: Awaitable[_T]) -> _T:
     return await value
 
 
-def _json(status: int, body: Any, *, close: bool = False) -> Response:
+def _json(status: int, body: object, *, close: bool = False) -> Response:
     headers = [_SERVER] + ([("connection", "close")] if close else [])
     return Response(status, json.dumps(body).encode(), _JSON, headers=headers)
 

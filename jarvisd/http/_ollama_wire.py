@@ -1,6 +1,6 @@
 """The Ollama wire of the model server: request parsing and the reply shapes of
 ``/api/chat``, ``/api/generate``, ``/api/tags`` and ``/api/show`` (pure functions; the
-routes are in ``_ollama``). Request bodies are JSON from outside, hence ``Any`` here."""
+routes are in ``_ollama``). Request bodies are JSON from outside: ``object`` until checked."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def error_status(exc: BaseException) -> int:
     return 500
 
 
-def parse_messages(raw: Any) -> list[Message]:
+def parse_messages(raw: object) -> list[Message]:
     if not isinstance(raw, list):
         raise BadRequest("messages must be a list")
     messages = []
@@ -103,7 +103,7 @@ def parse_messages(raw: Any) -> list[Message]:
     return messages
 
 
-def parse_tools(raw: Any) -> list[ToolSpec]:
+def parse_tools(raw: object) -> list[ToolSpec]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -119,7 +119,7 @@ def parse_tools(raw: Any) -> list[ToolSpec]:
     return specs
 
 
-def parse_options(raw: Any) -> SamplingOptions:
+def parse_options(raw: object) -> SamplingOptions:
     if raw is None:
         return SamplingOptions()
     if not isinstance(raw, dict):
@@ -182,7 +182,7 @@ def beside_calls(generation: Generation) -> Generation:
     return generation
 
 
-def wants_json(value: Any) -> bool:
+def wants_json(value: object) -> bool:
     """Ollama's ``format``: "json", or a JSON schema (answered as JSON, unchecked)."""
     if value in (None, ""):
         return False
