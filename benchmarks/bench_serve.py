@@ -27,8 +27,8 @@ def run(env: BenchEnv) -> list[Row]:
     from jarvisd._config import Config
     from jarvisd._run import RunContext
     from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.http import OllamaServer, ServedAgents
     from jarvisd.runs import AgentSpec, LocalHost
-    from jarvisd.server import OllamaServer, ServedAgents
 
     def answer(messages: object, tools: object) -> object:
         return reply("It is 391.")

@@ -16,7 +16,7 @@ PACKAGES = [
     "jarvisd.protocol",
     "jarvisd.bridge",
     "jarvisd.executors",
-    "jarvisd.server",
+    "jarvisd.http",
     "jarvisd.testing",
     "jarvisd.runs",
     "jarvisd.code",

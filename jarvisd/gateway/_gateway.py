@@ -45,9 +45,9 @@ from .._errors import EngineError, JarvisError
 from .._messages import StreamChunk, ToolCall
 from .._run import BudgetExceeded, RunContext, RunStopped
 from .._unixsock import bind_private
+from ..http import HTTPServer, Request, Response
 from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses
 from ._common import BadRequest, ChatRequest, Dialect, error_status, loads
-from ._http import HTTPServer, Request, Response
 from ._peer import PeerBinding
 from ._upstream import Upstream
 

@@ -40,9 +40,9 @@ from .._errors import EngineUnavailable, UsageError
 from .._events import EventType
 from .._messages import Usage
 from .._run import BudgetExceeded, Hold, RunContext, RunStopped
+from ..http import Request, Response
 from . import _anthropic, _gemini, _openai_chat
 from ._common import BadRequest, error_status, loads, new_id, sse
-from ._http import Request, Response
 
 if TYPE_CHECKING:
     import httpx

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ..engines import Engine, ScriptedEngine
-from ..server import OllamaServer
+from ..http import OllamaServer
 
 __all__ = ["OllamaStandIn"]
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..engines import Engine
     from ..gateway import Gateway
-    from ..gateway._http import Request, Response
+    from ..http import Request, Response
 
 __all__ = ["VendorRequest", "VendorStandIn"]
 

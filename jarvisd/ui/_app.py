@@ -1,4 +1,4 @@
-"""The console as an ``App`` of the package's h11 server (``jarvisd.gateway._http``),
+"""The console as an ``App`` of the package's h11 server (``jarvisd.http``),
 served by jarvisd itself on a loopback port, next to its Unix socket.
 
 Every request passes :meth:`Console.admit` before its body is read:
@@ -28,8 +28,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from jarvisd._errors import JarvisError, TaskNotFound, UsageError
-from jarvisd.gateway._http import Request, Response
-from jarvisd.server._allow import Allowlist
+from jarvisd.http import Allowlist, Request, Response
 
 from . import _pages
 from ._auth import COOKIE, Sessions

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Any
 
-from jarvisd.gateway._http import HTTPServer
+from jarvisd.http import HTTPServer
 
 from ._app import Console
 

@@ -12,7 +12,8 @@ import pytest
 
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.gateway import Gateway, _http
+from jarvisd.gateway import Gateway
+from jarvisd.http import _server as _http
 
 from .conftest import StallingEngine, serve
 

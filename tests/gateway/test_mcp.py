@@ -297,7 +297,7 @@ def test_get_is_405_and_a_gateway_without_tools_has_no_endpoint() -> None:
 
 
 def test_an_oversized_body_is_refused_in_jsonrpc_shape(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jarvisd.gateway import _http
+    from jarvisd.http import _server as _http
 
     monkeypatch.setattr(_http, "MAX_BODY", 1000)
 

@@ -13,7 +13,8 @@ import pytest
 
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.gateway import Gateway, _http
+from jarvisd.gateway import Gateway
+from jarvisd.http import _server as _http
 
 STALLERS = 64
 PARTIAL_HEAD = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"

@@ -25,8 +25,8 @@ from jarvisd._run import Budget, BudgetExceeded, RunContext
 from jarvisd.engines import CredentialEngine, ScriptedEngine, build_engine, reply
 from jarvisd.gateway import Gateway
 from jarvisd.gateway import _upstream as upstream_module
-from jarvisd.gateway._http import HTTPServer, Request, Response
 from jarvisd.gateway._upstream import Upstream
+from jarvisd.http._server import HTTPServer, Request, Response
 from jarvisd.runs import AgentSpec, run_spec
 from jarvisd.testing import VendorStandIn
 

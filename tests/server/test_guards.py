@@ -15,9 +15,9 @@ import ollama
 import pytest
 
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.server import OllamaServer
-from jarvisd.server._allow import Allowlist
-from jarvisd.server._ollama_api import MAX_BODY
+from jarvisd.http import OllamaServer
+from jarvisd.http._allow import Allowlist
+from jarvisd.http._ollama import MAX_BODY
 from jarvisd.testing import OllamaStandIn
 
 

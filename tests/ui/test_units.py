@@ -13,7 +13,7 @@ import pytest
 from jarvisd._config import parse_config
 from jarvisd._errors import ConfigError
 from jarvisd.daemon._protocol import UiLogin, encode, parse_request
-from jarvisd.gateway._http import Request
+from jarvisd.http._server import Request
 from jarvisd.ui import CSP, Console, _auth
 from jarvisd.ui._html import esc
 from jarvisd.ui._pages import diff_html

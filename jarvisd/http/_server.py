@@ -1,7 +1,11 @@
-"""A small HTTP/1.1 server on asyncio streams, parsed by h11: enough for the gateway.
+"""jarvis's one HTTP/1.1 server, on asyncio streams, parsed by h11: the gateway, the
+model server (``jarvis serve-model``, ``jarvis serve``) and the console are its apps.
+
+An :class:`App` has one required method, ``handle``; ``admit`` and ``refuse`` are
+optional hooks (without them every head is admitted and refusals are ``{"error": ...}``).
 
 Every client is hostile until its request passes ``App.admit`` (the gateway checks the
-run's token there): a request line and headers are bounded (``MAX_HEAD`` bytes,
+run's token there; the model server the Host, Origin and token): a request line and headers are bounded (``MAX_HEAD`` bytes,
 ``MAX_HEADERS`` lines), a body is read only after admission and only up to
 ``MAX_BODY`` bytes (a Content-Length over it is refused before a byte is read; a chunked
 body is cut off when it passes it), and a client that is slow to send a request, or to
@@ -12,22 +16,32 @@ agent's own: each has only ``FIRST_HEAD_TIMEOUT`` for its first head, and at mos
 ``MAX_PENDING`` wait at once (a new one pushes out the oldest, so a client that sends
 its head at once always gets in). ``MAX_CONNECTIONS`` counts admitted connections.
 
-Replies are whole bodies or streams of byte chunks (server-sent events); a client that
-goes away mid-stream closes the stream, which stops the generation behind it.
+Replies are whole bodies or streams of byte chunks (server-sent events, NDJSON); a
+client that goes away mid-stream closes the stream, which stops the generation behind
+it. A stream that raises :class:`Hangup` drops the connection with its reply unfinished
+(a client that reads a stream's end must not see one that did not happen).
+
+The limits are this module's constants; a server may set its own body bound and
+timeouts (:class:`Limits`), as the model server does for Ollama's clients.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-__all__ = ["App", "HTTPServer", "Request", "Response"]
+if TYPE_CHECKING:
+    from h11 import PAUSED, Event
+
+__all__ = ["App", "HTTPServer", "Hangup", "Limits", "Request", "Response"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +62,8 @@ MAX_PENDING = 16
 #: without the token is dropped well before it could crowd anyone out.
 FIRST_HEAD_TIMEOUT = 5.0
 _READ = 64 * 1024
+#: A Content-Length h11 refuses for its length alone (over 20 digits): over any bound.
+_HUGE_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*[0-9]{21,}[ \t]*\r\n", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,19 +86,74 @@ class Response:
 
 
 class App(Protocol):
-    def admit(self, request: Request) -> Response | None:
-        """Check a request's head (its body not read yet): None to go on, or the
-        refusal to send before closing the connection."""
+    """What a server serves: ``handle`` is all an app must have. It may also define
 
-    def refuse(self, request: Request | None, status: int, message: str) -> Response:
-        """The reply for a request the HTTP layer refuses (``request``: its head, when
-        it got that far)."""
+    - ``admit(request) -> Response | None``: check a request's head (its body not read
+      yet): None to go on, or the refusal to send before closing the connection;
+    - ``refuse(request, status, message) -> Response``: the reply for a request the
+      HTTP layer refuses (``request``: its head, when it got that far).
+    """
 
     async def handle(self, request: Request) -> Response: ...
 
 
+Admit = Callable[[Request], "Response | None"]
+Refuse = Callable[["Request | None", int, str], Response]
+
+
+def _admit_all(request: Request) -> Response | None:
+    return None
+
+
+def _plain_refusal(request: Request | None, status: int, message: str) -> Response:
+    return Response(status, json.dumps({"error": message}).encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A server's own bounds; None: the module's constant (read when used)."""
+
+    max_body: int | None = None
+    first_head_timeout: float | None = None
+    write_timeout: float | None = None
+
+
+class Hangup(Exception):
+    """Raised by a reply's stream: drop the connection, the reply left unfinished."""
+
+
 class _Close(Exception):
     """The connection is done: the peer left, timed out or broke the protocol."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Hooks:
+    """An app's methods as the connections call them, optional ones filled in."""
+
+    handle: Callable[[Request], Awaitable[Response]]
+    admit: Admit
+    refuse: Refuse
+    limits: Limits
+
+    @classmethod
+    def of(cls, app: App, limits: Limits) -> _Hooks:
+        admit: Admit = getattr(app, "admit", _admit_all)
+        refuse: Refuse = getattr(app, "refuse", _plain_refusal)
+        return cls(app.handle, admit, refuse, limits)
+
+    @property
+    def max_body(self) -> int:
+        return MAX_BODY if self.limits.max_body is None else self.limits.max_body
+
+    @property
+    def first_head_timeout(self) -> float:
+        limit = self.limits.first_head_timeout
+        return FIRST_HEAD_TIMEOUT if limit is None else limit
+
+    @property
+    def write_timeout(self) -> float:
+        limit = self.limits.write_timeout
+        return WRITE_TIMEOUT if limit is None else limit
 
 
 class HTTPServer:
@@ -93,8 +164,10 @@ class HTTPServer:
         self,
         app: App,
         peer: Callable[[asyncio.StreamWriter], Awaitable[bool]] | None = None,
+        limits: Limits = Limits(),
     ) -> None:
         self.app = app
+        self._hooks = _Hooks.of(app, limits)
         #: Checks who is connected before a byte is read (None: anyone may try).
         self.peer = peer
         self._tasks: set[asyncio.Task[None]] = set()
@@ -120,7 +193,7 @@ class HTTPServer:
             if self.peer is not None and not await self.peer(writer):
                 return
             await _Connection(
-                self.app, reader, writer, admitted=lambda: self._pending.pop(task, None)
+                self._hooks, reader, writer, admitted=lambda: self._pending.pop(task, None)
             ).serve()
         except asyncio.CancelledError:
             # asyncio's server logs a handler task that ends cancelled as an error;
@@ -147,7 +220,7 @@ class HTTPServer:
 class _Connection:
     def __init__(
         self,
-        app: App,
+        app: _Hooks,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         admitted: Callable[[], object] = lambda: None,
@@ -162,6 +235,8 @@ class _Connection:
         #: Called once, when a request of this connection is first admitted.
         self.on_admitted = admitted
         self.admitted = False
+        #: The bytes of the head being read (bounded): to tell why h11 refused it.
+        self.raw_head = bytearray()
 
     async def serve(self) -> None:
         h11 = self.h11
@@ -236,21 +311,25 @@ class _Connection:
             self.conn.receive_data(data)
         await asyncio.Event().wait()
 
-    async def _event(self) -> Any:
+    async def _event(self) -> Event | type[PAUSED]:
         h11 = self.h11
         while True:
             event = self.conn.next_event()
             if event is not h11.NEED_DATA:
-                return event
+                return cast("Event | type[PAUSED]", event)
             try:
                 data = await self.reader.read(_READ)
             except ConnectionError:
                 raise _Close from None
+            if self.conn.their_state is h11.IDLE and len(self.raw_head) <= MAX_HEAD:
+                self.raw_head += data
             self.conn.receive_data(data)
 
     async def _head(self) -> Request | None:
         h11 = self.h11
-        limit = HEAD_TIMEOUT if self.admitted else min(FIRST_HEAD_TIMEOUT, HEAD_TIMEOUT)
+        first = self.app.first_head_timeout
+        limit = HEAD_TIMEOUT if self.admitted else min(first, HEAD_TIMEOUT)
+        self.raw_head.clear()
         try:
             async with asyncio.timeout(limit):
                 event = await self._event()
@@ -261,6 +340,10 @@ class _Connection:
             return None
         except h11.RemoteProtocolError as exc:
             status = exc.error_status_hint
+            if _HUGE_LENGTH.search(self.raw_head):
+                max_body = self.app.max_body
+                await self._refuse(None, 413, f"request body over {max_body} bytes")
+                return None
             await self._refuse(None, 431 if status == 431 else 400, f"bad request: {exc}")
             return None
         if isinstance(event, h11.ConnectionClosed):
@@ -285,22 +368,23 @@ class _Connection:
         )
         length = headers.get("content-length")
         # h11 has checked it is digits, and one value; the size is ours to check.
-        if length is not None and int(length) > MAX_BODY:
-            await self._refuse(head, 413, f"request body over {MAX_BODY} bytes")
+        max_body = self.app.max_body
+        if length is not None and int(length) > max_body:
+            await self._refuse(head, 413, f"request body over {max_body} bytes")
             return None
         return head
 
     async def _body(self, head: Request) -> Request | None:
         h11 = self.h11
-        chunks, size = [], 0
+        chunks, size, max_body = [], 0, self.app.max_body
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
                 while True:
                     event = await self._event()
                     if isinstance(event, h11.Data):
                         size += len(event.data)
-                        if size > MAX_BODY:
-                            await self._refuse(head, 413, f"request body over {MAX_BODY} bytes")
+                        if size > max_body:
+                            await self._refuse(head, 413, f"request body over {max_body} bytes")
                             return None
                         chunks.append(event.data)
                     elif isinstance(event, h11.EndOfMessage):
@@ -321,13 +405,13 @@ class _Connection:
         with contextlib.suppress(_Close):
             await self._send(self.app.refuse(head, status, message), close=True)
 
-    async def _write(self, *events: Any) -> None:
+    async def _write(self, *events: Event) -> None:
         data = b"".join(self.conn.send(event) or b"" for event in events)
         if not data:
             return
         try:
             self.writer.write(data)
-            async with asyncio.timeout(WRITE_TIMEOUT):
+            async with asyncio.timeout(self.app.write_timeout):
                 await self.writer.drain()
         except (ConnectionError, TimeoutError):
             raise _Close from None
@@ -360,6 +444,9 @@ class _Connection:
             async for data in stream:
                 if data:
                     await self._write(self.h11.Data(data=data))
+        except Hangup as exc:
+            log.info("reply dropped: %s", exc)
+            raise _Close from None
         finally:
             # The client is gone or the stream ended: either way the producer stops.
             closer: Callable[[], Awaitable[None]] | None = getattr(stream, "aclose", None)

@@ -31,18 +31,15 @@ A request for such a model is one run, as ``jarvis ask`` would make it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
 import math
-import select
-import socket
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,7 +73,7 @@ WRITE_TIMEOUT = 30.0
 HEADER_WAIT = 1.0
 #: Seconds between SSE comments while a run is silent (and checks that the client is there).
 KEEPALIVE = 10.0
-#: How often a waiting handler looks whether its client hung up.
+#: How often a streaming handler looks at its run between outputs.
 POLL = 0.2
 #: Seconds a cancelled run has to end (its containers to go) before its task is cancelled.
 STOP_GRACE = 60.0
@@ -202,8 +199,8 @@ def _bounded_event(event: Event) -> dict[str, Any]:
 
 class Outbox:
     """What a run has produced that its handler has not written yet: text and events,
-    at most ``MAX_PENDING`` bytes. Filled on the server's loop (it never blocks there),
-    emptied by the handler's thread; past the bound the run is cancelled."""
+    at most ``MAX_PENDING`` bytes. Filled and emptied on the server's loop (filling
+    never blocks); past the bound the run is cancelled."""
 
     def __init__(self, run: RunContext) -> None:
         self.run = run
@@ -211,20 +208,19 @@ class Outbox:
         self.pending = 0
         self.overflowed = False
         self.streamed = False  # whether any of the answer came as text
-        self._ready = threading.Condition()
+        self._ready = asyncio.Event()
 
     def _put(self, kind: str, payload: Any, size: int) -> None:
-        with self._ready:
-            if self.overflowed:
-                return
-            if self.pending + size > MAX_PENDING:
-                self.overflowed = True
-                self.items.clear()
-                self.pending = 0
-            else:
-                self.items.append((kind, payload))
-                self.pending += size
-            self._ready.notify()
+        if self.overflowed:
+            return
+        if self.pending + size > MAX_PENDING:
+            self.overflowed = True
+            self.items.clear()
+            self.pending = 0
+        else:
+            self.items.append((kind, payload))
+            self.pending += size
+        self._ready.set()
         if self.overflowed:
             self.run.cancel.cancel("the client is not reading the answer")
 
@@ -239,17 +235,19 @@ class Outbox:
             self._put("event", shown, MAX_EVENT_BYTES)
 
     def wake(self) -> None:
-        with self._ready:
-            self._ready.notify()
+        self._ready.set()
 
-    def take(self, timeout: float) -> list[tuple[str, Any]]:
-        with self._ready:
-            if not self.items:
-                self._ready.wait(timeout)
-            items = list(self.items)
-            self.items.clear()
-            self.pending = 0
-            return items
+    async def take(self, wait: float) -> list[tuple[str, Any]]:
+        """What is there, waiting up to ``wait`` seconds for something (or a wake)."""
+        if not self.items and wait > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._ready.wait()
+        self._ready.clear()
+        items = list(self.items)
+        self.items.clear()
+        self.pending = 0
+        return items
 
 
 @dataclass
@@ -361,8 +359,10 @@ class ServedAgents:
             return len(self._active)
 
     def start(
-        self, spec: AgentSpec, engine: Engine, loop: asyncio.AbstractEventLoop
-    ) -> tuple[RunContext, Outbox, Future[RunOutcome]]:
+        self, spec: AgentSpec, engine: Engine
+    ) -> tuple[RunContext, Outbox, asyncio.Task[RunOutcome]]:
+        """Start a run on the running loop (its own task: a handler that is cancelled
+        stops it through its token, and waits for it, :func:`wait_out`)."""
         from .._run import RunContext
         from ..runs import run_spec
 
@@ -382,9 +382,9 @@ class ServedAgents:
                 with self._lock:
                     self._active.pop(id(run), None)
 
-        future = asyncio.run_coroutine_threadsafe(go(), loop)
-        future.add_done_callback(lambda _: outbox.wake())
-        return run, outbox, future
+        task = asyncio.ensure_future(go())
+        task.add_done_callback(lambda _: outbox.wake())
+        return run, outbox, task
 
 
 def _read_teams(directory: Path) -> dict[str, str]:
@@ -407,18 +407,7 @@ def _read_teams(directory: Path) -> dict[str, str]:
     return teams
 
 
-# -- the HTTP side: called by the server's handler thread --------------------------
-
-
-def client_gone(sock: socket.socket) -> bool:
-    """Whether the client closed its side (a read would give EOF) or reset it."""
-    try:
-        readable, _, _ = select.select([sock], [], [], 0)
-        if not readable:
-            return False
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except (OSError, ValueError):
-        return True
+# -- the HTTP side ------------------------------------------------------------------
 
 
 _FAILURE_STATUS = {
@@ -489,14 +478,19 @@ def run_summary(outcome: RunOutcome) -> dict[str, Any]:
     return summary
 
 
-def wait_out(run: RunContext, future: Future[RunOutcome], reason: str) -> None:
+async def wait_out(run: RunContext, task: asyncio.Task[RunOutcome], reason: str) -> None:
     """Stop a run whose client is gone and wait until it has ended, so its containers
     are gone when the handler returns; a run that ignores its token is cancelled."""
     run.cancel.cancel(reason)
     try:
-        future.result(timeout=STOP_GRACE)
-    except FutureTimeout:
+        await asyncio.wait_for(asyncio.shield(task), STOP_GRACE)
+    except TimeoutError:
         log.warning("a served run did not stop within %.0f s; cancelling its task", STOP_GRACE)
-        future.cancel()
+        task.cancel()
+    except asyncio.CancelledError:
+        if task.done():  # the run itself ended cancelled
+            return
+        task.cancel()  # this handler is being cancelled (the server stops): so is the run
+        raise
     except Exception:  # its outcome is nobody's now
         log.debug("a cancelled served run ended with an error", exc_info=True)
