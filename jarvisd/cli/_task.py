@@ -81,7 +81,7 @@ def _print_info(info: Any) -> None:
                    f"denied in {left:.0f} s: jarvis task approve|deny {info.id}")  # fmt: skip
     click.echo(f"agent:     {info.spec.agent or '(default)'}"
                + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
-               + ("  sandbox" if info.spec.sandbox else ""))  # fmt: skip
+               + ("  sandbox" if info.spec.isolation == "sandbox" else ""))  # fmt: skip
     click.echo(f"input:     {visible(info.spec.input[:200])}")
     click.echo(f"created:   {_when(info.created_at)}   started: {_when(info.started_at)}   "
                f"finished: {_when(info.finished_at)}")  # fmt: skip

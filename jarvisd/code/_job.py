@@ -251,7 +251,7 @@ async def _run_code(
         )
     inner = dataclasses.replace(
         spec, workspace=None, input=task_prompt(ws, spec.input),
-        agent=spec.agent or DEFAULT_AGENT, sandbox=True, mounts=(f"{ws.path}:rw",),
+        agent=spec.agent or DEFAULT_AGENT, isolation="sandbox", mounts=(f"{ws.path}:rw",),
     )  # fmt: skip
     # Checked before the workspace is taken: a refused spec leaves it ready.
     inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))

@@ -40,8 +40,8 @@ def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
 def starts_mcp_servers(spec: AgentSpec, config: Config) -> bool:
     """Whether the run itself starts the MCP servers of the spec's tool names: not for
     an ACP agent, which is handed them and starts them itself, nor for a sandboxed run,
-    whose agent starts them in the sandbox (``jarvisd.sandbox.SandboxedAgent``)."""
-    if not mcp_tool_names(spec, config) or spec.sandbox:
+    whose agent starts them in the sandbox (``jarvisd.runs.SandboxedAgent``)."""
+    if not mcp_tool_names(spec, config) or spec.isolation == "sandbox":
         return False
     if spec.team is None:
         definition = getattr(_checked(spec, config)[0], "definition", None)
@@ -55,7 +55,7 @@ def mcp_server_executor(spec: AgentSpec, config: Config) -> CodeExecutor | None:
     processes (None) for an unsandboxed run; the sandbox backend for an agent in a
     sandbox of its own (openhands, claude_code unless ``--no-sandbox``), which calls
     them through the gateway: a contained agent's tools must not be a way out of it."""
-    if spec.team is not None or spec.no_sandbox:
+    if spec.team is not None or spec.isolation == "host":
         return None
     if not getattr(_checked(spec, config)[0], "own_sandbox", False):
         return None
@@ -82,7 +82,7 @@ def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
 def _team_checked(spec: AgentSpec, config: Config) -> type[BaseAgent]:
     from ..patterns import TeamAgent, parse_team
 
-    if spec.sandbox:
+    if spec.isolation == "sandbox":
         raise UsageError("--sandbox runs one agent in a container; it cannot run a team")
     if spec.allow_net:
         raise UsageError(
@@ -116,15 +116,15 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         raise UsageError(
             "--allow-net opens hosts to a sandboxed run (--sandbox, an external agent, "
             f"jarvis code): agent {key!r} runs on the host here"
-            + (" (--no-sandbox)" if spec.no_sandbox else "")
+            + (" (--no-sandbox)" if spec.isolation == "host" else "")
         )
-    if spec.mounts and not spec.sandbox:
+    if spec.mounts and spec.isolation != "sandbox":
         # An ACP agent runs in its sandbox unless --no-sandbox: it takes mounts there.
         in_own_sandbox = definition is not None and definition.protocol == "acp"
-        if spec.no_sandbox or not in_own_sandbox:
+        if spec.isolation == "host" or not in_own_sandbox:
             raise UsageError(
                 f"--mount only applies with --sandbox (agent {key!r} runs on the host without it)"
-                if not spec.no_sandbox
+                if spec.isolation != "host"
                 else "--mount only applies in a sandbox, not with --no-sandbox"
             )
     return agent_cls, options
@@ -145,9 +145,9 @@ def _in_sandbox(spec: AgentSpec, agent_cls: type[BaseAgent]) -> bool:
     """Whether the run's agent runs in a sandbox of jarvis's (where a network policy
     applies): ``--sandbox``, a ``jarvis code`` run, an ACP agent or an agent with a
     container of its own unless ``--no-sandbox``."""
-    if spec.sandbox or spec.workspace:
+    if spec.isolation == "sandbox" or spec.workspace:
         return True
-    if spec.no_sandbox:
+    if spec.isolation == "host":
         return False
     definition = getattr(agent_cls, "definition", None)
     acp = definition is not None and definition.protocol == "acp"
@@ -158,7 +158,7 @@ def runs_sandboxed(spec: AgentSpec, config: Config) -> bool:
     """Whether ``spec``'s run happens in a sandbox (see ``_in_sandbox``)."""
     if spec.team is not None:
         return False
-    if spec.sandbox or spec.workspace:
+    if spec.isolation == "sandbox" or spec.workspace:
         return True
     return _in_sandbox(spec, _checked(spec, config)[0])
 
@@ -175,7 +175,7 @@ def _check_acp_tools(key: str, spec: AgentSpec, config: Config, limits_tools: bo
             f"agent {key!r} brings its own tools and jarvis cannot limit them; it takes "
             f"only MCP servers' tools (SERVER.tool, SERVER.*), not {', '.join(other)}"
         )
-    if mcp_names and not spec.no_sandbox:
+    if mcp_names and spec.isolation != "host":
         raise UsageError(
             f"agent {key!r} starts MCP servers itself, inside its container, where their "
             "commands are not installed: run it with --no-sandbox to hand it MCP servers"
@@ -190,7 +190,7 @@ def build_agent(
     extra: Mapping[str, object] | None = None,
     mcp_tools: Sequence[BaseTool] = (),
 ) -> BaseAgent:
-    """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
+    """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.isolation == "sandbox"``).
     ``extra`` are constructor arguments the caller sets itself, never from the edge
     (the in-container runner's plain-process ``executor``). ``mcp_tools`` are the run's
     started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP tool names."""
@@ -226,10 +226,10 @@ def build_agent(
             max_turns=spec.max_turns, mounts=spec.mounts, **kwargs,
         )  # fmt: skip
     if getattr(agent_cls, "own_sandbox", False):  # claude_code: a container of its own
-        kwargs.update(config=config, sandboxed=not spec.no_sandbox)
+        kwargs.update(config=config, sandboxed=spec.isolation != "host")
         return agent_cls(engine, spec.model, **kwargs)
-    if spec.sandbox:
-        from ..sandbox import sandboxed_agent
+    if spec.isolation == "sandbox":
+        from ._sandboxed import sandboxed_agent
 
         return sandboxed_agent(key, spec, config, engine)
     # From this config, not one the agent would load itself: the daemon's reloaded
