@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from ._build import build_agent, validate_spec
+    from ._build import BuildOptions, build_agent, validate_spec
     from ._execute import run_spec
     from ._failures import exit_code, from_wire, to_wire
     from ._hosts import Host, LocalHost
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._spec import ENGINE_ENV, AgentSpec
 
 _LAZY = {
+    "BuildOptions": "._build",
     "ENGINE_ENV": "._spec",
     "AgentSpec": "._spec",
     "Failure": "._outcome",
@@ -49,6 +50,7 @@ _LAZY = {
 __all__ = [
     "ENGINE_ENV",
     "AgentSpec",
+    "BuildOptions",
     "Failure",
     "Host",
     "LocalHost",

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +17,11 @@ from ._spec import AgentSpec
 
 if TYPE_CHECKING:
     from ..executors import CodeExecutor
-    from ..external import McpServer
+    from ..external import ExternalAgent, McpServer
     from ..tools import BaseTool
 
 __all__ = [
+    "BuildOptions",
     "build_agent",
     "load_context",
     "mcp_server_executor",
@@ -182,65 +185,111 @@ def _check_acp_tools(key: str, spec: AgentSpec, config: Config, limits_tools: bo
         )
 
 
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """What the caller adds to the agent a spec describes, never from the edge."""
+
+    #: Constructor arguments the caller sets itself (the in-container runner's
+    #: plain-process ``executor``).
+    extra: Mapping[str, object] = field(default_factory=dict)
+    #: The run's started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP
+    #: tool names.
+    mcp_tools: Sequence[BaseTool] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentArgs:
+    """The constructor arguments of the spec's agent: what every agent takes, typed,
+    and ``more`` (its declared options, typed by ``check_options`` against its
+    constructor, then the caller's extra and what its branch adds)."""
+
+    temperature: float
+    max_tokens: int
+    system_prompt: str | None = None
+    more: Mapping[str, object] = field(default_factory=dict)
+
+    def with_more(self, **more: object) -> _AgentArgs:
+        return dataclasses.replace(self, more={**self.more, **more})
+
+    def keywords(self) -> dict[str, Any]:
+        # Any: the keywords differ by agent class, each checked against its constructor.
+        found: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.system_prompt is not None:
+            found["system_prompt"] = self.system_prompt
+        return {**self.more, **found}  # the spec's own settings win, as ever
+
+
 def build_agent(
-    spec: AgentSpec,
-    config: Config,
-    engine: Engine,
-    *,
-    extra: Mapping[str, object] | None = None,
-    mcp_tools: Sequence[BaseTool] = (),
+    spec: AgentSpec, config: Config, engine: Engine, options: BuildOptions | None = None
 ) -> BaseAgent:
-    """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.isolation == "sandbox"``).
-    ``extra`` are constructor arguments the caller sets itself, never from the edge
-    (the in-container runner's plain-process ``executor``). ``mcp_tools`` are the run's
-    started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP tool names."""
+    """The agent ``spec`` describes, on ``engine``: a team, an external agent, an agent
+    with a container of its own, an agent in a sandbox of jarvis's
+    (``isolation="sandbox"``), else an agent on the host."""
+    options = options or BuildOptions()
     if spec.team is not None:
         return _team(spec, config, engine)
-    agent_cls, options = _checked(spec, config)
-    key = spec.agent or config.agent.default
-    kwargs: dict[str, Any] = {**options, **(extra or {})}
-    kwargs["temperature"] = (
-        spec.temperature if spec.temperature is not None else config.agent.temperature
+    agent_cls, declared = _checked(spec, config)
+    args = _AgentArgs(
+        temperature=config.agent.temperature if spec.temperature is None else spec.temperature,
+        max_tokens=spec.max_tokens or config.agent.max_tokens,
+        system_prompt=spec.system_prompt,
+        more={**declared, **options.extra},
     )
-    kwargs["max_tokens"] = spec.max_tokens or config.agent.max_tokens
-    if spec.system_prompt is not None:
-        kwargs["system_prompt"] = spec.system_prompt
     if agent_cls.accepts_tools:
         from ..tools import build_tools
 
         mcp_names = set(mcp_tool_names(spec, config))
         names = [n for n in spec.tools if n not in mcp_names]
-        kwargs["tools"] = [*build_tools(names, config, engine), *mcp_tools]
-        kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
+        args = args.with_more(
+            tools=[*build_tools(names, config, engine), *options.mcp_tools],
+            max_turns=spec.max_turns or config.agent.max_turns,
+        )
     from ..external import ExternalAgent
 
     if issubclass(agent_cls, ExternalAgent):
-        # It has its own sandbox (the default) and its own model calls: no tools of
-        # ours, only the MCP servers its tool names mention, which it starts itself;
-        # other names are its own tools to hold it to.
-        mcp_names = set(mcp_tool_names(spec, config))
-        return agent_cls(
-            engine, spec.model, config=config, spec=spec,
-            mcp_servers=_acp_servers(spec, config),
-            own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
-            max_turns=spec.max_turns, mounts=spec.mounts, **kwargs,
-        )  # fmt: skip
+        return _external(agent_cls, spec, config, engine, args)
     if getattr(agent_cls, "own_sandbox", False):  # claude_code: a container of its own
-        kwargs.update(config=config, sandboxed=spec.isolation != "host")
-        return agent_cls(engine, spec.model, **kwargs)
+        args = args.with_more(config=config, sandboxed=spec.isolation != "host")
+        return agent_cls(engine, spec.model, **args.keywords())
     if spec.isolation == "sandbox":
         from ._sandboxed import sandboxed_agent
 
-        return sandboxed_agent(key, spec, config, engine)
-    # From this config, not one the agent would load itself: the daemon's reloaded
-    # config and the in-container runner's choices must hold.
-    if agent_cls.runs_code and "executor" not in kwargs:
+        return sandboxed_agent(spec.agent or config.agent.default, spec, config, engine)
+    return _on_the_host(agent_cls, spec, config, engine, args)
+
+
+def _external(
+    agent_cls: type[ExternalAgent],
+    spec: AgentSpec,
+    config: Config,
+    engine: Engine,
+    args: _AgentArgs,
+) -> BaseAgent:
+    """An external agent. It has its own sandbox (the default) and its own model calls:
+    no tools of ours, only the MCP servers its tool names mention, which it starts
+    itself; other names are its own tools to hold it to."""
+    mcp_names = set(mcp_tool_names(spec, config))
+    return agent_cls(
+        engine, spec.model, config=config, spec=spec,
+        mcp_servers=_acp_servers(spec, config),
+        own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
+        max_turns=spec.max_turns, mounts=spec.mounts, **args.keywords(),
+    )  # fmt: skip
+
+
+def _on_the_host(
+    agent_cls: type[BaseAgent], spec: AgentSpec, config: Config, engine: Engine, args: _AgentArgs
+) -> BaseAgent:
+    """A built-in agent in this process. Its executor and network switch come from this
+    config, not one the agent would load itself: the daemon's reloaded config and the
+    in-container runner's choices must hold."""
+    if agent_cls.runs_code and "executor" not in args.more:
         from ..executors import executor_for
 
-        kwargs["executor"] = executor_for(config)
-    if agent_cls.fetches_urls:
-        kwargs.setdefault("allow_network", config.tools.allow_network)
-    return agent_cls(engine, spec.model, **kwargs)
+        args = args.with_more(executor=executor_for(config))
+    if agent_cls.fetches_urls and "allow_network" not in args.more:
+        args = args.with_more(allow_network=config.tools.allow_network)
+    return agent_cls(engine, spec.model, **args.keywords())
 
 
 def _acp_servers(spec: AgentSpec, config: Config) -> tuple[McpServer, ...]:

@@ -22,6 +22,7 @@ from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, engine_for_agent, select_engine
 from ._build import (
+    BuildOptions,
     build_agent,
     load_context,
     mcp_server_executor,
@@ -171,7 +172,8 @@ async def run_agent(
                     McpToolset(config, mcp_server_executor(spec, config))
                 )
                 mcp_tools += await toolset.tools(spec.tools)
-            agent = build_agent(spec, config, engine, extra=extra, mcp_tools=mcp_tools)
+            options = BuildOptions(extra=extra, mcp_tools=mcp_tools)
+            agent = build_agent(spec, config, engine, options)
             result = await agent.arun(
                 spec.input, context if context is not None else load_context(spec), run=run
             )
