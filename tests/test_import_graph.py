@@ -1,4 +1,6 @@
-"""The package's import graph has no cycle, and the daemon client stays light.
+"""The package's import graph has no cycle, its packages keep to their layers
+(``LAYERS``, lowest first: an upward import or any cycle between packages fails, named
+by file and line), and the daemon client stays light.
 
 The graph is read from the source (every import, also those inside functions, except
 under ``if TYPE_CHECKING``); importing ``a.b.c`` also runs ``a/__init__`` and

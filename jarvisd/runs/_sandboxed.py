@@ -224,10 +224,16 @@ class SandboxedAgent(BaseAgent):
                 host_tools += build_tools(self._host_side(), self.config, self.engine)
             channel = await executor.open(request)
             session = FrameSession(
-                channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
-                budget=budget, event_tags={"sandboxed": True}, name="sandboxed agent",
+                channel,
+                self.engine,
+                run,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                budget=budget,
+                event_tags={"sandboxed": True},
+                name="sandboxed agent",
                 tools=host_tools,
-            )  # fmt: skip
+            )
             payload = self._payload(input, context, run, session.tools.offered())
             outcome = await session.run(Start(task="agent", payload=payload))
         return self._result(outcome, run)
