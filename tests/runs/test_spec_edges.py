@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,20 @@ def test_build_options_reach_the_agent_and_the_spec_still_wins() -> None:
     assert agent.max_tokens == 77
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.extra = {}  # type: ignore[misc]
+
+
+def test_a_durable_task_stored_with_the_old_flags_loads(tmp_path: Path) -> None:
+    # As a daemon of an older version left it in its SQLite: the spec JSON with
+    # "sandbox"/"no_sandbox" and no "isolation".
+    from jarvisd.daemon import TaskStore
+
+    store = TaskStore(tmp_path / "tasks.db")
+    store.open()
+    try:
+        task_id = store.create(AgentSpec("q")).id
+        old = {k: v for k, v in AgentSpec("q").to_dict().items() if k != "isolation"}
+        old.update(sandbox=False, no_sandbox=True)
+        store.db.execute("UPDATE tasks SET spec = ? WHERE id = ?", (json.dumps(old), task_id))
+        assert store.get(task_id).spec.isolation == "host"
+    finally:
+        store.close()
