@@ -30,16 +30,51 @@ __all__ = [
 #: Blocked patterns that judge a name by the word it holds: a source file so named is
 #: judged by its contents instead (see the module docstring).
 NAME_PATTERNS: frozenset[str] = frozenset(
-    {"*credential*", "token*", ".token*", "*_token*", "*-token*", "*secret*", "*password*",
-     "*passwd*"}
-)  # fmt: skip
+    {
+        "*credential*",
+        "token*",
+        ".token*",
+        "*_token*",
+        "*-token*",
+        "*secret*",
+        "*password*",
+        "*passwd*",
+    }
+)
 
 #: Suffixes of source (and compiled Python) files.
 SOURCE_SUFFIXES: frozenset[str] = frozenset(
-    {".py", ".pyi", ".pyc", ".js", ".mjs", ".cjs", ".ts", ".mts", ".cts", ".tsx", ".jsx",
-     ".go", ".rs", ".rb", ".java", ".kt", ".scala", ".c", ".h", ".cc", ".cpp", ".hpp",
-     ".cs", ".swift", ".php", ".lua", ".vue", ".svelte"}
-)  # fmt: skip
+    {
+        ".py",
+        ".pyi",
+        ".pyc",
+        ".js",
+        ".mjs",
+        ".cjs",
+        ".ts",
+        ".mts",
+        ".cts",
+        ".tsx",
+        ".jsx",
+        ".go",
+        ".rs",
+        ".rb",
+        ".java",
+        ".kt",
+        ".scala",
+        ".c",
+        ".h",
+        ".cc",
+        ".cpp",
+        ".hpp",
+        ".cs",
+        ".swift",
+        ".php",
+        ".lua",
+        ".vue",
+        ".svelte",
+    }
+)
 
 #: Bytes of a file read to judge it: keys sit near the top of a file that holds one.
 CONTENT_BYTES = 64 * 1024

@@ -79,8 +79,9 @@ def _number(value: float | None) -> str:
     return str(int(value)) if value is not None and float(value).is_integer() else f"{value}"
 
 
-def _num(default: Any, low: float | None = None, high: float | None = None,
-         above: bool = False) -> Any:  # fmt: skip
+def _num(
+    default: Any, low: float | None = None, high: float | None = None, above: bool = False
+) -> Any:
     """A numeric field with its bounds."""
     return field(default=default, metadata={"bounds": Bounds(low, high, above)})
 
@@ -88,6 +89,7 @@ def _num(default: Any, low: float | None = None, high: float | None = None,
 @dataclass(frozen=True, slots=True)
 class OllamaConfig:
     host: str = ""  # empty: OLLAMA_HOST, else http://127.0.0.1:11434
+    # Seconds for a reply (connect_timeout: to connect).
     timeout: float = _num(300.0, 0, above=True)
     connect_timeout: float = _num(2.0, 0, above=True)
     # num_ctx is the model's real context length up to this: Ollama allocates the whole
@@ -98,6 +100,7 @@ class OllamaConfig:
 @dataclass(frozen=True, slots=True)
 class OpenAIConfig:
     base_url: str = "http://127.0.0.1:8000/v1"
+    # The variable holding the server's key (unset: no key sent).
     api_key_env: str = "OPENAI_API_KEY"
     timeout: float = _num(300.0, 0, above=True)
 
@@ -105,6 +108,9 @@ class OpenAIConfig:
 @dataclass(frozen=True, slots=True)
 class LlamaCppConfig:
     model: str = ""  # a catalog name or a .gguf path; empty: the strongest catalog model present
+    # Where the window starts: opencode and codex size it for themselves before they start
+    # (16384). It grows for a longer request (one reload) up to the model's trained length,
+    # while its cache fits in half the free memory; else the error names this key and --tools.
     n_ctx: int = _num(4096, 1)
     n_threads: int = _num(0, 0)  # 0: all cores
     chat_format: str = ""  # empty: the GGUF's own template
@@ -112,6 +118,7 @@ class LlamaCppConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
+    # "auto": a reachable Ollama, else the embedded engine (llamacpp).
     default: Literal["auto", "llamacpp", "ollama", "openai"] = "auto"
     model: str = ""  # empty: the engine's default
     ollama: OllamaConfig = field(default_factory=OllamaConfig)
@@ -121,12 +128,15 @@ class EngineConfig:
 
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
+    # The agent of a run that names none (--agent).
     default: str = "simple"
     temperature: float = _num(0.7, 0, 2)
     max_tokens: int = _num(1024, 1)
+    # Model turns of a tool-using agent (max_tokens: of each model reply).
     max_turns: int = _num(10, 1)
     # Budgets for a whole run, nested agents included (0: unlimited).
     max_tokens_total: int = _num(0, 0)
+    # Engine calls (max_tool_calls: tool calls; max_wall: seconds).
     max_calls: int = _num(0, 0)
     max_tool_calls: int = _num(0, 0)
     max_wall: float = _num(0.0, 0)  # seconds
@@ -136,9 +146,12 @@ class AgentConfig:
 
 @dataclass(frozen=True, slots=True)
 class ToolsConfig:
+    # file_read refuses everything until roots are listed.
     file_read_roots: tuple[str, ...] = ()
     file_read_max_bytes: int = _num(1_000_000, 1)
+    # CodeAct fetches the URLs a task names only when true.
     allow_network: bool = False
+    # Seconds for one tool call.
     timeout: float = _num(30.0, 0, above=True)
     llm_model: str = ""  # model for the `llm` tool (empty: the run's model)
     memory_results: int = _num(5, 1)  # hits the `retrieval` tool returns
@@ -159,16 +172,21 @@ class NetworkConfig:
 
 @dataclass(frozen=True, slots=True)
 class SandboxConfig:
+    # "none": a host process, not isolated (jarvis says so on every run).
     backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
     image: str = "jarvis-sandbox:latest"
+    # The roots a mount may lie under, read-only unless :rw; none: every mount refused.
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"
+    # Seconds of the program's own time (its clock stands still while it waits for
+    # inference); memory, cpus and pids: each container's limits.
     timeout: float = _num(120.0, 0, above=True)
     memory: str = "512m"
     cpus: float = _num(1.0, 0, above=True)
     pids: int = _num(128, 8)
     tmp_size: str = "64m"  # the tmpfs at /tmp, the only writable place besides :rw mounts
     # A mounted tree with more entries is refused: too large to check for secrets.
+    # (jarvis code raises it for its workspace.)
     max_mount_entries: int = _num(20_000, 1)
     # Containers kept created (not started) for the code agents' sessions; 0: off.
     warm_pool: int = _num(0, 0, 32)
@@ -182,6 +200,7 @@ class SandboxConfig:
 
 @dataclass(frozen=True, slots=True)
 class DaemonConfig:
+    # Tasks run at once, tasks waiting at most (max_queued), seconds a task may run.
     max_concurrent: int = _num(2, 1)
     max_queued: int = _num(1000, 1)
     task_timeout: float = _num(3600.0, 0, above=True)
@@ -476,9 +495,10 @@ def _check_credentials(credentials: Mapping[str, CredentialConfig], file: str, d
         for agent in credential.agents:
             if agent in claimed:
                 raise ConfigError(
-                    file, f"{where}.agents",
+                    file,
+                    f"{where}.agents",
                     f"agents named by one credential only ({agent!r} is in {claimed[agent]}'s)",
-                )  # fmt: skip
+                )
             claimed[agent] = name
 
 

@@ -50,23 +50,91 @@ _DATE = re.compile(r"\d{4}-\d{1,2}(?:-\d{1,2})?(?:[T ][\d:.]+Z?)?|\d{1,2}[-/.]\d
 _CODE = re.compile(r"[A-Z]{2,5}")
 _OPERATOR = re.compile(r"[-+*/^%\u00d7\u00f7]")
 #: The words an arithmetic expression may hold besides numbers and operators.
-_MATH_WORDS = frozenset((
-    "of", "x", "sqrt", "log", "ln", "exp", "sin", "cos", "tan", "pi", "e", "abs", "round",
-    "min", "max", "floor", "ceil", "factorial", "mod",
-))  # fmt: skip
+_MATH_WORDS = frozenset(
+    (
+        "of",
+        "x",
+        "sqrt",
+        "log",
+        "ln",
+        "exp",
+        "sin",
+        "cos",
+        "tan",
+        "pi",
+        "e",
+        "abs",
+        "round",
+        "min",
+        "max",
+        "floor",
+        "ceil",
+        "factorial",
+        "mod",
+    )
+)
 #: Parameters named for what the model writes or places itself: text (a sub-agent's
 #: task, a search query, a prompt, code) and where its work goes (a path, a file, a URL).
-_MODEL_WRITTEN = frozenset((
-    "task", "query", "prompt", "text", "content", "reason", "thought", "message",
-    "question", "instruction", "instructions", "code", "command", "script", "body",
-    "comment", "note", "summary", "description", "input", "goal", "request", "path",
-    "file", "filename", "dir", "directory", "folder", "url", "uri",
-))  # fmt: skip
+_MODEL_WRITTEN = frozenset(
+    (
+        "task",
+        "query",
+        "prompt",
+        "text",
+        "content",
+        "reason",
+        "thought",
+        "message",
+        "question",
+        "instruction",
+        "instructions",
+        "code",
+        "command",
+        "script",
+        "body",
+        "comment",
+        "note",
+        "summary",
+        "description",
+        "input",
+        "goal",
+        "request",
+        "path",
+        "file",
+        "filename",
+        "dir",
+        "directory",
+        "folder",
+        "url",
+        "uri",
+    )
+)
 _NAME_PART = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|\d+")
-_STOP = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "by", "for", "from", "in", "is", "it",
-    "its", "of", "on", "or", "the", "to", "with", "vs",
-))  # fmt: skip
+_STOP = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "for",
+        "from",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "the",
+        "to",
+        "with",
+        "vs",
+    )
+)
 _WORD_NUMBERS = {
     w: float(i)
     for i, w in enumerate(
@@ -93,12 +161,23 @@ _UNITS = {
 _MONTHS = {
     name: float(i + 1)
     for i, names in enumerate(
-        ("january jan", "february feb", "march mar", "april apr", "may", "june jun",
-         "july jul", "august aug", "september sep sept", "october oct", "november nov",
-         "december dec")
+        (
+            "january jan",
+            "february feb",
+            "march mar",
+            "april apr",
+            "may",
+            "june jun",
+            "july jul",
+            "august aug",
+            "september sep sept",
+            "october oct",
+            "november nov",
+            "december dec",
+        )
     )
     for name in names.split()
-}  # fmt: skip
+}
 
 
 _RESCALES = (1.0, 1e-2, 1e2, 1e-3, 1e3, 1e-6)
@@ -229,8 +308,9 @@ def _given(value: float | str, sources: Sources) -> bool:
         return sources.has_number(value)
     if _DATE.fullmatch(value):
         parts = re.findall(r"\d+", value.split("T")[0])
-        return all(sources.has_number(float(p)) or sources.has_number(float(p) + 2000)
-                   for p in parts)  # fmt: skip
+        return all(
+            sources.has_number(float(p)) or sources.has_number(float(p) + 2000) for p in parts
+        )
     if _arithmetic(value):
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.

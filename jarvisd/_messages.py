@@ -160,8 +160,11 @@ class ToolSpec:
         return {"type": "function", "function": self.to_dict()}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "parameters": dict(self.parameters)}  # fmt: skip
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolSpec:

@@ -60,8 +60,12 @@ def _defaults() -> dict[str, str]:
     import platformdirs
 
     dirs = platformdirs.PlatformDirs(APP, appauthor=False)
-    found = {"config": dirs.user_config_dir, "data": dirs.user_data_dir,
-             "cache": dirs.user_cache_dir, "state": dirs.user_state_dir}  # fmt: skip
+    found = {
+        "config": dirs.user_config_dir,
+        "data": dirs.user_data_dir,
+        "cache": dirs.user_cache_dir,
+        "state": dirs.user_state_dir,
+    }
     runtime = dirs.user_runtime_dir if os.environ.get("XDG_RUNTIME_DIR", "").strip() else ""
     # Without XDG_RUNTIME_DIR (root in a container, CI) there is no private runtime
     # directory: keep the socket under the private state dir, never a shared /tmp path.

@@ -42,7 +42,7 @@ const text = (name) => (value) => {
   return value;
 };
 const object = (name) => (value) => {
-  // Python's `body.get(key) or {}`: absent and falsy values are an empty object.
+  // Python's `mapping(absent="falsy")`: absent and falsy values are an empty object.
   if (!value) return {};
   if (typeof value !== "object" || Array.isArray(value)) {
     throw new FrameError(`frame field '${name}' must be an object`);
@@ -59,7 +59,7 @@ const optionalObject = (name) => (value) => {
   return Object.keys(value).length ? value : null;
 };
 // Stricter than `object`: absent or null is an empty object, any other non-object
-// (including [], "" and 0) is refused. Python's `_object`.
+// (including [], "" and 0) is refused. Python's `mapping()`.
 const strictObject = (name) => (value) => {
   if (value === undefined || value === null) return {};
   if (typeof value !== "object" || Array.isArray(value)) {

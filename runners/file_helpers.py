@@ -51,8 +51,9 @@ def _read(path: str, who: str) -> str | None:
 
 
 def _numbered(lines: list[str], first: int) -> str:
-    return "\n".join(f"{n:>5}  {line.rstrip(chr(10)).rstrip(chr(13))}"
-                     for n, line in enumerate(lines, first))  # fmt: skip
+    return "\n".join(
+        f"{n:>5}  {line.rstrip(chr(10)).rstrip(chr(13))}" for n, line in enumerate(lines, first)
+    )
 
 
 def view(path: str, start: int = 1, end: int | None = None) -> None:
@@ -92,8 +93,10 @@ def replace(path: str, old: str, new: str) -> None:
         hint = ""
         if text.count(old.strip()) == 1:
             hint = " (it is there without the leading or trailing whitespace you gave)"
-        print(f"replace: 0 matches of the snippet in {path}{hint}: nothing was changed. "
-              "view the file and copy the lines exactly, indentation included.")  # fmt: skip
+        print(
+            f"replace: 0 matches of the snippet in {path}{hint}: nothing was changed. "
+            "view the file and copy the lines exactly, indentation included."
+        )
         return
     if count > 1:
         at: list[int] = []
@@ -102,9 +105,11 @@ def replace(path: str, old: str, new: str) -> None:
             at.append(index)
             index = text.find(old, index + 1)
         lines = [str(text.count("\n", 0, i) + 1) for i in at]
-        print(f"replace: the snippet occurs {count} times in {path} (at lines "
-              f"{', '.join(lines)}): nothing was changed. Include more lines around it so "
-              "that it occurs once.")  # fmt: skip
+        print(
+            f"replace: the snippet occurs {count} times in {path} (at lines "
+            f"{', '.join(lines)}): nothing was changed. Include more lines around it so "
+            "that it occurs once."
+        )
         return
     index = text.find(old)
     changed = text[:index] + new + text[index + len(old) :]
@@ -127,9 +132,15 @@ def run(command: str, timeout: float = 120, cwd: str | None = None) -> None:
     output's tail. The output goes to a temporary file, never whole into memory."""
     with tempfile.TemporaryFile() as out:
         try:
-            done = subprocess.run(["/bin/sh", "-c", str(command)], stdin=subprocess.DEVNULL,
-                                  stdout=out, stderr=subprocess.STDOUT, timeout=float(timeout),
-                                  cwd=cwd, check=False)  # fmt: skip
+            done = subprocess.run(
+                ["/bin/sh", "-c", str(command)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=float(timeout),
+                cwd=cwd,
+                check=False,
+            )
             status = f"[exit {done.returncode}]"
         except subprocess.TimeoutExpired:
             status = f"[{command!r} did not end within {float(timeout):g} s and was stopped]"
@@ -147,8 +158,11 @@ def run(command: str, timeout: float = 120, cwd: str | None = None) -> None:
 
 
 def _defs(body: list[ast.stmt]) -> dict[str, ast.stmt]:
-    return {node.name: node for node in body
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}  # fmt: skip
+    return {
+        node.name: node
+        for node in body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    }
 
 
 def _span(node: ast.stmt, decorators: bool = True) -> tuple[int, int]:
@@ -192,8 +206,10 @@ def define_in(path: str, code: str) -> None:
         new_tree = ast.parse(code)
         old_tree = ast.parse(text, path)
     except SyntaxError as exc:
-        print(f"define_in: cannot parse {exc.filename or 'the code'}: {exc.msg} (line "
-              f"{exc.lineno}): nothing was changed")  # fmt: skip
+        print(
+            f"define_in: cannot parse {exc.filename or 'the code'}: {exc.msg} (line "
+            f"{exc.lineno}): nothing was changed"
+        )
         return
     new_lines, lines = code.splitlines(keepends=True), text.splitlines(keepends=True)
     edits: list[tuple[int, int, list[str], str]] = []
@@ -222,8 +238,10 @@ def define_in(path: str, code: str) -> None:
             lines[first:end] = segment
             changed.append(name)
     if missing:
-        print(f"define_in: {path} defines no {', '.join(missing)}: not added (use replace "
-              "or write the file)")  # fmt: skip
+        print(
+            f"define_in: {path} defines no {', '.join(missing)}: not added (use replace "
+            "or write the file)"
+        )
     if not changed:
         print(f"define_in: {path} already holds this code: nothing was changed")
         return

@@ -24,25 +24,22 @@ import os
 import sys
 import traceback
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import Any
 
-from jarvisd.protocol import ErrorFrame, EventFrame, Frame, FrameReader, ResultFrame, Start, encode
+from jarvisd.protocol import (
+    ChildLink,
+    ErrorFrame,
+    EventFrame,
+    Frame,
+    FrameReader,
+    ResultFrame,
+    Start,
+)
 
 #: Characters of a tool observation sent to the host in one event or result.
 _MAX_OBSERVATION = 4000
 #: Seconds one model request may take when the host does not say (it always does).
 _REQUEST_TIMEOUT_S = 3600
-
-
-class _Out:
-    """Frames to the real stdout, whatever else the SDK prints."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-
-    def send(self, frame: Frame) -> None:
-        self.stream.write(encode(frame))
-        self.stream.flush()
 
 
 def _text_of(value: Any) -> str:
@@ -86,7 +83,7 @@ def mcp_config(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"jarvis": {"url": str(url), "transport": "http", "headers": headers}}
 
 
-def run(start: Start, out: _Out) -> Frame:
+def run(start: Start, out: ChildLink) -> Frame:
     payload: Mapping[str, Any] = start.payload
     from openhands.sdk import Agent, Conversation, Tool
     from openhands.sdk.conversation.response_utils import get_agent_final_response
@@ -158,10 +155,11 @@ def run(start: Start, out: _Out) -> Frame:
 
 
 def entry() -> None:
-    out = _Out(sys.stdout.buffer)
+    # Frames to the real stdout, whatever else the SDK prints (only sent: the host
+    # sends nothing after the start frame).
+    out = ChildLink(FrameReader(sys.stdin.buffer), sys.stdout.buffer)
     sys.stdout = sys.stderr  # the SDK's prints and banners are noise: keep them apart
-    reader = FrameReader(sys.stdin.buffer)
-    start = reader.read()
+    start = out.reader.read()
     if not isinstance(start, Start) or start.task != "openhands":
         out.send(ErrorFrame(code="protocol", message="expected a start frame for task openhands"))
         return

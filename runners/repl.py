@@ -244,8 +244,12 @@ class Kernel:
         _, status = os.waitpid(pid, 0)
         # The child may have died halfway through a frame: end that line first.
         write_all(self.wire, b"\n")
-        result = {"stdout": output.text(), "error": None, "final": None,
-                  "killed": _how_it_ended(status)}  # fmt: skip
+        result = {
+            "stdout": output.text(),
+            "error": None,
+            "final": None,
+            "killed": _how_it_ended(status),
+        }
         self.send(ResultFrame(id=frame.id, result=result))
 
     def _run_in_child(self, code: str, out: int, report: int) -> None:
@@ -263,7 +267,10 @@ class Kernel:
         # "idle" goes before the report: once the parent may exit, the supervisor must
         # already know that killing this process would kill the session.
         self.tell_supervisor("idle")
-        data = {"error": _clip(error, MAX_ERROR_BYTES), "final": _clip(self.final, MAX_FRAME_BYTES // 2)}  # fmt: skip
+        data = {
+            "error": _clip(error, MAX_ERROR_BYTES),
+            "final": _clip(self.final, MAX_FRAME_BYTES // 2),
+        }
         write_all(report, json.dumps(data).encode() + b"\n")
         os.close(report)
 
@@ -328,7 +335,11 @@ def _await_cell(pid: int, out: int, report: int, output: Output) -> dict[str, An
             report_data = json.loads(data)
         except ValueError:
             return {"error": "the cell's report could not be read", "final": None, "killed": None}
-        return {"error": report_data.get("error"), "final": report_data.get("final"), "killed": None}  # fmt: skip
+        return {
+            "error": report_data.get("error"),
+            "final": report_data.get("final"),
+            "killed": None,
+        }
     finally:
         selector.close()
         for fd in (out, report, pidfd):

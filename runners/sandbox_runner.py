@@ -45,7 +45,6 @@ import asyncio
 import dataclasses
 import os
 import sys
-import threading
 import traceback
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -59,22 +58,18 @@ from jarvisd.executors._launcher import drop_privileges
 from jarvisd.executors._privsep import PrivsepError
 from jarvisd.protocol import (
     Cancel,
+    ChildLink,
     ErrorFrame,
     EventFrame,
     Frame,
     FrameError,
-    FrameReader,
     Infer,
     InferRequest,
     InferResult,
     OfferedTool,
-    Ping,
-    Pong,
     ResultFrame,
     Start,
     ToolFrame,
-    ToolResultFrame,
-    encode,
     jsonable,
 )
 from jarvisd.runs._failures import to_wire
@@ -96,67 +91,39 @@ _HOST_EVENTS = {EventType.INFERENCE_START, EventType.INFERENCE_END, EventType.IN
 
 
 class FrameLink:
-    """Frames in from the host (a reader thread) and out to it (one lock)."""
+    """The runner's link to the host (a :class:`ChildLink`): the host's ``cancel``, or
+    its going away, cancels the run."""
 
     def __init__(self, inp: IO[bytes], out: IO[bytes]) -> None:
-        self.reader = FrameReader(inp)
-        self.out = out
-        self._lock = threading.Lock()
-        #: Requests sent to the host, by id, waiting for its answer.
-        self._waiting: dict[str, asyncio.Future[Frame]] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.link = ChildLink(inp, out, on_frame=self._on_frame, on_end=self._on_end)
+        self.reader = self.link.reader
         self.run: RunContext | None = None
         self.closed = False
+        self._reason = "the host closed the channel"
 
     def send(self, frame: Frame) -> None:
-        data = encode(frame)
-        with self._lock:
-            self.out.write(data)
-            self.out.flush()
+        self.link.send(frame)
 
-    def start(self, loop: asyncio.AbstractEventLoop, run: RunContext) -> None:
-        self._loop, self.run = loop, run
-        threading.Thread(target=self._read, name="frames-in", daemon=True).start()
+    def start(self, run: RunContext) -> None:
+        """Read the host's frames from now on; ``run`` is what its cancel stops."""
+        self.run = run
+        self.link.start("frames-in")
 
-    def _read(self) -> None:
-        reason = "the host closed the channel"
-        try:
-            for frame in self.reader:
-                if isinstance(frame, InferResult | ToolResultFrame):
-                    self._resolve(frame)
-                elif isinstance(frame, Cancel):
-                    reason = frame.reason or "cancelled by the host"
-                    break
-                elif isinstance(frame, Ping):
-                    self.send(Pong(id=frame.id))
-        except (FrameError, OSError) as exc:
-            reason = f"bad input from the host: {exc}"
+    def _on_frame(self, frame: Frame) -> bool:
+        if isinstance(frame, Cancel):
+            self._reason = frame.reason or "cancelled by the host"
+            return False  # nothing more to read: the run stops
+        return True  # an answer nobody waits for (its call timed out): dropped
+
+    def _on_end(self, error: Exception | None) -> None:
+        reason = self._reason if error is None else f"bad input from the host: {error}"
         self.closed = True
         if self.run is not None:
             self.run.cancel.cancel(reason)
 
-    def _resolve(self, frame: Frame) -> None:
-        assert self._loop is not None
-        # An answer nobody waits for (its call timed out, or was never made) is dropped.
-        future = self._waiting.pop(frame.id, None)
-        if future is not None:
-
-            def deliver() -> None:
-                if not future.done():
-                    future.set_result(frame)
-
-            self._loop.call_soon_threadsafe(deliver)
-
     async def call(self, frame: Infer | ToolFrame) -> Frame:
         """Send ``frame`` and wait for the host's answer (same id)."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Frame] = loop.create_future()
-        self._waiting[frame.id] = future
-        try:
-            self.send(frame)
-            return await future
-        finally:
-            self._waiting.pop(frame.id, None)
+        return await self.link.call(frame)
 
 
 class ProxyEngine(Engine):
@@ -238,11 +205,17 @@ async def run_agent_task(start: Start, link: FrameLink, launcher: Launcher | Non
         host_tools = [HostTool(link, OfferedTool.from_dict(t)) for t in payload["host_tools"]]
     run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
     run.bus.subscribe(lambda event: _forward_events(link, event))
-    link.start(asyncio.get_running_loop(), run)
+    link.start(run)
     outcome = await run_spec(
-        spec, run, config, ProxyEngine(link), context=context,
-        extra=_in_container_extra(spec, config, launcher), trace=False, tools=host_tools,
-    )  # fmt: skip
+        spec,
+        run,
+        config,
+        ProxyEngine(link),
+        context=context,
+        extra=_in_container_extra(spec, config, launcher),
+        trace=False,
+        tools=host_tools,
+    )
     return ResultFrame(result=jsonable(outcome.to_dict()))
 
 

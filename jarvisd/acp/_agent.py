@@ -20,24 +20,25 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
-import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acp import schema
+from acp import Client, schema
 from acp.exceptions import RequestError
 
 from .._errors import JarvisError
-from ._edits import CODE_AGENT, CODE_MODE, changed_files
+from ._change import prepare_workspace, settle_change
+from ._edits import CODE_AGENT, CODE_MODE
 from ._hello import initialize_reply
+from ._input import checked_cwd, mcp_configs, prompt_text
 from ._store import SessionRecord, SessionStore
 from ._updates import UpdateMapper, tool_kind
 
 if TYPE_CHECKING:
-    from .._config import Config
+    from .._config import Config, McpServerConfig
+    from .._events import Event
     from .._run import RunContext
     from ..runs import AgentSpec, RunOutcome
 
@@ -45,10 +46,6 @@ __all__ = ["JarvisAcpAgent"]
 
 log = logging.getLogger(__name__)
 
-#: The most prompt text taken from one ``session/prompt`` (characters).
-MAX_PROMPT_CHARS = 1_000_000
-#: The most MCP servers one session may bring.
-MAX_MCP_SERVERS = 20
 #: Seconds a cancelled run has to stop through its token before its task is cancelled.
 CANCEL_GRACE_S = 10.0
 #: Seconds the client has to give a buffer's text (then the disk is read).
@@ -60,7 +57,23 @@ _MODE_TEXT = {
     CODE_MODE: "change the project: a jarvis code run, its diff offered for review",
 }
 _STOP_REASONS = {"budget": "max_tokens", "max_turns": "max_turn_requests"}
-_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+#: What one ``session/update`` carries (the SDK's union).
+Update = (
+    schema.UserMessageChunk
+    | schema.AgentMessageChunk
+    | schema.AgentThoughtChunk
+    | schema.ToolCallStart
+    | schema.ToolCallProgress
+    | schema.AgentPlanUpdate
+    | schema.AgentPlanContentUpdate
+    | schema.AgentPlanRemovedUpdate
+    | schema.AvailableCommandsUpdate
+    | schema.CurrentModeUpdate
+    | schema.ConfigOptionUpdate
+    | schema.SessionInfoUpdate
+    | schema.UsageUpdate
+)
 
 
 @dataclass(eq=False)
@@ -70,7 +83,7 @@ class Session:
     mode: str
     model: str
     record: SessionRecord
-    mcp: Mapping[str, Any] = field(default_factory=dict)  # name -> McpServerConfig
+    mcp: Mapping[str, McpServerConfig] = field(default_factory=dict)
     always: set[str] = field(default_factory=set)  # tools the client always allows
     run: RunContext | None = None
     task: asyncio.Task[RunOutcome] | None = None
@@ -86,14 +99,14 @@ class JarvisAcpAgent:
         self._config = config
         self._store = store
         self._sessions: dict[str, Session] = {}
-        self._conn: Any = None
+        self._conn: Client = None  # type: ignore[assignment]  # set by on_connect
         #: Whether the client offers fs/read_text_file and fs/write_text_file (set by
         #: initialize).
         self.client_reads_files = False
         self.client_writes_files = False
         self._loop_thread = threading.get_ident()
 
-    def on_connect(self, conn: Any) -> None:
+    def on_connect(self, conn: Client) -> None:
         self._conn = conn
 
     # ---- the protocol's methods -------------------------------------------------
@@ -103,7 +116,7 @@ class JarvisAcpAgent:
         protocol_version: int,
         client_capabilities: Any = None,
         client_info: Any = None,
-        **_: Any,
+        **_: object,
     ) -> schema.InitializeResponse:
         fs = getattr(client_capabilities, "fs", None)
         self.client_reads_files = bool(getattr(fs, "read_text_file", False))
@@ -112,14 +125,14 @@ class JarvisAcpAgent:
         assert reply is not None
         return schema.InitializeResponse.model_validate(reply)
 
-    async def authenticate(self, method_id: str, **_: Any) -> None:
+    async def authenticate(self, method_id: str, **_: object) -> None:
         return None
 
     async def new_session(
-        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: Any
+        self, cwd: str, additional_directories: Any = None, mcp_servers: Any = None, **_: object
     ) -> schema.NewSessionResponse:
-        cwd = _checked_cwd(cwd)
-        mcp = _mcp_servers(mcp_servers)
+        cwd = checked_cwd(cwd)
+        mcp = mcp_configs(mcp_servers)
         mode = self._default_mode()
         header, record = self._store.create(
             cwd=cwd, agent=self._base.agent, mode=mode, model=self._base.model
@@ -139,10 +152,10 @@ class JarvisAcpAgent:
         session_id: str,
         mcp_servers: Any = None,
         additional_directories: Any = None,
-        **_: Any,
+        **_: object,
     ) -> schema.LoadSessionResponse:
-        cwd = _checked_cwd(cwd)
-        mcp = _mcp_servers(mcp_servers)
+        cwd = checked_cwd(cwd)
+        mcp = mcp_configs(mcp_servers)
         try:
             header, record, updates = await asyncio.to_thread(self._store.open, session_id)
         except JarvisError as exc:
@@ -166,7 +179,7 @@ class JarvisAcpAgent:
         )
 
     async def list_sessions(
-        self, cwd: str | None = None, cursor: str | None = None, **_: Any
+        self, cwd: str | None = None, cursor: str | None = None, **_: object
     ) -> schema.ListSessionsResponse:
         import datetime
 
@@ -184,7 +197,7 @@ class JarvisAcpAgent:
         )
 
     async def set_session_mode(
-        self, session_id: str, mode_id: str, **_: Any
+        self, session_id: str, mode_id: str, **_: object
     ) -> schema.SetSessionModeResponse:
         session = self._session(session_id)
         if mode_id not in self._mode_ids():
@@ -194,7 +207,7 @@ class JarvisAcpAgent:
         return schema.SetSessionModeResponse()
 
     async def set_config_option(
-        self, config_id: str, session_id: str, value: Any, **_: Any
+        self, config_id: str, session_id: str, value: Any, **_: object
     ) -> schema.SetSessionConfigOptionResponse:
         session = self._session(session_id)
         known = [*self._model_ids(), self._base.model]
@@ -208,7 +221,7 @@ class JarvisAcpAgent:
             config_options=self._config_options(session.model)
         )
 
-    async def cancel(self, session_id: str, **_: Any) -> None:
+    async def cancel(self, session_id: str, **_: object) -> None:
         session = self._sessions.get(session_id)
         if session is None or session.run is None:
             return
@@ -222,13 +235,15 @@ class JarvisAcpAgent:
                 CANCEL_GRACE_S, lambda: task.done() or task.cancel()
             )
 
-    async def prompt(self, session_id: str, prompt: list[Any], **_: Any) -> schema.PromptResponse:
+    async def prompt(
+        self, session_id: str, prompt: list[Any], **_: object
+    ) -> schema.PromptResponse:
         session = self._session(session_id)
         if session.task is not None and not session.task.done():
             raise RequestError.invalid_request(
                 {"message": "a prompt is already running in this session"}
             )
-        text = _prompt_text(prompt)
+        text = prompt_text(prompt)
         if not text.strip():
             raise RequestError.invalid_params({"message": "the prompt has no text"})
         return await self._run_prompt(session, text)
@@ -240,48 +255,25 @@ class JarvisAcpAgent:
         from ..runs import run_spec
 
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
         session.prompts += 1
         mapper = UpdateMapper(f"{session.id[:8]}-{session.prompts}")
+        out = _Outbox(self, session, loop)
+        queue = out.queue
 
-        def put(update: Any) -> None:
-            if threading.get_ident() == self._loop_thread:
-                queue.put_nowait(update)
-            else:  # an engine streaming from a worker thread
-                loop.call_soon_threadsafe(queue.put_nowait, update)
-
-        streamed = False
-
-        def on_delta(chunk: str) -> None:
-            nonlocal streamed
-            if chunk:
-                streamed = True
-                put(_agent_text(chunk))
-
-        def on_event(event: Any) -> None:
+        def on_event(event: Event) -> None:
             for update in mapper.map(event):
-                put(update)
+                out.put(update)
 
-        async def send_all() -> None:
-            while True:
-                update = await queue.get()
-                try:
-                    await self._send(session, update)
-                except Exception:  # the client went away: nothing more to send
-                    log.debug("could not send an update", exc_info=True)
-                finally:
-                    queue.task_done()
-
-        run = RunContext(on_delta=on_delta)
+        run = RunContext(on_delta=out.on_delta)
         run.bus.subscribe(on_event)
         run.tool_gate = self._gate(session, run, mapper, queue)
         if self.client_reads_files:
             run.read_buffer = self._buffer_reader(session, loop)
         session.run, session.cancelled = run, False
-        sender = asyncio.create_task(send_all())
+        sender = asyncio.create_task(out.send_all())
         # Through the queue: a client gone by now ends nothing here (the run is
         # cancelled when the connection closes).
-        put(
+        out.put(
             schema.UserMessageChunk(
                 session_update="user_message_chunk",
                 content=schema.TextContentBlock(type="text", text=text),
@@ -291,7 +283,7 @@ class JarvisAcpAgent:
         workspace = None
         if session.mode == CODE_MODE:
             try:
-                workspace = await asyncio.to_thread(_prepare_workspace, session.cwd, text)
+                workspace = await asyncio.to_thread(prepare_workspace, session.cwd, text)
             except JarvisError as exc:
                 await queue.join()
                 sender.cancel()
@@ -308,32 +300,23 @@ class JarvisAcpAgent:
             outcome = None
         finally:
             session.run = None
-        if outcome is not None and outcome.ok and not streamed and outcome.answer:
-            put(_agent_text(outcome.answer))
+        if outcome is not None and outcome.ok and not out.streamed and outcome.answer:
+            out.put(_agent_text(outcome.answer))
         if workspace is not None:
-            said = await self._settle_change(session, workspace, outcome, run, mapper, queue)
+            said = await settle_change(self, session, workspace, outcome, run, queue)
             if said:
-                put(_agent_text(f"\n\n{said}"))
+                out.put(_agent_text(f"\n\n{said}"))
         if outcome is not None and not outcome.ok and not session.cancelled:
             failure = outcome.failure
             assert failure is not None
-            put(_agent_text(f"\n\njarvis: {failure.code}: {failure.message}"))
+            out.put(_agent_text(f"\n\njarvis: {failure.code}: {failure.message}"))
         await queue.join()
         sender.cancel()
-        if (
-            session.cancelled
-            or outcome is None
-            or (outcome.failure and outcome.failure.code == "cancelled")
-        ):
-            return schema.PromptResponse(stop_reason="cancelled")
-        if outcome.failure is not None:
-            reason = _STOP_REASONS.get(outcome.failure.code, "end_turn")
-            return schema.PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
-        return schema.PromptResponse(stop_reason="end_turn")
+        return _response(session, outcome)
 
     def _gate(
-        self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Any]
-    ) -> Any:
+        self, session: Session, run: RunContext, mapper: UpdateMapper, queue: asyncio.Queue[Update]
+    ) -> Callable[[str, Mapping[str, Any], str], Awaitable[bool]]:
         """The run's tool gate: the client allows each call that is not pure thought."""
 
         async def gate(tool: str, arguments: Mapping[str, Any], call_id: str) -> bool:
@@ -354,79 +337,7 @@ class JarvisAcpAgent:
 
         return gate
 
-    async def _settle_change(
-        self,
-        session: Session,
-        workspace: Any,
-        outcome: RunOutcome | None,
-        run: RunContext,
-        mapper: UpdateMapper,
-        queue: asyncio.Queue[Any],
-    ) -> str:
-        """Offer a code run's change to the client and apply it once allowed; the
-        workspace is gone afterwards either way. What to tell the user."""
-        from .._paths import paths
-        from ..code import CodeStore, apply, discard
-
-        state = paths().state
-        store = CodeStore(state / "code.db")
-        applied = False
-        try:
-            code = dict((outcome.metadata.get("code") or {}) if outcome is not None else {})
-            files = code.get("files") or []
-            if outcome is None or not outcome.ok or not files or session.cancelled:
-                return (
-                    "jarvis: no change to the project" if outcome is not None and outcome.ok else ""
-                )
-            changes = await asyncio.to_thread(changed_files, session.cwd, workspace.path, files)
-            await queue.join()
-            call_id = f"{session.id[:8]}-{session.prompts}-change"
-            content: list[Any] = [
-                schema.FileEditToolCallContent(
-                    type="diff", path=c.path, old_text=c.old, new_text=c.new or ""
-                )
-                for c in changes or ()
-            ]
-            if not content:  # not text: the change is described, jarvis applies it
-                listed = ", ".join(f"{f.get('status')} {f.get('path')}" for f in files[:50])
-                content = [_text_block_content(f"changes: {listed}")]
-            title = f"apply the change to {len(files)} file{'s' if len(files) != 1 else ''}"
-            locations = [schema.ToolCallLocation(path=c.path) for c in changes or ()][:50]
-            await self._send(session, schema.ToolCallStart(
-                session_update="tool_call", tool_call_id=call_id, title=title, kind="edit",
-                status="pending", content=content, locations=locations or None,
-            ))  # fmt: skip
-            allowed = await self._ask(session, run, schema.ToolCallUpdate(
-                tool_call_id=call_id, title=title, kind="edit", status="pending",
-            ))  # fmt: skip
-            if not allowed:
-                await self._send(
-                    session, _call_done(call_id, "failed", "not applied: the project is untouched")
-                )
-                return "jarvis: the change was not applied"
-            if changes is not None and self.client_writes_files:
-                for change in changes:
-                    await self._conn.write_text_file(
-                        session_id=session.id, path=change.path, content=change.new or ""
-                    )
-                how = "written through the editor"
-            else:
-                await asyncio.to_thread(apply, workspace.id, store, state)
-                applied = True
-                how = "applied by jarvis (three-way)"
-            await self._send(session, _call_done(call_id, "completed", how))
-            return f"jarvis: the change was {how}"
-        except (JarvisError, RequestError, OSError, ConnectionError) as exc:
-            return f"jarvis: the change was not applied: {exc}"
-        finally:
-            if not applied:
-                try:
-                    await asyncio.to_thread(discard, store.get(workspace.id), store, state)
-                except JarvisError:
-                    pass
-            store.close()
-
-    async def _ask(self, session: Session, run: RunContext, call: Any) -> bool:
+    async def _ask(self, session: Session, run: RunContext, call: schema.ToolCallUpdate) -> bool:
         """The client's answer to a permission request for ``call`` (a cancel, an
         error or a closed connection: no)."""
         asked = asyncio.ensure_future(
@@ -452,7 +363,9 @@ class JarvisAcpAgent:
             session.always.add(str(call.title))
         return True
 
-    def _buffer_reader(self, session: Session, loop: asyncio.AbstractEventLoop) -> Any:
+    def _buffer_reader(
+        self, session: Session, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[str], str | None]:
         """``file_read``'s way to the client's buffers (``fs/read_text_file``), called
         from the tool's worker thread; None (the disk) on any failure."""
 
@@ -471,7 +384,7 @@ class JarvisAcpAgent:
 
         return read
 
-    async def _send(self, session: Session, update: Any) -> None:
+    async def _send(self, session: Session, update: Update) -> None:
         session.record.append(
             {
                 "kind": "update",
@@ -582,89 +495,55 @@ _OPTIONS = [
 ]
 
 
-def _text_block_content(text: str) -> Any:
-    return schema.ContentToolCallContent(
-        type="content", content=schema.TextContentBlock(type="text", text=text)
-    )
+class _Outbox:
+    """A prompt's updates on their way to the client, in order, put from the loop or
+    from an engine's worker thread."""
+
+    def __init__(
+        self, agent: JarvisAcpAgent, session: Session, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.agent, self.session, self.loop = agent, session, loop
+        self.queue: asyncio.Queue[Update] = asyncio.Queue()
+        self.streamed = False  # some of the answer went out as it was generated
+
+    def put(self, update: Update) -> None:
+        if threading.get_ident() == self.agent._loop_thread:
+            self.queue.put_nowait(update)
+        else:  # an engine streaming from a worker thread
+            self.loop.call_soon_threadsafe(self.queue.put_nowait, update)
+
+    def on_delta(self, chunk: str) -> None:
+        if chunk:
+            self.streamed = True
+            self.put(_agent_text(chunk))
+
+    async def send_all(self) -> None:
+        while True:
+            update = await self.queue.get()
+            try:
+                await self.agent._send(self.session, update)
+            except Exception:  # the client went away: nothing more to send
+                log.debug("could not send an update", exc_info=True)
+            finally:
+                self.queue.task_done()
 
 
-def _call_done(call_id: str, status: str, text: str) -> Any:
-    return schema.ToolCallProgress(
-        session_update="tool_call_update", tool_call_id=call_id, status=status,  # type: ignore[arg-type]
-        content=[_text_block_content(text)],
-    )  # fmt: skip
+def _response(session: Session, outcome: RunOutcome | None) -> schema.PromptResponse:
+    """How the prompt ended, for the client."""
+    if (
+        session.cancelled
+        or outcome is None
+        or (outcome.failure and outcome.failure.code == "cancelled")
+    ):
+        return schema.PromptResponse(stop_reason="cancelled")
+    if outcome.failure is not None:
+        reason = _STOP_REASONS.get(outcome.failure.code, "end_turn")
+        return schema.PromptResponse(stop_reason=reason)  # type: ignore[arg-type]
+    return schema.PromptResponse(stop_reason="end_turn")
 
 
-def _prepare_workspace(cwd: str, task: str) -> Any:
-    from .._paths import paths
-    from ..code import CodeStore, prepare
-
-    state = paths().state
-    store = CodeStore(state / "code.db")
-    try:
-        return prepare(cwd, store=store, state_dir=state, task=task[:2000], agent=CODE_AGENT)
-    finally:
-        store.close()
-
-
-def _agent_text(text: str) -> Any:
+def _agent_text(text: str) -> schema.AgentMessageChunk:
     return schema.AgentMessageChunk(
         session_update="agent_message_chunk",
         content=schema.TextContentBlock(type="text", text=text),
     )
-
-
-def _checked_cwd(cwd: object) -> str:
-    if not isinstance(cwd, str) or not os.path.isabs(cwd) or "\x00" in cwd or len(cwd) > 4096:
-        raise RequestError.invalid_params({"message": "cwd must be an absolute path"})
-    return os.path.normpath(cwd)
-
-
-def _prompt_text(blocks: list[Any]) -> str:
-    """The text of a prompt: its text blocks, and the text of resources embedded in it
-    (a file the user attached), bounded."""
-    parts: list[str] = []
-    size = 0
-    for block in blocks or ():
-        kind = getattr(block, "type", "")
-        if kind == "text":
-            part = block.text
-        elif kind == "resource":
-            resource = block.resource
-            body = getattr(resource, "text", None)
-            if not isinstance(body, str):
-                continue
-            part = f"\n--- {str(getattr(resource, 'uri', ''))[:500]} ---\n{body}\n"
-        elif kind == "resource_link":
-            part = f"[{str(getattr(block, 'uri', ''))[:500]}]"
-        else:
-            raise RequestError.invalid_params(
-                {"message": f"jarvis takes no {str(kind)[:40]} content"}
-            )
-        size += len(part)
-        if size > MAX_PROMPT_CHARS:
-            raise RequestError.invalid_params(
-                {"message": f"a prompt is at most {MAX_PROMPT_CHARS} characters"}
-            )
-        parts.append(part)
-    return "".join(parts)
-
-
-def _mcp_servers(servers: Any) -> dict[str, Any]:
-    """The session's MCP servers as ``[mcp.servers]`` entries (stdio only), named
-    ``acp_NAME`` so they never shadow the config's."""
-    from .._config import McpServerConfig
-
-    found: dict[str, Any] = {}
-    for server in list(servers or ())[: MAX_MCP_SERVERS + 1]:
-        if len(found) >= MAX_MCP_SERVERS:
-            raise RequestError.invalid_params({"message": f"at most {MAX_MCP_SERVERS} MCP servers"})
-        command = getattr(server, "command", None)
-        if not isinstance(command, str) or not command:
-            raise RequestError.invalid_params({"message": "jarvis takes stdio MCP servers only"})
-        name = "acp_" + (_NAME.sub("_", str(server.name))[:40] or "server")
-        while name in found:
-            name += "_"
-        env = {str(v.name)[:200]: str(v.value)[:10_000] for v in list(server.env or ())[:100]}
-        found[name] = McpServerConfig(command=(command, *map(str, server.args[:200])), env=env)
-    return found

@@ -65,8 +65,14 @@ def _early_hello(wire: int) -> tuple[bytes, tuple[bool, bool] | None]:
     )
     if reply is None:
         return buffer, None
-    data = json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": reply},
-                      ensure_ascii=False, separators=(",", ":")).encode() + b"\n"  # fmt: skip
+    data = (
+        json.dumps(
+            {"jsonrpc": "2.0", "id": message["id"], "result": reply},
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+        + b"\n"
+    )
     while data:
         data = data[os.write(wire, data) :]
     return rest, client_fs(message.get("params"))

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ..external._mapping import _bounded, clip
 
 if TYPE_CHECKING:
+    from acp import schema
+
     from .._events import Event
 
 __all__ = ["TOOL_KINDS", "UpdateMapper", "tool_kind"]
@@ -149,7 +151,7 @@ class UpdateMapper:
         self._plan[step] = (_PLAN_STATUS.get(status, "completed"), clip(text, 500))
         return [self._plan_update()]
 
-    def _plan_update(self) -> Any:
+    def _plan_update(self) -> schema.AgentPlanUpdate:
         from acp import schema
 
         return schema.AgentPlanUpdate(
@@ -167,7 +169,7 @@ class UpdateMapper:
         )
 
 
-def _text_content(text: str) -> Any:
+def _text_content(text: str) -> schema.ContentToolCallContent:
     from acp import schema
 
     return schema.ContentToolCallContent(

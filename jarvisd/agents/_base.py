@@ -125,7 +125,7 @@ def workspace_dir(value: str, agent_id: str) -> str:
 class AgentContext:
     conversation: list[Message] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
-    memory_results: list[Any] = field(default_factory=list)
+    memory_results: list[object] = field(default_factory=list)  # MemoryHits, or text
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

@@ -102,8 +102,11 @@ def ensure_sdk(progress: Callable[[str], None] | None = None) -> Path:
     try:
         done = subprocess.run(
             [npm, "ci", "--omit=dev", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=target, capture_output=True, text=True, timeout=_INSTALL_TIMEOUT,
-        )  # fmt: skip
+            cwd=target,
+            capture_output=True,
+            text=True,
+            timeout=_INSTALL_TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         raise JarvisError(f"npm ci took more than {_INSTALL_TIMEOUT} s") from None
     if done.returncode != 0:

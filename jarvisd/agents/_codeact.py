@@ -253,9 +253,12 @@ class SessionDialect(CodeActDialect):
             # nothing outside the session: it is not acting.
             self.acted = self.acted or not (self.reask_unacted and _only_defines(step))
         elif (
-            step.kind == "final" and self.reask_unacted and not self.acted and not self.reasked
+            step.kind == "final"
+            and self.reask_unacted
+            and not self.acted
+            and not self.reasked
             and claims_change(step.content)
-        ):  # fmt: skip
+        ):
             self.reasked = True
             return Step("invalid", error=_UNACTED)
         return step
@@ -379,10 +382,13 @@ class NativeOpenHandsAgent(ToolUsingAgent):
             else:
                 metadata["url_prefetch"] = "skipped: tools.allow_network is false"
         session = ReplSession(
-            code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
-            max_output_bytes=self.max_output_chars, file_helpers=self.file_helpers,
+            code_executor,
+            exec_timeout=self.exec_timeout,
+            session_timeout=self.session_timeout,
+            max_output_bytes=self.max_output_chars,
+            file_helpers=self.file_helpers,
             cwd=self.work_dir,
-        )  # fmt: skip
+        )
         await session.prepare()
         dialect = SessionDialect(session, reask_unacted=self.reask_unacted)
         executor = self._executor([PythonTool(session)])

@@ -55,8 +55,11 @@ def _version_ok(python: str) -> bool:
     try:
         out = subprocess.run(
             [python, "-c", "import sys; print(sys.version_info >= (3, 12))"],
-            capture_output=True, text=True, timeout=30, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return out.stdout.strip() == "True"
@@ -76,8 +79,13 @@ def find_python312() -> str:
     if pyenv is not None:
         for version in ("3.12", "3.13"):
             try:
-                out = subprocess.run([pyenv, "prefix", version], capture_output=True, text=True,
-                                     timeout=30, check=False)  # fmt: skip
+                out = subprocess.run(
+                    [pyenv, "prefix", version],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
             except (OSError, subprocess.TimeoutExpired):
                 continue
             candidate = Path(out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "")
@@ -112,8 +120,19 @@ def ensure_venv(progress: Callable[[str], None] | None = None) -> Path:
     say(f"creating {target} with {python}")
     _run([python, "-m", "venv", str(target)], say)
     say("installing " + " ".join(PINS) + " (about 3 minutes and 485 MB the first time)")
-    _run([str(venv_python()), "-m", "pip", "install", "--disable-pip-version-check",
-          "--progress-bar", "off", *PINS], say)  # fmt: skip
+    _run(
+        [
+            str(venv_python()),
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--progress-bar",
+            "off",
+            *PINS,
+        ],
+        say,
+    )
     (target / _MARKER).write_text("\n".join(PINS))
     say("openhands is installed")
     return venv_python()

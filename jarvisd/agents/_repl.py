@@ -124,13 +124,16 @@ class ReplSession:
             return self.channel
         channel = await self.executor.open(self._request())
         self.channel = channel
-        init = Start(task="init", payload={
-            "max_output_bytes": self.max_output_bytes,
-            "variables": self.variables,
-            "llm": self.answer is not None,
-            "file_helpers": self.file_helpers,
-            "cwd": self.cwd,
-        })  # fmt: skip
+        init = Start(
+            task="init",
+            payload={
+                "max_output_bytes": self.max_output_bytes,
+                "variables": self.variables,
+                "llm": self.answer is not None,
+                "file_helpers": self.file_helpers,
+                "cwd": self.cwd,
+            },
+        )
         try:
             await send_frame(channel, init)
             reply = await self._next(channel)

@@ -64,8 +64,11 @@ class ReplTool(BaseTool):
 
     @property
     def spec(self) -> ToolSpec:
-        return ToolSpec("repl", "Run Python in the persistent REPL.",
-                        {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]})  # fmt: skip
+        return ToolSpec(
+            "repl",
+            "Run Python in the persistent REPL.",
+            {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+        )
 
     async def execute(self, **params: Any) -> ToolResult:
         result = await self.session.execute(str(params["code"]))
@@ -191,21 +194,33 @@ class RLMAgent(ToolUsingAgent):
         child = run.child()
         if context is not None and child.depth < self.max_depth:
             nested = type(self)(
-                self.engine, self.sub_model or self.model, tools=self.tools, temperature=self.sub_temperature,
-                max_tokens=self.sub_max_tokens, max_turns=self.max_turns, executor=self.code_executor,
-                sub_model=self.sub_model, sub_temperature=self.sub_temperature,
-                sub_max_tokens=self.sub_max_tokens, max_output_chars=self.max_output_chars,
-                exec_timeout=self.exec_timeout, max_depth=self.max_depth, chunk_chars=self.chunk_chars,
-            )  # fmt: skip
+                self.engine,
+                self.sub_model or self.model,
+                tools=self.tools,
+                temperature=self.sub_temperature,
+                max_tokens=self.sub_max_tokens,
+                max_turns=self.max_turns,
+                executor=self.code_executor,
+                sub_model=self.sub_model,
+                sub_temperature=self.sub_temperature,
+                sub_max_tokens=self.sub_max_tokens,
+                max_output_chars=self.max_output_chars,
+                exec_timeout=self.exec_timeout,
+                max_depth=self.max_depth,
+                chunk_chars=self.chunk_chars,
+            )
             result = await nested.arun(
                 prompt, AgentContext(metadata={"context": str(context)}), run=child
             )
             return result.content
         text = prompt if context is None else f"{prompt}\n\n{context}"
         generation = await self._generate(
-            child, [Message.user(text)], model=self.sub_model or self.model,
-            temperature=self.sub_temperature, max_tokens=self.sub_max_tokens,
-        )  # fmt: skip
+            child,
+            [Message.user(text)],
+            model=self.sub_model or self.model,
+            temperature=self.sub_temperature,
+            max_tokens=self.sub_max_tokens,
+        )
         return strip_think_tags(generation.content)
 
     async def _chunk_size(self) -> int:
@@ -232,10 +247,13 @@ class RLMAgent(ToolUsingAgent):
             code_executor = executor_for(load_config())
         await code_executor.check()  # no sandbox: say so before spending a model turn
         session = ReplSession(
-            code_executor, exec_timeout=self.exec_timeout, session_timeout=self.session_timeout,
-            max_output_bytes=self.max_output_chars, variables={"context": text, "question": input},
+            code_executor,
+            exec_timeout=self.exec_timeout,
+            session_timeout=self.session_timeout,
+            max_output_bytes=self.max_output_chars,
+            variables={"context": text, "question": input},
             answer=functools.partial(self.sub_call, run),
-        )  # fmt: skip
+        )
         await session.prepare()
         dialect = RLMDialect(len(text), await self._chunk_size(), session)
         executor = self._executor([ReplTool(session)])
@@ -245,6 +263,9 @@ class RLMAgent(ToolUsingAgent):
         if context is not None:
             messages[-1:-1] = context.conversation
         return LoopSetup(
-            dialect, executor, messages, close=session.close,
+            dialect,
+            executor,
+            messages,
+            close=session.close,
             metadata={"context_chars": len(text), "executor": code_executor.name},
-        )  # fmt: skip
+        )

@@ -28,21 +28,25 @@ def agent_rows() -> list[dict[str, Any]]:
         import sys
 
         doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
-        rows.append({
-            "key": key,
-            "alias_of": ALIASES.get(key),
-            "class": f"{cls.__module__}:{cls.__qualname__}",
-            "accepts_tools": cls.accepts_tools,
-            "description": doc[0].strip() if doc else "",
-            "options": {
-                name: {"type": option.describe().partition(" (")[2].rstrip(")"),
-                       "default": option.default}
-                for name, option in declared_options(cls).items()
-            },
-            # External agents: None for the others.
-            "installed": installed(cls.definition) if issubclass(cls, ExternalAgent) else None,
-            **({"mode": mode} if key == "claude_code" else {}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "key": key,
+                "alias_of": ALIASES.get(key),
+                "class": f"{cls.__module__}:{cls.__qualname__}",
+                "accepts_tools": cls.accepts_tools,
+                "description": doc[0].strip() if doc else "",
+                "options": {
+                    name: {
+                        "type": option.describe().partition(" (")[2].rstrip(")"),
+                        "default": option.default,
+                    }
+                    for name, option in declared_options(cls).items()
+                },
+                # External agents: None for the others.
+                "installed": installed(cls.definition) if issubclass(cls, ExternalAgent) else None,
+                **({"mode": mode} if key == "claude_code" else {}),
+            }
+        )
     return rows
 
 

@@ -141,8 +141,12 @@ def _for_terminal(text: str) -> str:
 @click.command()
 @click.argument("question")
 @run_options
-@click.option("--json", "as_json", is_flag=True,
-              help="Print one JSON object (the run's outcome) instead of text.")  # fmt: skip
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (the run's outcome) instead of text.",
+)
 @click.option("--no-stream", is_flag=True, help="Print the answer at the end instead of streaming.")
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 def ask(question: str, as_json: bool, no_stream: bool, no_daemon: bool, **run_values: Any) -> None:

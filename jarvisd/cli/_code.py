@@ -11,9 +11,14 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._errors import DaemonUnavailable, UsageError
+from ._code_view import _pick, _print_group, _print_workspace, _render
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from .._events import Event
     from ..code import CodeStore, Workspace
+    from ..runs import AgentSpec, Failure
 
 __all__ = ["code"]
 
@@ -72,7 +77,7 @@ def _store() -> CodeStore:
     return CodeStore(paths().state / "code.db")
 
 
-def _state_dir() -> Any:
+def _state_dir() -> Path:
     from .._paths import paths
 
     return paths().state
@@ -132,27 +137,56 @@ def _state_dir() -> Any:
     default=None,
     help="Budget: most seconds of wall-clock time for the agent's run.",
 )
-@click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
-              help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
-                   "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
-                   "Default: no network.")  # fmt: skip
-@click.option("--setup", "setup_command", default="", metavar="CMD",
-              help="Prepare the project's environment with CMD, in the sandbox, in a venv "
-                   "cached by its dependency files (default: [code] setup, else detected: "
-                   "a Python project gets its dependencies, test extras and pytest).")  # fmt: skip
+@click.option(
+    "--allow-net",
+    "allow_net",
+    multiple=True,
+    metavar="HOST[,HOST...]",
+    help="Hosts the agent's sandbox may reach through its egress proxy (HOST, "
+    "*.SUFFIX, with :PORT), besides [sandbox.network] allow. Repeatable. "
+    "Default: no network.",
+)
+@click.option(
+    "--setup",
+    "setup_command",
+    default="",
+    metavar="CMD",
+    help="Prepare the project's environment with CMD, in the sandbox, in a venv "
+    "cached by its dependency files (default: [code] setup, else detected: "
+    "a Python project gets its dependencies, test extras and pytest).",
+)
 @click.option("--no-setup", is_flag=True, help="No setup, not even a detected one.")
-@click.option("--image", default="", metavar="IMAGE",
-              help="The sandbox image of the run (default: [code] image, else the image of "
-                   "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
-                   "must be in the engine: jarvis never pulls.")  # fmt: skip
+@click.option(
+    "--image",
+    default="",
+    metavar="IMAGE",
+    help="The sandbox image of the run (default: [code] image, else the image of "
+    "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
+    "must be in the engine: jarvis never pulls.",
+)
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
-def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
-        candidates: int, agents: str, respect_gitignore: bool,
-        engine: str | None, model: str, temperature: float | None, max_turns: int | None,
-        max_wall: float | None, allow_net: tuple[str, ...], setup_command: str,
-        no_setup: bool, image: str, no_daemon: bool, as_json: bool) -> None:  # fmt: skip
-    from ..code import prepare
+def run(
+    path: str,
+    task_text: str,
+    agent: str,
+    test_command: str,
+    rounds: int,
+    candidates: int,
+    agents: str,
+    respect_gitignore: bool,
+    engine: str | None,
+    model: str,
+    temperature: float | None,
+    max_turns: int | None,
+    max_wall: float | None,
+    allow_net: tuple[str, ...],
+    setup_command: str,
+    no_setup: bool,
+    image: str,
+    no_daemon: bool,
+    as_json: bool,
+) -> None:
     from ..runs import AgentSpec
     from ..sandbox._netrun import split_hosts
 
@@ -166,31 +200,30 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         if not valid_image(image):
             raise UsageError(f"--image {image[:80]!r} is not an image name")
     store = _store()
-    chosen = _candidate_agents(agent, candidates, agents)
-    if len(chosen) > 1:
-        from ..code._candidates import group_of, prepare_group
-
-        ws = prepare_group(path, store=store, state_dir=_state_dir(), task=task_text,
-                           agents=chosen, test=test_command, respect_gitignore=respect_gitignore,
-                           rounds=rounds if test_command else 1)  # fmt: skip
-        made = group_of(store, ws)
-    else:
-        ws = prepare(path, store=store, state_dir=_state_dir(), task=task_text, agent=agent,
-                     test=test_command, respect_gitignore=respect_gitignore,
-                     rounds=rounds if test_command else 1)  # fmt: skip
-        made = [ws]
-    if setup_command or no_setup or image:  # every candidate sets up the same way
-        made = [store.update(one, setup=setup_command, no_setup=no_setup, image=image)
-                for one in made]  # fmt: skip
-        ws = made[0]
-    for one in made:
-        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
-        click.echo(f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
-                   f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
-                   err=True)  # fmt: skip
-    spec = AgentSpec(input=task_text, agent=agent, engine=engine, model=model,
-                     temperature=temperature, max_turns=max_turns, max_wall=max_wall,
-                     workspace=ws.id, allow_net=split_hosts(allow_net)).at_edge()  # fmt: skip
+    ws = _workspaces(
+        store,
+        path,
+        task_text,
+        _candidate_agents(agent, candidates, agents),
+        agent,
+        test_command,
+        rounds if test_command else 1,
+        respect_gitignore,
+        setup_command,
+        no_setup,
+        image,
+    )
+    spec = AgentSpec(
+        input=task_text,
+        agent=agent,
+        engine=engine,
+        model=model,
+        temperature=temperature,
+        max_turns=max_turns,
+        max_wall=max_wall,
+        workspace=ws.id,
+        allow_net=split_hosts(allow_net),
+    ).at_edge()
     failure = None
     task_id = None if no_daemon else _submit(spec)
     if task_id is not None:
@@ -206,12 +239,80 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         outcome = LocalHost().run(spec, context)
         failure = outcome.failure
         network = outcome.metadata.get("network")
-    ws = store.get(ws.id)
+    _report(store, store.get(ws.id), network, failure, as_json)
+
+
+def _workspaces(
+    store: CodeStore,
+    path: str,
+    task_text: str,
+    chosen: list[str],
+    agent: str,
+    test_command: str,
+    rounds: int,
+    respect_gitignore: bool,
+    setup_command: str,
+    no_setup: bool,
+    image: str,
+) -> Workspace:
+    """The run's workspace (the group's first, for candidates), prepared and said."""
+    from ..code import prepare
+
+    if len(chosen) > 1:
+        from ..code._candidates import group_of, prepare_group
+
+        ws = prepare_group(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agents=chosen,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds,
+        )
+        made = group_of(store, ws)
+    else:
+        ws = prepare(
+            path,
+            store=store,
+            state_dir=_state_dir(),
+            task=task_text,
+            agent=agent,
+            test=test_command,
+            respect_gitignore=respect_gitignore,
+            rounds=rounds,
+        )
+        made = [ws]
+    if setup_command or no_setup or image:  # every candidate sets up the same way
+        made = [
+            store.update(one, setup=setup_command, no_setup=no_setup, image=image) for one in made
+        ]
+        ws = made[0]
+    for one in made:
+        number = f"candidate {one.candidate} ({one.agent}): " if one.candidate else ""
+        click.echo(
+            f"{number}workspace {one.id}: {one.kind} at {one.path} ({one.files} files, "
+            f"{len(one.left_out) + one.more_left_out} left out, {one.setup_s:.2f} s)",
+            err=True,
+        )
+    return ws
+
+
+def _report(
+    store: CodeStore,
+    ws: Workspace,
+    network: object,
+    failure: Failure | None,
+    as_json: bool,
+) -> None:
+    """The run's workspace (or group) after the run, its egress, and its failure."""
     if ws.group:
         _print_group(store, ws, None, as_json)
     elif as_json:
-        click.echo(json.dumps({**ws.to_dict(), **({"network": network} if network else {})},
-                              indent=2))  # fmt: skip
+        click.echo(
+            json.dumps({**ws.to_dict(), **({"network": network} if network else {})}, indent=2)
+        )
     else:
         _print_workspace(ws, diff=True)
     if not as_json and isinstance(network, dict):  # the run's egress: reached, refused
@@ -224,7 +325,7 @@ def run(path: str, task_text: str, agent: str, test_command: str, rounds: int,
         raise click.exceptions.Exit(failure.exit_code)
 
 
-def _say_setup(event: Any) -> None:
+def _say_setup(event: Event) -> None:
     """A line of the setup's progress (pip's output, from the sandbox: escaped)."""
     from ._terminal import visible
 
@@ -238,66 +339,16 @@ def _candidate_agents(agent: str, candidates: int, agents: str) -> list[str]:
     if not named:
         return [agent] * candidates
     if candidates not in (1, len(named)):
-        raise UsageError(f"--candidates {candidates} and --agents name {len(named)} agents: "
-                         "give one of them (--agents runs one candidate of each)")  # fmt: skip
+        raise UsageError(
+            f"--candidates {candidates} and --agents name {len(named)} agents: "
+            "give one of them (--agents runs one candidate of each)"
+        )
     if len(named) > 8:
         raise UsageError(f"--agents: at most 8 candidates (got {len(named)})")
     return named
 
 
-def _pick(store: CodeStore, ws: Workspace, candidate: int | None) -> tuple[list[Any], Workspace]:
-    """The ranking of ``ws``'s group, and the member ``candidate`` names (default: the
-    best)."""
-    from ..code._candidates import group_of, rank
-
-    members = {m.candidate: m for m in group_of(store, ws)}
-    ranking = rank(list(members.values()))
-    if candidate is None:
-        return ranking, members[ranking[0].candidate]
-    if candidate not in members:
-        raise UsageError(f"workspace {ws.id}'s group has candidates "
-                         f"{', '.join(map(str, sorted(members)))}, not {candidate}")  # fmt: skip
-    return ranking, members[candidate]
-
-
-def _print_group(store: CodeStore, ws: Workspace, candidate: int | None, as_json: bool,
-                 pager: bool = False) -> None:  # fmt: skip
-    """The candidates side by side, ranked, then the chosen one (default: the best)."""
-    from ._terminal import for_terminal
-
-    ranking, chosen = _pick(store, ws, candidate)
-    if as_json:
-        from ..code._candidates import group_of
-
-        members = group_of(store, ws)
-        click.echo(json.dumps({"group": ws.group, "best": ranking[0].candidate,
-                               "candidates": [r.to_dict() for r in ranking],
-                               "workspaces": [m.to_dict() for m in members]}, indent=2))  # fmt: skip
-        return
-    color = sys.stdout.isatty()
-    lines = [f"candidates of {ws.group}, ranked by the tests (passed, then fewest failures, "
-             "then smallest diff):",
-             f"  {'RANK':<4}  {'#':>2}  {'WORKSPACE':<12}  {'AGENT':<18}  {'TESTS':<10}  "
-             f"{'FAILURES':>8}  {'DIFF':>5}  {'FILES':>5}  RUN"]  # fmt: skip
-    for place, r in enumerate(ranking, 1):
-        failures = "-" if r.failures is None else str(r.failures)
-        agent = for_terminal(r.agent)[:18]
-        lines.append(f"  {place:<4}  {r.candidate:>2}  {r.workspace:<12}  {agent:<18}  "
-                     f"{r.verdict:<10}  {failures:>8}  {r.diff_lines:>5}  {r.files:>5}  "
-                     f"{r.failure or 'ok'}")  # fmt: skip
-    lines += ["", f"candidate {chosen.candidate} (another: jarvis code show {ws.group} "
-              "--candidate K):", ""]  # fmt: skip
-    lines += [x for x in _render(chosen, diff=True, color=color) if not x.startswith("\napply:")]
-    lines.append(f"\napply: jarvis code apply {ws.group} --candidate {chosen.candidate}   "
-                 f"(the best: jarvis code apply {ws.group})")  # fmt: skip
-    text = "\n".join(lines)
-    if pager:
-        click.echo_via_pager(text + "\n")
-    else:
-        click.echo(text)
-
-
-def _submit(spec: Any) -> str | None:
+def _submit(spec: AgentSpec) -> str | None:
     """Hand the run to jarvisd as a task; None when no daemon answers."""
     from ..daemon import Client
 
@@ -309,7 +360,7 @@ def _submit(spec: Any) -> str | None:
     return str(info.id)
 
 
-def _task_network(task_id: str) -> Any:
+def _task_network(task_id: str) -> object:
     """The network summary of a finished task's outcome (None: it had no proxy)."""
     from ..daemon import Client
 
@@ -318,7 +369,7 @@ def _task_network(task_id: str) -> Any:
     return metadata.get("network") if isinstance(metadata, dict) else None
 
 
-def _follow(task_id: str) -> Any:
+def _follow(task_id: str) -> Failure | None:
     """Show the task's events until it ends; Ctrl-C cancels it. Its failure, or None."""
     from ..daemon import Client
     from ..runs import Failure
@@ -367,8 +418,10 @@ def list_(limit: int, as_json: bool) -> None:
     for ws in found:
         files = len(ws.outcome.get("files") or ())
         task = ws.task.replace("\n", " ")[:50]
-        click.echo(f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
-                   f"{ws.source}  {task}")  # fmt: skip
+        click.echo(
+            f"{ws.id:<12}  {ws.shown_state:<11}  {_when(ws.created_at):<16}  {files:>5}  "
+            f"{ws.source}  {task}"
+        )
 
 
 def _brief(ws: Workspace) -> dict[str, Any]:
@@ -408,80 +461,6 @@ def show(ws_id: str, as_json: bool, no_pager: bool, candidate: int | None) -> No
         click.echo("\n".join(lines))
 
 
-def _print_workspace(ws: Workspace, *, diff: bool) -> None:
-    click.echo("\n".join(_render(ws, diff=diff, color=sys.stdout.isatty())))
-
-
-def _render(ws: Workspace, *, diff: bool, color: bool) -> list[str]:
-    """The workspace for a person. What the agent wrote (summary, diff, test output) is
-    cleaned of escape sequences on a terminal."""
-    from ._terminal import for_terminal
-
-    def clean(text: str) -> str:
-        return for_terminal(text) if color else text
-
-    def style(text: str, **kw: Any) -> str:
-        return click.style(text, **kw) if color else text
-
-    out = ws.outcome
-    lines = [
-        style(f"workspace {ws.id}", bold=True) + f"  {ws.shown_state}",
-        f"project:   {ws.source}",
-        f"workspace: {ws.path} ({ws.kind}, branch {ws.branch})",
-        f"agent:     {ws.agent or '(default)'}   task: {clean(ws.task)[:200]}",
-    ]
-    if ws.left_out:
-        shown = ", ".join(f"{x['path']} ({x['reason']})" for x in ws.left_out[:20])
-        more = len(ws.left_out) - 20 + ws.more_left_out
-        lines.append(f"left out:  {clean(shown)}" + (f" and {more} more" if more > 0 else ""))
-    from ..code._testrun import describe
-
-    for key, label in (("test_before", "test before"), ("test_after", "test after")):
-        test = out.get(key)
-        if isinstance(test, dict):
-            verdict = clean(describe(test))
-            lines.append(f"{label + ':':<13}{style(verdict, fg='green' if test.get('passed') else 'red')}"
-                         f"  ({clean(str(test.get('command')))})")  # fmt: skip
-    rounds = out.get("rounds") or []
-    if len(rounds) > 1:
-        said = ", ".join(f"{r.get('round')}: {clean(describe(r.get('test')) or 'no test')}"
-                         for r in rounds if isinstance(r, dict))  # fmt: skip
-        lines.append(f"rounds:      {len(rounds)} of {ws.rounds} ({said})")
-    failure = out.get("failure")
-    if isinstance(failure, dict):
-        lines.append(style(f"failure:   {failure.get('code')}: {clean(str(failure.get('message')))}",
-                           fg="red"))  # fmt: skip
-    if out.get("summary"):
-        lines += ["summary:", *("  " + line for line in clean(str(out["summary"])).splitlines())]
-    files = out.get("files") or []
-    if ws.state in ("done", "failed", "applied"):
-        if files:
-            lines.append(f"files:     {len(files)} touched")
-            lines += [f"  {f['status']} {clean(f['path'])}" for f in files]
-        elif out.get("no_change_claimed"):
-            lines.append(style("files:     no change, though the summary claims one", fg="red"))
-        else:
-            lines.append("files:     no change")
-    if diff and out.get("diff"):
-        lines.append("")
-        for line in clean(str(out["diff"])).splitlines():
-            if line.startswith(("+++", "---")):
-                lines.append(style(line, bold=True))
-            elif line.startswith("+"):
-                lines.append(style(line, fg="green"))
-            elif line.startswith("-"):
-                lines.append(style(line, fg="red"))
-            elif line.startswith("@@"):
-                lines.append(style(line, fg="cyan"))
-            else:
-                lines.append(line)
-        if out.get("diff_truncated"):
-            lines.append(f"[diff cut at its first {len(out['diff'])} characters]")
-    if ws.state in ("done", "failed") and files:
-        lines.append(f"\napply: jarvis code apply {ws.id}   discard: jarvis code discard {ws.id}")
-    return lines
-
-
 @code.command("apply")
 @click.argument("ws_id", metavar="ID")
 @click.option(
@@ -506,8 +485,9 @@ def apply_(ws_id: str, candidate: int | None) -> None:
         # The group's first workspace names the group: the best, or --candidate K.
         ranking, chosen = _pick(store, ws, candidate)
         if candidate is None and ranking[0].tier == 4:
-            raise UsageError(f"no candidate of {ws.group} has a change to apply "
-                             "(see `jarvis code show`)")  # fmt: skip
+            raise UsageError(
+                f"no candidate of {ws.group} has a change to apply (see `jarvis code show`)"
+            )
         click.echo(f"candidate {chosen.candidate} (workspace {chosen.id})", err=True)
         ws_id = chosen.id
     elif candidate is not None:

@@ -7,17 +7,20 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from jarvisd._errors import DaemonError, DaemonUnavailable, UsageError
 from jarvisd._procs import pid_alive
 
+if TYPE_CHECKING:
+    from jarvisd.daemon import Client
+
 __all__ = ["daemon", "install_unit", "start_daemon", "stop_daemon"]
 
 
-def _client(timeout: float = 5.0) -> Any:
+def _client(timeout: float = 5.0) -> Client:
     from jarvisd.daemon import Client
 
     return Client(timeout=timeout, connect_timeout=1.0)
@@ -183,8 +186,10 @@ def install_unit(platform: str | None = None, home: Path | None = None) -> tuple
     src = _packaging_dir()
     if platform.startswith("linux"):
         text = (src / "systemd" / "jarvisd.service").read_text()
-        lines = [f"ExecStart={jarvisd_bin}" if line.startswith("ExecStart=") else line
-                 for line in text.splitlines()]  # fmt: skip
+        lines = [
+            f"ExecStart={jarvisd_bin}" if line.startswith("ExecStart=") else line
+            for line in text.splitlines()
+        ]
         dest = home / ".config" / "systemd" / "user" / "jarvisd.service"
         how = (
             "systemctl --user daemon-reload && systemctl --user enable --now jarvisd\n"
@@ -245,8 +250,10 @@ def status(as_json: bool) -> None:
         return
     click.echo(f"jarvisd {st.version} (pid {st.pid}), up {_human_duration(st.uptime_s)}")
     click.echo(f"socket:  {st.socket}")
-    click.echo(f"tasks:   {st.running} running (max {st.max_concurrent}), {st.queued} queued "
-               f"(max {st.max_queued}), {st.tasks_total} stored, {st.watches} watches")  # fmt: skip
+    click.echo(
+        f"tasks:   {st.running} running (max {st.max_concurrent}), {st.queued} queued "
+        f"(max {st.max_queued}), {st.tasks_total} stored, {st.watches} watches"
+    )
     click.echo(
         f"memory:  {_human_bytes(st.memory_bytes)} (daemon; tasks run in their own processes)"
     )
@@ -254,8 +261,10 @@ def status(as_json: bool) -> None:
     if st.config_error:
         click.echo(f"config reload refused: {st.config_error}")
     if st.store_error:
-        click.echo(f"store:   PAUSED, no task starts until it can be written: {st.store_error} "
-                   f"({st.stalled} stopped tasks waiting to be stored)")  # fmt: skip
+        click.echo(
+            f"store:   PAUSED, no task starts until it can be written: {st.store_error} "
+            f"({st.stalled} stopped tasks waiting to be stored)"
+        )
 
 
 @daemon.command()

@@ -46,9 +46,13 @@ def eval_group() -> None:
 @click.option("--seed", type=int, default=17, show_default=True, help="Seed of the draw.")
 @click.option("--json", "as_json", is_flag=True, help="Print the scores as JSON.")
 def bfcl(
-    categories: tuple[str, ...], model: str, engine: str | None, limit: int | None, seed: int,
+    categories: tuple[str, ...],
+    model: str,
+    engine: str | None,
+    limit: int | None,
+    seed: int,
     as_json: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Accuracy on the Berkeley Function Calling Leaderboard's AST categories.
 
     Each case offers BFCL's functions as tools and asks its question; the calls the
@@ -89,8 +93,16 @@ def bfcl(
 
     scores = asyncio.run(go())
     if as_json:
-        click.echo(json.dumps({"model": model or backend.default_model(), "engine": backend.name,
-                               "scores": [s.to_dict() for s in scores]}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {
+                    "model": model or backend.default_model(),
+                    "engine": backend.name,
+                    "scores": [s.to_dict() for s in scores],
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"BFCL, {backend.name} / {model or backend.default_model() or 'default model'}")
     click.echo(f"{'category':<18} {'n':>4} {'accuracy':>9}")
@@ -99,28 +111,66 @@ def bfcl(
 
 
 @eval_group.command("code")
-@click.option("--bugs", "bugs", default="", metavar="N|IDS",
-              help="How many bugs (spread over the projects), or which: ids or project "
-                   "names, comma-separated (default: all).")  # fmt: skip
-@click.option("-a", "--agent", default="native_openhands", show_default=True,
-              help="The agent of `jarvis code`.")  # fmt: skip
-@click.option("--candidates", type=click.IntRange(min=1, max=8), default=1, show_default=True,
-              help="Candidates per bug, ranked by the tests (as `jarvis code --candidates`).")  # fmt: skip
-@click.option("--rounds", type=click.IntRange(min=1, max=20), default=3, show_default=True,
-              help="The most agent rounds while the tests fail.")  # fmt: skip
+@click.option(
+    "--bugs",
+    "bugs",
+    default="",
+    metavar="N|IDS",
+    help="How many bugs (spread over the projects), or which: ids or project "
+    "names, comma-separated (default: all).",
+)
+@click.option(
+    "-a",
+    "--agent",
+    default="native_openhands",
+    show_default=True,
+    help="The agent of `jarvis code`.",
+)
+@click.option(
+    "--candidates",
+    type=click.IntRange(min=1, max=8),
+    default=1,
+    show_default=True,
+    help="Candidates per bug, ranked by the tests (as `jarvis code --candidates`).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1, max=20),
+    default=3,
+    show_default=True,
+    help="The most agent rounds while the tests fail.",
+)
 @click.option("-m", "--model", default="", help="Model; default from config.")
 @click.option("-e", "--engine", default=None, help="Engine; default from config.")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature.")
-@click.option("--max-wall", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Budget per bug: most seconds of the agent's run.")  # fmt: skip
-@click.option("--results", type=click.Path(dir_okay=False), default=None,
-              help="Append one JSON line per bug to this file, and skip the bugs it holds "
-                   "already (a stopped run goes on).")  # fmt: skip
+@click.option(
+    "--max-wall",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Budget per bug: most seconds of the agent's run.",
+)
+@click.option(
+    "--results",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append one JSON line per bug to this file, and skip the bugs it holds "
+    "already (a stopped run goes on).",
+)
 @click.option("--list", "list_only", is_flag=True, help="List the corpus's bugs and exit.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def code_eval(bugs: str, agent: str, candidates: int, rounds: int, model: str,
-              engine: str | None, temperature: float | None, max_wall: float | None,
-              results: str | None, list_only: bool, as_json: bool) -> None:  # fmt: skip
+def code_eval(
+    bugs: str,
+    agent: str,
+    candidates: int,
+    rounds: int,
+    model: str,
+    engine: str | None,
+    temperature: float | None,
+    max_wall: float | None,
+    results: str | None,
+    list_only: bool,
+    as_json: bool,
+) -> None:
     """How many real bugs `jarvis code` fixes: the codefix corpus.
 
     Each bug is one small mutation of a real PyPI project (an sdist pinned by sha256),
@@ -145,23 +195,39 @@ def code_eval(bugs: str, agent: str, candidates: int, rounds: int, model: str,
     if limit == 0:
         raise click.BadParameter("give at least 1", param_hint="--bugs")
     chosen = corpus.select("" if limit is not None else bugs, limit)
-    run_config = RunConfig(agent=agent, candidates=candidates, model=model, engine=engine,
-                           temperature=temperature, rounds=rounds, max_wall=max_wall)  # fmt: skip
+    run_config = RunConfig(
+        agent=agent,
+        candidates=candidates,
+        model=model,
+        engine=engine,
+        temperature=temperature,
+        rounds=rounds,
+        max_wall=max_wall,
+    )
 
     def progress(line: str) -> None:
         click.echo(f"jarvis: eval code: {line}", err=True)
 
-    rows = run_eval(chosen, [run_config], load_config(),
-                    results=Path(results) if results else None, progress=progress)  # fmt: skip
+    rows = run_eval(
+        chosen,
+        [run_config],
+        load_config(),
+        results=Path(results) if results else None,
+        progress=progress,
+    )
     summary = summarize(rows)
     if as_json:
         click.echo(json.dumps({"summary": summary, "results": rows}, indent=2))
         return
     for r in rows:
         word = "fixed" if r["fixed"] else (f"error: {r['error']}" if r["error"] else r["verdict"])
-        click.echo(f"{r['bug']:<28} {word:<12} {r['wall_s']:>7.1f} s "
-                   f"{r['prompt_tokens'] + r['completion_tokens']:>8} tokens")  # fmt: skip
+        click.echo(
+            f"{r['bug']:<28} {word:<12} {r['wall_s']:>7.1f} s "
+            f"{r['prompt_tokens'] + r['completion_tokens']:>8} tokens"
+        )
     for s in summary:
-        click.echo(f"{s['config']} / {s['model'] or 'default model'}: fixed {s['fixed']} of "
-                   f"{s['n']} ({100 * s['fix_rate']:.0f}%), {s['wall_s']:.0f} s, "
-                   f"{s['prompt_tokens'] + s['completion_tokens']} tokens")  # fmt: skip
+        click.echo(
+            f"{s['config']} / {s['model'] or 'default model'}: fixed {s['fixed']} of "
+            f"{s['n']} ({100 * s['fix_rate']:.0f}%), {s['wall_s']:.0f} s, "
+            f"{s['prompt_tokens'] + s['completion_tokens']} tokens"
+        )

@@ -20,9 +20,12 @@ def models() -> None:
 
 #: ``--engine``: the embedded engine's catalog (the default) or an Ollama server's.
 engine_option = click.option(
-    "--engine", type=click.Choice(["llamacpp", "ollama"]), default="llamacpp",
-    show_default=True, help="Whose models: the embedded engine's catalog, or Ollama's.",
-)  # fmt: skip
+    "--engine",
+    type=click.Choice(["llamacpp", "ollama"]),
+    default="llamacpp",
+    show_default=True,
+    help="Whose models: the embedded engine's catalog, or Ollama's.",
+)
 
 
 def _ollama() -> OllamaModels:
@@ -53,8 +56,10 @@ def _embedded_choice() -> ModelChoice:
 
     engine = load_config().engine
     # engine.model applies to every engine and wins, as in build_engine.
-    for key, value in (("engine.model", engine.model),
-                       ("engine.llamacpp.model", engine.llamacpp.model)):  # fmt: skip
+    for key, value in (
+        ("engine.model", engine.model),
+        ("engine.llamacpp.model", engine.llamacpp.model),
+    ):
         if value:
             return ModelChoice(value, f"configured in {key}")
     choice = strongest_model()
@@ -75,14 +80,22 @@ def list_models(as_json: bool, engine: str) -> None:
     statuses = model_status()
     choice = _embedded_choice()
     if as_json:
-        click.echo(json.dumps(
-            [s.entry.to_dict() | {
-                "present": s.present, "verified": s.verified, "path": str(s.path),
-                "default": s.entry.name == choice.name,
-                "default_reason": choice.reason if s.entry.name == choice.name else None,
-            } for s in statuses],
-            indent=2,
-        ))  # fmt: skip
+        click.echo(
+            json.dumps(
+                [
+                    s.entry.to_dict()
+                    | {
+                        "present": s.present,
+                        "verified": s.verified,
+                        "path": str(s.path),
+                        "default": s.entry.name == choice.name,
+                        "default_reason": choice.reason if s.entry.name == choice.name else None,
+                    }
+                    for s in statuses
+                ],
+                indent=2,
+            )
+        )
         return
     for s in statuses:
         mark = "*" if s.entry.name == choice.name else " "

@@ -23,50 +23,115 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 EXTERNAL_AGENTS = frozenset({"opencode", "codex", "claude", "gemini"})
 
 _OPTIONS = (
-    click.option("-a", "--agent", default="",
-                 help="Agent key (see `jarvis agents list`); default from config."),
-    click.option("-e", "--engine", default=None,
-                 help="llamacpp (embedded), ollama, openai, a plugin, or a [credentials.NAME] "
-                      "(external agents on a cloud model, the key kept on the host); "
-                      "default from config."),
-    click.option("-m", "--model", default="",
-                 help="Model name (catalog name or .gguf path for llamacpp)."),
-    click.option("-t", "--tools", default="",
-                 help="Comma-separated tools for tool-using agents (ACP agents: MCP tools "
-                      "only, with --no-sandbox)."),
-    click.option("--option", "agent_options", multiple=True, metavar="KEY=VALUE",
-                 help="An option the agent declares (see `jarvis agents list`), e.g. "
-                      "mode=structured for orchestrator, max_depth=3 for rlm. Repeatable."),
-    click.option("--context", "context_file", type=click.Path(dir_okay=False), default=None,
-                 help="A file given to the agent as its context (rlm keeps it in its REPL)."),
-    click.option("--team", "team_file", type=click.Path(dir_okay=False), default=None,
-                 help="Run a team described in a TOML file (agents and a pattern tree) "
-                      "instead of one agent; see README, Composing agents."),
+    click.option(
+        "-a",
+        "--agent",
+        default="",
+        help="Agent key (see `jarvis agents list`); default from config.",
+    ),
+    click.option(
+        "-e",
+        "--engine",
+        default=None,
+        help="llamacpp (embedded), ollama, openai, a plugin, or a [credentials.NAME] "
+        "(external agents on a cloud model, the key kept on the host); "
+        "default from config.",
+    ),
+    click.option(
+        "-m", "--model", default="", help="Model name (catalog name or .gguf path for llamacpp)."
+    ),
+    click.option(
+        "-t",
+        "--tools",
+        default="",
+        help="Comma-separated tools for tool-using agents (ACP agents: MCP tools "
+        "only, with --no-sandbox).",
+    ),
+    click.option(
+        "--option",
+        "agent_options",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="An option the agent declares (see `jarvis agents list`), e.g. "
+        "mode=structured for orchestrator, max_depth=3 for rlm. Repeatable.",
+    ),
+    click.option(
+        "--context",
+        "context_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="A file given to the agent as its context (rlm keeps it in its REPL).",
+    ),
+    click.option(
+        "--team",
+        "team_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="Run a team described in a TOML file (agents and a pattern tree) "
+        "instead of one agent; see docs/composing-agents.md.",
+    ),
     click.option("--sandbox", is_flag=True, help="Run the agent in a network-disabled container."),
-    click.option("--no-sandbox", is_flag=True,
-                 help="Run an external agent (opencode, codex, claude, gemini...) on the host "
-                      "instead of in the sandbox, its default. NOT isolated: warns every run."),
-    click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
-                 help="Mount a host path into the sandbox (read-only unless :rw). Repeatable."),
-    click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
-                 help="Hosts the run's sandbox may reach through its egress proxy (HOST, "
-                      "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
-                      "[sandbox.network] allow. Repeatable. Default: no network."),
+    click.option(
+        "--no-sandbox",
+        is_flag=True,
+        help="Run an external agent (opencode, codex, claude, gemini...) on the host "
+        "instead of in the sandbox, its default. NOT isolated: warns every run.",
+    ),
+    click.option(
+        "--mount",
+        "mounts",
+        multiple=True,
+        metavar="PATH[:rw]",
+        help="Mount a host path into the sandbox (read-only unless :rw). Repeatable.",
+    ),
+    click.option(
+        "--allow-net",
+        "allow_net",
+        multiple=True,
+        metavar="HOST[,HOST...]",
+        help="Hosts the run's sandbox may reach through its egress proxy (HOST, "
+        "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
+        "[sandbox.network] allow. Repeatable. Default: no network.",
+    ),
     click.option("--temperature", type=float, default=None, help="Sampling temperature."),
-    click.option("--max-tokens", type=click.IntRange(min=1), default=None,
-                 help="Most tokens per model reply."),
-    click.option("--max-turns", type=click.IntRange(min=1), default=None,
-                 help="Most model turns for tool-using agents."),
-    click.option("--max-tokens-total", type=click.IntRange(min=1), default=None,
-                 help="Budget: most tokens (prompt and completion) for the whole run, "
-                      "nested agents included."),
-    click.option("--max-calls", type=click.IntRange(min=1), default=None,
-                 help="Budget: most engine calls for the whole run."),
-    click.option("--max-tool-calls", type=click.IntRange(min=1), default=None,
-                 help="Budget: most tool calls for the whole run."),
-    click.option("--max-wall", type=click.FloatRange(min=0, min_open=True), default=None,
-                 help="Budget: most seconds of wall-clock time for the whole run."),
-)  # fmt: skip
+    click.option(
+        "--max-tokens",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Most tokens per model reply.",
+    ),
+    click.option(
+        "--max-turns",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Most model turns for tool-using agents.",
+    ),
+    click.option(
+        "--max-tokens-total",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Budget: most tokens (prompt and completion) for the whole run, "
+        "nested agents included.",
+    ),
+    click.option(
+        "--max-calls",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Budget: most engine calls for the whole run.",
+    ),
+    click.option(
+        "--max-tool-calls",
+        type=click.IntRange(min=1),
+        default=None,
+        help="Budget: most tool calls for the whole run.",
+    ),
+    click.option(
+        "--max-wall",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Budget: most seconds of wall-clock time for the whole run.",
+    ),
+)
 
 
 def run_options(command: _F) -> _F:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from .._errors import UsageError
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
+    from jarvisd.netpolicy import NetEvent
 
 __all__ = ["sandbox"]
 
@@ -53,12 +57,21 @@ def doctor(as_json: bool) -> None:
     config = load_config()
     checks = diagnose(config)
     backend = config.sandbox.backend
-    needed = {"backend", "engine", "image", "policy"} if backend in ("docker", "podman") else {
-        "backend", "bwrap"} if backend == "bwrap" else {"backend"}  # fmt: skip
+    needed = (
+        {"backend", "engine", "image", "policy"}
+        if backend in ("docker", "podman")
+        else {"backend", "bwrap"}
+        if backend == "bwrap"
+        else {"backend"}
+    )
     usable = all(c.ok for c in checks if c.name in needed)
     if as_json:
-        click.echo(json.dumps({"ok": usable, "backend": backend,
-                               "checks": [c.to_dict() for c in checks]}, indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {"ok": usable, "backend": backend, "checks": [c.to_dict() for c in checks]},
+                indent=2,
+            )
+        )
     else:
         for check in checks:
             mark = "ok  " if check.ok else "FAIL"
@@ -71,8 +84,12 @@ def doctor(as_json: bool) -> None:
 
 
 @sandbox.command("gc")
-@click.option("--all", "everything", is_flag=True,
-              help="Remove every jarvis sandbox container, also those of running jarvis processes.")  # fmt: skip
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Remove every jarvis sandbox container, also those of running jarvis processes.",
+)
 def gc(everything: bool) -> None:
     """Remove leftover sandbox containers (found by their jarvis.sandbox label)."""
     from .._config import load_config
@@ -85,13 +102,23 @@ def gc(everything: bool) -> None:
 @sandbox.command(
     "run", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
 )
-@click.option("--mount", "mounts", multiple=True, metavar="PATH[:rw]",
-              help="Mount PATH (read-only; :rw if its allowed root permits). Repeatable.")  # fmt: skip
+@click.option(
+    "--mount",
+    "mounts",
+    multiple=True,
+    metavar="PATH[:rw]",
+    help="Mount PATH (read-only; :rw if its allowed root permits). Repeatable.",
+)
 @click.option("--timeout", type=float, default=None, help="Seconds (default: sandbox.timeout).")
-@click.option("--allow-net", "allow_net", multiple=True, metavar="HOST[,HOST...]",
-              help="Hosts the command may reach through the run's egress proxy (HOST, "
-                   "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
-                   "[sandbox.network] allow. Repeatable. Default: no network.")  # fmt: skip
+@click.option(
+    "--allow-net",
+    "allow_net",
+    multiple=True,
+    metavar="HOST[,HOST...]",
+    help="Hosts the command may reach through the run's egress proxy (HOST, "
+    "*.SUFFIX, with :PORT; default ports 443 and 80), besides "
+    "[sandbox.network] allow. Repeatable. Default: no network.",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     mounts: tuple[str, ...],
@@ -146,7 +173,7 @@ async def _run(
     return code
 
 
-def _say_net(event: Any) -> None:
+def _say_net(event: NetEvent) -> None:
     """One line on stderr per connection the proxy saw (the run's network log)."""
     verdict = "allowed" if event.allowed else "REFUSED"
     size = f", {event.bytes_up} B up, {event.bytes_down} B down" if event.allowed else ""
@@ -158,7 +185,7 @@ def _say_net(event: Any) -> None:
 
 
 async def _run_program(
-    config: Any, argv: list[str], mounts: tuple[str, ...], seconds: float | None, egress: str
+    config: Config, argv: list[str], mounts: tuple[str, ...], seconds: float | None, egress: str
 ) -> int:
     from ..executors import ExecRequest
     from ..sandbox import executor_for_backend
@@ -191,13 +218,17 @@ async def _run_program(
     if result.stdout:
         sys.stdout.write(result.stdout)
     notes = [line for line in result.stderr.splitlines() if line.startswith("[sandbox]")]
-    program_err = "\n".join(line for line in result.stderr.splitlines()
-                            if not line.startswith("[sandbox]"))  # fmt: skip
+    program_err = "\n".join(
+        line for line in result.stderr.splitlines() if not line.startswith("[sandbox]")
+    )
     if program_err:
         sys.stderr.write(program_err + "\n")
     if result.reason == "timeout":
-        click.echo(f"jarvis: sandbox: timed out after {request.timeout:g}s; the program was "
-                   "killed and its container removed", err=True)  # fmt: skip
+        click.echo(
+            f"jarvis: sandbox: timed out after {request.timeout:g}s; the program was "
+            "killed and its container removed",
+            err=True,
+        )
         return EXIT_TIMEOUT
     if result.reason == "oom":
         detail = notes[0].removeprefix("[sandbox] ") if notes else "out of memory"

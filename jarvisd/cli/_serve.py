@@ -13,12 +13,22 @@ import click
 @click.command("serve-model")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=11434, show_default=True, type=int, help="Port (0: any free port).")
-@click.option("-m", "--model", "models", multiple=True,
-              help="Catalog name or .gguf path to serve (repeatable; default: config).")  # fmt: skip
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    multiple=True,
+    help="Catalog name or .gguf path to serve (repeatable; default: config).",
+)
 @click.option("--n-ctx", type=int, default=None, help="Context window (default: config).")
-@click.option("--allow-origin", "origins", multiple=True, envvar="JARVIS_ORIGINS",
-              help="Extra browser Origin to answer, e.g. 'https://app.example' or "
-                   "'chrome-extension://*' (repeatable; env JARVIS_ORIGINS, space-separated).")  # fmt: skip
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    envvar="JARVIS_ORIGINS",
+    help="Extra browser Origin to answer, e.g. 'https://app.example' or "
+    "'chrome-extension://*' (repeatable; env JARVIS_ORIGINS, space-separated).",
+)
 def serve_model(
     host: str, port: int, models: tuple[str, ...], n_ctx: int | None, origins: tuple[str, ...]
 ) -> None:
@@ -154,7 +164,7 @@ def serve(
     /v1/models lists agent:NAME and team:NAME; a /v1/chat/completions request for one
     runs that agent or team on the served model, as `jarvis ask` would: its tools run
     here, its answer streams back, usage is the whole run's, and a client that hangs up
-    cancels the run (its containers too). See README, "Agents as models".
+    cancels the run (its containers too). See docs/serving.md, "Agents as models".
 
     Every request must carry `Authorization: Bearer TOKEN` (the token is printed at
     start); Host and Origin are checked as by serve-model.

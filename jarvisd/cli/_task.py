@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,13 +13,16 @@ from jarvisd._errors import UsageError
 from ._run_options import build_spec, run_options
 from ._terminal import visible
 
+if TYPE_CHECKING:
+    from jarvisd.daemon import Client, TaskInfo
+
 __all__ = ["format_event", "task"]
 
 # Exit codes of `task wait`: how the task ended.
 WAIT_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 4, "interrupted": 5}
 
 
-def _client(timeout: float = 30.0) -> Any:
+def _client(timeout: float = 30.0) -> Client:
     from jarvisd.daemon import Client
 
     return Client(timeout=timeout)
@@ -48,16 +51,20 @@ def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
         content = str(data.get("content", "")).replace("\n", " ")[:200]
         return f"[{seq}] tool {data.get('tool')} -> {status}: {content}"
     if event == "approval_requested":
-        return (f"[{seq}] waiting for approval: {data.get('tool')} (kind {data.get('kind')}) "
-                f"{data.get('arguments')}; answer with `jarvis task approve|deny`")  # fmt: skip
+        return (
+            f"[{seq}] waiting for approval: {data.get('tool')} (kind {data.get('kind')}) "
+            f"{data.get('arguments')}; answer with `jarvis task approve|deny`"
+        )
     if event == "approval":
         verdict = "allowed" if data.get("allowed") else "denied"
         return f"[{seq}] {data.get('tool')} {verdict} ({data.get('by')})"
     if event == "net_connect":
         verdict = "allowed" if data.get("allowed") else "REFUSED"
         reason = f" ({data.get('reason')})" if data.get("reason") else ""
-        return (f"[{seq}] net {verdict} {data.get('host')}:{data.get('port')}{reason} "
-                f"up {data.get('bytes_up', 0)} B, down {data.get('bytes_down', 0)} B")  # fmt: skip
+        return (
+            f"[{seq}] net {verdict} {data.get('host')}:{data.get('port')}{reason} "
+            f"up {data.get('bytes_up', 0)} B, down {data.get('bytes_down', 0)} B"
+        )
     if event == "code_setup":
         return f"[{seq}] setup: {data.get('line', '')}"
     if event == "task_end":
@@ -67,28 +74,38 @@ def _format_event(seq: int, event: str, data: dict[str, Any]) -> str | None:
     return f"[{seq}] {event} {details}".rstrip()
 
 
-def _state(info: Any) -> str:
+def _state(info: TaskInfo) -> str:
     return "waiting" if info.waiting is not None else info.state
 
 
-def _print_info(info: Any) -> None:
+def _print_info(info: TaskInfo) -> None:
     click.echo(f"id:        {info.id}")
     click.echo(f"state:     {_state(info)}" + (f" ({visible(info.reason)})" if info.reason else ""))
     if info.waiting is not None:
         left = max(0.0, info.waiting.until - time.time())
-        click.echo(f"waiting:   for approval of {visible(info.waiting.tool)} "
-                   f"(kind {visible(info.waiting.kind)}), "
-                   f"denied in {left:.0f} s: jarvis task approve|deny {info.id}")  # fmt: skip
-    click.echo(f"agent:     {info.spec.agent or '(default)'}"
-               + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
-               + ("  sandbox" if info.spec.isolation == "sandbox" else ""))  # fmt: skip
+        click.echo(
+            f"waiting:   for approval of {visible(info.waiting.tool)} "
+            f"(kind {visible(info.waiting.kind)}), "
+            f"denied in {left:.0f} s: jarvis task approve|deny {info.id}"
+        )
+    click.echo(
+        f"agent:     {info.spec.agent or '(default)'}"
+        + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
+        + ("  sandbox" if info.spec.isolation == "sandbox" else "")
+    )
     click.echo(f"input:     {visible(info.spec.input[:200])}")
-    click.echo(f"created:   {_when(info.created_at)}   started: {_when(info.started_at)}   "
-               f"finished: {_when(info.finished_at)}")  # fmt: skip
-    click.echo(f"attempts:  {info.attempts}   checkpoints: {info.checkpoint_turns}   "
-               f"events: {info.last_seq}")  # fmt: skip
-    click.echo(f"usage:     cpu {info.cpu_seconds:.2f} s, memory {info.memory_bytes / 2**20:.1f} MiB"
-               + (f" (worker pid {info.worker_pid})" if info.worker_pid else ""))  # fmt: skip
+    click.echo(
+        f"created:   {_when(info.created_at)}   started: {_when(info.started_at)}   "
+        f"finished: {_when(info.finished_at)}"
+    )
+    click.echo(
+        f"attempts:  {info.attempts}   checkpoints: {info.checkpoint_turns}   "
+        f"events: {info.last_seq}"
+    )
+    click.echo(
+        f"usage:     cpu {info.cpu_seconds:.2f} s, memory {info.memory_bytes / 2**20:.1f} MiB"
+        + (f" (worker pid {info.worker_pid})" if info.worker_pid else "")
+    )
     if info.watch:
         click.echo(f"watch:     {info.watch}")
     if info.rerun_of:
@@ -96,8 +113,9 @@ def _print_info(info: Any) -> None:
     if info.result is not None:
         failure = info.result.get("failure")
         if isinstance(failure, dict):
-            click.echo(visible(f"failure:   {failure.get('code')}: {failure.get('message')}",
-                               lines=True))  # fmt: skip
+            click.echo(
+                visible(f"failure:   {failure.get('code')}: {failure.get('message')}", lines=True)
+            )
         else:
             click.echo("answer:")
             click.echo(visible(info.result.get("answer", ""), lines=True))
@@ -111,8 +129,12 @@ def task() -> None:
 @task.command()
 @click.argument("text")
 @run_options
-@click.option("--watch", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Re-run the task whenever files under this directory change.")  # fmt: skip
+@click.option(
+    "--watch",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Re-run the task whenever files under this directory change.",
+)
 @click.option(
     "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
 )
@@ -134,9 +156,13 @@ def submit(
 
 
 @task.command("list")
-@click.option("--state", "states", multiple=True,
-              type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled",
-                                 "interrupted"]), help="Only tasks in this state (repeatable).")  # fmt: skip
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled", "interrupted"]),
+    help="Only tasks in this state (repeatable).",
+)
 @click.option("-n", "--limit", default=50, show_default=True, help="Most tasks to list.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 def list_(states: tuple[str, ...], limit: int, as_json: bool) -> None:
@@ -153,8 +179,10 @@ def list_(states: tuple[str, ...], limit: int, as_json: bool) -> None:
         text = t.spec.input.replace("\n", " ")
         click.echo(f"{t.id:<12}  {_state(t):<11}  {_when(t.created_at):<19}  {visible(text[:60])}")
         if t.waiting is not None:
-            click.echo(f"{'':<12}  waits for approval: {visible(t.waiting.tool)} "
-                       f"(kind {visible(t.waiting.kind)})")  # fmt: skip
+            click.echo(
+                f"{'':<12}  waits for approval: {visible(t.waiting.tool)} "
+                f"(kind {visible(t.waiting.kind)})"
+            )
 
 
 @task.command()
@@ -172,16 +200,30 @@ def show(task_id: str, as_json: bool) -> None:
 @task.command()
 @click.argument("task_id")
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming until the task ends.")
-@click.option("--from", "since", default=0, show_default=True,
-              help="Only events after this sequence number (resume a follow).")  # fmt: skip
+@click.option(
+    "--from",
+    "since",
+    default=0,
+    show_default=True,
+    help="Only events after this sequence number (resume a follow).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 def logs(task_id: str, follow: bool, since: int, as_json: bool) -> None:
     """Print a task's events (with -f, live until it ends)."""
     in_text = False
     for ev in _client().logs(task_id, since=since, follow=follow):
         if as_json:
-            click.echo(json.dumps({"seq": ev.seq, "event": ev.event, "data": dict(ev.data),
-                                   "timestamp": ev.timestamp}, ensure_ascii=False))  # fmt: skip
+            click.echo(
+                json.dumps(
+                    {
+                        "seq": ev.seq,
+                        "event": ev.event,
+                        "data": dict(ev.data),
+                        "timestamp": ev.timestamp,
+                    },
+                    ensure_ascii=False,
+                )
+            )
             continue
         line = format_event(ev.seq, ev.event, dict(ev.data))
         if line is None:

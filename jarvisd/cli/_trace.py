@@ -29,16 +29,21 @@ def list_traces(limit: int, as_json: bool) -> None:
     for t in traces:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t.started))
         status = "error" if t.error else "ok"
-        click.echo(f"{t.id}  {when}  {t.agent:<16} {t.turns:>2} turns {t.tool_calls:>2} tools "
-                   f"{t.duration_s:7.2f}s {status:<5} {t.input[:50]!r}")  # fmt: skip
+        click.echo(
+            f"{t.id}  {when}  {t.agent:<16} {t.turns:>2} turns {t.tool_calls:>2} tools "
+            f"{t.duration_s:7.2f}s {status:<5} {t.input[:50]!r}"
+        )
 
 
 @trace.command("show")
 @click.argument("trace_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON with every event.")
-@click.option("--mermaid", is_flag=True,
-              help="Print the run as a mermaid sequence diagram (delegations, tool calls, "
-                   "handoffs, routes), drawn from its recorded events.")  # fmt: skip
+@click.option(
+    "--mermaid",
+    is_flag=True,
+    help="Print the run as a mermaid sequence diagram (delegations, tool calls, "
+    "handoffs, routes), drawn from its recorded events.",
+)
 def show(trace_id: str, as_json: bool, mermaid: bool) -> None:
     """One trace (an id or a unique prefix) with its events."""
     from ..traces import TraceStore

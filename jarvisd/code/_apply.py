@@ -113,8 +113,9 @@ def _current(root_fd: int, path: str) -> tuple[_Version | None, int | None]:
             return _Version(os.fsencode(os.readlink(name, dir_fd=parent)), "120000"), None
         if not stat.S_ISREG(info.st_mode):
             raise WorkspaceError(f"{path} in the project is no longer a regular file")
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=parent)  # fmt: skip
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
+        )
         with os.fdopen(fd, "rb") as handle:
             data = handle.read()
         mode = "100755" if info.st_mode & 0o100 else "100644"
@@ -198,9 +199,15 @@ def _journal(ws: Workspace, root_fd: int, writes: list[_Write]) -> Journal:
         name = write.path.rpartition("/")[2]
         temp, backup = side_names(name, ws.id)
         content = write.content
-        entries.append(Entry(path=write.path, temp=None if content is None else temp,
-                             backup=backup, existed=write.exists,
-                             sha256=None if content is None else content_hash(content.data)))  # fmt: skip
+        entries.append(
+            Entry(
+                path=write.path,
+                temp=None if content is None else temp,
+                backup=backup,
+                existed=write.exists,
+                sha256=None if content is None else content_hash(content.data),
+            )
+        )
     made = missing_dirs(root_fd, (w.path for w in writes if w.content is not None))
     return Journal(ws.id, ws.source, entries, made)
 
@@ -266,8 +273,9 @@ def _apply_locked(
             if signals.received is None:
                 raise
             # (a git child killed by the same Ctrl-C fails: the signal is the cause)
-            raise ApplyInterrupted(f"not applied: interrupted by {signals.name}; nothing was "
-                                   "written") from exc  # fmt: skip
+            raise ApplyInterrupted(
+                f"not applied: interrupted by {signals.name}; nothing was written"
+            ) from exc
         journal = _journal(ws, root_fd, writes)
         try:
             journal.save(state_dir)  # before anything in the project changes
@@ -298,9 +306,13 @@ def _apply_locked(
 
 
 def _undo(
-    root_fd: int, journal: Journal, state_dir: Path, ws: Workspace, exc: BaseException,
+    root_fd: int,
+    journal: Journal,
+    state_dir: Path,
+    ws: Workspace,
+    exc: BaseException,
     signals: SignalGuard,
-) -> None:  # fmt: skip
+) -> None:
     """Roll back a failed or interrupted apply, then raise the error that says so."""
     try:
         left = roll_back(root_fd, journal)
@@ -313,8 +325,10 @@ def _undo(
     kept = (
         f" (the directories {', '.join(left)} now hold other files and were kept)" if left else ""
     )
-    done = (f"every file was put back as it was, and every temporary file and new "
-            f"directory removed{kept}")  # fmt: skip
+    done = (
+        f"every file was put back as it was, and every temporary file and new "
+        f"directory removed{kept}"
+    )
     if isinstance(exc, ApplyInterrupted) or signals.received is not None:
         raise ApplyInterrupted(f"not applied: {_why(exc, signals)}; {done}") from exc
     if isinstance(exc, OSError):
@@ -324,9 +338,13 @@ def _undo(
 
 
 def _undo_after_commit(
-    root_fd: int, journal: Journal, state_dir: Path, ws: Workspace, exc: OSError,
+    root_fd: int,
+    journal: Journal,
+    state_dir: Path,
+    ws: Workspace,
+    exc: OSError,
     signals: SignalGuard,
-) -> None:  # fmt: skip
+) -> None:
     """A rename failed after the commit point: roll back from the backups. The journal
     says so first, so a kill meanwhile rolls back too, not forward."""
     journal.phase = ROLLING_BACK

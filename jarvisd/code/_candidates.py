@@ -68,9 +68,17 @@ class Ranked:
         return (self.tier, failures if self.tier == 2 else 0, self.diff_lines, self.candidate)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"candidate": self.candidate, "workspace": self.workspace, "agent": self.agent,
-                "tier": self.tier, "verdict": self.verdict, "failures": self.failures,
-                "diff_lines": self.diff_lines, "files": self.files, "failure": self.failure}  # fmt: skip
+        return {
+            "candidate": self.candidate,
+            "workspace": self.workspace,
+            "agent": self.agent,
+            "tier": self.tier,
+            "verdict": self.verdict,
+            "failures": self.failures,
+            "diff_lines": self.diff_lines,
+            "files": self.files,
+            "failure": self.failure,
+        }
 
 
 def _diff_lines(diff: str) -> int:
@@ -100,8 +108,17 @@ def ranked(ws: Workspace) -> Ranked:
         )
     else:
         tier = 3
-    return Ranked(ws.candidate, ws.id, ws.agent, tier, verdict or "-", failures,
-                  _diff_lines(str(out.get("diff") or "")), len(out.get("files") or ()), code)  # fmt: skip
+    return Ranked(
+        ws.candidate,
+        ws.id,
+        ws.agent,
+        tier,
+        verdict or "-",
+        failures,
+        _diff_lines(str(out.get("diff") or "")),
+        len(out.get("files") or ()),
+        code,
+    )
 
 
 def rank(members: Sequence[Workspace]) -> list[Ranked]:
@@ -147,9 +164,18 @@ def prepare_group(
     made: list[Workspace] = []
     try:
         for agent in agents:
-            made.append(prepare(source, store=store, state_dir=state_dir, task=task,
-                                agent=agent, test=test, respect_gitignore=respect_gitignore,
-                                rounds=rounds))  # fmt: skip
+            made.append(
+                prepare(
+                    source,
+                    store=store,
+                    state_dir=state_dir,
+                    task=task,
+                    agent=agent,
+                    test=test,
+                    respect_gitignore=respect_gitignore,
+                    rounds=rounds,
+                )
+            )
     except BaseException:
         for ws in made:
             try:

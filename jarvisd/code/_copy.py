@@ -74,8 +74,9 @@ class NameFilter:
             if "/" in p
         ]
         # A multi-component pattern can only match when its last piece matches the name.
-        lasts = "|".join(f"(?:{fnmatch.translate(p.rsplit('/', 1)[1].lower())})"
-                         for p, _n, _rx in self._multi)  # fmt: skip
+        lasts = "|".join(
+            f"(?:{fnmatch.translate(p.rsplit('/', 1)[1].lower())})" for p, _n, _rx in self._multi
+        )
         self._any_last = re.compile(lasts or r"(?!)")
 
     def match(self, parts: Sequence[str]) -> str | None:
@@ -289,8 +290,12 @@ def _copy_file(
             report.leave_out(path, _special(info.st_mode))
             return
         mode = (info.st_mode & 0o777) | 0o660
-        out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                      mode, dir_fd=dst_fd)  # fmt: skip
+        out = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=dst_fd,
+        )
         try:
             offset = 0
             while sent := os.sendfile(out, fd, offset, _CHUNK):

@@ -40,14 +40,42 @@ __all__ = ["EMPTY_TREE", "IDENTITY", "Git", "git_output", "safe_environment"]
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #: Settings forced on every call, above any config git may still read (see above).
 _SAFE = (
-    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
-    "-c", "core.untrackedCache=false", "-c", "commit.gpgSign=false",
-    "-c", "tag.gpgSign=false", "-c", "diff.external=", "-c", "submodule.recurse=false",
-    "-c", "core.attributesFile=/dev/null", "-c", f"attr.tree={EMPTY_TREE}",
-    "-c", "core.sshCommand=false", "-c", "core.pager=cat", "-c", "core.askPass=false",
-    "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "log.showSignature=false",
-    "-c", "protocol.allow=never", "-c", "core.editor=false", "--no-pager",
-)  # fmt: skip
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "tag.gpgSign=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "submodule.recurse=false",
+    "-c",
+    "core.attributesFile=/dev/null",
+    "-c",
+    f"attr.tree={EMPTY_TREE}",
+    "-c",
+    "core.sshCommand=false",
+    "-c",
+    "core.pager=cat",
+    "-c",
+    "core.askPass=false",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "maintenance.auto=false",
+    "-c",
+    "log.showSignature=false",
+    "-c",
+    "protocol.allow=never",
+    "-c",
+    "core.editor=false",
+    "--no-pager",
+)
 #: How much of git's error output a message quotes.
 _STDERR_CHARS = 400
 #: Identity of the commits jarvis makes on its own branch.
@@ -66,12 +94,22 @@ def safe_environment(home: str, extra: Mapping[str, str] = {}) -> dict[str, str]
     and what names config or commands, with config and attributes switched off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") and k not in _DROPPED}
     env.update(
-        LC_ALL="C", HOME=home, XDG_CONFIG_HOME=home, GIT_CONFIG_NOSYSTEM="1",
-        GIT_CONFIG_GLOBAL=os.devnull, GIT_ATTR_NOSYSTEM="1", GIT_LITERAL_PATHSPECS="1",
-        GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", GIT_PAGER="cat",
-        GIT_NO_REPLACE_OBJECTS="1", GIT_ASKPASS="false", GIT_EDITOR="false",
-        GIT_PROTOCOL_FROM_USER="0", GIT_CONFIG_COUNT="0",
-    )  # fmt: skip
+        LC_ALL="C",
+        HOME=home,
+        XDG_CONFIG_HOME=home,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_ATTR_NOSYSTEM="1",
+        GIT_LITERAL_PATHSPECS="1",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_PAGER="cat",
+        GIT_NO_REPLACE_OBJECTS="1",
+        GIT_ASKPASS="false",
+        GIT_EDITOR="false",
+        GIT_PROTOCOL_FROM_USER="0",
+        GIT_CONFIG_COUNT="0",
+    )
     env.update(extra)
     return env
 
@@ -100,9 +138,13 @@ def git_output(
     try:
         with _empty_home() as home:
             done = subprocess.run(
-                argv(args), cwd=cwd, env=safe_environment(home, env or {}), input=stdin,
-                capture_output=True, check=False,
-            )  # fmt: skip
+                argv(args),
+                cwd=cwd,
+                env=safe_environment(home, env or {}),
+                input=stdin,
+                capture_output=True,
+                check=False,
+            )
     except FileNotFoundError as exc:
         raise WorkspaceError("git is not installed (jarvis code needs it)") from exc
     if check and done.returncode != 0:
@@ -148,7 +190,7 @@ class Git:
                 stderr=subprocess.DEVNULL,
                 env=safe_environment(home, self.env()),
                 cwd=self.git_dir,
-            ) as proc,  # fmt: skip
+            ) as proc,
         ):
             assert proc.stdout is not None
             data = proc.stdout.read(limit + 1)

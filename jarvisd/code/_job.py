@@ -25,6 +25,7 @@ from .._run import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
 from ._prompt import asks_no_change, claims_change, round_prompt, task_prompt
 from ._record import Limits
+from ._runenv import _check_image, _reachable_under_bwrap, _setup
 from ._store import CodeStore, Workspace, this_process
 from ._testrun import TestRun, run_test
 from ._workspace import Change, remove_git_entries, snapshot
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..engines import Engine
     from ..executors import CodeExecutor
     from ..runs import AgentSpec
+    from ._image import ImageChoice
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +167,9 @@ async def _guarded(
     except Exception as exc:  # as run_spec: a run that failed is an outcome, never a raise
         log.exception("the jarvis code run failed")
         failure = Failure.of(exc)
-    return RunOutcome(agent=spec.agent, failure=failure,
-                      duration_s=round(time.perf_counter() - started, 3))  # fmt: skip
+    return RunOutcome(
+        agent=spec.agent, failure=failure, duration_s=round(time.perf_counter() - started, 3)
+    )
 
 
 async def _run_group(
@@ -185,11 +188,19 @@ async def _run_group(
     from ._candidates import group_of, rank
 
     members = group_of(store, lead)
-    outcomes = await asyncio.gather(*(
-        _guarded(dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
-                 run, config, engine, store, started)
-        for ws in members
-    ))  # fmt: skip
+    outcomes = await asyncio.gather(
+        *(
+            _guarded(
+                dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
+                run,
+                config,
+                engine,
+                store,
+                started,
+            )
+            for ws in members
+        )
+    )
     ranking = rank([store.get(ws.id) for ws in members])
     best = ranking[0]
     outcome = outcomes[[ws.candidate for ws in members].index(best.candidate)]
@@ -199,10 +210,25 @@ async def _run_group(
     code = dict(outcome.metadata.get("code") or {})
     code.update(candidates=[r.to_dict() for r in ranking], best=best.candidate, group=lead.id)
     return dataclasses.replace(
-        outcome, turns=sum(o.turns for o in outcomes), usage=usage,
+        outcome,
+        turns=sum(o.turns for o in outcomes),
+        usage=usage,
         metadata={**dict(outcome.metadata), "code": code},
         duration_s=round(time.perf_counter() - started, 3),
-    )  # fmt: skip
+    )
+
+
+@dataclasses.dataclass
+class _Progress:
+    """What a code run got to, kept as it goes: its record is written from it whatever
+    stopped the run."""
+
+    image: dict[str, Any]
+    outcome: RunOutcome | None = None
+    before: TestRun | None = None
+    after: TestRun | None = None
+    rounds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    setup: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 async def _run_code(
@@ -213,9 +239,57 @@ async def _run_code(
     store: CodeStore,
     started: float,
 ) -> RunOutcome:
-    from ..runs._execute import run_spec
     from ..sandbox import executor_for_backend
 
+    ws = _ready_workspace(store, spec, config)
+    if run.checkpoint is not None:
+        run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
+    choice = _image_choice(ws, config)
+    if config.sandbox.backend == "bwrap":
+        _reachable_under_bwrap(ws.path, config)
+    code_config = _code_config(config, ws)
+    if choice.own:
+        code_config = dataclasses.replace(
+            code_config, sandbox=dataclasses.replace(code_config.sandbox, image=choice.image)
+        )
+    inner = dataclasses.replace(
+        spec,
+        workspace=None,
+        input=task_prompt(ws, spec.input),
+        agent=spec.agent or DEFAULT_AGENT,
+        isolation="sandbox",
+        mounts=(f"{ws.path}:rw",),
+    )
+    # Checked before the workspace is taken: a refused spec leaves it ready.
+    inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
+    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
+    executor = executor_for_backend(config.sandbox.backend, code_config)
+    done = _Progress(
+        image={"image": choice.image, "origin": choice.origin, "notes": list(choice.notes)}
+    )
+    try:
+        await _check_image(run, executor, choice, done.image)
+        executor = await _setup(ws, run, code_config, executor, done.setup)
+        await _rounds(spec, inner, ws, run, code_config, engine, executor, done, config)
+    finally:
+        close = getattr(executor, "close", None)
+        if close is not None:
+            close()
+        ws, problem, dishonest = _record(store, ws, spec, run, config, done)
+    outcome = done.outcome
+    assert outcome is not None  # the rounds ran (or their error went up)
+    metadata = {**dict(outcome.metadata), "code": _summary(ws)}
+    if problem is not None and outcome.failure is None:
+        outcome = dataclasses.replace(outcome, failure=Failure.of(problem))
+    elif dishonest is not None:
+        outcome = dataclasses.replace(outcome, failure=Failure.of(dishonest))
+    return dataclasses.replace(
+        outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
+    )
+
+
+def _ready_workspace(store: CodeStore, spec: AgentSpec, config: Config) -> Workspace:
+    """The spec's workspace, refused unless a run can start on it."""
     ws = store.get(spec.workspace or "")
     if ws.state != "ready":
         raise WorkspaceError(
@@ -226,10 +300,14 @@ async def _run_code(
             'jarvis code runs the agent in the sandbox: it needs sandbox.backend = "docker", '
             '"podman" or "bwrap" (it is "none")'
         )
-    if not Path(ws.path).is_dir():  # noqa: ASYNC240 - one stat
+    if not Path(ws.path).is_dir():
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
-    if run.checkpoint is not None:
-        run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
+    return ws
+
+
+def _image_choice(ws: Workspace, config: Config) -> ImageChoice:
+    """The image the run's sandbox uses; one named for a backend that runs no image is
+    refused when given for this run, else noted and ignored."""
     from ._image import ImageChoice, choose_image
 
     choice = choose_image(ws.path, config, ws.image)
@@ -242,98 +320,96 @@ async def _run_code(
             )
         note = f"{choice.origin} names image {choice.image}: ignored ({backend} runs no image)"
         choice = ImageChoice(config.sandbox.image, "sandbox.image", (*choice.notes, note))
-    if config.sandbox.backend == "bwrap":
-        _reachable_under_bwrap(ws.path, config)
-    code_config = _code_config(config, ws)
-    if choice.own:
-        code_config = dataclasses.replace(
-            code_config, sandbox=dataclasses.replace(code_config.sandbox, image=choice.image)
-        )
-    inner = dataclasses.replace(
-        spec, workspace=None, input=task_prompt(ws, spec.input),
-        agent=spec.agent or DEFAULT_AGENT, isolation="sandbox", mounts=(f"{ws.path}:rw",),
-    )  # fmt: skip
-    # Checked before the workspace is taken: a refused spec leaves it ready.
-    inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
-    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
-    executor = executor_for_backend(config.sandbox.backend, code_config)
+    return choice
+
+
+async def _rounds(
+    spec: AgentSpec,
+    inner: AgentSpec,
+    ws: Workspace,
+    run: RunContext,
+    code_config: Config,
+    engine: Engine | None,
+    executor: CodeExecutor,
+    done: _Progress,
+    config: Config,
+) -> None:
+    """The test command before, then the agent's rounds, each followed by the test
+    command, while :func:`_go_on` says so; recorded in ``done`` as they go."""
+    from ..runs._execute import run_spec
+
     timeout = config.sandbox.timeout
-    outcome: RunOutcome | None = None
-    before = after = None
-    rounds: list[dict[str, Any]] = []
-    setup: dict[str, Any] = {}
-    image: dict[str, Any] = {"image": choice.image, "origin": choice.origin,
-                             "notes": list(choice.notes)}  # fmt: skip
-    try:
-        await _check_image(run, executor, choice, image)
-        executor = await _setup(ws, run, code_config, executor, setup)
-        before = await _test(executor, ws, run, timeout)
-        # CodeAct with its file helpers is told how to change a file with them.
-        declared = _declared(inner, code_config)
-        helpers = bool(inner.options.get("file_helpers", "file_helpers" in declared))
-        prompt = task_prompt(ws, spec.input, before, helpers=helpers)
-        number, turns, usage = 1, 0, None
-        while True:
-            outcome = await run_spec(dataclasses.replace(inner, input=prompt), run,
-                                     code_config, engine)  # fmt: skip
-            own = outcome.turns  # this round's
-            turns += outcome.turns
-            usage = outcome.usage if usage is None else usage + outcome.usage
-            outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
-            after = await _test(executor, ws, run, timeout) if outcome.ok else None
-            rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
-            if not _go_on(before, after, number, ws.rounds, run):
-                break
-            number += 1
-            prompt = round_prompt(ws, spec.input, after, outcome.answer, number, ws.rounds,  # type: ignore[arg-type]
-                                  helpers=helpers)  # fmt: skip
-    finally:
-        close = getattr(executor, "close", None)
-        if close is not None:
-            close()
-        change, problem = _snapshot(ws, config)
-        failure = None if outcome is None else outcome.failure
-        record: dict[str, Any] = {
-            "summary": "" if outcome is None else outcome.answer,
-            "result": change.result,
-            "changed": change.changed,
-            "files": [{"status": s, "path": p} for s, p in change.files],
-            "diff": change.diff,
-            "diff_truncated": change.diff_truncated,
-            "test_before": None if before is None else before.to_dict(),
-            "test_after": None if after is None else after.to_dict(),
-            "rounds": rounds,
-            "no_change_claimed": False,
-            "failure": None if failure is None else failure.to_dict(),
-            "setup": setup or None,
-            "image": image,
+    done.before = before = await _test(executor, ws, run, timeout)
+    # CodeAct with its file helpers is told how to change a file with them.
+    declared = _declared(inner, code_config)
+    helpers = bool(inner.options.get("file_helpers", "file_helpers" in declared))
+    prompt = task_prompt(ws, spec.input, before, helpers=helpers)
+    number, turns, usage = 1, 0, None
+    while True:
+        outcome = await run_spec(dataclasses.replace(inner, input=prompt), run, code_config, engine)
+        own = outcome.turns  # this round's
+        turns += outcome.turns
+        usage = outcome.usage if usage is None else usage + outcome.usage
+        done.outcome = outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
+        done.after = after = await _test(executor, ws, run, timeout) if outcome.ok else None
+        done.rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
+        if after is None or not _go_on(before, after, number, ws.rounds, run):
+            break
+        number += 1
+        prompt = round_prompt(
+            ws, spec.input, after, outcome.answer, number, ws.rounds, helpers=helpers
+        )
+
+
+def _record(
+    store: CodeStore,
+    ws: Workspace,
+    spec: AgentSpec,
+    run: RunContext,
+    config: Config,
+    done: _Progress,
+) -> tuple[Workspace, JarvisError | None, JarvisError | None]:
+    """The run's change snapshotted and its record written to the workspace, whatever
+    stopped the run; with the change's problem and the answer's dishonesty, if any."""
+    outcome, before, after = done.outcome, done.before, done.after
+    setup, image = done.setup, done.image
+    change, problem = _snapshot(ws, config)
+    failure = None if outcome is None else outcome.failure
+    record: dict[str, Any] = {
+        "summary": "" if outcome is None else outcome.answer,
+        "result": change.result,
+        "changed": change.changed,
+        "files": [{"status": s, "path": p} for s, p in change.files],
+        "diff": change.diff,
+        "diff_truncated": change.diff_truncated,
+        "test_before": None if before is None else before.to_dict(),
+        "test_after": None if after is None else after.to_dict(),
+        "rounds": done.rounds,
+        "no_change_claimed": False,
+        "failure": None if failure is None else failure.to_dict(),
+        "setup": setup or None,
+        "image": image,
+    }
+    if image.get("failure"):
+        record["failure"] = image["failure"]
+    elif setup.get("failure"):
+        record["failure"] = setup["failure"]
+    elif outcome is None:
+        record["failure"] = {
+            "code": "cancelled" if run.cancel.cancelled else "internal",
+            "message": run.cancel.reason or "the run stopped",
         }
-        if image.get("failure"):
-            record["failure"] = image["failure"]
-        elif setup.get("failure"):
-            record["failure"] = setup["failure"]
-        elif outcome is None:
-            record["failure"] = {"code": "cancelled" if run.cancel.cancelled else "internal",
-                                 "message": run.cancel.reason or "the run stopped"}  # fmt: skip
-        if problem is not None:
-            record["failure"] = Failure.of(problem).to_dict()
-        dishonest = None
-        if outcome is not None and outcome.ok and problem is None:
-            dishonest = _held_to_account(spec.input, outcome.answer, change, before, after)
-            if dishonest is not None:
-                record["failure"] = Failure.of(dishonest).to_dict()
-                record["no_change_claimed"] = isinstance(dishonest, NoChange)
-        ok = outcome is not None and outcome.ok and problem is None
-        state = "done" if ok and not isinstance(dishonest, NoChange) else "failed"
-        ws = store.update(ws, state=state, outcome=record)
-    metadata = {**dict(outcome.metadata), "code": _summary(ws)}
-    if problem is not None and outcome.failure is None:
-        outcome = dataclasses.replace(outcome, failure=Failure.of(problem))
-    elif dishonest is not None:
-        outcome = dataclasses.replace(outcome, failure=Failure.of(dishonest))
-    return dataclasses.replace(
-        outcome, metadata=metadata, duration_s=round(time.perf_counter() - started, 3)
-    )
+    if problem is not None:
+        record["failure"] = Failure.of(problem).to_dict()
+    dishonest = None
+    if outcome is not None and outcome.ok and problem is None:
+        dishonest = _held_to_account(spec.input, outcome.answer, change, before, after)
+        if dishonest is not None:
+            record["failure"] = Failure.of(dishonest).to_dict()
+            record["no_change_claimed"] = isinstance(dishonest, NoChange)
+    ok = outcome is not None and outcome.ok and problem is None
+    state = "done" if ok and not isinstance(dishonest, NoChange) else "failed"
+    return store.update(ws, state=state, outcome=record), problem, dishonest
 
 
 def _round(
@@ -343,16 +419,28 @@ def _round(
     ``test_after``), published as a ``round`` event."""
     rounds = ws.rounds
     record: dict[str, Any] = {
-        "round": number, "of": rounds, "turns": outcome.turns,
+        "round": number,
+        "of": rounds,
+        "turns": outcome.turns,
         "failure": None if outcome.failure is None else outcome.failure.to_dict(),
         "summary": outcome.answer[-1000:],
-        "test": None if test is None else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
-    }  # fmt: skip
+        "test": None
+        if test is None
+        else {**test.to_dict(), "output": test.output[-_ROUND_OUTPUT:]},
+    }
     verdict = "" if test is None else test.verdict
     extra = {"candidate": ws.candidate} if ws.candidate else {}
-    run.bus.publish(EventType.ROUND, pattern="code", depth=run.depth, round=number, of=rounds,
-                    test=verdict, exit_code=None if test is None else test.exit_code,
-                    error="" if test is None else test.error, **extra)  # fmt: skip
+    run.bus.publish(
+        EventType.ROUND,
+        pattern="code",
+        depth=run.depth,
+        round=number,
+        of=rounds,
+        test=verdict,
+        exit_code=None if test is None else test.exit_code,
+        error="" if test is None else test.error,
+        **extra,
+    )
     return record
 
 
@@ -391,106 +479,6 @@ def _held_to_account(
     return None
 
 
-def _reachable_under_bwrap(path: str, config: Config) -> None:
-    """As root, bwrap runs as the sandbox's user, who must reach ``path`` (a workspace,
-    the environment cache) to mount it: refused clearly when a directory above it
-    (root's 0700 home, with jarvis's default directories) keeps that user out."""
-    import os
-    import stat
-
-    if os.geteuid() != 0:
-        return  # bwrap maps the user's own id: what the user reaches, it mounts
-    from ..sandbox._policy import SandboxPolicy
-
-    policy = SandboxPolicy.from_config(config)
-    current = Path(path)
-    for folder in (current, *current.parents):
-        info = os.stat(folder)
-        if info.st_uid == policy.uid:
-            allowed = info.st_mode & stat.S_IXUSR
-        elif info.st_gid == policy.gid:
-            allowed = info.st_mode & stat.S_IXGRP
-        else:
-            allowed = info.st_mode & stat.S_IXOTH
-        if not allowed:
-            raise UsageError(
-                f"sandbox.backend is bwrap and jarvis runs as root: the sandbox's user "
-                f"({policy.uid}) cannot reach {path} ({folder} is closed to it), so bwrap "
-                "cannot mount it. Run jarvis code as your own user, or use sandbox.backend "
-                '= "docker"'
-            )
-
-
-async def _check_image(
-    run: RunContext, executor: CodeExecutor, choice: Any, record: dict[str, Any]
-) -> None:
-    """Say which image the run uses and why; the project's own is checked first (in
-    the engine, never pulled; it runs jarvis's runner). ``record`` gets the failure."""
-    from ._image import check_image
-
-    for note in choice.notes:
-        run.bus.publish(EventType.CODE_SETUP, line=note)
-    if not choice.own:
-        return
-    run.bus.publish(EventType.CODE_SETUP, line=f"image {choice.image} (from {choice.origin})")
-    try:
-        record["python"] = await check_image(executor, choice.image)
-    except JarvisError as exc:
-        record["failure"] = Failure.of(exc).to_dict()
-        raise
-
-
-async def _setup(
-    ws: Workspace, run: RunContext, config: Config, executor: CodeExecutor, record: dict[str, Any]
-) -> CodeExecutor:
-    """The run's toolchain (``jarvisd.code._setup``), when it has a setup: the executor
-    the test command then runs on (and, on the run's context, what the agent's sandbox
-    gets); ``record`` gets what the outcome says of it, its failure too before
-    SetupFailed is raised."""
-    from .._errors import SetupFailed
-    from ._setup import plan_setup, prepare_toolchain, run_env, with_toolchain
-
-    plan = plan_setup(ws.path, ws.setup or config.code.setup, enabled=not ws.no_setup)
-    if plan is None or run.cancel.cancelled:
-        return executor
-
-    def say(line: str) -> None:
-        run.bus.publish(EventType.CODE_SETUP, line=line)
-
-    def connected(event: Any) -> None:  # what the setup reached, as the agent's are shown
-        run.bus.publish(EventType.NET_CONNECT, phase="setup", **event.to_dict())
-
-    record["files"] = list(plan.files)
-    record["command"] = plan.command or plan.pip_line
-    if config.sandbox.backend == "bwrap":
-        from ._setup import envs_dir
-
-        envs = envs_dir()
-        try:
-            envs.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _reachable_under_bwrap(str(envs.parent), config)
-        except (UsageError, OSError) as exc:
-            failure = SetupFailed(f"the setup cannot run under bwrap: {exc}")
-            record["failure"] = Failure.of(failure).to_dict()
-            raise failure from exc
-    try:
-        toolchain = await prepare_toolchain(plan, ws.path, config, executor, say,
-                                            project=ws.source, on_connect=connected)  # fmt: skip
-    except SetupFailed as exc:
-        record["failure"] = Failure.of(exc).to_dict()
-        raise
-    record.update(toolchain.to_dict())
-    # Candidates share one run context and each sets up (the same environment): a
-    # target is bound once, or the engine refuses the sandbox (a duplicate mount point).
-    binds = toolchain.binds()
-    targets = {target for _, target, _ in binds}
-    kept = tuple(b for b in run.sandbox_binds if b[1] not in targets)
-    run.sandbox_binds = (*kept, *binds)
-    agent_env = {k: v for k, v in run_env(ws.path).items() if k in ("PATH", "VIRTUAL_ENV")}
-    run.sandbox_env = {**run.sandbox_env, **agent_env}
-    return with_toolchain(executor, toolchain, ws.path)
-
-
 def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | None]:
     """The change (or none, when it is too large to record), and the problem to report,
     if any. Then whatever ``.git`` the agent left in the workspace goes: the path jarvis
@@ -515,13 +503,20 @@ def _summary(ws: Workspace) -> Mapping[str, Any]:
     """What a run's outcome says of the workspace (the diff itself is in the store)."""
     outcome = ws.outcome
     return {
-        "workspace": ws.id, "path": ws.path, "source": ws.source, "branch": ws.branch,
-        "changed": outcome.get("changed"), "files": outcome.get("files"),
-        "left_out": [dict(x) for x in ws.left_out], "more_left_out": ws.more_left_out,
-        "test_before": outcome.get("test_before"), "test_after": outcome.get("test_after"),
+        "workspace": ws.id,
+        "path": ws.path,
+        "source": ws.source,
+        "branch": ws.branch,
+        "changed": outcome.get("changed"),
+        "files": outcome.get("files"),
+        "left_out": [dict(x) for x in ws.left_out],
+        "more_left_out": ws.more_left_out,
+        "test_before": outcome.get("test_before"),
+        "test_after": outcome.get("test_after"),
         "rounds": len(outcome.get("rounds") or ()),
-        "setup": outcome.get("setup"), "image": outcome.get("image"),
-    }  # fmt: skip
+        "setup": outcome.get("setup"),
+        "image": outcome.get("image"),
+    }
 
 
 def workspace_of(outcome: RunOutcome) -> str:

@@ -74,8 +74,13 @@ class Journal:
         if not isinstance(raw, dict) or raw.get("phase") not in _PHASES:
             raise ValueError("not an apply journal")
         entries = [Entry(**e) for e in raw["entries"]]
-        return cls(str(raw["workspace"]), str(raw["source"]), entries,
-                   [str(d) for d in raw["dirs"]], str(raw["phase"]))  # fmt: skip
+        return cls(
+            str(raw["workspace"]),
+            str(raw["source"]),
+            entries,
+            [str(d) for d in raw["dirs"]],
+            str(raw["phase"]),
+        )
 
     def save(self, state_dir: Path) -> None:
         """Write the journal atomically and durably (file and directory fsynced)."""

@@ -31,8 +31,16 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 #: PyPI serves its files from another host than its index.
 _PYPI_FILES = "files.pythonhosted.org"
 #: The keys read (the others do not decide what pip reaches), and their lists.
-_KEYS = ("index-url", "extra-index-url", "no-index", "find-links", "constraint", "cert",
-         "trusted-host", "default-timeout")  # fmt: skip
+_KEYS = (
+    "index-url",
+    "extra-index-url",
+    "no-index",
+    "find-links",
+    "constraint",
+    "cert",
+    "trusted-host",
+    "default-timeout",
+)
 _LISTS = ("extra-index-url", "find-links", "constraint", "trusted-host")
 #: A config file larger than this is not read (pip's own are a few lines).
 _MAX_CONFIG_BYTES = 1 << 20
@@ -89,12 +97,20 @@ class PipSources:
         """pip's configuration in the sandbox, as variables (its own files are ignored).
         A URL's user and password (a private index's token) stay on the host: the setup
         runs the project's build code, which would read them from its environment."""
-        env = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-               "PIP_NO_INPUT": "1", "PIP_INDEX_URL": without_credentials(self.index_url)}  # fmt: skip
+        env = {
+            "PIP_CONFIG_FILE": os.devnull,
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_NO_INPUT": "1",
+            "PIP_INDEX_URL": without_credentials(self.index_url),
+        }
         if self.no_index:
             env["PIP_NO_INDEX"] = "1"
-        values = {"PIP_EXTRA_INDEX_URL": self.extra_index_urls, "PIP_FIND_LINKS": self.find_links,
-                  "PIP_CONSTRAINT": self.constraints, "PIP_TRUSTED_HOST": self.trusted_hosts}  # fmt: skip
+        values = {
+            "PIP_EXTRA_INDEX_URL": self.extra_index_urls,
+            "PIP_FIND_LINKS": self.find_links,
+            "PIP_CONSTRAINT": self.constraints,
+            "PIP_TRUSTED_HOST": self.trusted_hosts,
+        }
         env.update({k: " ".join(map(without_credentials, v)) for k, v in values.items() if v})
         if self.cert:
             env["PIP_CERT"] = self.cert

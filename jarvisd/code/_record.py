@@ -268,9 +268,11 @@ def record(
         for found in _walk(top, excluded):
             seen = manifest.get(found.path)
             if (
-                seen is not None and seen[0] == found.mode and seen[2:] == list(found.key)
+                seen is not None
+                and seen[0] == found.mode
+                and seen[2:] == list(found.key)
                 and found.key[3] < since_ns
-            ):  # fmt: skip
+            ):
                 entries[found.path] = Entry(found.mode, str(seen[1]))
                 new_manifest[found.path] = [found.mode, seen[1], *found.key]
             else:
@@ -331,15 +333,19 @@ def _fast_import(
         tempfile.TemporaryFile() as errors,
     ):
         proc = subprocess.Popen(
-            argv(["fast-import", "--quiet", "--force", "--done"]), stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, stderr=errors, cwd=git.git_dir,
+            argv(["fast-import", "--quiet", "--force", "--done"]),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=git.git_dir,
             env=safe_environment(home, git.env()),
-        )  # fmt: skip
+        )
         assert proc.stdin is not None
         names: dict[str, str] = {}
         try:
-            names = _stream(proc.stdin, top_fd, ref, message, parent, entries, inline,
-                            inline_paths, algorithm)  # fmt: skip
+            names = _stream(
+                proc.stdin, top_fd, ref, message, parent, entries, inline, inline_paths, algorithm
+            )
             proc.stdin.close()
         except BrokenPipeError:
             pass  # fast-import stopped: its exit status and words say why
@@ -369,8 +375,10 @@ def _stream(
     text = message.encode()
     name, email = IDENTITY["GIT_COMMITTER_NAME"], IDENTITY["GIT_COMMITTER_EMAIL"]
     ident = f"{name} <{email}> {int(time.time())} +0000".encode()
-    out.write(b"commit %s\nauthor %s\ncommitter %s\ndata %d\n%s\n" % (ref.encode(), ident, ident,
-                                                                    len(text), text))  # fmt: skip
+    out.write(
+        b"commit %s\nauthor %s\ncommitter %s\ndata %d\n%s\n"
+        % (ref.encode(), ident, ident, len(text), text)
+    )
     if parent:
         out.write(b"from %s\n" % parent.encode())
     out.write(b"deleteall\n")
@@ -380,8 +388,9 @@ def _stream(
 
     names = {}
     for found in inline:
-        out.write(b"M %s inline %s\ndata %d\n" % (found.mode.encode(), _quote(found.path),
-                                                 found.size))  # fmt: skip
+        out.write(
+            b"M %s inline %s\ndata %d\n" % (found.mode.encode(), _quote(found.path), found.size)
+        )
         hasher = _Hasher(algorithm, found.size)
 
         def send(data: bytes, hasher: _Hasher = hasher) -> None:

@@ -63,8 +63,10 @@ def _resolve(journal: Journal, store: CodeStore, state_dir: Path) -> str:
         root_fd = os.open(journal.source, DIR_FLAGS)
     except FileNotFoundError:
         journal.remove(state_dir)
-        return (f"the project {journal.source} of an interrupted apply of workspace "
-                f"{journal.workspace} is gone; its journal was removed")  # fmt: skip
+        return (
+            f"the project {journal.source} of an interrupted apply of workspace "
+            f"{journal.workspace} is gone; its journal was removed"
+        )
     try:
         if journal.phase == COMMITTED:
             roll_forward(root_fd, journal)
@@ -74,13 +76,17 @@ def _resolve(journal: Journal, store: CodeStore, state_dir: Path) -> str:
         os.close(root_fd)
     if journal.phase == COMMITTED:
         finish(journal, store, state_dir)
-        return (f"completed the interrupted apply of workspace {journal.workspace} to "
-                f"{journal.source} ({len(journal.entries)} file(s))")  # fmt: skip
+        return (
+            f"completed the interrupted apply of workspace {journal.workspace} to "
+            f"{journal.source} ({len(journal.entries)} file(s))"
+        )
     journal.remove(state_dir)
     kept = f" (kept the directories {', '.join(left)}: they hold other files)" if left else ""
-    return (f"rolled back the interrupted apply of workspace {journal.workspace}: "
-            f"{journal.source} is as it was{kept}; apply it again with "
-            f"`jarvis code apply {journal.workspace}`")  # fmt: skip
+    return (
+        f"rolled back the interrupted apply of workspace {journal.workspace}: "
+        f"{journal.source} is as it was{kept}; apply it again with "
+        f"`jarvis code apply {journal.workspace}`"
+    )
 
 
 def finish(journal: Journal, store: CodeStore, state_dir: Path) -> None:

@@ -34,13 +34,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, SetupFailed, UsageError
-from ..executors._base import Channel, CodeExecutor, ExecRequest
+from ..executors._base import Channel, CodeExecutor, ExecRequest, ExecResult
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -154,9 +154,14 @@ class Toolchain:
         return ((self.path, ENV_PATH, True),)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "path": self.path, "cached": self.cached,
-                "duration_s": self.duration_s, "output": self.output,
-                "network": dict(self.network)}  # fmt: skip
+        return {
+            "key": self.key,
+            "path": self.path,
+            "cached": self.cached,
+            "duration_s": self.duration_s,
+            "output": self.output,
+            "network": dict(self.network),
+        }
 
 
 def run_env(workspace: str) -> dict[str, str]:
@@ -165,8 +170,12 @@ def run_env(workspace: str) -> dict[str, str]:
     if os.path.isdir(os.path.join(workspace, "src")):
         pythonpath.append(workspace + "/src")
     # The workspace is read-only for the test command: pytest's cache would only warn.
-    return {"PATH": f"{ENV_PATH}/bin:/usr/local/bin:/usr/bin:/bin", "VIRTUAL_ENV": ENV_PATH,
-            "PYTHONPATH": ":".join(pythonpath), "PYTEST_ADDOPTS": "-p no:cacheprovider"}  # fmt: skip
+    return {
+        "PATH": f"{ENV_PATH}/bin:/usr/local/bin:/usr/bin:/bin",
+        "VIRTUAL_ENV": ENV_PATH,
+        "PYTHONPATH": ":".join(pythonpath),
+        "PYTEST_ADDOPTS": "-p no:cacheprovider",
+    }
 
 
 def _dependency_files(root: Path) -> tuple[str, ...]:
@@ -239,8 +248,7 @@ def plan_setup(workspace: str, command: str = "", enabled: bool = True) -> Setup
             raise UsageError(f"{name!r}: a requirements file name jarvis does not pass to pip")
     install = any(f in files for f in _PROJECT_FILES)
     extras = _declared_extras(root, files) if install else ()
-    return SetupPlan(files=files, requirements=requirements, extras=extras,
-                     install_project=install)  # fmt: skip
+    return SetupPlan(files=files, requirements=requirements, extras=extras, install_project=install)
 
 
 def setup_key(
@@ -325,12 +333,13 @@ async def prepare_toolchain(
         if final.is_dir():  # another run (a candidate of this one) made it meanwhile
             say(f"environment {key[:12]} from the cache (made by another run meanwhile)")
             return Toolchain(str(final), key, True, round(time.perf_counter() - started, 3))
-        return await _build_into(plan, workspace, config, executor, say, sources, key, final,
-                                 started, on_connect)  # fmt: skip
+        return await _build_into(
+            plan, workspace, config, executor, say, sources, key, final, started, on_connect
+        )
 
 
 @contextlib.asynccontextmanager
-async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> Any:
+async def _building_lock(root: Path, key: str, say: Callable[[str], None]) -> AsyncIterator[None]:
     """One build of ``key`` at a time, across processes (candidates, a daemon and a
     CLI run): an flock on ``<cache>/env-locks/KEY``, polled so the event loop keeps running
     (candidates of one run wait in one process). The lock file stays (empty)."""
@@ -372,8 +381,9 @@ async def _build_into(
     building = Path(tempfile.mkdtemp(prefix=f".build-{key[:12]}-", dir=final.parent))
     try:
         _hand_to_sandbox(building, config)
-        output, network = await _build(plan, workspace, config, executor, building, sources, say,
-                                       on_connect)  # fmt: skip
+        output, network = await _build(
+            plan, workspace, config, executor, building, sources, say, on_connect
+        )
         _no_set_id(building)
         try:
             os.rename(building, final)
@@ -429,16 +439,16 @@ async def _build(
     net = config.sandbox.network
     # The pip sources only, with the config's deny list and hosts map; nothing else of
     # the run's policy: what the agent may reach is not what setup needs.
-    policy = NetPolicy.parse(allow=list(sources.hosts()), deny=list(net.deny),
-                             hosts=dict(net.hosts), source="pip configuration")  # fmt: skip
-    env = {**sources.env(), "JARVIS_WS": workspace, "JARVIS_SETUP": plan.command,
-           "JARVIS_REQS": " ".join(plan.requirements), "JARVIS_PROJECT": plan.target,
-           "PYTHONDONTWRITEBYTECODE": "", "PYTHONPATH": ""}  # fmt: skip
+    policy = NetPolicy.parse(
+        allow=list(sources.hosts()),
+        deny=list(net.deny),
+        hosts=dict(net.hosts),
+        source="pip configuration",
+    )
+    env = _setup_env(plan, workspace, sources)
     binds = [(str(building), ENV_PATH, False)]
     binds += [(real, inside, True) for real, inside in sources.binds()]
     timeout = max(SETUP_TIMEOUT_S, config.sandbox.timeout)
-    tail: collections.deque[str] = collections.deque()
-    size = 0
     sandbox = SandboxPolicy.from_config(config)
     async with contextlib.AsyncExitStack() as stack:
         # Always a proxy, even one that allows nothing: what setup tries to reach
@@ -455,26 +465,15 @@ async def _build(
             RunNetwork(policy, uid=sandbox.uid, gid=sandbox.gid, publish=connected)
         )
         socket_path = network.socket_path
-        request = ExecRequest(argv=["/bin/sh", "-c", _SCRIPT], timeout=timeout,
-                              mounts=(workspace,), env=env, system_binds=tuple(binds),
-                              proxy_socket=socket_path)  # fmt: skip
-        channel = await executor.open(request)
-        try:
-            await channel.close_stdin()
-            while raw := await channel.readline(64 * 1024):
-                line = raw.decode("utf-8", "replace").rstrip()[:_MAX_LINE]
-                tail.append(line)
-                size += len(line) + 1
-                while size > MAX_SETUP_OUTPUT and len(tail) > 1:
-                    size -= len(tail.popleft()) + 1
-                if line:
-                    say(line)
-            result = await channel.wait()
-        except BaseException:
-            await channel.stop("cancelled")
-            raise
-        if result.stderr:
-            tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
+        request = ExecRequest(
+            argv=["/bin/sh", "-c", _SCRIPT],
+            timeout=timeout,
+            mounts=(workspace,),
+            env=env,
+            system_binds=tuple(binds),
+            proxy_socket=socket_path,
+        )
+        tail, result = await _run_script(await executor.open(request), say)
         await stack.aclose()
         summary = network.summary
     output = "\n".join(tail)[-MAX_SETUP_OUTPUT:]
@@ -483,10 +482,51 @@ async def _build(
         refused = ""
         if summary.refused:
             named = ", ".join(dict.fromkeys(summary.refused_hosts))
-            refused = (f"; the network policy refused {named} "
-                       f"(setup may reach only pip's sources: {', '.join(sources.hosts()) or 'no host'})")  # fmt: skip
+            refused = (
+                f"; the network policy refused {named} "
+                f"(setup may reach only pip's sources: {', '.join(sources.hosts()) or 'no host'})"
+            )
         raise SetupFailed(f"the setup failed ({why}){refused}; its output ends:\n{output}")
     return output, {**summary.to_dict(), "hosts": list(reached)}
+
+
+def _setup_env(plan: SetupPlan, workspace: str, sources: PipSources) -> dict[str, str]:
+    """The setup script's environment: pip's sources and what to install where."""
+    return {
+        **sources.env(),
+        "JARVIS_WS": workspace,
+        "JARVIS_SETUP": plan.command,
+        "JARVIS_REQS": " ".join(plan.requirements),
+        "JARVIS_PROJECT": plan.target,
+        "PYTHONDONTWRITEBYTECODE": "",
+        "PYTHONPATH": "",
+    }
+
+
+async def _run_script(
+    channel: Channel, say: Callable[[str], None]
+) -> tuple[collections.deque[str], ExecResult]:
+    """The setup script's run on ``channel``: each line of its output said as it comes,
+    its tail kept (about MAX_SETUP_OUTPUT characters, stderr's tail after it)."""
+    tail: collections.deque[str] = collections.deque()
+    size = 0
+    try:
+        await channel.close_stdin()
+        while raw := await channel.readline(64 * 1024):
+            line = raw.decode("utf-8", "replace").rstrip()[:_MAX_LINE]
+            tail.append(line)
+            size += len(line) + 1
+            while size > MAX_SETUP_OUTPUT and len(tail) > 1:
+                size -= len(tail.popleft()) + 1
+            if line:
+                say(line)
+        result = await channel.wait()
+    except BaseException:
+        await channel.stop("cancelled")
+        raise
+    if result.stderr:
+        tail.append(result.stderr[-MAX_SETUP_OUTPUT:])
+    return tail, result
 
 
 class ToolchainExecutor(CodeExecutor):
@@ -501,8 +541,11 @@ class ToolchainExecutor(CodeExecutor):
         self._binds, self._env = toolchain.binds(), run_env(workspace)
 
     def _add(self, request: ExecRequest) -> ExecRequest:
-        return dataclasses.replace(request, system_binds=(*request.system_binds, *self._binds),
-                                   env={**self._env, **request.env})  # fmt: skip
+        return dataclasses.replace(
+            request,
+            system_binds=(*request.system_binds, *self._binds),
+            env={**self._env, **request.env},
+        )
 
     async def open(self, request: ExecRequest) -> Channel:
         return await self.inner.open(self._add(request))

@@ -123,8 +123,9 @@ def stage(
                 name = entry.path.rpartition("/")[2]
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.backup, dir_fd=parent)
-                os.link(name, entry.backup, src_dir_fd=parent, dst_dir_fd=parent,
-                        follow_symlinks=False)  # fmt: skip
+                os.link(
+                    name, entry.backup, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False
+                )
 
 
 def _write_temp(parent: int, temp: str, data: bytes, is_link: bool, mode: int) -> None:
@@ -223,8 +224,9 @@ def _holds(parent: int, name: str, sha256: str | None) -> bool:
         if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
             data = os.fsencode(os.readlink(name, dir_fd=parent))
         else:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=parent)  # fmt: skip
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
+            )
             with os.fdopen(fd, "rb") as handle:
                 data = handle.read()
     except FileNotFoundError:

@@ -94,17 +94,34 @@ class Workspace:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "source": self.source, "kind": self.kind, "path": self.path,
-            "git_dir": self.git_dir, "branch": self.branch, "base": self.base,
-            "task": self.task, "agent": self.agent, "test": self.test, "rounds": self.rounds,
+            "id": self.id,
+            "source": self.source,
+            "kind": self.kind,
+            "path": self.path,
+            "git_dir": self.git_dir,
+            "branch": self.branch,
+            "base": self.base,
+            "task": self.task,
+            "agent": self.agent,
+            "test": self.test,
+            "rounds": self.rounds,
             "state": self.state,
-            "created_at": self.created_at, "setup_s": self.setup_s, "files": self.files,
-            "left_out": [dict(x) for x in self.left_out], "more_left_out": self.more_left_out,
-            "outcome": dict(self.outcome), "run_id": self.run_id, "runner": self.runner,
-            "group": self.group, "candidate": self.candidate, "members": list(self.members),
-            "shown_state": self.shown_state, "setup": self.setup, "no_setup": self.no_setup,
+            "created_at": self.created_at,
+            "setup_s": self.setup_s,
+            "files": self.files,
+            "left_out": [dict(x) for x in self.left_out],
+            "more_left_out": self.more_left_out,
+            "outcome": dict(self.outcome),
+            "run_id": self.run_id,
+            "runner": self.runner,
+            "group": self.group,
+            "candidate": self.candidate,
+            "members": list(self.members),
+            "shown_state": self.shown_state,
+            "setup": self.setup,
+            "no_setup": self.no_setup,
             "image": self.image,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Workspace:

@@ -98,12 +98,19 @@ class TestRun:
         return f"{FAILED} (exit {self.exit_code})"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"command": self.command, "exit_code": self.exit_code, "passed": self.passed,
-                "verdict": self.verdict, "error": self.error, "reason": self.reason,
-                "duration_s": self.duration_s, "output": self.output}  # fmt: skip
+        return {
+            "command": self.command,
+            "exit_code": self.exit_code,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "error": self.error,
+            "reason": self.reason,
+            "duration_s": self.duration_s,
+            "output": self.output,
+        }
 
 
-def describe(test: Any) -> str:
+def describe(test: object) -> str:
     """:meth:`TestRun.describe` for a stored test (a dict; older records have no
     verdict: theirs is passed or failed)."""
     if not isinstance(test, dict):
@@ -205,8 +212,9 @@ async def run_test(executor: CodeExecutor, ws: Workspace, limit_s: float) -> Tes
     # Compiled Python is never part of a change, so never reviewed: what the agent left
     # there must not stand in for the source the test imports (the workspace is a copy).
     remove_bytecode(Path(ws.path))
-    request = ExecRequest(argv=argv, timeout=limit_s, mounts=(ws.path,),
-                          env={"PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    request = ExecRequest(
+        argv=argv, timeout=limit_s, mounts=(ws.path,), env={"PYTHONDONTWRITEBYTECODE": "1"}
+    )
     started = time.perf_counter()
     kept = _Bounded(_HEAD_BYTES, MAX_TEST_OUTPUT - _HEAD_BYTES)
     channel = await executor.open(request)
@@ -222,8 +230,15 @@ async def run_test(executor: CodeExecutor, ws: Workspace, limit_s: float) -> Tes
     kept.add(result.stderr.encode())
     output = kept.text()
     verdict, error = judge(ws.test, result.exit_code, output, result.reason, limit_s, Path(ws.path))
-    return TestRun(ws.test, result.exit_code, output, round(time.perf_counter() - started, 3),
-                   result.reason, verdict, error)  # fmt: skip
+    return TestRun(
+        ws.test,
+        result.exit_code,
+        output,
+        round(time.perf_counter() - started, 3),
+        result.reason,
+        verdict,
+        error,
+    )
 
 
 # A traceback's frame (File "x.py", line 3), pytest's location (x.py:3: or x.py::test),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import UsageError, WorkspaceError
-from ._copy import NameFilter, copy_tree
+from ._copy import CopyReport, NameFilter, copy_tree
 from ._git import Git, git_output
 from ._record import Limits, load_manifest, record, save_manifest
 from ._store import CodeStore, Workspace, new_workspace_id
@@ -90,8 +90,17 @@ def _project_repository(source: Path) -> tuple[str, Path | None, str]:
     head = _project_git(source, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
     if head.returncode != 0:
         return "", None, "sha1"
-    found = _project_git(source, "rev-parse", "--path-format=absolute", "--git-common-dir",
-                         "--show-object-format").stdout.decode().split("\n")  # fmt: skip
+    found = (
+        _project_git(
+            source,
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-common-dir",
+            "--show-object-format",
+        )
+        .stdout.decode()
+        .split("\n")
+    )
     return head.stdout.decode().strip(), Path(found[0]) / "objects", found[1].strip() or "sha1"
 
 
@@ -117,9 +126,11 @@ def _user_excludes_file() -> str:
     home = os.path.expanduser("~")
     said = subprocess.run(
         ["git", "config", "--global", "--path", "--get", "core.excludesFile"],
-        capture_output=True, check=False, cwd=home,
+        capture_output=True,
+        check=False,
+        cwd=home,
         env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-    )  # fmt: skip
+    )
     if said.returncode == 0 and said.stdout.strip():
         return os.fsdecode(said.stdout.strip())
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
@@ -130,8 +141,9 @@ def _user_excludes_file() -> str:
 def _private_repository(git_dir: Path, objects: Path | None, algorithm: str) -> None:
     """The workspace's own bare repository, borrowing the project's objects (nothing is
     ever written into the project's ``.git``)."""
-    git_output(["init", "-q", "--bare", "--template=", f"--object-format={algorithm}",
-                str(git_dir)])  # fmt: skip
+    git_output(
+        ["init", "-q", "--bare", "--template=", f"--object-format={algorithm}", str(git_dir)]
+    )
     if objects is not None:
         info = git_dir / "objects" / "info"
         info.mkdir(parents=True, exist_ok=True)
@@ -160,14 +172,31 @@ class _Excluded:
 
 
 def _record(
-    ws_root: Path, git: Git, tree: Path, *, ref: str, message: str, parent: str | None,
-    left_out: Iterable[str], algorithm: str, limits: Limits | None = None,
-) -> str:  # fmt: skip
+    ws_root: Path,
+    git: Git,
+    tree: Path,
+    *,
+    ref: str,
+    message: str,
+    parent: str | None,
+    left_out: Iterable[str],
+    algorithm: str,
+    limits: Limits | None = None,
+) -> str:
     """Commit the work tree on ``ref`` (see ``_record``); the manifest is kept beside."""
     manifest, since = load_manifest(ws_root / _MANIFEST)
-    done = record(git, tree, ref=ref, message=message, parent=parent,
-                  excluded=_Excluded(left_out), algorithm=algorithm, manifest=manifest,
-                  since_ns=since, limits=limits)  # fmt: skip
+    done = record(
+        git,
+        tree,
+        ref=ref,
+        message=message,
+        parent=parent,
+        excluded=_Excluded(left_out),
+        algorithm=algorithm,
+        manifest=manifest,
+        since_ns=since,
+        limits=limits,
+    )
     save_manifest(ws_root / _MANIFEST, done.manifest)
     if done.commit != parent:
         git.run("update-ref", ref, done.commit)
@@ -190,6 +219,61 @@ def prepare(
     if rounds < 1:
         raise UsageError(f"rounds must be at least 1 (got {rounds})")
     started = time.perf_counter()
+    real = _project_dir(source, state_dir)
+    ws_id = new_workspace_id()
+    root = workspace_root(state_dir, ws_id)
+    root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    root.mkdir(mode=0o700)
+    root = root.resolve()
+    tree = root / "tree"
+    git_dir = root / "git"
+    branch = f"jarvis/code-{ws_id}"
+    try:
+        head, objects, algorithm = _project_repository(real)
+        _private_repository(git_dir, objects, algorithm)
+        report = _copy_project(real, tree, git_dir, head, respect_gitignore)
+        left = report.all_left_out
+        (root / _LEFT_OUT).write_bytes(b"".join(os.fsencode(p) + b"\0" for p in left))
+        (root / _FORMAT).write_text(algorithm)
+        base = _record(
+            root,
+            Git(git_dir),
+            tree,
+            ref=f"refs/heads/{branch}",
+            message=f"jarvis code {ws_id}: the project as given",
+            parent=head or None,
+            left_out=left,
+            algorithm=algorithm,
+        )
+        if base == head:
+            Git(git_dir).run("update-ref", f"refs/heads/{branch}", base)
+        Git(git_dir).run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+    except BaseException:
+        _remove(root, tree)
+        raise
+    ws = Workspace(
+        id=ws_id,
+        source=str(real),
+        kind="git" if head else "copy",
+        path=str(tree),
+        git_dir=str(git_dir),
+        branch=branch,
+        base=base,
+        task=task,
+        agent=agent,
+        test=test,
+        rounds=rounds,
+        setup_s=round(time.perf_counter() - started, 3),
+        files=report.files,
+        left_out=tuple(x.to_dict() for x in report.left_out),
+        more_left_out=report.more_left_out,
+    )
+    return store.put(ws)
+
+
+def _project_dir(source: str, state_dir: Path) -> Path:
+    """The project directory ``source`` names, resolved; refused when it is not one, or
+    holds (or is inside) jarvis's workspaces."""
     path = Path(os.path.abspath(os.path.expanduser(source)))
     try:
         real = path.resolve(strict=True)
@@ -203,54 +287,34 @@ def prepare(
         raise UsageError(
             f"{path} holds jarvis's workspaces ({workspaces}): name a project directory"
         )
-    ws_id = new_workspace_id()
-    root = workspace_root(state_dir, ws_id)
-    root.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    root.mkdir(mode=0o700)
-    root = root.resolve()
-    tree = root / "tree"
-    git_dir = root / "git"
-    branch = f"jarvis/code-{ws_id}"
-    try:
-        head, objects, algorithm = _project_repository(real)
-        _private_repository(git_dir, objects, algorithm)
-        only: set[str] | None = None
-        listing = ["ls-files", "-z", "--others", "--exclude-standard"]
-        if head:  # the project's tracked and untracked files, not the ignored ones
-            only = set(_split(_project_git(real, *listing, "--cached").stdout))
-        elif respect_gitignore:
-            only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
-        tree.mkdir()
-        owner = _sandbox_owner()
-        os.chmod(tree, 0o770)
-        if owner is not None:
-            os.chown(tree, *owner)
-        report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
-        if only is not None:  # what is ignored, listed so nobody wonders where it went
-            ignored = _project_git(real, *listing, "--ignored", "--directory",
-                                   git_dir=None if head else git_dir).stdout  # fmt: skip
-            for name in _split(ignored):
-                report.leave_out(name.rstrip("/"), "ignored by git")
-        left = report.all_left_out
-        (root / _LEFT_OUT).write_bytes(b"".join(os.fsencode(p) + b"\0" for p in left))
-        (root / _FORMAT).write_text(algorithm)
-        base = _record(root, Git(git_dir), tree, ref=f"refs/heads/{branch}",
-                       message=f"jarvis code {ws_id}: the project as given",
-                       parent=head or None, left_out=left, algorithm=algorithm)  # fmt: skip
-        if base == head:
-            Git(git_dir).run("update-ref", f"refs/heads/{branch}", base)
-        Git(git_dir).run("symbolic-ref", "HEAD", f"refs/heads/{branch}")
-    except BaseException:
-        _remove(root, tree)
-        raise
-    ws = Workspace(
-        id=ws_id, source=str(real), kind="git" if head else "copy", path=str(tree),
-        git_dir=str(git_dir), branch=branch, base=base, task=task, agent=agent, test=test,
-        rounds=rounds, setup_s=round(time.perf_counter() - started, 3), files=report.files,
-        left_out=tuple(x.to_dict() for x in report.left_out),
-        more_left_out=report.more_left_out,
-    )  # fmt: skip
-    return store.put(ws)
+    return real
+
+
+def _copy_project(
+    real: Path, tree: Path, git_dir: Path, head: str, respect_gitignore: bool
+) -> CopyReport:
+    """Copy the project into ``tree`` (owned by the sandbox's user), without what git
+    ignores when it is a repository (or ``respect_gitignore``); what was left out is in
+    the report."""
+    only: set[str] | None = None
+    listing = ["ls-files", "-z", "--others", "--exclude-standard"]
+    if head:  # the project's tracked and untracked files, not the ignored ones
+        only = set(_split(_project_git(real, *listing, "--cached").stdout))
+    elif respect_gitignore:
+        only = set(_split(_project_git(real, *listing, git_dir=git_dir).stdout))
+    tree.mkdir()
+    owner = _sandbox_owner()
+    os.chmod(tree, 0o770)
+    if owner is not None:
+        os.chown(tree, *owner)
+    report = copy_tree(str(real), str(tree), _names(), only=only, owner=owner)
+    if only is not None:  # what is ignored, listed so nobody wonders where it went
+        ignored = _project_git(
+            real, *listing, "--ignored", "--directory", git_dir=None if head else git_dir
+        ).stdout
+        for name in _split(ignored):
+            report.leave_out(name.rstrip("/"), "ignored by git")
+    return report
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +341,17 @@ def snapshot(ws: Workspace, limits: Limits | None = None) -> Change:
     algorithm = (root / _FORMAT).read_text().strip() if (root / _FORMAT).exists() else "sha1"
     tree = Path(ws.path)
     left = [*left, *_nested_repositories(tree)]
-    result = _record(root, git, tree, ref=f"refs/heads/{ws.branch}",
-                     message=f"jarvis code {ws.id}: {ws.task[:200]}", parent=ws.base,
-                     left_out=left, algorithm=algorithm, limits=limits)  # fmt: skip
+    result = _record(
+        root,
+        git,
+        tree,
+        ref=f"refs/heads/{ws.branch}",
+        message=f"jarvis code {ws.id}: {ws.task[:200]}",
+        parent=ws.base,
+        left_out=left,
+        algorithm=algorithm,
+        limits=limits,
+    )
     names = git.run("diff", "--name-status", "-z", "--no-renames", ws.base, result)
     fields = _split(names)
     files = tuple((fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2))
@@ -345,8 +417,17 @@ def _nested_repositories(tree: Path) -> list[str]:
 def _bounded_diff(git: Git, base: str, result: str) -> tuple[str, bool]:
     # --text: every file is shown as text, whatever attributes or its content say (an
     # attribute such as ``-diff`` would otherwise hide a text change as a binary one).
-    data, truncated = git.head("diff", "--no-ext-diff", "--no-textconv", "--no-color", "--text",
-                               "--no-renames", base, result, limit=MAX_DIFF_BYTES)  # fmt: skip
+    data, truncated = git.head(
+        "diff",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        "--text",
+        "--no-renames",
+        base,
+        result,
+        limit=MAX_DIFF_BYTES,
+    )
     return data.decode("utf-8", "replace"), truncated
 
 

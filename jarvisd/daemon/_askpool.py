@@ -25,6 +25,7 @@ from jarvisd._run import CancelToken
 from jarvisd.protocol import (
     Cancel,
     EventFrame,
+    Frame,
     FrameError,
     Ping,
     Pong,
@@ -111,13 +112,15 @@ class AskPool:
         self._spawning += 1
         try:
             proc = await asyncio.create_subprocess_exec(
-                self._python, "-m", "jarvisd.daemon._askworker",
+                self._python,
+                "-m",
+                "jarvisd.daemon._askworker",
                 str(self._config().daemon.ask_idle_unload),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,  # the terminal's ^C is the daemon's
                 limit=_FRAME_LIMIT,
-            )  # fmt: skip
+            )
         finally:
             self._spawning -= 1
         worker = _Worker(proc)
@@ -168,14 +171,7 @@ class AskPool:
     ) -> AsyncIterator[EventFrame | RunOutcome]:
         """Answer ``spec`` in a worker: its events as they come, then the outcome.
         Cancelling ``cancel`` stops the run (the worker survives it)."""
-        while True:
-            worker = await self._take()
-            if await self._ready(worker):
-                break
-            # It died before the question was sent (killed, crashed while idle): the
-            # question never reached it, so another worker may take it.
-            log.warning("ask worker %d is gone; using another", worker.proc.pid)
-            await self._release(worker)
+        worker = await self._take_ready()
         if cancel.cancelled:
             # Its client went away while it waited for a worker: nothing is sent.
             await self._release(worker)
@@ -184,8 +180,11 @@ class AskPool:
         stdin, stdout = worker.proc.stdin, worker.proc.stdout
         assert stdin is not None and stdout is not None
         config = self._config()
-        payload: Mapping[str, Any] = {"spec": spec.to_dict(), "config": config.to_dict(),
-                                      "config_source": config.source or ""}  # fmt: skip
+        payload: Mapping[str, Any] = {
+            "spec": spec.to_dict(),
+            "config": config.to_dict(),
+            "config_source": config.source or "",
+        }
         cancelled = finished = False
         watcher = asyncio.create_task(cancel.wait())
         reading: asyncio.Future[bytes] | None = None
@@ -196,21 +195,14 @@ class AskPool:
                 if reading is None:
                     reading = asyncio.ensure_future(stdout.readline())
                 waits: set[asyncio.Future[Any]] = {reading} if cancelled else {reading, watcher}
-                done, _ = await asyncio.wait(waits, timeout=_PROBE_EVERY_S,
-                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                done, _ = await asyncio.wait(
+                    waits, timeout=_PROBE_EVERY_S, return_when=asyncio.FIRST_COMPLETED
+                )
                 if not done:
-                    stopped_for = stopped_for + _PROBE_EVERY_S if _stopped(worker.proc.pid) else 0
-                    if stopped_for >= STOPPED_LIMIT_S:
-                        log.error("ask worker %d stopped for %.0f s: ending it",
-                                  worker.proc.pid, stopped_for)  # fmt: skip
-                        with contextlib.suppress(ProcessLookupError):
-                            worker.proc.kill()
-                        await worker.proc.wait()
+                    stopped_for, ended = await self._probe(worker, stopped_for)
+                    if ended is not None:
                         finished = True
-                        yield RunOutcome(failure=Failure("internal",
-                            f"the ask worker (pid {worker.proc.pid}) was stopped for "
-                            f"{stopped_for:.0f} s (SIGSTOP or a debugger?) and did not answer; "
-                            "it was ended and the question was not sent again"))  # fmt: skip
+                        yield ended
                         return
                     continue
                 if watcher.done() and not cancelled:
@@ -219,28 +211,13 @@ class AskPool:
                         stdin.write(encode(Cancel(reason=cancel.reason or "cancelled")))
                 if not reading.done():
                     continue  # only the cancel came: keep reading
-                try:
-                    line, reading = reading.result(), None
-                except ValueError:  # a line over the limit: the worker is broken
-                    worker.proc.kill()
+                line, reading = await _line_of(worker, reading), None
+                if isinstance(line, RunOutcome):  # the worker broke, or ended
                     finished = True
-                    yield _died("the ask worker sent an oversized frame")
+                    yield line
                     return
-                if not line:
-                    code = await worker.proc.wait()
-                    how = f"signal {-code}" if code < 0 else f"exit {code}"
-                    finished = True
-                    yield _died(f"the ask worker ended ({how}) before it answered")
-                    return
-                try:
-                    frame = decode_line(line, _FRAME_LIMIT)
-                except FrameError as exc:
-                    log.error("ask worker %d: bad frame: %s", worker.proc.pid, exc)
-                    continue
-                if frame is None:
-                    log.info("ask worker %d: %s", worker.proc.pid,
-                             line.decode(errors="replace").rstrip())  # fmt: skip
-                elif isinstance(frame, EventFrame):
+                frame = _decode(worker, line)
+                if isinstance(frame, EventFrame):
                     yield frame
                 elif isinstance(frame, ResultFrame):
                     worker.answered += 1
@@ -263,6 +240,33 @@ class AskPool:
             if not worker.alive:
                 self._forget(worker)
             await self._release(worker)
+
+    async def _take_ready(self) -> _Worker:
+        """A free worker that answers a ping (waiting for one to be free)."""
+        while True:
+            worker = await self._take()
+            if await self._ready(worker):
+                return worker
+            # It died before the question was sent (killed, crashed while idle): the
+            # question never reached it, so another worker may take it.
+            log.warning("ask worker %d is gone; using another", worker.proc.pid)
+            await self._release(worker)
+
+    async def _probe(self, worker: _Worker, stopped_for: float) -> tuple[float, RunOutcome | None]:
+        """A busy worker sent nothing for a while: how long it has been stopped, and
+        the question's outcome once that is too long (the worker is then ended)."""
+        stopped_for = stopped_for + _PROBE_EVERY_S if _stopped(worker.proc.pid) else 0
+        if stopped_for < STOPPED_LIMIT_S:
+            return stopped_for, None
+        log.error("ask worker %d stopped for %.0f s: ending it", worker.proc.pid, stopped_for)
+        with contextlib.suppress(ProcessLookupError):
+            worker.proc.kill()
+        await worker.proc.wait()
+        return stopped_for, _died(
+            f"the ask worker (pid {worker.proc.pid}) was stopped for "
+            f"{stopped_for:.0f} s (SIGSTOP or a debugger?) and did not answer; "
+            "it was ended and the question was not sent again"
+        )
 
     async def _ready(self, worker: _Worker) -> bool:
         """Does ``worker`` answer a ping? A worker killed while idle may not be reaped
@@ -291,6 +295,33 @@ class AskPool:
         for worker in self._workers:
             with contextlib.suppress(ProcessLookupError):
                 worker.proc.send_signal(signal.SIGKILL)
+
+
+async def _line_of(worker: _Worker, reading: asyncio.Future[bytes]) -> bytes | RunOutcome:
+    """The line ``reading`` read, or the outcome of a question whose worker sent an
+    oversized line (it is ended) or ended before it answered."""
+    try:
+        line = reading.result()
+    except ValueError:  # a line over the limit: the worker is broken
+        worker.proc.kill()
+        return _died("the ask worker sent an oversized frame")
+    if not line:
+        code = await worker.proc.wait()
+        how = f"signal {-code}" if code < 0 else f"exit {code}"
+        return _died(f"the ask worker ended ({how}) before it answered")
+    return line
+
+
+def _decode(worker: _Worker, line: bytes) -> Frame | None:
+    """A worker's line as a frame; its other output (or a bad frame) is logged."""
+    try:
+        frame = decode_line(line, _FRAME_LIMIT)
+    except FrameError as exc:
+        log.error("ask worker %d: bad frame: %s", worker.proc.pid, exc)
+        return None
+    if frame is None:
+        log.info("ask worker %d: %s", worker.proc.pid, line.decode(errors="replace").rstrip())
+    return frame
 
 
 def _died(message: str) -> RunOutcome:

@@ -22,21 +22,17 @@ import json
 import logging
 import os
 import sys
-import threading
 from collections.abc import Mapping
 from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 from jarvisd.protocol import (
     Cancel,
+    ChildLink,
     EventFrame,
     Frame,
-    FrameError,
     FrameReader,
-    Ping,
-    Pong,
     ResultFrame,
     Start,
-    encode,
     jsonable,
 )
 
@@ -58,9 +54,10 @@ _FORWARDED = ("tool_call_start", "tool_call_end")
 
 class AskWorker:
     def __init__(self, out: IO[bytes], reader: FrameReader, idle_unload: float) -> None:
-        self._out = out
-        self._reader = reader
-        self._lock = threading.Lock()
+        # Pings ("are you there?" before a question) are answered by the link itself.
+        self.link = ChildLink(
+            reader, out, on_frame=self._on_frame, on_end=self._on_end, on_broken=self.gone
+        )
         self.idle_unload = idle_unload
         self.engines: dict[str, Engine] = {}
         self.current: RunContext | None = None
@@ -68,28 +65,19 @@ class AskWorker:
         self._starts: asyncio.Queue[Start] = asyncio.Queue()
 
     def send(self, frame: Frame) -> None:
-        data = encode(frame)
-        with self._lock:
-            try:
-                self._out.write(data)
-                self._out.flush()
-            except OSError:
-                exit_host_gone()
+        self.link.send(frame)
 
-    def _read(self) -> None:
-        """Reader thread: starts go to the loop, a cancel to the current question."""
+    def _on_frame(self, frame: Frame) -> None:
+        """On the reader thread: starts go to the loop, a cancel to the current question."""
         assert self._loop is not None
-        loop = self._loop
-        try:
-            for frame in self._reader:
-                if isinstance(frame, Start):
-                    loop.call_soon_threadsafe(self._starts.put_nowait, frame)
-                elif isinstance(frame, Cancel):
-                    loop.call_soon_threadsafe(self._cancel, frame.reason or "cancelled")
-                elif isinstance(frame, Ping):  # "are you there?" before a question
-                    self.send(Pong(id=frame.id))
-        except (FrameError, OSError) as exc:
-            log.error("bad frame from the daemon: %s", exc)
+        if isinstance(frame, Start):
+            self._loop.call_soon_threadsafe(self._starts.put_nowait, frame)
+        elif isinstance(frame, Cancel):
+            self._loop.call_soon_threadsafe(self._cancel, frame.reason or "cancelled")
+
+    def _on_end(self, error: Exception | None) -> None:
+        if error is not None:
+            log.error("bad frame from the daemon: %s", error)
         self.gone()
 
     def gone(self) -> NoReturn:
@@ -102,7 +90,7 @@ class AskWorker:
 
     async def serve(self) -> int:
         self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read, name="jarvisd-host", daemon=True).start()
+        self.link.start("jarvisd-host")
         while True:
             timeout = self.idle_unload if self.engines else None
             try:

@@ -239,8 +239,9 @@ class Client:
     ) -> Iterator[EventReply]:
         """The task's events after ``since``; with ``follow``, until it ends (a daemon
         that stops answering is an error, as for :meth:`wait`)."""
-        request = TaskLogs(task=task, since=since, follow=follow,
-                           keepalive=keepalive if follow else None)  # fmt: skip
+        request = TaskLogs(
+            task=task, since=since, follow=follow, keepalive=keepalive if follow else None
+        )
         for reply in self.stream(request, timeout=_silence(keepalive) if follow else -1.0):
             if isinstance(reply, EventReply):
                 yield reply

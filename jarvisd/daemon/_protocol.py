@@ -48,11 +48,12 @@ never handle loose dicts.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from jarvisd._errors import JarvisError, ProtocolError
+from jarvisd._errors import ProtocolError
+from jarvisd.protocol import MISSING, Invalid, Message, wire
 from jarvisd.runs import AgentSpec
 
 __all__ = [
@@ -107,83 +108,67 @@ TERMINAL_STATES = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 CHECKPOINT_EVENT = "checkpoint"
 
 
-# -- field readers: one place that turns loose JSON into typed values ---------------
+# -- checks: what a field's type cannot say ------------------------------------------
 
 
-def _str(data: Mapping[str, Any], key: str, default: str | None = None) -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        raise ProtocolError(f"field {key!r} must be a string")
+def _keepalive(value: float | None) -> float | None:
+    if value is not None and not 0.05 <= value <= 3600:
+        raise Invalid("field 'keepalive' must be between 0.05 and 3600 seconds")
     return value
 
 
-def _opt_str(data: Mapping[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise ProtocolError(f"field {key!r} must be a string or null")
+def _positive_timeout(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise Invalid("field 'timeout' must be positive")
     return value
 
 
-def _int(data: Mapping[str, Any], key: str, default: int) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProtocolError(f"field {key!r} must be an integer")
+def _at_least(key: str, low: int, words: str) -> Callable[[int], int]:
+    def check(value: int) -> int:
+        if value < low:
+            raise Invalid(f"field {key!r} must {words}")
+        return value
+
+    return check
+
+
+def _states(value: object, label: str) -> tuple[str, ...]:
+    states = value if value is not MISSING and value else []
+    if not isinstance(states, list) or any(s not in TASK_STATES for s in states):
+        raise Invalid(f"field 'states' must be a list of {', '.join(TASK_STATES)}")
+    return tuple(states)
+
+
+def _state(value: str) -> str:
+    if value not in TASK_STATES:
+        raise Invalid(f"unknown task state {value!r}")
     return value
 
 
-def _opt_float(data: Mapping[str, Any], key: str) -> float | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        raise ProtocolError(f"field {key!r} must be a number or null")
-    return float(value)
+def _pid(value: object, label: str) -> int | None:
+    # Shown only (``jarvis task show``): a value that is not a pid is no pid.
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _float(data: Mapping[str, Any], key: str, default: float = 0.0) -> float:
-    value = _opt_float(data, key)
-    return default if value is None else value
+def _new_spec() -> AgentSpec:
+    return AgentSpec(input="")
 
 
-def _bool(data: Mapping[str, Any], key: str, default: bool = False) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise ProtocolError(f"field {key!r} must be true or false")
-    return value
+class _Daemon(Message):
+    """The daemon socket's messages: errors are ProtocolError, fields named 'field x'."""
 
-
-def _obj(data: Mapping[str, Any], key: str, required: bool = True) -> dict[str, Any] | None:
-    value = data.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, dict):
-        raise ProtocolError(f"field {key!r} must be an object")
-    return value
-
-
-def _spec(data: Mapping[str, Any]) -> AgentSpec:
-    raw = _obj(data, "spec")
-    assert raw is not None
-    try:
-        return AgentSpec.from_dict(raw)
-    except (TypeError, ValueError, JarvisError) as exc:
-        raise ProtocolError(f"invalid spec: {exc}") from exc
+    __slots__ = ()
+    _error: ClassVar[type[Exception]] = ProtocolError
 
 
 # -- requests -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(_Daemon):
     op: ClassVar[str] = ""
+    _head: ClassVar[frozenset[str]] = frozenset({"id"})
     id: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Request:
-        return cls(id=id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,17 +197,10 @@ class UiLogin(Request):
 @dataclass(frozen=True, slots=True)
 class Ask(Request):
     op: ClassVar[str] = "ask"
-    spec: AgentSpec = field(default_factory=lambda: AgentSpec(input=""))
+    spec: AgentSpec = wire(factory=_new_spec)
     #: Seconds between ``alive`` replies while the run goes on (None: none), so a
     #: client can tell a slow answer from a daemon that stopped.
-    keepalive: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "keepalive": self.keepalive}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Ask:
-        return cls(id=id, spec=_spec(data), keepalive=_keepalive(data))
+    keepalive: float | None = wire(None, check=_keepalive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,67 +209,30 @@ class AskCancel(Request):
     ends with a ``cancelled`` outcome on its own connection."""
 
     op: ClassVar[str] = "ask.cancel"
-    ask: str = ""
-    reason: str = "cancelled"
-
-    def body(self) -> dict[str, Any]:
-        return {"ask": self.ask, "reason": self.reason}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> AskCancel:
-        return cls(id=id, ask=_str(data, "ask"), reason=_str(data, "reason", "cancelled")[:500])
+    ask: str = wire("", required=True)
+    reason: str = wire("cancelled", check=lambda reason: reason[:500])
 
 
 @dataclass(frozen=True, slots=True)
 class TaskSubmit(Request):
     op: ClassVar[str] = "task.submit"
-    spec: AgentSpec = field(default_factory=lambda: AgentSpec(input=""))
+    spec: AgentSpec = wire(factory=_new_spec)
     #: Re-run the task when files under this directory change.
     watch: str | None = None
     #: Seconds; None: config ``daemon.task_timeout``.
-    timeout: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_dict(), "watch": self.watch, "timeout": self.timeout}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskSubmit:
-        timeout = _opt_float(data, "timeout")
-        if timeout is not None and timeout <= 0:
-            raise ProtocolError("field 'timeout' must be positive")
-        return cls(id=id, spec=_spec(data), watch=_opt_str(data, "watch"), timeout=timeout)
+    timeout: float | None = wire(None, check=_positive_timeout)
 
 
 @dataclass(frozen=True, slots=True)
 class TaskList(Request):
     op: ClassVar[str] = "task.list"
-    states: tuple[str, ...] = ()
-    limit: int = 100
-
-    def body(self) -> dict[str, Any]:
-        return {"states": list(self.states), "limit": self.limit}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskList:
-        states = data.get("states") or []
-        if not isinstance(states, list) or any(s not in TASK_STATES for s in states):
-            raise ProtocolError(f"field 'states' must be a list of {', '.join(TASK_STATES)}")
-        limit = _int(data, "limit", 100)
-        if limit < 1:
-            raise ProtocolError("field 'limit' must be at least 1")
-        return cls(id=id, states=tuple(states), limit=limit)
+    states: tuple[str, ...] = wire((), read=_states)
+    limit: int = wire(100, check=_at_least("limit", 1, "be at least 1"))
 
 
 @dataclass(frozen=True, slots=True)
 class _TaskRef(Request):
-    task: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"task": self.task}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> _TaskRef:
-        return cls(id=id, task=_str(data, "task"))
+    task: str = wire("", required=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,106 +246,72 @@ class TaskCancel(_TaskRef):
 
 
 @dataclass(frozen=True, slots=True)
-class TaskAnswer(Request):
+class TaskAnswer(_TaskRef):
     """``jarvis task approve|deny``: answer the permission request a task waits on."""
 
     op: ClassVar[str] = "task.answer"
-    task: str = ""
-    allow: bool = False
-
-    def body(self) -> dict[str, Any]:
-        return {"task": self.task, "allow": self.allow}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskAnswer:
-        if not isinstance(data.get("allow"), bool):
-            raise ProtocolError("field 'allow' must be true or false")
-        return cls(id=id, task=_str(data, "task"), allow=_bool(data, "allow"))
+    allow: bool = wire(False, required=True)
 
 
 @dataclass(frozen=True, slots=True)
-class TaskLogs(Request):
+class TaskLogs(_TaskRef):
     op: ClassVar[str] = "task.logs"
-    task: str = ""
     #: Replay events with a sequence number greater than this (0: from the start).
-    since: int = 0
+    since: int = wire(0, check=_at_least("since", 0, "not be negative"))
     follow: bool = False
     #: While following, ``alive`` this often when no event came (None: never), so a
     #: client can tell a quiet task from a stopped daemon.
-    keepalive: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"task": self.task, "since": self.since, "follow": self.follow,
-                "keepalive": self.keepalive}  # fmt: skip
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskLogs:
-        since = _int(data, "since", 0)
-        if since < 0:
-            raise ProtocolError("field 'since' must not be negative")
-        return cls(id=id, task=_str(data, "task"), since=since, follow=_bool(data, "follow"),
-                   keepalive=_keepalive(data))  # fmt: skip
+    keepalive: float | None = wire(None, check=_keepalive)
 
 
 @dataclass(frozen=True, slots=True)
-class TaskWait(Request):
+class TaskWait(_TaskRef):
     op: ClassVar[str] = "task.wait"
-    task: str = ""
     timeout: float | None = None
     #: ``alive`` this often while the task runs (None: never); see TaskLogs.
-    keepalive: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"task": self.task, "timeout": self.timeout, "keepalive": self.keepalive}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskWait:
-        return cls(id=id, task=_str(data, "task"), timeout=_opt_float(data, "timeout"),
-                   keepalive=_keepalive(data))  # fmt: skip
-
-
-def _keepalive(data: Mapping[str, Any]) -> float | None:
-    keepalive = _opt_float(data, "keepalive")
-    if keepalive is not None and not 0.05 <= keepalive <= 3600:
-        raise ProtocolError("field 'keepalive' must be between 0.05 and 3600 seconds")
-    return keepalive
+    keepalive: float | None = wire(None, check=_keepalive)
 
 
 REQUESTS: dict[str, type[Request]] = {
     cls.op: cls
-    for cls in (Ping, Status, Shutdown, Ask, AskCancel, TaskSubmit, TaskList, TaskShow,
-                TaskCancel, TaskAnswer, TaskLogs, TaskWait, UiLogin)
-}  # fmt: skip
+    for cls in (
+        Ping,
+        Status,
+        Shutdown,
+        Ask,
+        AskCancel,
+        TaskSubmit,
+        TaskList,
+        TaskShow,
+        TaskCancel,
+        TaskAnswer,
+        TaskLogs,
+        TaskWait,
+        UiLogin,
+    )
+}
 
 
 # -- typed payloads -----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Waiting:
+class Waiting(_Daemon):
     """The permission request a running task waits on (`jarvis task approve|deny`)."""
 
-    tool: str
-    kind: str
-    since: float
+    tool: str = wire("", required=True)
+    kind: str = wire("", required=True)
+    since: float = 0.0
     #: When it is denied unanswered (``agents.approval_timeout``).
-    until: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tool": self.tool, "kind": self.kind, "since": self.since, "until": self.until}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Waiting:
-        return cls(tool=_str(data, "tool"), kind=_str(data, "kind"),
-                   since=_float(data, "since"), until=_float(data, "until"))  # fmt: skip
+    until: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
-class TaskInfo:
-    id: str
-    state: str
-    spec: AgentSpec
-    created_at: float
+class TaskInfo(_Daemon):
+    id: str = wire("", required=True)
+    state: str = wire("", required=True, check=_state)
+    spec: AgentSpec = wire(factory=_new_spec)
+    created_at: float = 0.0
     started_at: float | None = None
     finished_at: float | None = None
     #: Why the task ended the way it did (cancel reason, error, interruption).
@@ -419,7 +326,7 @@ class TaskInfo:
     #: psutil measurements of the worker process tree (live while running, else last).
     cpu_seconds: float = 0.0
     memory_bytes: int = 0
-    worker_pid: int | None = None
+    worker_pid: int | None = wire(None, read=_pid)
     #: Set while the task waits for its permission request to be answered.
     waiting: Waiting | None = None
 
@@ -427,72 +334,22 @@ class TaskInfo:
     def finished(self) -> bool:
         return self.state in TERMINAL_STATES
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "state": self.state,
-            "spec": self.spec.to_dict(),
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "reason": self.reason,
-            "result": None if self.result is None else dict(self.result),
-            "attempts": self.attempts,
-            "watch": self.watch,
-            "rerun_of": self.rerun_of,
-            "timeout": self.timeout,
-            "last_seq": self.last_seq,
-            "checkpoint_turns": self.checkpoint_turns,
-            "cpu_seconds": self.cpu_seconds,
-            "memory_bytes": self.memory_bytes,
-            "worker_pid": self.worker_pid,
-            "waiting": None if self.waiting is None else self.waiting.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskInfo:
-        state = _str(data, "state")
-        if state not in TASK_STATES:
-            raise ProtocolError(f"unknown task state {state!r}")
-        pid = data.get("worker_pid")
-        waiting = _obj(data, "waiting", required=False)
-        return cls(
-            id=_str(data, "id"),
-            state=state,
-            spec=_spec(data),
-            created_at=_float(data, "created_at"),
-            started_at=_opt_float(data, "started_at"),
-            finished_at=_opt_float(data, "finished_at"),
-            reason=_str(data, "reason", ""),
-            result=_obj(data, "result", required=False),
-            attempts=_int(data, "attempts", 0),
-            watch=_opt_str(data, "watch"),
-            rerun_of=_opt_str(data, "rerun_of"),
-            timeout=_opt_float(data, "timeout"),
-            last_seq=_int(data, "last_seq", 0),
-            checkpoint_turns=_int(data, "checkpoint_turns", 0),
-            cpu_seconds=_float(data, "cpu_seconds"),
-            memory_bytes=_int(data, "memory_bytes", 0),
-            worker_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
-            waiting=None if waiting is None else Waiting.from_dict(waiting),
-        )
-
 
 @dataclass(frozen=True, slots=True)
-class DaemonStatus:
-    pid: int
-    version: str
-    protocol: int
-    started_at: float
-    uptime_s: float
-    running: int
-    queued: int
-    memory_bytes: int
-    max_concurrent: int
-    max_queued: int
-    socket: str
-    config_source: str | None
-    config_loaded_at: float
+class DaemonStatus(_Daemon):
+    pid: int = 0
+    version: str = ""
+    protocol: int = 0
+    started_at: float = 0.0
+    uptime_s: float = 0.0
+    running: int = 0
+    queued: int = 0
+    memory_bytes: int = 0
+    max_concurrent: int = 0
+    max_queued: int = 0
+    socket: str = ""
+    config_source: str | None = None
+    config_loaded_at: float = 0.0
     #: Why the last config reload was refused (empty: the file in use is the file on disk).
     config_error: str = ""
     watches: int = 0
@@ -502,67 +359,16 @@ class DaemonStatus:
     #: Tasks stopped by that failure, waiting for their state to be stored.
     stalled: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pid": self.pid,
-            "version": self.version,
-            "protocol": self.protocol,
-            "started_at": self.started_at,
-            "uptime_s": self.uptime_s,
-            "running": self.running,
-            "queued": self.queued,
-            "memory_bytes": self.memory_bytes,
-            "max_concurrent": self.max_concurrent,
-            "max_queued": self.max_queued,
-            "socket": self.socket,
-            "config_source": self.config_source,
-            "config_loaded_at": self.config_loaded_at,
-            "config_error": self.config_error,
-            "watches": self.watches,
-            "tasks_total": self.tasks_total,
-            "store_error": self.store_error,
-            "stalled": self.stalled,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DaemonStatus:
-        return cls(
-            pid=_int(data, "pid", 0),
-            version=_str(data, "version", ""),
-            protocol=_int(data, "protocol", 0),
-            started_at=_float(data, "started_at"),
-            uptime_s=_float(data, "uptime_s"),
-            running=_int(data, "running", 0),
-            queued=_int(data, "queued", 0),
-            memory_bytes=_int(data, "memory_bytes", 0),
-            max_concurrent=_int(data, "max_concurrent", 0),
-            max_queued=_int(data, "max_queued", 0),
-            socket=_str(data, "socket", ""),
-            config_source=_opt_str(data, "config_source"),
-            config_loaded_at=_float(data, "config_loaded_at"),
-            config_error=_str(data, "config_error", ""),
-            watches=_int(data, "watches", 0),
-            tasks_total=_int(data, "tasks_total", 0),
-            store_error=_str(data, "store_error", ""),
-            stalled=_int(data, "stalled", 0),
-        )
-
 
 # -- replies ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(_Daemon):
     type: ClassVar[str] = ""
     final: ClassVar[bool] = True
+    _head: ClassVar[frozenset[str]] = frozenset({"id"})
     id: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Reply:
-        return cls(id=id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,25 +377,11 @@ class Pong(Reply):
     pid: int = 0
     version: str = ""
 
-    def body(self) -> dict[str, Any]:
-        return {"pid": self.pid, "version": self.version}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Pong:
-        return cls(id=id, pid=_int(data, "pid", 0), version=_str(data, "version", ""))
-
 
 @dataclass(frozen=True, slots=True)
 class Ok(Reply):
     type: ClassVar[str] = "ok"
     message: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"message": self.message}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Ok:
-        return cls(id=id, message=_str(data, "message", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -598,27 +390,11 @@ class ErrorReply(Reply):
     code: str = "internal"
     message: str = ""
 
-    def body(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> ErrorReply:
-        return cls(id=id, code=_str(data, "code", "internal"), message=_str(data, "message", ""))
-
 
 @dataclass(frozen=True, slots=True)
 class StatusReply(Reply):
     type: ClassVar[str] = "status"
-    status: DaemonStatus | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"status": None if self.status is None else self.status.to_dict()}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> StatusReply:
-        raw = _obj(data, "status")
-        assert raw is not None
-        return cls(id=id, status=DaemonStatus.from_dict(raw))
+    status: DaemonStatus | None = wire(None, required=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -627,14 +403,7 @@ class Delta(Reply):
 
     type: ClassVar[str] = "delta"
     final: ClassVar[bool] = False
-    text: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"text": self.text}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Delta:
-        return cls(id=id, text=_str(data, "text"))
+    text: str = wire("", required=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -644,13 +413,6 @@ class Alive(Reply):
     type: ClassVar[str] = "alive"
     final: ClassVar[bool] = False
 
-    def body(self) -> dict[str, Any]:
-        return {}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> Alive:
-        return cls(id=id)
-
 
 @dataclass(frozen=True, slots=True)
 class EventReply(Reply):
@@ -659,74 +421,44 @@ class EventReply(Reply):
     type: ClassVar[str] = "event"
     final: ClassVar[bool] = False
     seq: int = 0
-    event: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
+    event: str = wire("", required=True)
+    data: Mapping[str, Any] = wire(factory=dict, required=True)
     timestamp: float = 0.0
-
-    def body(self) -> dict[str, Any]:
-        return {"seq": self.seq, "event": self.event, "data": dict(self.data),
-                "timestamp": self.timestamp}  # fmt: skip
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> EventReply:
-        return cls(
-            id=id,
-            seq=_int(data, "seq", 0),
-            event=_str(data, "event"),
-            data=_obj(data, "data") or {},
-            timestamp=_float(data, "timestamp"),
-        )
 
 
 @dataclass(frozen=True, slots=True)
 class ResultReply(Reply):
     type: ClassVar[str] = "result"
-    result: Mapping[str, Any] = field(default_factory=dict)  # RunOutcome.to_dict()
-
-    def body(self) -> dict[str, Any]:
-        return {"result": dict(self.result)}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> ResultReply:
-        return cls(id=id, result=_obj(data, "result") or {})
+    result: Mapping[str, Any] = wire(factory=dict, required=True)  # RunOutcome.to_dict()
 
 
 @dataclass(frozen=True, slots=True)
 class TaskReply(Reply):
     type: ClassVar[str] = "task"
-    task: TaskInfo | None = None
-
-    def body(self) -> dict[str, Any]:
-        return {"task": None if self.task is None else self.task.to_dict()}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskReply:
-        raw = _obj(data, "task")
-        assert raw is not None
-        return cls(id=id, task=TaskInfo.from_dict(raw))
+    task: TaskInfo | None = wire(None, required=True)
 
 
 @dataclass(frozen=True, slots=True)
 class TaskListReply(Reply):
     type: ClassVar[str] = "tasks"
-    tasks: tuple[TaskInfo, ...] = ()
-
-    def body(self) -> dict[str, Any]:
-        return {"tasks": [t.to_dict() for t in self.tasks]}
-
-    @classmethod
-    def from_body(cls, id: str, data: Mapping[str, Any]) -> TaskListReply:
-        raw = data.get("tasks")
-        if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
-            raise ProtocolError("field 'tasks' must be a list of objects")
-        return cls(id=id, tasks=tuple(TaskInfo.from_dict(t) for t in raw))
+    tasks: tuple[TaskInfo, ...] = wire((), required=True)
 
 
 REPLIES: dict[str, type[Reply]] = {
     cls.type: cls
-    for cls in (Pong, Ok, ErrorReply, StatusReply, Delta, Alive, EventReply, ResultReply,
-                TaskReply, TaskListReply)
-}  # fmt: skip
+    for cls in (
+        Pong,
+        Ok,
+        ErrorReply,
+        StatusReply,
+        Delta,
+        Alive,
+        EventReply,
+        ResultReply,
+        TaskReply,
+        TaskListReply,
+    )
+}
 
 
 # -- encoding and parsing -----------------------------------------------------------
@@ -737,15 +469,16 @@ def encode(message: Request | Reply) -> bytes:
     if isinstance(message, Request):
         head: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": message.id, "op": message.op}
     else:
-        head = {"v": PROTOCOL_VERSION, "id": message.id, "type": message.type,
-                "final": message.final}  # fmt: skip
+        head = {"v": PROTOCOL_VERSION, "id": message.id, "type": message.type}
+        head["final"] = message.final
     data = head | message.body()
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-def _depth(value: Any) -> int:
+def _depth(value: dict[str, Any]) -> int:
     """How deeply arrays and objects nest in ``value`` (without recursion)."""
-    deepest, stack = 0, [(value, 1)]
+    deepest = 0
+    stack: list[tuple[dict[str, Any] | list[Any], int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         deepest = max(deepest, level)
@@ -754,7 +487,7 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _json(line: bytes | str) -> Any:
+def _json(line: bytes | str) -> object:
     try:
         return json.loads(line)
     except RecursionError:  # deeper than the interpreter's stack: a protocol error too

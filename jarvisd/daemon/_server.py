@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import enum
 import importlib
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -39,32 +35,29 @@ from jarvisd._errors import (
 from jarvisd._paths import paths
 from jarvisd._run import CancelToken
 from jarvisd._version import __version__
-from jarvisd.runs import RunOutcome
 from jarvisd.runs._failures import to_wire
 
 from ._askpool import AskPool
 from ._identity import check_private_dir, peer_uid, write_pid_file
+from ._lifecycle import DaemonPaths, ExitCode, socket_answers, take_lock
 from ._protocol import (
     PROTOCOL_VERSION,
     TERMINAL_STATES,
-    Alive,
     Ask,
     AskCancel,
     DaemonStatus,
-    Delta,
     ErrorReply,
-    EventReply,
     Ok,
     Ping,
     Pong,
     Reply,
     Request,
-    ResultReply,
     Shutdown,
     Status,
     StatusReply,
     TaskAnswer,
     TaskCancel,
+    TaskInfo,
     TaskList,
     TaskListReply,
     TaskLogs,
@@ -77,90 +70,19 @@ from ._protocol import (
     parse_request,
     request_id,
 )
+from ._replies import _peer, stream_ask, stream_logs, stream_wait, wait_task
 from ._store import TaskStore
 from ._tasks import TaskManager
 from ._watch import Watcher, WatchFilter, count_dirs
 
-__all__ = ["Daemon", "DaemonPaths", "ExitCode"]
+__all__ = ["Daemon", "DaemonPaths", "ExitCode", "socket_answers", "take_lock"]
 
 log = logging.getLogger(__name__)
 
 _CONFIG_WATCH = "config"
-_FOLLOW_POLL_S = 1.0
 #: How often sandbox containers whose owning process is gone are removed while the
 #: daemon runs (a worker killed mid-run, or by a stall, cannot remove its own).
 _SWEEP_EVERY_S = 60.0
-#: How often a running ask looks whether its client is still connected.
-_CLIENT_CHECK_S = 1.0
-#: The socket of the connection a request came on (set per connection task).
-_peer: contextvars.ContextVar[Any] = contextvars.ContextVar("jarvisd_peer", default=None)
-
-
-def _peer_closed(sock: Any) -> bool:
-    """Whether the client closed its end of ``sock`` (a transport's socket): a read
-    would see end of file. Peeked through a duplicate, which leaves the stream as is."""
-    try:
-        with socket.fromfd(sock.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as dup:
-            return dup.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except (BlockingIOError, InterruptedError):
-        return False  # connected, nothing sent
-    except OSError:
-        return True
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0  # stopped on request (signal or `shutdown`)
-    FAILURE = 1  # an unexpected error
-    USAGE = 2
-    ALREADY_RUNNING = 73  # another jarvisd answers on the socket
-    UNSAFE_RUNTIME_DIR = 77  # the runtime directory is not ours alone (EX_NOPERM)
-    CONFIG = 78  # the config file is invalid at start
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonPaths:
-    socket: Path
-    pid_file: Path
-    database: Path
-    log_file: Path
-
-    @classmethod
-    def default(cls) -> DaemonPaths:
-        p = paths()
-        return cls(p.socket, p.runtime / "jarvisd.pid", p.state / "jarvisd.db",
-                   p.state / "jarvisd.log")  # fmt: skip
-
-    @property
-    def lock_file(self) -> Path:
-        """Held (flock) by the one daemon that owns the database, for its whole life."""
-        return self.database.with_name(self.database.name + ".lock")
-
-
-def take_lock(path: Path) -> int | None:
-    """An exclusive, non-blocking flock on ``path``: the open descriptor that holds it,
-    or None when another process holds it. The kernel releases it when the process
-    ends, however it ends, so a ``kill -9`` never leaves a stale lock."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
-
-
-def socket_answers(path: Path, timeout: float = 1.0) -> bool:
-    """Does a daemon answer a ping on ``path``?"""
-    from ._client import Client
-
-    try:
-        Client(path, timeout=timeout).ping()
-    except JarvisError:
-        return False
-    return True
 
 
 def _watch_root(watch: str, limit: int) -> str:
@@ -198,7 +120,7 @@ class Daemon:
         self.should_exit = False
         self._stop = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
+        self._connections: set[asyncio.Task[None]] = set()
         self._watch_runs: dict[str, str] = {}  # watch task id -> its latest run's id
         self._previous_handlers: dict[int, Any] = {}
         self._background: set[asyncio.Task[None]] = set()
@@ -245,8 +167,11 @@ class Daemon:
         # lock decides, before anything is read, even when both start at the same time.
         lock = take_lock(self.paths.lock_file)
         if lock is None:
-            log.error("another jarvisd already answers for %s (it holds %s)",
-                      self.paths.database, self.paths.lock_file)  # fmt: skip
+            log.error(
+                "another jarvisd already answers for %s (it holds %s)",
+                self.paths.database,
+                self.paths.lock_file,
+            )
             return ExitCode.ALREADY_RUNNING
         try:
             return await self._serve_locked()
@@ -289,8 +214,9 @@ class Daemon:
             bound = True
             self.paths.socket.chmod(0o600)
             write_pid_file(self.paths.pid_file)
-            log.info("jarvisd %s (pid %d) listening on %s", __version__, os.getpid(),
-                     self.paths.socket)  # fmt: skip
+            log.info(
+                "jarvisd %s (pid %d) listening on %s", __version__, os.getpid(), self.paths.socket
+            )
             watch_loop = asyncio.create_task(
                 self.watcher.run(self._stop, self._on_watch_fire, self._watch_busy)
             )
@@ -487,8 +413,13 @@ class Daemon:
         uid = peer_uid(sock) if sock is not None else None
         if uid is not None and uid != os.getuid():
             log.warning("refused a connection from uid %d", uid)
-            await self._send(writer, ErrorReply(code="denied",
-                             message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})"))  # fmt: skip
+            await self._send(
+                writer,
+                ErrorReply(
+                    code="denied",
+                    message=f"uid {uid} may not use this jarvisd (it serves uid {os.getuid()})",
+                ),
+            )
             return
         max_bytes = self.config.daemon.max_frame_bytes
         _peer.set(sock)
@@ -496,17 +427,31 @@ class Daemon:
             try:
                 line = await reader.readuntil(b"\n")
             except asyncio.LimitOverrunError:
-                await self._send(writer, ErrorReply(code="frame_too_large",
-                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                await self._send(
+                    writer,
+                    ErrorReply(
+                        code="frame_too_large",
+                        message=f"a request line may be at most {max_bytes} bytes",
+                    ),
+                )
                 return
             except asyncio.IncompleteReadError as exc:
                 if exc.partial.strip():
-                    await self._send(writer, ErrorReply(code="bad_request",
-                                     message="the request did not end with a newline"))  # fmt: skip
+                    await self._send(
+                        writer,
+                        ErrorReply(
+                            code="bad_request", message="the request did not end with a newline"
+                        ),
+                    )
                 return
             if len(line) > max_bytes + 1:
-                await self._send(writer, ErrorReply(code="frame_too_large",
-                                 message=f"a request line may be at most {max_bytes} bytes"))  # fmt: skip
+                await self._send(
+                    writer,
+                    ErrorReply(
+                        code="frame_too_large",
+                        message=f"a request line may be at most {max_bytes} bytes",
+                    ),
+                )
                 return
             if not line.strip():
                 continue
@@ -549,13 +494,17 @@ class Daemon:
             self.should_exit = True
             self._stop.set()
         elif isinstance(request, Ask):
-            async with contextlib.aclosing(self._ask(request)) as replies:
+            replies = stream_ask(self.asks, self._asks, request, _peer.get())
+            async with contextlib.aclosing(replies):
                 async for reply in replies:
                     yield reply
         elif isinstance(request, UiLogin):
             if self.console is None:
-                why = ("[ui] enabled is false" if not self.config.ui.enabled else
-                       f"port {self.config.ui.port} was not free when jarvisd started ([ui] port)")  # fmt: skip
+                why = (
+                    "[ui] enabled is false"
+                    if not self.config.ui.enabled
+                    else f"port {self.config.ui.port} was not free when jarvisd started ([ui] port)"
+                )
                 raise UsageError(f"the web console is not running: {why}")
             yield Ok(id=rid, message=self.console.login_url())
         elif isinstance(request, AskCancel):
@@ -575,26 +524,20 @@ class Daemon:
             info = await self.tasks.cancel(request.task)
             self.watcher.remove(info.id)
             if not info.finished:  # answer once it has really stopped
-                info = await self._wait(TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3))
+                stop = TaskWait(task=info.id, timeout=self.tasks.cancel_grace + 3)
+                info = await wait_task(self.store, self.tasks, stop)
             yield TaskReply(id=rid, task=info)
         elif isinstance(request, TaskAnswer):
             yield TaskReply(id=rid, task=self.tasks.answer(request.task, request.allow))
         elif isinstance(request, TaskLogs):
-            async with contextlib.aclosing(self._logs(request)) as replies:
+            replies = stream_logs(self.store, self.tasks, request)
+            async with contextlib.aclosing(replies):
                 async for reply in replies:
                     yield reply
         elif isinstance(request, TaskWait):
-            waiting = asyncio.ensure_future(self._wait(request))
-            try:
-                # ``alive`` while it waits: the client tells a long task from a stopped
-                # daemon (one that stops answering is an error there, not a hang).
-                while not waiting.done():
-                    done, _ = await asyncio.wait({waiting}, timeout=request.keepalive)
-                    if not done:
-                        yield Alive(id=rid)
-                yield TaskReply(id=rid, task=waiting.result())
-            finally:
-                waiting.cancel()
+            async with contextlib.aclosing(stream_wait(self.store, self.tasks, request)) as replies:
+                async for reply in replies:
+                    yield reply
         else:  # pragma: no cover - parse_request only builds the types above
             raise ProtocolError(f"unhandled op {request.op!r}")
 
@@ -623,7 +566,7 @@ class Daemon:
             stalled=self.tasks.stalled,
         )
 
-    async def _submit(self, request: TaskSubmit) -> Any:
+    async def _submit(self, request: TaskSubmit) -> TaskInfo:
         from jarvisd.runs import validate_spec
 
         validate_spec(request.spec, self.config)  # refused now, not when it runs
@@ -635,103 +578,3 @@ class Daemon:
         if watch is not None:
             await self._add_task_watch(info.id, watch)
         return info
-
-    async def _ask(self, request: Ask) -> AsyncGenerator[Reply, None]:
-        """Answer in an ask worker (never in this process), streaming text and tool-call
-        events as they come, then the outcome; ``alive`` every ``keepalive`` seconds
-        while nothing else is sent. A client that goes away cancels the run."""
-        queue: asyncio.Queue[Reply | None] = asyncio.Queue()
-        cancel = CancelToken()
-        if request.id:
-            self._asks[request.id] = cancel
-
-        async def go() -> None:
-            try:
-                async for item in self.asks.ask(request.spec, cancel):
-                    if isinstance(item, RunOutcome):
-                        queue.put_nowait(ResultReply(id=request.id, result=item.to_dict()))
-                    elif item.type == "inference_delta":
-                        text = item.data.get("text")
-                        if isinstance(text, str):
-                            queue.put_nowait(Delta(id=request.id, text=text))
-                    else:
-                        queue.put_nowait(EventReply(id=request.id, event=item.type,
-                                                    data=item.data, timestamp=time.time()))  # fmt: skip
-            except Exception as exc:
-                log.exception("ask failed")
-                code, message = to_wire(exc)
-                queue.put_nowait(ErrorReply(id=request.id, code=code, message=message))
-            finally:
-                queue.put_nowait(None)
-
-        worker = asyncio.create_task(go())
-        peer = _peer.get()
-        quiet = 0.0
-        try:
-            while True:
-                # Looked at every second: a client that went away while its question
-                # waited for a worker must not have it sent to the engine after all.
-                step = _CLIENT_CHECK_S if request.keepalive is None else min(
-                    request.keepalive, _CLIENT_CHECK_S)  # fmt: skip
-                try:
-                    reply = await asyncio.wait_for(queue.get(), step)
-                except TimeoutError:
-                    if peer is not None and _peer_closed(peer):
-                        cancel.cancel("the client disconnected")
-                        log.info("ask %s: the client went away", request.id or "-")
-                        break
-                    quiet += step
-                    if request.keepalive is not None and quiet >= request.keepalive:
-                        quiet = 0.0
-                        yield Alive(id=request.id)
-                    continue
-                quiet = 0.0
-                if reply is None:
-                    break
-                yield reply
-        finally:
-            if self._asks.get(request.id) is cancel:
-                del self._asks[request.id]
-            if not worker.done():  # the client went away: stop the run
-                cancel.cancel("the client disconnected")
-                await asyncio.gather(worker, return_exceptions=True)
-
-    async def _logs(self, request: TaskLogs) -> AsyncGenerator[Reply, None]:
-        task_id = self.store.resolve(request.task)
-        since = request.since
-        quiet_since = time.monotonic()
-        while True:
-            changed = self.tasks.changed(task_id)
-            state = self.store.get(task_id).state
-            events = self.store.events(task_id, since)
-            for event in events:
-                since = event.seq
-                yield type(event)(id=request.id, seq=event.seq, event=event.event,
-                                  data=event.data, timestamp=event.timestamp)  # fmt: skip
-            if events:
-                quiet_since = time.monotonic()
-                continue  # there may be more than one page
-            if not request.follow or state in TERMINAL_STATES:
-                yield Ok(id=request.id, message=state)
-                return
-            keepalive = request.keepalive
-            if keepalive is not None and time.monotonic() - quiet_since >= keepalive:
-                yield Alive(id=request.id)
-                quiet_since = time.monotonic()
-            poll = _FOLLOW_POLL_S if keepalive is None else min(keepalive, _FOLLOW_POLL_S)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), poll)
-
-    async def _wait(self, request: TaskWait) -> Any:
-        task_id = self.store.resolve(request.task)
-        deadline = None if request.timeout is None else time.monotonic() + request.timeout
-        while True:
-            changed = self.tasks.changed(task_id)
-            info = self.store.get(task_id)
-            if info.finished:
-                return info
-            left = _FOLLOW_POLL_S if deadline is None else deadline - time.monotonic()
-            if left <= 0:
-                return self.tasks.show(task_id)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, _FOLLOW_POLL_S))

@@ -268,8 +268,12 @@ class TaskStore:
         deleted = self.wal_deleted()
         self._q("PRAGMA wal_checkpoint(PASSIVE)")
         if deleted:
-            log.warning("the write-ahead log %s-wal was deleted while jarvisd ran: "
-                        "checkpointed it into %s and started a new one", self.path, self.path)  # fmt: skip
+            log.warning(
+                "the write-ahead log %s-wal was deleted while jarvisd ran: "
+                "checkpointed it into %s and started a new one",
+                self.path,
+                self.path,
+            )
             self._release()
             self._q("PRAGMA user_version")  # reconnects (or fails, and _q says why)
             self._watch_wal()
@@ -290,9 +294,16 @@ class TaskStore:
         self._q(
             "INSERT INTO tasks (id, state, spec, created_at, watch, watch_active, rerun_of, "
             "timeout) VALUES (?, 'queued', ?, ?, ?, ?, ?, ?)",
-            (task_id, json.dumps(spec.to_dict()), now, watch, int(watch is not None), rerun_of,
-             timeout),
-        )  # fmt: skip
+            (
+                task_id,
+                json.dumps(spec.to_dict()),
+                now,
+                watch,
+                int(watch is not None),
+                rerun_of,
+                timeout,
+            ),
+        )
         if not self._marked:
             self._mark()
         return self.get(task_id)
@@ -391,9 +402,16 @@ class TaskStore:
             "UPDATE tasks SET state=?, reason=?, result=?, finished_at=?, worker_pid=NULL, "
             "cpu_seconds=COALESCE(?, cpu_seconds), memory_bytes=COALESCE(?, memory_bytes) "
             "WHERE id=?",
-            (state, reason, None if result is None else json.dumps(dict(result)), time.time(),
-             cpu_seconds, memory_bytes, task_id),
-        )  # fmt: skip
+            (
+                state,
+                reason,
+                None if result is None else json.dumps(dict(result)),
+                time.time(),
+                cpu_seconds,
+                memory_bytes,
+                task_id,
+            ),
+        )
 
     def set_usage(self, task_id: str, cpu_seconds: float, memory_bytes: int) -> None:
         self._q(
@@ -497,8 +515,25 @@ class TaskStore:
 
 
 def _info(row: tuple[Any, ...]) -> TaskInfo:
-    (task_id, state, spec, created, started, finished, reason, result, attempts, watch,
-     rerun_of, timeout, last_seq, turns, cpu, mem, pid) = row  # fmt: skip
+    (
+        task_id,
+        state,
+        spec,
+        created,
+        started,
+        finished,
+        reason,
+        result,
+        attempts,
+        watch,
+        rerun_of,
+        timeout,
+        last_seq,
+        turns,
+        cpu,
+        mem,
+        pid,
+    ) = row
     return TaskInfo(
         id=task_id,
         state=state,

@@ -29,165 +29,32 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from jarvisd._config import Config
-from jarvisd._errors import ProtocolError, QueueFull, ShuttingDown, StoreError, UsageError
+from jarvisd._errors import QueueFull, ShuttingDown, StoreError, UsageError
 from jarvisd._procs import EXIT_HOST_GONE
-from jarvisd.protocol import (
-    Approval,
-    Approve,
-    Cancel,
-    ErrorFrame,
-    EventFrame,
-    FrameError,
-    Ping,
-    Pong,
-    ResultFrame,
-    Start,
-    decode_line,
-    encode,
-)
-from jarvisd.runs import AgentSpec, Failure, RunOutcome
+from jarvisd.protocol import Start, encode
+from jarvisd.runs import AgentSpec
 
-from ._protocol import CHECKPOINT_EVENT, TaskInfo, Waiting
+from ._proctree import end_processes, kill_stale_worker, kill_tree, snapshot_tree
+from ._protocol import TaskInfo
 from ._store import TaskStore
+from ._taskrun import SHUTDOWN_REASON, WORKER_FRAME_LIMIT, TaskRun
 
 __all__ = ["SHUTDOWN_REASON", "TaskManager"]
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_REASON = "daemon shutdown"
 #: A task that was running during this many daemon crashes is not resumed again (it may
 #: be what brings the daemon down). Orderly shutdowns do not count.
 MAX_ATTEMPTS = 3
-_WORKER_FRAME_LIMIT = 64 * 1024 * 1024
 _SAMPLE_EVERY_S = 1.0
-_SEEN_PRUNE_AT = 64
 #: How often a failed store write is tried again, and the WAL's link count looked at.
 _STORE_RETRY_S = 1.0
 #: How often the WAL is checkpointed into the database (PASSIVE: it never waits).
 _CHECKPOINT_EVERY_S = 10.0
-#: How much of a permission request's text is stored and shown (an agent writes it).
-_APPROVAL_TOOL_CHARS = 200
-_APPROVAL_ARGS_CHARS = 2000
-
-
-@dataclass(slots=True)
-class _Approval:
-    """The permission request a task waits on: the worker's approve frame id, what
-    `task show` says, and the timer that denies it unanswered."""
-
-    frame_id: str
-    waiting: Waiting
-    timer: asyncio.TimerHandle
-
-
-@dataclass(slots=True)
-class _Running:
-    task_id: str
-    proc: asyncio.subprocess.Process
-    started: float
-    cancel_reason: str = ""
-    outcome: tuple[str, str, dict[str, Any] | None] | None = None
-    cpu_seconds: float = 0.0
-    memory_bytes: int = 0
-    timers: list[asyncio.TimerHandle] = field(default_factory=list)
-    killer: asyncio.Task[None] | None = None
-    #: Every descendant of the worker seen so far, by pid: none may outlive the task,
-    #: including those that left the worker's process group (setsid) or were re-parented.
-    seen: dict[int, Any] = field(default_factory=dict)
-    #: Set once the worker has ended and its outcome is being stored.
-    returncode: int | None = None
-    approval: _Approval | None = None
-    #: The answer to its approval, held until a slot is free to give it back to.
-    answered: Approval | None = None
-
-    @property
-    def holds_slot(self) -> bool:
-        """A task waiting for a person (or for a slot after the answer) holds none of
-        ``max_concurrent``: other tasks start meanwhile."""
-        return self.approval is None and self.answered is None
-
-
-def _tree(pid: int) -> list[Any]:
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
-
-
-def snapshot_tree(pid: int) -> tuple[list[Any], float, int]:
-    """``pid`` and its descendants (psutil processes), with their CPU seconds (user +
-    system) and resident memory."""
-    import psutil
-
-    procs = _tree(pid)
-    cpu, rss = 0.0, 0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-            cpu += times.user + times.system
-            rss += proc.memory_info().rss
-        except psutil.Error:
-            continue
-    return procs, cpu, rss
-
-
-def _running_now(proc: Any) -> bool:
-    import psutil
-
-    try:
-        return bool(proc.is_running()) and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def end_processes(procs: Iterable[Any]) -> None:
-    """SIGKILL each process still running (psutil checks its start time, so a recycled
-    pid is never touched)."""
-    import psutil
-
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-
-
-def kill_tree(pid: int, grace: float = 1.0) -> None:
-    """End ``pid`` and every descendant: SIGTERM, then SIGKILL after ``grace``."""
-    import psutil
-
-    procs = _tree(pid)
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    end_processes(alive)
-    # Descendants already re-parented away from the worker are still in its session.
-    with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def kill_stale_worker(pid: int | None, started: float | None) -> bool:
-    """End a worker left over from a daemon that died, if it still runs (same pid and
-    start time, so a recycled pid is never touched)."""
-    import psutil
-
-    if not pid:
-        return False
-    try:
-        proc = psutil.Process(pid)
-        if started is not None and abs(proc.create_time() - started) > 0.5:
-            return False
-    except psutil.Error:
-        return False
-    kill_tree(pid, grace=0.5)
-    return True
 
 
 class TaskManager:
@@ -204,7 +71,7 @@ class TaskManager:
         self._python = python
         self.cancel_grace = cancel_grace
         self._queue: deque[str] = deque()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, TaskRun] = {}
         self._changed: dict[str, asyncio.Event] = {}
         self._wake = asyncio.Event()
         self._stopping = False
@@ -236,7 +103,7 @@ class TaskManager:
         self._stopping = True
         self._wake.set()
         for rt in list(self._running.values()):
-            self._signal_cancel(rt, SHUTDOWN_REASON)
+            rt.signal_cancel(SHUTDOWN_REASON)
         if self._runners:
             await asyncio.wait(self._runners, timeout=self.cancel_grace + 5)
         with contextlib.suppress(StoreError):  # else the next start recovers them
@@ -273,10 +140,15 @@ class TaskManager:
                 self.store.append_event(
                     task_id,
                     "tool_call_end",
-                    {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
-                     "status": "effect_unverified", "synthetic": True,
-                     "content": f"{why}: this call may or may not have taken effect"},
-                )  # fmt: skip
+                    {
+                        "tool": call.get("tool"),
+                        "call_id": call.get("call_id"),
+                        "success": False,
+                        "status": "effect_unverified",
+                        "synthetic": True,
+                        "content": f"{why}: this call may or may not have taken effect",
+                    },
+                )
             names = ", ".join(f"{c.get('tool')} ({c.get('call_id')})" for c in in_flight)
             self._finish(
                 task_id,
@@ -305,9 +177,13 @@ class TaskManager:
             self.store.append_event(
                 task_id,
                 "task_resumed",
-                {"reason": why, "from_turn": cp.turns if cp.state is not None else 0,
-                 "checkpoint_seq": cp.seq, "crash": crashed},
-            )  # fmt: skip
+                {
+                    "reason": why,
+                    "from_turn": cp.turns if cp.state is not None else 0,
+                    "checkpoint_seq": cp.seq,
+                    "crash": crashed,
+                },
+            )
             self.store.requeue(task_id, f"{why}; resuming from turn {cp.turns}")
             self._notify(task_id)
 
@@ -350,7 +226,7 @@ class TaskManager:
         info = self.store.get(ref)
         rt = self._running.get(info.id)
         if rt is not None:
-            self._observe(rt, *snapshot_tree(rt.proc.pid))
+            rt.observe(*snapshot_tree(rt.proc.pid))
             return self.live(_with_usage(info, rt.cpu_seconds, rt.memory_bytes))
         return info
 
@@ -369,7 +245,7 @@ class TaskManager:
         rt = self._running.get(info.id)
         if rt is None or rt.approval is None or rt.cancel_reason:
             raise UsageError(f"task {info.id} is not waiting for approval (it is {info.state})")
-        self._answer(rt, allow, "approved by the user" if allow else "denied by the user")
+        rt.answer(allow, "approved by the user" if allow else "denied by the user")
         return self.show(info.id)
 
     async def cancel(self, ref: str, reason: str = "cancelled by the user") -> TaskInfo:
@@ -387,7 +263,7 @@ class TaskManager:
                 self._queue.remove(info.id)
             self._finish(info.id, "cancelled", reason)
         elif info.id in self._running:
-            self._signal_cancel(self._running[info.id], reason)
+            self._running[info.id].signal_cancel(reason)
         return self.store.get(info.id)
 
     def changed(self, task_id: str) -> asyncio.Event:
@@ -400,8 +276,15 @@ class TaskManager:
         if event is not None:
             event.set()
 
-    def _finish(self, task_id: str, state: str, reason: str = "", result: Any = None,
-                cpu: float | None = None, mem: int | None = None) -> None:  # fmt: skip
+    def _finish(
+        self,
+        task_id: str,
+        state: str,
+        reason: str = "",
+        result: Any = None,
+        cpu: float | None = None,
+        mem: int | None = None,
+    ) -> None:
         self.store.finish(task_id, state, reason, result, cpu_seconds=cpu, memory_bytes=mem)
         self.store.append_event(task_id, "task_end", {"state": state, "reason": reason})
         self._notify(task_id)
@@ -417,7 +300,7 @@ class TaskManager:
             for rt in list(self._running.values()):
                 if rt.answered is not None and rt.approval is None and self._busy() < limit:
                     answer, rt.answered = rt.answered, None
-                    self._write(rt, encode(answer))
+                    rt.write(encode(answer))
             while self._queue and not self.store_error and self._busy() < limit:
                 task_id = self._queue.popleft()
                 self._starting.add(task_id)
@@ -456,18 +339,29 @@ class TaskManager:
         config = self._config()
         cp = self.store.checkpoint(task_id)
         proc = await asyncio.create_subprocess_exec(
-            self._python, "-m", "jarvisd.daemon._worker",
+            self._python,
+            "-m",
+            "jarvisd.daemon._worker",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
-            limit=_WORKER_FRAME_LIMIT,
-        )  # fmt: skip
+            limit=WORKER_FRAME_LIMIT,
+        )
         assert proc.stdin is not None and proc.stdout is not None
         if self.store.get(task_id).state != "queued":  # cancelled while the worker started
             proc.kill()
             await proc.wait()
             return
-        rt = _Running(task_id, proc, time.time())
+        rt = TaskRun(
+            task_id,
+            proc,
+            time.time(),
+            self.store,
+            self._notify,
+            self._wake.set,
+            lambda: self._config().agents.approval_timeout,
+            self.cancel_grace,
+        )
         self._running[task_id] = rt
         self._starting.discard(task_id)
         try:
@@ -480,24 +374,32 @@ class TaskManager:
         self.store.append_event(
             task_id,
             "task_start",
-            {"attempt": info.attempts + 1, "worker_pid": proc.pid,
-             "resume_from_turn": cp.turns if cp.state is not None else 0},
-        )  # fmt: skip
+            {
+                "attempt": info.attempts + 1,
+                "worker_pid": proc.pid,
+                "resume_from_turn": cp.turns if cp.state is not None else 0,
+            },
+        )
         self._notify(task_id)
         limit = info.timeout or config.daemon.task_timeout
         loop = asyncio.get_running_loop()
         rt.timers.append(
-            loop.call_later(limit, self._signal_cancel, rt, f"time limit of {limit:g} s reached")
+            loop.call_later(limit, rt.signal_cancel, f"time limit of {limit:g} s reached")
         )
         start = Start(
             task="agent",
-            payload={"task_id": task_id, "spec": info.spec.to_dict(), "config": config.to_dict(),
-                     "config_source": config.source or "", "resume": cp.state},
-        )  # fmt: skip
-        self._write(rt, encode(start))
+            payload={
+                "task_id": task_id,
+                "spec": info.spec.to_dict(),
+                "config": config.to_dict(),
+                "config_source": config.source or "",
+                "resume": cp.state,
+            },
+        )
+        rt.write(encode(start))
         if self._stopping:
-            self._signal_cancel(rt, SHUTDOWN_REASON)
-        await self._pump(rt)
+            rt.signal_cancel(SHUTDOWN_REASON)
+        await rt.pump()
         returncode = await proc.wait()
         if rt.killer is not None:
             rt.killer.cancel()
@@ -508,161 +410,7 @@ class TaskManager:
         end_processes(rt.seen.values())
         self._settle(rt, returncode)
 
-    def _write(self, rt: _Running, data: bytes) -> None:
-        stdin = rt.proc.stdin
-        if stdin is None or stdin.is_closing():
-            return
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            stdin.write(data)
-
-    async def _pump(self, rt: _Running) -> None:
-        stdout = rt.proc.stdout
-        assert stdout is not None
-        while True:
-            try:
-                line = await stdout.readline()
-            except ValueError:  # a line over the limit: the worker is broken
-                log.error("task %s: oversized frame from the worker", rt.task_id)
-                kill_tree(rt.proc.pid, grace=0.2)
-                rt.outcome = ("failed", "the worker sent an oversized frame", None)
-                return
-            if not line:
-                return
-            try:
-                frame = decode_line(line, _WORKER_FRAME_LIMIT)
-            except FrameError as exc:
-                log.error("task %s: bad frame from the worker: %s", rt.task_id, exc)
-                continue
-            if frame is None:
-                log.info(
-                    "task %s: worker output: %s", rt.task_id, line.decode(errors="replace").rstrip()
-                )
-            elif isinstance(frame, EventFrame):
-                if frame.type == CHECKPOINT_EVENT:
-                    self.store.save_checkpoint(rt.task_id, frame.data)
-                else:
-                    self.store.append_event(rt.task_id, frame.type, frame.data)
-                    self._notify(rt.task_id)
-            elif isinstance(frame, Ping):
-                # Everything before this ping is committed: answer the barrier.
-                self._write(rt, encode(Pong(id=frame.id)))
-            elif isinstance(frame, Approve):
-                self._asked(rt, frame)
-            elif isinstance(frame, ResultFrame | ErrorFrame):
-                # The worker waits for our barrier answer: measure it while it is alive.
-                self._observe(rt, *snapshot_tree(rt.proc.pid))
-                self._outcome(rt, frame)
-
-    def _asked(self, rt: _Running, frame: Approve) -> None:
-        """The worker's agent asks to run a tool under "ask": the task waits, visibly,
-        until `task approve|deny` or the timeout (which denies)."""
-        if rt.approval is not None or rt.cancel_reason:
-            # One question at a time; and a task being stopped runs nothing more.
-            why = "another request is waiting" if rt.approval is not None else "cancelled"
-            self._write(rt, encode(Approval(id=frame.id, allowed=False, reason=why)))
-            return
-        import json
-
-        from jarvisd.external._mapping import clip
-
-        timeout = self._config().agents.approval_timeout
-        now = time.time()
-        waiting = Waiting(clip(frame.tool, _APPROVAL_TOOL_CHARS),
-                          clip(frame.tool_kind, _APPROVAL_TOOL_CHARS), now, now + timeout)  # fmt: skip
-        arguments = clip(json.dumps(frame.arguments, default=str), _APPROVAL_ARGS_CHARS)
-        self.store.append_event(
-            rt.task_id, "approval_requested",
-            {"tool": waiting.tool, "kind": waiting.kind, "arguments": arguments,
-             "timeout": timeout},
-        )  # fmt: skip
-        timer = asyncio.get_running_loop().call_later(
-            timeout, self._answer_timeout, rt, f"no answer within {timeout:g} s"
-        )
-        rt.timers.append(timer)
-        rt.approval = _Approval(frame.id, waiting, timer)
-        self._notify(rt.task_id)
-        self._wake.set()  # its slot is free while it waits
-
-    def _answer_timeout(self, rt: _Running, why: str) -> None:
-        with contextlib.suppress(StoreError):  # denied whether or not it can be recorded
-            self._answer(rt, False, why)
-
-    def _answer(self, rt: _Running, allowed: bool, by: str) -> None:
-        pending, rt.approval = rt.approval, None
-        if pending is None:
-            return
-        pending.timer.cancel()
-        try:
-            self.store.append_event(
-                rt.task_id, "approval",
-                {"tool": pending.waiting.tool, "kind": pending.waiting.kind,
-                 "allowed": allowed, "by": by},
-            )  # fmt: skip
-        finally:
-            # Given to the worker once the task has its slot back (the scheduler).
-            rt.answered = Approval(id=pending.frame_id, allowed=allowed, reason=by)
-            self._wake.set()
-            self._notify(rt.task_id)
-
-    def _observe(self, rt: _Running, procs: list[Any], cpu: float, mem: int) -> None:
-        """Record a snapshot of the worker's tree: its usage, and its descendants."""
-        if mem:
-            rt.cpu_seconds, rt.memory_bytes = max(cpu, rt.cpu_seconds), mem
-        if len(rt.seen) > _SEEN_PRUNE_AT:  # forget those already gone
-            rt.seen = {pid: p for pid, p in rt.seen.items() if _running_now(p)}
-        for proc in procs[1:]:
-            rt.seen.setdefault(proc.pid, proc)
-
-    def _outcome(self, rt: _Running, frame: ResultFrame | ErrorFrame) -> None:
-        """A task ends as its run's outcome says: succeeded with an answer, cancelled,
-        or failed with the failure's code (the one table: ``jarvisd.runs._failures``).
-        The outcome is stored either way, so ``task show`` has turns, usage and the code."""
-        failure: Failure | None
-        result: dict[str, Any] | None
-        if isinstance(frame, ErrorFrame):
-            failure, result = Failure(frame.code, frame.message), None
-        else:
-            try:
-                outcome = RunOutcome.from_dict(frame.result)
-            except ProtocolError as exc:
-                rt.outcome = ("failed", f"protocol: the worker sent {exc}", None)
-                return
-            failure, result = outcome.failure, outcome.to_dict()
-        if rt.cancel_reason and rt.cancel_reason != SHUTDOWN_REASON:
-            # A cancel or time limit that came before the outcome wins: the user was
-            # told it stops, and a late answer must not turn that into a success.
-            # (One finished before a shutdown is kept: nothing is left to resume.)
-            rt.outcome = ("cancelled", rt.cancel_reason, result)
-        elif failure is None:
-            rt.outcome = ("succeeded", "", result)
-        elif failure.code == "cancelled":
-            rt.outcome = ("cancelled", failure.message, result)
-        else:
-            rt.outcome = ("failed", f"{failure.code}: {failure.message}", result)
-
-    def _signal_cancel(self, rt: _Running, reason: str) -> None:
-        if rt.cancel_reason:
-            return
-        rt.cancel_reason = reason
-        if rt.approval is not None:  # the worker denies it itself on the cancel
-            rt.approval.timer.cancel()
-            rt.approval = None
-        rt.answered = None
-        log.info("task %s: cancelling (%s)", rt.task_id, reason)
-        self._observe(rt, *snapshot_tree(rt.proc.pid))  # what runs now must end with it
-        self._write(rt, encode(Cancel(reason=reason)))
-        rt.killer = asyncio.create_task(self._kill_after(rt, self.cancel_grace))
-
-    async def _kill_after(self, rt: _Running, grace: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(rt.proc.wait()), grace)
-            return
-        log.warning(
-            "task %s: worker still running %.1f s after cancel: killing it", rt.task_id, grace
-        )
-        await asyncio.to_thread(kill_tree, rt.proc.pid, 1.0)
-
-    def _settle(self, rt: _Running, returncode: int) -> None:
+    def _settle(self, rt: TaskRun, returncode: int) -> None:
         rt.returncode = returncode
         task_id = rt.task_id
         cpu, mem = rt.cpu_seconds, rt.memory_bytes
@@ -676,8 +424,9 @@ class TaskManager:
             # interruption like a daemon crash, not the run's failure. Resumed as one,
             # so a worker that keeps losing it is not resumed for ever (MAX_ATTEMPTS).
             self.store.set_usage(task_id, cpu, mem)
-            self._settle_interrupted(task_id, "the worker lost its link to the daemon",
-                                     crashed=True)  # fmt: skip
+            self._settle_interrupted(
+                task_id, "the worker lost its link to the daemon", crashed=True
+            )
             if self.store.get(task_id).state == "queued" and task_id not in self._queue:
                 self._queue.append(task_id)
                 self._wake.set()
@@ -702,16 +451,26 @@ class TaskManager:
             self.store.append_event(
                 task_id,
                 "tool_call_end",
-                {"tool": call.get("tool"), "call_id": call.get("call_id"), "success": False,
-                 "status": status, "synthetic": True, "content": f"{status}: {reason}"},
-            )  # fmt: skip
+                {
+                    "tool": call.get("tool"),
+                    "call_id": call.get("call_id"),
+                    "success": False,
+                    "status": status,
+                    "synthetic": True,
+                    "content": f"{status}: {reason}",
+                },
+            )
 
     # -- store failures -------------------------------------------------------------
 
     def _store_failed(self, error: StoreError) -> None:
         if not self.store_error:
-            log.error("the task store failed: %s; no task starts until it can be written "
-                      "again (tried every %g s)", error, _STORE_RETRY_S)  # fmt: skip
+            log.error(
+                "the task store failed: %s; no task starts until it can be written "
+                "again (tried every %g s)",
+                error,
+                _STORE_RETRY_S,
+            )
         self.store_error = str(error)
 
     async def _stall(self, task_id: str, error: str) -> None:
@@ -780,7 +539,7 @@ class TaskManager:
         while True:
             await asyncio.sleep(_SAMPLE_EVERY_S)
             for rt in list(self._running.values()):
-                self._observe(rt, *await asyncio.to_thread(snapshot_tree, rt.proc.pid))
+                rt.observe(*await asyncio.to_thread(snapshot_tree, rt.proc.pid))
 
 
 def _with_usage(info: TaskInfo, cpu: float, mem: int) -> TaskInfo:

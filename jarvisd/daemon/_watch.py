@@ -25,8 +25,9 @@ __all__ = ["WatchFilter", "Watcher", "count_dirs"]
 
 log = logging.getLogger(__name__)
 
-_IGNORED_DIRS = frozenset({".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".ruff_cache",
-                           ".pytest_cache"})  # fmt: skip
+_IGNORED_DIRS = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+)
 _IGNORED_SUFFIXES = (".swp", ".swx", ".swo", "~", ".tmp", ".part")
 
 
@@ -130,8 +131,12 @@ class Watcher:
             with contextlib.suppress(KeyError, ValueError):
                 self._observer.unschedule(entry[0])
 
-    async def run(self, stop: asyncio.Event, fire: Callable[[str], None],
-                  busy: Callable[[str], bool] = lambda key: False) -> None:  # fmt: skip
+    async def run(
+        self,
+        stop: asyncio.Event,
+        fire: Callable[[str], None],
+        busy: Callable[[str], bool] = lambda key: False,
+    ) -> None:
         """Call ``fire(key)`` once per burst of accepted changes, ``debounce`` seconds
         after the last one. Changes seen while ``busy(key)`` are dropped: they are the
         watched task's own writes."""

@@ -44,16 +44,15 @@ from jarvisd.protocol import (
     Approval,
     Approve,
     Cancel,
+    ChildLink,
     ErrorFrame,
     EventFrame,
     Frame,
     FrameError,
     FrameReader,
     Ping,
-    Pong,
     ResultFrame,
     Start,
-    encode,
     jsonable,
 )
 
@@ -62,6 +61,7 @@ from ._protocol import CHECKPOINT_EVENT
 
 if TYPE_CHECKING:
     from jarvisd._run import CancelToken
+    from jarvisd.external import PermissionRequest
 
 log = logging.getLogger("jarvisd.worker")
 
@@ -71,68 +71,50 @@ EXIT_BAD_START = 64
 
 
 class _Host:
-    """The worker's link to the daemon: frames out, a reader thread for frames in."""
+    """The worker's link to the daemon (a :class:`ChildLink`), with what only a task
+    worker needs: the store barrier, approvals, and a cancel that may come first."""
 
     def __init__(self, out: IO[bytes], reader: FrameReader) -> None:
-        self._out = out
-        self._reader = reader
-        self._write_lock = threading.Lock()
-        self._waiting: dict[str, threading.Event] = {}
+        self.link = ChildLink(
+            reader, out, on_frame=self._on_frame, on_end=self._on_end, on_broken=self.gone
+        )
         self._lock = threading.Lock()
         self._on_cancel: Callable[[str], object] | None = None
         #: A cancel that came before the run existed (the daemon cancels as soon as it
         #: likes, often while this process is still importing): delivered at its start.
         self._pending_cancel: str | None = None
-        #: Approve frames sent, by id: the callback that takes the daemon's answer.
-        self._approvals: dict[str, Callable[[Approval], object]] = {}
 
     def send(self, frame: Frame) -> None:
-        data = encode(frame)
-        with self._write_lock:
-            try:
-                self._out.write(data)
-                self._out.flush()
-            except (BrokenPipeError, OSError):
-                self.gone()
+        self.link.send(frame)
 
     def barrier(self) -> None:
         """Block until the daemon has stored every frame sent so far."""
-        ping = Ping()
-        event = threading.Event()
-        with self._lock:
-            self._waiting[ping.id] = event
-        self.send(ping)
         # No deadline: a stopped daemon answers when it runs again, and a daemon that
         # went away closes stdin, which ends this process (read_forever).
-        event.wait()
+        self.link.exchange(Ping())
 
-    async def approve(self, request: Any, cancel: CancelToken) -> bool:
+    async def approve(self, request: PermissionRequest, cancel: CancelToken) -> bool:
         """Ask the daemon (and through it a person) whether the tool of ``request``
         (a ``jarvisd.external.PermissionRequest``) may run; True allows. The daemon
         answers every approve, with a denial at its timeout; a cancel of the run
         denies at once (the agent is being stopped)."""
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[Approval] = loop.create_future()
+        frame = Approve(
+            tool=request.tool, tool_kind=request.kind, arguments=jsonable(request.arguments)
+        )
+        answer, forget = self.link.waiter(frame.id)
 
-        def settle(frame: Approval) -> None:
-            if not answer.done():  # the first answer counts (a cancel, or the daemon's)
-                answer.set_result(frame)
+        # The first answer counts: the daemon's, or the denial a cancel gives.
+        def deny() -> None:
+            self.link.resolve(Approval(id=frame.id, reason="cancelled"))
 
-        def deliver(frame: Approval) -> None:
-            loop.call_soon_threadsafe(settle, frame)
-
-        frame = Approve(tool=request.tool, tool_kind=request.kind,
-                        arguments=jsonable(request.arguments))  # fmt: skip
-        with self._lock:
-            self._approvals[frame.id] = deliver
-        unregister = cancel.on_cancel(lambda: deliver(Approval(id=frame.id, reason="cancelled")))
+        unregister = cancel.on_cancel(deny)
         try:
             self.send(frame)
-            return (await answer).allowed
+            reply = await answer
+            return isinstance(reply, Approval) and reply.allowed
         finally:
             unregister()
-            with self._lock:
-                self._approvals.pop(frame.id, None)
+            forget()
 
     def on_cancel(self, callback: Callable[[str], object]) -> None:
         """Send cancel reasons to ``callback`` from now on, starting with one that
@@ -152,27 +134,18 @@ class _Host:
                 return
         callback(reason)
 
+    def _on_frame(self, frame: Frame) -> None:
+        if isinstance(frame, Cancel):
+            self._cancel(frame.reason or "cancelled")
+        # else an answer to nothing asked, or a frame a worker does not take: ignored
+
+    def _on_end(self, error: Exception | None) -> None:
+        if error is not None:
+            log.error("bad frame from the daemon: %s", error)
+        self.gone()
+
     def gone(self) -> NoReturn:
         exit_host_gone()
-
-    def read_forever(self) -> None:
-        try:
-            for frame in self._reader:
-                if isinstance(frame, Pong):
-                    with self._lock:
-                        waiter = self._waiting.pop(frame.id, None)
-                    if waiter is not None:
-                        waiter.set()
-                elif isinstance(frame, Cancel):
-                    self._cancel(frame.reason or "cancelled")
-                elif isinstance(frame, Approval):
-                    with self._lock:
-                        deliver = self._approvals.pop(frame.id, None)
-                    if deliver is not None:  # else an answer to nothing asked: ignored
-                        deliver(frame)
-        except (FrameError, OSError) as exc:
-            log.error("bad frame from the daemon: %s", exc)
-        self.gone()
 
 
 async def _run(host: _Host, start: Start) -> None:
@@ -242,7 +215,7 @@ def main() -> int:
         log.error("expected a start frame for an agent, got %r", start)
         return EXIT_BAD_START
     host = _Host(out, reader)
-    threading.Thread(target=host.read_forever, name="jarvisd-host", daemon=True).start()
+    host.link.start("jarvisd-host")
     asyncio.run(_run(host, start))
     return EXIT_OK
 

@@ -223,19 +223,31 @@ class LlamaCppEngine(Engine):
         # The catalog knows each model's real limit (by name, or by its file's name).
         model = self.default_model()
         trained = next(
-            (e.context_length for e in CATALOG if model in (e.name, e.filename)
-             or Path(model).name == e.filename), 0,
-        )  # fmt: skip
+            (
+                e.context_length
+                for e in CATALOG
+                if model in (e.name, e.filename) or Path(model).name == e.filename
+            ),
+            0,
+        )
         with contextlib.suppress(Exception):
             trained = trained or int(llama.n_ctx_train())
         size = grown_window(
-            self.n_ctx, needed, trained, kv_bytes_per_token(getattr(llama, "metadata", {}) or {}),
+            self.n_ctx,
+            needed,
+            trained,
+            kv_bytes_per_token(getattr(llama, "metadata", {}) or {}),
             memory_available(),
-        )  # fmt: skip
+        )
         if size is None:
             return False
-        log.warning("the context window of %s grows from %d to %d tokens for a request of %d",
-                    self.default_model(), self.n_ctx, size, needed)  # fmt: skip
+        log.warning(
+            "the context window of %s grows from %d to %d tokens for a request of %d",
+            self.default_model(),
+            self.n_ctx,
+            size,
+            needed,
+        )
         with self._load_lock:
             self._llama = None
             self.n_ctx = size
@@ -372,8 +384,12 @@ class LlamaCppEngine(Engine):
         def grow() -> None:
             with self._generating:  # as _grow requires: nothing else uses the model
                 if tokens > self.n_ctx and not self._grow(self.load(), tokens):
-                    log.info("the context window of %s stays at %d tokens (%d asked)",
-                             self.default_model(), self.n_ctx, tokens)  # fmt: skip
+                    log.info(
+                        "the context window of %s stays at %d tokens (%d asked)",
+                        self.default_model(),
+                        self.n_ctx,
+                        tokens,
+                    )
 
         await asyncio.to_thread(grow)
 
@@ -465,8 +481,15 @@ class LlamaCppPool(Engine):
                 )
             else:
                 entry = get_entry(name)
-                infos.append(ModelInfo(name, size=entry.size, context_length=engine.n_ctx,
-                                       family="llama", details=entry.description))  # fmt: skip
+                infos.append(
+                    ModelInfo(
+                        name,
+                        size=entry.size,
+                        context_length=engine.n_ctx,
+                        family="llama",
+                        details=entry.description,
+                    )
+                )
         return infos
 
     async def context_length(self, model: str = "") -> int | None:

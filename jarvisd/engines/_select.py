@@ -69,9 +69,12 @@ def build_engine(
 
         o = config.engine.ollama
         return OllamaEngine(
-            ollama_host(config, env), model=model, timeout=o.timeout, connect_timeout=o.connect_timeout,
+            ollama_host(config, env),
+            model=model,
+            timeout=o.timeout,
+            connect_timeout=o.connect_timeout,
             max_context=o.max_context,
-        )  # fmt: skip
+        )
     if name == "openai":
         from ._openai import OpenAIEngine
 

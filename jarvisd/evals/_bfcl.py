@@ -231,9 +231,13 @@ def score_case(case: BfclCase, calls: Sequence[Mapping[str, Any]], model: str = 
     from bfcl_eval.constants.enums import Language  # type: ignore[import-untyped]
 
     result = _checker()(
-        list(case.functions), list(calls), list(case.answer or ()), Language.PYTHON,
-        case.category, model.replace("/", "_"),
-    )  # fmt: skip
+        list(case.functions),
+        list(calls),
+        list(case.answer or ()),
+        Language.PYTHON,
+        case.category,
+        model.replace("/", "_"),
+    )
     return bool(result.get("valid"))
 
 

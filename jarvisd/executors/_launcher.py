@@ -81,8 +81,13 @@ class Launcher:
     ) -> int:
         """Start ``argv`` as the code user; ``fds`` are its stdin, stdout, stderr and
         the write end of its status pipe. Returns its pid (also its group's)."""
-        request = {"op": "spawn", "argv": list(argv), "env": env, "cwd": cwd,
-                   "limits": [list(limit) for limit in limits]}  # fmt: skip
+        request = {
+            "op": "spawn",
+            "argv": list(argv),
+            "env": env,
+            "cwd": cwd,
+            "limits": [list(limit) for limit in limits],
+        }
         return int(self._call(request, fds)["pid"])
 
     def kill(self, pid: int) -> None:

@@ -103,11 +103,21 @@ async def spawn_reaped(
     Hand the process to a :class:`SubprocessChannel` with ``reaper=True``."""
     _check_runnable(argv[0], env.get("PATH", os.defpath), cwd)
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", "-c", REAPER, *argv,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=str(cwd), env=dict(env),
-        start_new_session=True, preexec_fn=preexec_fn, limit=limit,
-    )  # fmt: skip
+        sys.executable,
+        "-I",
+        "-S",
+        "-c",
+        REAPER,
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=str(cwd),
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=preexec_fn,
+        limit=limit,
+    )
 
 
 def _check_runnable(program: str, path: str, cwd: Path) -> None:
@@ -310,9 +320,12 @@ class SubprocessExecutor(CodeExecutor):
                 )
             else:
                 process = await spawn_reaped(
-                    request.argv, cwd=workdir, env=env, limit=MAX_FRAME_BYTES + 2,
+                    request.argv,
+                    cwd=workdir,
+                    env=env,
+                    limit=MAX_FRAME_BYTES + 2,
                     preexec_fn=lambda: _preexec(rlimits),
-                )  # fmt: skip
+                )
         except (OSError, PrivsepError) as exc:
             shutil.rmtree(workdir, ignore_errors=True)
             why = exc.strerror if isinstance(exc, OSError) else str(exc)

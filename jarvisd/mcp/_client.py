@@ -128,9 +128,11 @@ class McpServer:
         from ..executors import ExecRequest
 
         request = ExecRequest(
-            argv=tuple(self.config.command), timeout=_LIFETIME_S, env=dict(self.config.env),
+            argv=tuple(self.config.command),
+            timeout=_LIFETIME_S,
+            env=dict(self.config.env),
             mounts=self.config.mounts,
-        )  # fmt: skip
+        )
         self._stack = contextlib.AsyncExitStack()
         self.channel = await self.executor.open(request)
         self._stack.push_async_callback(self._stop_channel)
@@ -148,8 +150,11 @@ class McpServer:
             page = await session.list_tools(params=_page(cursor))
             for tool in page.tools:
                 if not TOOL_NAME.fullmatch(tool.name) or tool.name in seen:
-                    log.warning("MCP server %s: tool %r skipped (bad or repeated name)",
-                                self.name, tool.name[:80])  # fmt: skip
+                    log.warning(
+                        "MCP server %s: tool %r skipped (bad or repeated name)",
+                        self.name,
+                        tool.name[:80],
+                    )
                     continue
                 seen.add(tool.name)
                 schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}

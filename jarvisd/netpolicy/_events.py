@@ -60,8 +60,14 @@ class NetLimits:
     chunk_bytes: int = 256 * 1024
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_total_bytes", "max_head_bytes",
-                     "max_client_hello_bytes", "max_events", "chunk_bytes"):  # fmt: skip
+        for name in (
+            "max_connections",
+            "max_total_bytes",
+            "max_head_bytes",
+            "max_client_hello_bytes",
+            "max_events",
+            "chunk_bytes",
+        ):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"NetLimits.{name} must be positive")
         for name in ("idle_timeout", "connect_timeout", "head_timeout"):

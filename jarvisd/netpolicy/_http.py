@@ -25,9 +25,17 @@ __all__ = [
 #: Headers that describe one hop, never forwarded (RFC 9110 7.6.1), and the proxy's own.
 #: Transfer-Encoding stays: h11 frames the forwarded body by it (and re-chunks it).
 HOP_BY_HOP: Final = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization",
-     b"proxy-authenticate", b"te", b"trailer", b"upgrade"}
-)  # fmt: skip
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"upgrade",
+    }
+)
 _UNSAFE: Final = re.compile(r"[^\x20-\x7e]")
 _MAX_HEADER_TEXT: Final = 400
 
@@ -153,8 +161,14 @@ class Refusal:
         return text
 
 
-_PHRASES: Final = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
-                   502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}  # fmt: skip
+_PHRASES: Final = {
+    400: "Bad Request",
+    403: "Forbidden",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
 
 
 def refusal_bytes(refusal: Refusal) -> bytes:

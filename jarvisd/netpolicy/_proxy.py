@@ -192,9 +192,10 @@ class EgressProxy:
         for _ in range(100):
             await asyncio.sleep(0)
             starting = [
-                t for t in asyncio.all_tasks()
+                t
+                for t in asyncio.all_tasks()
                 if t is not me and not t.done() and t not in self._sessions
-            ]  # fmt: skip
+            ]
             if not starting:
                 break
         server.close()

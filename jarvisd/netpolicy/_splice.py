@@ -278,9 +278,13 @@ async def splice(
         or (upstream.get_write_buffer_size())
     ):
         return await _transport_relay(
-            client, upstream, counter, idle_timeout,
-            client_eof=client_eof, upstream_eof=upstream_eof,
-        )  # fmt: skip
+            client,
+            upstream,
+            counter,
+            idle_timeout,
+            client_eof=client_eof,
+            upstream_eof=upstream_eof,
+        )
     # asyncio lets no one else watch a transport's socket: the relay takes
     # duplicates of both, and the transports (nothing left to write) let go of theirs.
     client_sock, upstream_sock = (s.dup() for s in sockets)

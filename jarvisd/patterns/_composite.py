@@ -172,9 +172,12 @@ class Composite(Pattern):
             own if producer == self.name else Provenance(producer, True, (self.name, producer))
         )
         return Result(
-            state.response, provenance, state.usage, output=state.output,
+            state.response,
+            provenance,
+            state.usage,
+            output=state.output,
             metadata={"steps": ran, "internal": dict(state.internal)},
-        )  # fmt: skip
+        )
 
     async def _failed(
         self,

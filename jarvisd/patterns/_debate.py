@@ -73,11 +73,12 @@ class Debate(Pattern):
             transcript.append(f"Round {number}:\n{previous}")
         verdict = await self.call(
             self.judge,
-            f"Question: {input}\n\nThe debate:\n\n" + "\n\n".join(transcript)
+            f"Question: {input}\n\nThe debate:\n\n"
+            + "\n\n".join(transcript)
             + "\n\nJudge the debate and give the final answer to the question.",
             None,
             run,
-        )  # fmt: skip
+        )
         result = verdict.passed_on(self.name, rounds=self.rounds)
         result.members = (*spoken, verdict)
         result.usage = total_usage(result.members)

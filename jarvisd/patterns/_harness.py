@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from .._events import Event, EventBus, EventType
 from .._run import RunContext
@@ -99,7 +99,10 @@ class Harness(Pattern):
         return result
 
 
-def _quietly(hook: Callable[[Any], Any], value: Any) -> Any:
+_T = TypeVar("_T")
+
+
+def _quietly(hook: Callable[[_T], object], value: _T) -> object:
     try:
         return hook(value)
     except Exception:

@@ -103,13 +103,17 @@ class Hierarchical(Pattern):
             for name, d in departments.items()
         }
         self.executive = OrchestratorAgent(
-            engine, model, tools=[_SendTool(self.departments, self.name)],
-            system_prompt=system_prompt or (
+            engine,
+            model,
+            tools=[_SendTool(self.departments, self.name)],
+            system_prompt=system_prompt
+            or (
                 "You are the executive. Split the task, send each part to the department "
                 "that owns it with send_to_department, then answer from their reports."
             ),
-            max_turns=max_turns, temperature=temperature,
-        )  # fmt: skip
+            max_turns=max_turns,
+            temperature=temperature,
+        )
 
     async def send_to_department(
         self, department: str, task: str, *, run: RunContext | None = None

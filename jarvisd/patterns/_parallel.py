@@ -66,9 +66,11 @@ class Parallel(Pattern):
         results = await self.run_all(input, context, run)
         if self.mode == "all":
             return Result(
-                sections(results), Provenance.own(self.name), total_usage(results),
+                sections(results),
+                Provenance.own(self.name),
+                total_usage(results),
                 members=tuple(results),
-            )  # fmt: skip
+            )
         return await self.synthesize(input, results, context, run)
 
     def _start(
@@ -120,10 +122,12 @@ class Parallel(Pattern):
         finally:
             await _cancel(tasks)
         return Result(
-            "", Provenance.own(self.name), total_usage(failures),
+            "",
+            Provenance.own(self.name),
+            total_usage(failures),
             "; ".join(f"{f.provenance.producer}: {f.error}" for f in failures),
             members=tuple(failures),
-        )  # fmt: skip
+        )
 
     async def synthesize(
         self, input: str, results: list[Result], context: AgentContext | None, run: RunContext
@@ -145,9 +149,11 @@ def _copy(context: AgentContext | None) -> AgentContext | None:
     if context is None:
         return None
     return AgentContext(
-        list(context.conversation), list(context.tools), list(context.memory_results),
+        list(context.conversation),
+        list(context.tools),
+        list(context.memory_results),
         dict(context.metadata),
-    )  # fmt: skip
+    )
 
 
 async def _cancel(tasks: Sequence[asyncio.Task[Result]]) -> None:

@@ -58,9 +58,14 @@ class Supervisor(Pattern):
         ]
         self.tools.extend(extra_tools)
         self.agent = OrchestratorAgent(
-            engine, model, tools=self.tools, system_prompt=system_prompt or DEFAULT_PROMPT,
-            max_turns=max_turns, temperature=temperature, max_tokens=max_tokens,
-        )  # fmt: skip
+            engine,
+            model,
+            tools=self.tools,
+            system_prompt=system_prompt or DEFAULT_PROMPT,
+            max_turns=max_turns,
+            temperature=temperature,
+            max_tokens=max_tokens,
+        )
 
     async def arun(
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None

@@ -3,7 +3,7 @@ team through the run contract (``jarvis ask --team``, ``jarvis task submit --tea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -58,8 +58,9 @@ def build_team(
             if name in team.agents:
                 built[name] = as_member(agent(name), name)
             else:
-                built[name] = _pattern(name, team.patterns[name], member, agent, engine, config,
-                                       defaults)  # fmt: skip
+                built[name] = _pattern(
+                    name, team.patterns[name], member, agent, engine, config, defaults
+                )
         return built[name]
 
     return member(team.root)
@@ -93,81 +94,177 @@ def _agent(
     return agent_cls(engine, str(table.get("model", defaults.model)), **kwargs)
 
 
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What a pattern's table is built with: its members (built once, by name), its
+    agents (for handoffs), the engine, and the model its planners use."""
+
+    name: str
+    table: Mapping[str, Any]
+    member: Callable[[str], Member]
+    agent: Callable[[str], BaseAgent]
+    engine: Engine
+    config: Config
+    defaults: AgentDefaults
+    model: str
+    descriptions: Mapping[str, str]
+
+    def members(self, key: str) -> list[Member]:
+        return [self.member(n) for n in self.table[key]]
+
+    def optional(self, key: str) -> Member | None:
+        return self.member(self.table[key]) if key in self.table else None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.table.get(key, default)
+
+
 def _pattern(
     name: str,
     table: Mapping[str, Any],
-    member: Any,
-    agent: Any,
+    member: Callable[[str], Member],
+    agent: Callable[[str], BaseAgent],
     engine: Engine,
     config: Config,
     defaults: AgentDefaults,
 ) -> Member:
     kind = table["pattern"]
+    build = _BUILDERS.get(kind)
+    if build is None:
+        raise UsageError(f"unknown pattern {kind!r}")  # parse_team refuses these first
     model = str(table.get("model", defaults.model))
     descriptions: Mapping[str, str] = table.get("descriptions", {})
+    return build(_Parts(name, table, member, agent, engine, config, defaults, model, descriptions))
 
-    def members(key: str) -> list[Member]:
-        return [member(n) for n in table[key]]
 
-    def optional(key: str) -> Member | None:
-        return member(table[key]) if key in table else None
+def _router(p: _Parts) -> Member:
+    routes = [Route(p.member(n), p.descriptions.get(n, "")) for n in p.table["routes"]]
+    return Router(p.engine, routes, fallback=p.optional("fallback"), model=p.model, name=p.name)
 
-    if kind == "router":
-        routes = [Route(member(n), descriptions.get(n, "")) for n in table["routes"]]
-        return Router(engine, routes, fallback=optional("fallback"), model=model, name=name)
-    if kind == "parallel":
-        return Parallel(members("members"), mode=table.get("mode", "all"),
-                        synthesizer=optional("synthesizer"), timeout=table.get("timeout"),
-                        name=name)  # fmt: skip
-    if kind == "supervisor":
-        return Supervisor(engine, members("workers"), model=model,
-                          system_prompt=table.get("system_prompt"),
-                          max_turns=table.get("max_turns", defaults.max_turns), name=name)  # fmt: skip
-    if kind == "network":
-        return Network(members("peers"), rounds=table.get("rounds", 2),
-                       synthesizer=optional("synthesizer"), name=name)  # fmt: skip
-    if kind == "hierarchical":
-        departments = {n: Department(member(n), descriptions.get(n, ""))
-                       for n in table["departments"]}  # fmt: skip
-        return Hierarchical(engine, departments, model=model,
-                            system_prompt=table.get("system_prompt"), name=name)  # fmt: skip
-    if kind == "reflective":
-        return Reflective(member(table["actor"]), member(table["critic"]),
-                          max_rounds=table.get("max_rounds", 3), name=name)  # fmt: skip
-    if kind == "debate":
-        return Debate(members("debaters"), member(table["judge"]),
-                      rounds=table.get("rounds", 2), name=name)  # fmt: skip
-    if kind == "plan_and_execute":
-        return PlanAndExecute(engine, members("executors"), model=model,
-                              max_replans=table.get("max_replans", 1),
-                              descriptions=dict(descriptions), name=name)  # fmt: skip
-    if kind == "planned":
-        from ._planning import Planned, PlanningConfig
 
-        planning = PlanningConfig(
-            enabled=True, model=model, always=table.get("always", False),
-            min_complexity=table.get("min_complexity", 2),
-            max_replans=table.get("max_replans", 0),
-        )  # fmt: skip
-        return Planned(member(table["member"]), planning, engine=engine, name=name)
-    if kind == "team_lead":
-        return TeamLead(engine, members("members"), strategy=table.get("strategy", "sequential"),
-                        model=model, max_assignments=table.get("max_assignments", 6),
-                        name=name)  # fmt: skip
-    if kind == "handoffs":
-        from ..agents import ToolUsingAgent
+def _parallel(p: _Parts) -> Member:
+    return Parallel(
+        p.members("members"),
+        mode=p.get("mode", "all"),
+        synthesizer=p.optional("synthesizer"),
+        timeout=p.get("timeout"),
+        name=p.name,
+    )
 
-        source = agent(table["agent"])
-        if not isinstance(source, ToolUsingAgent):
-            raise UsageError(f"team pattern {name!r}: agent {table['agent']!r} cannot hand off "
-                             "(it calls no tools; use orchestrator)")  # fmt: skip
-        return WithHandoffs(source, [Handoff(member(n)) for n in table["targets"]], name=name)
-    if kind == "tool_plan":
-        from ..tools import build_tools
 
-        return ToolPlanner(engine, build_tools(table["tools"], config, engine), model=model,
-                           name=name)  # fmt: skip
-    raise UsageError(f"unknown pattern {kind!r}")  # parse_team refuses these first
+def _supervisor(p: _Parts) -> Member:
+    return Supervisor(
+        p.engine,
+        p.members("workers"),
+        model=p.model,
+        system_prompt=p.get("system_prompt"),
+        max_turns=p.get("max_turns", p.defaults.max_turns),
+        name=p.name,
+    )
+
+
+def _network(p: _Parts) -> Member:
+    return Network(
+        p.members("peers"),
+        rounds=p.get("rounds", 2),
+        synthesizer=p.optional("synthesizer"),
+        name=p.name,
+    )
+
+
+def _hierarchical(p: _Parts) -> Member:
+    departments = {
+        n: Department(p.member(n), p.descriptions.get(n, "")) for n in p.table["departments"]
+    }
+    return Hierarchical(
+        p.engine, departments, model=p.model, system_prompt=p.get("system_prompt"), name=p.name
+    )
+
+
+def _reflective(p: _Parts) -> Member:
+    return Reflective(
+        p.member(p.table["actor"]),
+        p.member(p.table["critic"]),
+        max_rounds=p.get("max_rounds", 3),
+        name=p.name,
+    )
+
+
+def _debate(p: _Parts) -> Member:
+    return Debate(
+        p.members("debaters"), p.member(p.table["judge"]), rounds=p.get("rounds", 2), name=p.name
+    )
+
+
+def _plan_and_execute(p: _Parts) -> Member:
+    return PlanAndExecute(
+        p.engine,
+        p.members("executors"),
+        model=p.model,
+        max_replans=p.get("max_replans", 1),
+        descriptions=dict(p.descriptions),
+        name=p.name,
+    )
+
+
+def _planned(p: _Parts) -> Member:
+    from ._planning import Planned, PlanningConfig
+
+    planning = PlanningConfig(
+        enabled=True,
+        model=p.model,
+        always=p.get("always", False),
+        min_complexity=p.get("min_complexity", 2),
+        max_replans=p.get("max_replans", 0),
+    )
+    return Planned(p.member(p.table["member"]), planning, engine=p.engine, name=p.name)
+
+
+def _team_lead(p: _Parts) -> Member:
+    return TeamLead(
+        p.engine,
+        p.members("members"),
+        strategy=p.get("strategy", "sequential"),
+        model=p.model,
+        max_assignments=p.get("max_assignments", 6),
+        name=p.name,
+    )
+
+
+def _handoffs(p: _Parts) -> Member:
+    from ..agents import ToolUsingAgent
+
+    source = p.agent(p.table["agent"])
+    if not isinstance(source, ToolUsingAgent):
+        raise UsageError(
+            f"team pattern {p.name!r}: agent {p.table['agent']!r} cannot hand off "
+            "(it calls no tools; use orchestrator)"
+        )
+    return WithHandoffs(source, [Handoff(p.member(n)) for n in p.table["targets"]], name=p.name)
+
+
+def _tool_plan(p: _Parts) -> Member:
+    from ..tools import build_tools
+
+    tools = build_tools(p.table["tools"], p.config, p.engine)
+    return ToolPlanner(p.engine, tools, model=p.model, name=p.name)
+
+
+#: Each pattern of a team file (``_teamfile``'s schema) and what builds it.
+_BUILDERS: dict[str, Callable[[_Parts], Member]] = {
+    "router": _router,
+    "parallel": _parallel,
+    "supervisor": _supervisor,
+    "network": _network,
+    "hierarchical": _hierarchical,
+    "reflective": _reflective,
+    "debate": _debate,
+    "plan_and_execute": _plan_and_execute,
+    "planned": _planned,
+    "team_lead": _team_lead,
+    "handoffs": _handoffs,
+    "tool_plan": _tool_plan,
+}
 
 
 class TeamAgent(BaseAgent):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -228,7 +228,11 @@ def _check_synthesizer(where: str, table: Mapping[str, Any], fail: Any) -> None:
         )
 
 
-def _tables(data: Mapping[str, Any], section: str, fail: Any) -> dict[str, dict[str, Any]]:
+#: The error for a refused team file: (table, key, message); raised by the caller.
+_Fail = Callable[[str, str | None, str], UsageError]
+
+
+def _tables(data: Mapping[str, Any], section: str, fail: _Fail) -> dict[str, dict[str, Any]]:
     tables = data.get(section, {})
     if not isinstance(tables, dict):
         raise fail("", section, f"{section} must be a table of [{section}.NAME] tables")
@@ -256,7 +260,7 @@ def _check_fields(
     table: Mapping[str, Any],
     fields: Mapping[str, tuple[str, bool]],
     names: set[str],
-    fail: Any,
+    fail: _Fail,
 ) -> None:
     for key in table:
         if key not in fields:
@@ -305,7 +309,7 @@ def _type_problem(kind: str, value: Any, names: set[str]) -> str:
     raise AssertionError(kind)  # the field tables above use only these kinds
 
 
-def _refuse_cycles(team: TeamFile, fail: Any) -> None:
+def _refuse_cycles(team: TeamFile, fail: Callable[[str], UsageError]) -> None:
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(name: str) -> None:

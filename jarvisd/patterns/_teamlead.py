@@ -108,10 +108,14 @@ class TeamLead(Pattern):
             [self.call(m, input, context, run) for m in self.members.values()]
         )
         text, lead = await self._lead(
-            [Message.user(f"Task: {input}\n\nYour team's work:\n{sections(results)}\n\n"
-                          "Write the final answer from it.")],
+            [
+                Message.user(
+                    f"Task: {input}\n\nYour team's work:\n{sections(results)}\n\n"
+                    "Write the final answer from it."
+                )
+            ],
             run,
-        )  # fmt: skip
+        )
         lead.members = (*results, Result(text, lead.provenance, lead.usage))
         lead.usage = total_usage(lead.members)
         return lead
@@ -128,10 +132,12 @@ class TeamLead(Pattern):
             answer, member, task = _decision(text, self.members)
             if member is None or assignments >= self.max_assignments:
                 if member is not None:  # past the cap: one last turn to answer
-                    messages.append(Message.user(
-                        f"No more assignments ({self.max_assignments} made). Reply with "
-                        '{"done": "the final answer"} now.'
-                    ))  # fmt: skip
+                    messages.append(
+                        Message.user(
+                            f"No more assignments ({self.max_assignments} made). Reply with "
+                            '{"done": "the final answer"} now.'
+                        )
+                    )
                     text, lead = await self._lead(messages, run)
                     results.append(lead)
                     answer = _decision(text, {})[0]

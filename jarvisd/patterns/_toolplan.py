@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ class PlanStep:
         return found
 
 
-def _walk(value: Any, visit: Any) -> None:
+def _walk(value: object, visit: Callable[[str], object]) -> None:
     if isinstance(value, str):
         visit(value)
     elif isinstance(value, Mapping):
@@ -152,37 +152,60 @@ async def execute_plan(
             failed = sorted(r for r in step.refs() if not results[r].success)
             if failed:
                 results[step.id] = ToolResult(
-                    step.tool, f"Skipped: step {failed[0]!r} it depends on failed.", False,
+                    step.tool,
+                    f"Skipped: step {failed[0]!r} it depends on failed.",
+                    False,
                     metadata={"skipped": True, "step": step.id},
-                )  # fmt: skip
+                )
                 run.bus.publish(
-                    EventType.STEP, pattern=pattern, depth=run.depth, step=step.id,
-                    status="skipped", detail=f"depends on failed step {failed[0]!r}",
-                )  # fmt: skip
+                    EventType.STEP,
+                    pattern=pattern,
+                    depth=run.depth,
+                    step=step.id,
+                    status="skipped",
+                    detail=f"depends on failed step {failed[0]!r}",
+                )
                 continue
             outputs = {r: results[r].content for r in step.refs()}
             arguments = _substitute(step.arguments, outputs)
             size = len(json.dumps(arguments, ensure_ascii=False))
             if size > MAX_ARGUMENT_CHARS:
                 results[step.id] = ToolResult(
-                    step.tool, f"Error: arguments of {size} characters after $ref "
-                    f"substitution (at most {MAX_ARGUMENT_CHARS}).", False, metadata={"step": step.id},
-                )  # fmt: skip
-                run.bus.publish(EventType.STEP, pattern=pattern, depth=run.depth, step=step.id,
-                                status="failed", detail="arguments too large")  # fmt: skip
+                    step.tool,
+                    f"Error: arguments of {size} characters after $ref "
+                    f"substitution (at most {MAX_ARGUMENT_CHARS}).",
+                    False,
+                    metadata={"step": step.id},
+                )
+                run.bus.publish(
+                    EventType.STEP,
+                    pattern=pattern,
+                    depth=run.depth,
+                    step=step.id,
+                    status="failed",
+                    detail="arguments too large",
+                )
                 continue
             calls.append((step, ToolCall.from_arguments(step.tool, arguments, f"plan_{step.id}")))
             run.bus.publish(
-                EventType.STEP, pattern=pattern, depth=run.depth, step=step.id, status="start",
+                EventType.STEP,
+                pattern=pattern,
+                depth=run.depth,
+                step=step.id,
+                status="start",
                 detail=step.tool,
-            )  # fmt: skip
+            )
         done = await executor.execute_all([c for _, c in calls], run)
         for (step, _), result in zip(calls, done, strict=True):
             results[step.id] = result
             run.bus.publish(
-                EventType.STEP, pattern=pattern, depth=run.depth, step=step.id,
-                status="done" if result.success else "failed", detail=result.content[:200],
-            )  # fmt: skip
+                EventType.STEP,
+                pattern=pattern,
+                depth=run.depth,
+                step=step.id,
+                status="done" if result.success else "failed",
+                detail=result.content[:200],
+            )
     return {s.id: results[s.id] for s in plan.steps}
 
 
@@ -257,12 +280,14 @@ class ToolPlanner(Pattern):
         engine = RunEngine.bind(self.engine, run)
         answer = await engine.generate(
             [
-                Message.user(f"Task: {input}\n\nResults of the planned tool calls:\n{lines}\n\n"
-                             "Answer the task from these results."),
+                Message.user(
+                    f"Task: {input}\n\nResults of the planned tool calls:\n{lines}\n\n"
+                    "Answer the task from these results."
+                ),
             ],
             model=self.model,
             options=SamplingOptions(temperature=0.0, max_tokens=self.max_tokens),
-        )  # fmt: skip
+        )
         return Result(
             strip_think_tags(answer.content),
             Provenance.own(self.name),

@@ -149,8 +149,13 @@ class Workflow(Pattern):
     ) -> tuple[Result, RouteTo | None]:
         item = self.speakers[speaker]
         child = run.child()
-        run.bus.publish(EventType.MEMBER_START, pattern=self.name, member=speaker,
-                        depth=child.depth, input=ask[:500])  # fmt: skip
+        run.bus.publish(
+            EventType.MEMBER_START,
+            pattern=self.name,
+            member=speaker,
+            depth=child.depth,
+            input=ask[:500],
+        )
         route: RouteTo | None = None
         if isinstance(item, ToolUsingAgent):
             delegates = [
@@ -164,16 +169,25 @@ class Workflow(Pattern):
             outcome, _ = await run_recorded(agent, ask, context, child)
             route = first_route(outcome.tool_results)  # the first one, in call order
             result = Result(
-                outcome.content, Provenance.own(speaker), outcome.usage,
-                str(outcome.metadata.get("error") or ""), tool_results=list(outcome.tool_results),
-            )  # fmt: skip
+                outcome.content,
+                Provenance.own(speaker),
+                outcome.usage,
+                str(outcome.metadata.get("error") or ""),
+                tool_results=list(outcome.tool_results),
+            )
         else:
             member: Member = as_member(item, speaker) if not isinstance(item, Member) else item
             result = await member.arun(ask, context, run=child)
             route = first_route(result.tool_results)
-        run.bus.publish(EventType.MEMBER_END, pattern=self.name, member=speaker,
-                        depth=child.depth, success=result.success,
-                        content=result.content[:500], error=result.error)  # fmt: skip
+        run.bus.publish(
+            EventType.MEMBER_END,
+            pattern=self.name,
+            member=speaker,
+            depth=child.depth,
+            success=result.success,
+            content=result.content[:500],
+            error=result.error,
+        )
         return result, route
 
     async def arun(
@@ -200,8 +214,9 @@ class Workflow(Pattern):
                     raise PatternError(
                         f"{self.name}: {speaker} handed off to unknown {route.target!r}"
                     )
-                self.emit(run, EventType.HANDOFF, source=speaker, target=route.target,
-                          reason=route.reason)  # fmt: skip
+                self.emit(
+                    run, EventType.HANDOFF, source=speaker, target=route.target, reason=route.reason
+                )
                 speaker = route.target
                 continue
             target = self.rules.get(speaker, TerminateTarget())

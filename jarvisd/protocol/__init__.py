@@ -1,7 +1,8 @@
 """Wire protocols. ``frames``: the sentinel-delimited frame protocol shared by the sandbox
 runner, the RLM REPL process and external-agent bridges (standard library only);
 :class:`InferRequest`: what an ``infer`` frame asks of the host's engine;
-:class:`OfferedTool`: a host tool a ``tool`` frame may call."""
+:class:`OfferedTool`: a host tool a ``tool`` frame may call; :class:`Message`: the typed
+JSON message base both the frames and the daemon socket build on."""
 
 from ._frames import (
     MAX_FRAME_BYTES,
@@ -29,15 +30,19 @@ from ._frames import (
     jsonable,
 )
 from ._infer import InferRequest
+from ._link import ChildLink
+from ._message import MISSING, Invalid, Message, wire
 from ._tools import OfferedTool
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "MISSING",
     "PROTOCOL_VERSION",
     "SENTINEL",
     "Approval",
     "Approve",
     "Cancel",
+    "ChildLink",
     "ErrorFrame",
     "EventFrame",
     "Frame",
@@ -46,7 +51,9 @@ __all__ = [
     "Infer",
     "InferRequest",
     "InferResult",
+    "Invalid",
     "Log",
+    "Message",
     "OfferedTool",
     "Ping",
     "Pong",
@@ -57,4 +64,5 @@ __all__ = [
     "decode_line",
     "encode",
     "jsonable",
+    "wire",
 ]

@@ -37,6 +37,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any, ClassVar
 
+from ._message import (
+    Message,
+    boolean,
+    loose,
+    mapping,
+    optional_loose,
+    optional_mapping,
+    raw,
+    string,
+    wire,
+)
+
 __all__ = [
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
@@ -77,17 +89,22 @@ def _new_id() -> str:
     return uuid.uuid4().hex[:16]
 
 
+# Each field's reader is the one its node_bridge/frames.mjs twin uses (same name, same
+# rule), so that both sides accept and refuse the same frames.
+_text = string()
+_object = mapping(absent="falsy")
+
+
 @dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(Message):
     kind: ClassVar[str] = ""
+    _error: ClassVar[type[Exception]] = FrameError
+    _head: ClassVar[frozenset[str]] = frozenset({"id"})
     id: str = field(default_factory=_new_id)
 
-    def body(self) -> dict[str, Any]:
-        return {}
-
     @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Frame:
-        return cls(id=id)
+    def _label(cls, key: str) -> str:
+        return f"frame field {key!r}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +113,8 @@ class Start(Frame):
     is its input. Secrets travel here, never in argv or the environment."""
 
     kind: ClassVar[str] = "start"
-    task: str = ""
-    payload: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"task": self.task, "payload": dict(self.payload)}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Start:
-        return cls(id=id, task=_str(body, "task"), payload=_map(body, "payload"))
+    task: str = wire("", read=_text)
+    payload: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,14 +123,7 @@ class Infer(Frame):
     the ``to_dict`` forms of jarvisd._messages."""
 
     kind: ClassVar[str] = "infer"
-    request: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"request": dict(self.request)}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Infer:
-        return cls(id=id, request=_map(body, "request"))
+    request: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,36 +131,24 @@ class InferResult(Frame):
     """The host's answer to ``infer`` (same id): a generation, or an error message."""
 
     kind: ClassVar[str] = "infer_result"
-    generation: Mapping[str, Any] | None = None
-    error: str | None = None
+    generation: Mapping[str, Any] | None = wire(
+        None, read=optional_mapping(label="infer_result.generation")
+    )
+    error: str | None = wire(None, read=optional_loose)
 
     def body(self) -> dict[str, Any]:
+        # An empty generation is no generation (node_bridge/ decodes it so).
         return {"generation": dict(self.generation or {}) or None, "error": self.error}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> InferResult:
-        gen = body.get("generation")
-        if gen is not None and not isinstance(gen, Mapping):
-            raise FrameError("infer_result.generation must be an object")
-        err = body.get("error")
-        return cls(id=id, generation=gen, error=None if err is None else str(err))
 
 
 @dataclass(frozen=True, slots=True)
 class ToolFrame(Frame):
     """Ask the host to run ``tool``, one of the tools it offered the program, with
-    ``arguments`` (a JSON object)."""
+    ``arguments`` (a JSON object: never a list, nor a falsy stand-in)."""
 
     kind: ClassVar[str] = "tool"
-    tool: str = ""
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"tool": self.tool, "arguments": dict(self.arguments)}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> ToolFrame:
-        return cls(id=id, tool=_str(body, "tool"), arguments=_object(body, "arguments", "tool"))
+    tool: str = wire("", read=_text)
+    arguments: Mapping[str, Any] = wire(factory=dict, read=mapping(label="tool.arguments"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,45 +157,21 @@ class ToolResultFrame(Frame):
     succeeded (a refusal or a failure is ``success`` false, its text says why)."""
 
     kind: ClassVar[str] = "tool_result"
-    content: str = ""
-    success: bool = False
-
-    def body(self) -> dict[str, Any]:
-        return {"content": self.content, "success": self.success}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> ToolResultFrame:
-        success = body.get("success")
-        if not isinstance(success, bool):
-            raise FrameError("tool_result.success must be true or false")
-        return cls(id=id, content=_str(body, "content"), success=success)
+    content: str = wire("", read=_text)
+    success: bool = wire(False, read=boolean(required=True, label="tool_result.success"))
 
 
 @dataclass(frozen=True, slots=True)
 class Cancel(Frame):
     kind: ClassVar[str] = "cancel"
-    reason: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"reason": self.reason}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Cancel:
-        return cls(id=id, reason=str(body.get("reason", "")))
+    reason: str = wire("", read=loose(""))
 
 
 @dataclass(frozen=True, slots=True)
 class EventFrame(Frame):
     kind: ClassVar[str] = "event"
-    type: str = ""
-    data: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"type": self.type, "data": dict(self.data)}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> EventFrame:
-        return cls(id=id, type=_str(body, "type"), data=_map(body, "data"))
+    type: str = wire("", read=_text)
+    data: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,14 +179,7 @@ class ResultFrame(Frame):
     """The program's final answer (for agents: an AgentResult's ``to_dict``)."""
 
     kind: ClassVar[str] = "result"
-    result: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self) -> dict[str, Any]:
-        return {"result": dict(self.result)}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> ResultFrame:
-        return cls(id=id, result=_map(body, "result"))
+    result: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,31 +187,15 @@ class ErrorFrame(Frame):
     """The program failed: ``code`` is a short machine-readable word."""
 
     kind: ClassVar[str] = "error"
-    code: str = "error"
-    message: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> ErrorFrame:
-        return cls(id=id, code=str(body.get("code", "error")), message=str(body.get("message", "")))
+    code: str = wire("error", read=loose("error"))
+    message: str = wire("", read=loose(""))
 
 
 @dataclass(frozen=True, slots=True)
 class Log(Frame):
     kind: ClassVar[str] = "log"
-    level: str = "info"
-    message: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"level": self.level, "message": self.message}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Log:
-        return cls(
-            id=id, level=str(body.get("level", "info")), message=str(body.get("message", ""))
-        )
+    level: str = wire("info", read=loose("info"))
+    message: str = wire("", read=loose(""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,19 +204,9 @@ class Approve(Frame):
     and arguments (shown to the person, never acted on by the host)."""
 
     kind: ClassVar[str] = "approve"
-    tool: str = ""
-    tool_kind: str = ""
-    arguments: Any = None
-
-    def body(self) -> dict[str, Any]:
-        return {"tool": self.tool, "tool_kind": self.tool_kind, "arguments": self.arguments}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Approve:
-        return cls(
-            id=id, tool=_str(body, "tool"), tool_kind=_str(body, "tool_kind"),
-            arguments=body.get("arguments"),
-        )  # fmt: skip
+    tool: str = wire("", read=_text)
+    tool_kind: str = wire("", read=_text)
+    arguments: Any = wire(None, read=raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,18 +214,8 @@ class Approval(Frame):
     """The answer to ``approve`` (same id): allowed or not, and who or what decided."""
 
     kind: ClassVar[str] = "approval"
-    allowed: bool = False
-    reason: str = ""
-
-    def body(self) -> dict[str, Any]:
-        return {"allowed": self.allowed, "reason": self.reason}
-
-    @classmethod
-    def from_body(cls, id: str, body: Mapping[str, Any]) -> Approval:
-        allowed = body.get("allowed")
-        if not isinstance(allowed, bool):
-            raise FrameError("approval.allowed must be true or false")
-        return cls(id=id, allowed=allowed, reason=_str(body, "reason"))
+    allowed: bool = wire(False, read=boolean(required=True, label="approval.allowed"))
+    reason: str = wire("", read=_text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,31 +247,6 @@ KINDS: dict[str, type[Frame]] = {
         Pong,
     )
 }
-
-
-def _str(body: Mapping[str, Any], key: str) -> str:
-    value = body.get(key, "")
-    if not isinstance(value, str):
-        raise FrameError(f"frame field {key!r} must be a string")
-    return value
-
-
-def _map(body: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = body.get(key) or {}
-    if not isinstance(value, Mapping):
-        raise FrameError(f"frame field {key!r} must be an object")
-    return value
-
-
-def _object(body: Mapping[str, Any], key: str, kind: str) -> Mapping[str, Any]:
-    """A field that must be a JSON object when present (absent or null: empty). Stricter
-    than :func:`_map`: ``[]``, ``""`` or ``0`` are refused, not taken for ``{}``."""
-    value = body.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise FrameError(f"{kind}.{key} must be an object")
-    return value
 
 
 def jsonable(value: Any) -> Any:

@@ -74,6 +74,23 @@ def _supports(bwrap: str, option: str) -> bool:
     return option in done.stdout + done.stderr
 
 
+def _root_argv(bwrap: str, tmp_bytes: int) -> list[str]:
+    """bwrap and the sandbox's root: namespaces, the host's /usr read-only, /proc, /dev,
+    a bounded /tmp, and the directory jarvis's code is bound under (one option a line)."""
+    return [
+        bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+        "--cap-drop", "ALL", "--hostname", "sandbox", "--tmpfs", "/",
+        "--ro-bind", "/usr", "/usr",
+        "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
+        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+        "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+        "--ro-bind-try", "/etc/localtime", "/etc/localtime",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
+        "--dir", CODE_ROOT,
+    ]  # fmt: skip
+
+
 class BwrapExecutor(CodeExecutor):
     name: ClassVar[str] = "bwrap"
     isolated: ClassVar[bool] = True
@@ -93,18 +110,7 @@ class BwrapExecutor(CodeExecutor):
     ) -> list[str]:
         bwrap = _bwrap_or_raise()
         policy = self.policy
-        argv = [
-            bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL", "--hostname", "sandbox", "--tmpfs", "/",
-            "--ro-bind", "/usr", "/usr",
-            "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
-            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
-            "--ro-bind-try", "/etc/localtime", "/etc/localtime",
-            "--proc", "/proc", "--dev", "/dev",
-            "--size", str(policy.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp",
-            "--dir", CODE_ROOT,
-        ]  # fmt: skip
+        argv = _root_argv(bwrap, policy.tmp_bytes)
         if _supports(bwrap, "--disable-userns"):
             argv.append("--disable-userns")
         for name, path in sorted(code_dirs().items()):

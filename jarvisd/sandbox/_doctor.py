@@ -168,10 +168,27 @@ def _bwrap_check(config: Config) -> Check:
     if path is None:
         return Check("bwrap", False, "bubblewrap not installed", "apt-get install -y bubblewrap")
     probe = subprocess.run(
-        [path, "--unshare-all", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
-         "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "/usr/bin/true"],
-        capture_output=True, text=True, timeout=10,
-    )  # fmt: skip
+        [
+            path,
+            "--unshare-all",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "/usr/bin/true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     if probe.returncode != 0:
         return Check(
             "bwrap",

@@ -67,10 +67,19 @@ chroot "$root" /usr/bin/python3 -m compileall -q -j 0 /usr/lib/python3.11 \\
 #: bundle is written by the hook: extract runs no maintainer scripts).
 PACKAGES = ",".join(
     (
-        "python3", "dash", "bash", "coreutils", "libstdc++6", "libgcc-s1", "zlib1g",
-        "python3-pip", "python3-venv", "git", "ca-certificates",
+        "python3",
+        "dash",
+        "bash",
+        "coreutils",
+        "libstdc++6",
+        "libgcc-s1",
+        "zlib1g",
+        "python3-pip",
+        "python3-venv",
+        "git",
+        "ca-certificates",
     )
-)  # fmt: skip
+)
 
 _CHANGES = [
     f"USER {SANDBOX_UID}:{SANDBOX_GID}",
@@ -125,9 +134,15 @@ def build_image(
         hook.chmod(0o755)
         rootfs = Path(work) / "rootfs.tar"
         command = [
-            "mmdebstrap", "--quiet", "--variant=extract", f"--include={PACKAGES}",
-            f'--extract-hook={hook} "$1"', suite, str(rootfs), mirror,
-        ]  # fmt: skip
+            "mmdebstrap",
+            "--quiet",
+            "--variant=extract",
+            f"--include={PACKAGES}",
+            f'--extract-hook={hook} "$1"',
+            suite,
+            str(rootfs),
+            mirror,
+        ]
         if log is not None:
             log(f"unpacking python3 from {suite} ({mirror})")
         proc = subprocess.run(

@@ -87,18 +87,41 @@ BLOCKED_PATTERNS: tuple[str, ...] = (
 #: Directories whose contents are host state, never data to hand to an agent: a mount
 #: equal to, under, or containing one of these is refused.
 SYSTEM_DIRS: tuple[str, ...] = (
-    "/etc", "/proc", "/sys", "/dev", "/run", "/var/run", "/boot", "/var/lib/docker",
-    "/var/lib/containers", "/var/lib/containerd", "/var/log", "/var/spool", "/var/mail",
-    "/var/backups", "/lost+found",
-)  # fmt: skip
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/var/run",
+    "/boot",
+    "/var/lib/docker",
+    "/var/lib/containers",
+    "/var/lib/containerd",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/var/backups",
+    "/lost+found",
+)
 
 #: Paths inside the container that a host mount must not cover (it is mounted at its
 #: host path): the image's own system and jarvis's code and inputs (nor anything under
 #: them), and a few directories it may only go inside of.
 RESERVED_TARGETS: tuple[str, ...] = (
-    "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/etc", "/proc", "/sys",
-    "/dev", "/opt/jarvis", "/opt/jarvis-in",
-)  # fmt: skip
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr",
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/opt/jarvis",
+    "/opt/jarvis-in",
+)
 RESERVED_EXACT: tuple[str, ...] = ("/", "/tmp", "/var", "/opt", "/run", "/home", "/mnt", "/srv")
 
 #: Entries a mount's tree may hold before it counts as too large to verify.
@@ -341,31 +364,7 @@ class MountPolicy:
                         f"{shown} holds more than {self.max_scan_entries} entries: too large to "
                         "verify that it contains no secrets (mount a narrower directory)"
                     )
-                path = rel / entry.name
-                pattern = blocked_component(path.parts, self.blocked)
-                if pattern is not None and not excusable(path.parts, self.blocked):
-                    raise MountRefused(
-                        f"{shown} is refused: it contains {real / path}, which matches {pattern!r}"
-                    )
-                try:
-                    mode = entry.stat(follow_symlinks=False).st_mode  # fstatat: an lstat
-                except FileNotFoundError:
-                    continue  # gone since the listing
-                except OSError as exc:
-                    raise MountRefused(
-                        f"{shown} cannot be verified: {real / path} ({exc.strerror})"
-                    ) from exc
-                if pattern is not None:  # a source file so named: its contents decide
-                    _refuse_key(
-                        dir_fd, entry.name, pattern, f"{shown} is refused: {real / path}", mode
-                    )
-                kind = _special_kind(mode)
-                if kind:
-                    raise MountRefused(
-                        f"{shown} is refused: it contains the {kind} {real / path} (through it "
-                        "a sandbox could reach a host process or device)"
-                    )
-                if stat.S_ISDIR(mode):
+                if self._entry_is_dir(dir_fd, entry, rel / entry.name, real, shown):
                     found.append(entry.name)
             return found
 
@@ -397,6 +396,34 @@ class MountPolicy:
         finally:
             for dir_fd, _rel, _pending in stack:
                 os.close(dir_fd)
+
+    def _entry_is_dir(
+        self, dir_fd: int, entry: os.DirEntry[str], path: PurePath, real: Path, shown: str
+    ) -> bool:
+        """Refuse ``entry`` (at ``path`` below the mount) if its name is blocked or it
+        is a socket, FIFO or device node; whether it is a directory to descend into."""
+        pattern = blocked_component(path.parts, self.blocked)
+        if pattern is not None and not excusable(path.parts, self.blocked):
+            raise MountRefused(
+                f"{shown} is refused: it contains {real / path}, which matches {pattern!r}"
+            )
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode  # fstatat: an lstat
+        except FileNotFoundError:
+            return False  # gone since the listing
+        except OSError as exc:
+            raise MountRefused(
+                f"{shown} cannot be verified: {real / path} ({exc.strerror})"
+            ) from exc
+        if pattern is not None:  # a source file so named: its contents decide
+            _refuse_key(dir_fd, entry.name, pattern, f"{shown} is refused: {real / path}", mode)
+        kind = _special_kind(mode)
+        if kind:
+            raise MountRefused(
+                f"{shown} is refused: it contains the {kind} {real / path} (through it "
+                "a sandbox could reach a host process or device)"
+            )
+        return stat.S_ISDIR(mode)
 
 
 def _refuse_key(dir_fd: int, name: str | None, pattern: str, shown: str, mode: int) -> None:

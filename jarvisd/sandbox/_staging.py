@@ -46,8 +46,13 @@ _STAGE_NAME = re.compile(rf"^{_PREFIX}(\d+)-")
 @functools.cache
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                           ctypes.c_void_p]  # fmt: skip
+    libc.mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_void_p,
+    ]
     libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     return libc
 

@@ -72,9 +72,12 @@ class MeteredEngine(Engine):
         await asyncio.sleep(self.latency_s + self.token_latency_s * len(tokens))
         self._spend(len(tokens))
         return Generation(
-            "".join(tokens).rstrip(), wanted.tool_calls, Usage(prompt, len(tokens)),
-            wanted.finish_reason, model or "metered",
-        )  # fmt: skip
+            "".join(tokens).rstrip(),
+            wanted.tool_calls,
+            Usage(prompt, len(tokens)),
+            wanted.finish_reason,
+            model or "metered",
+        )
 
     async def stream(
         self,
@@ -91,7 +94,10 @@ class MeteredEngine(Engine):
             self._spend(1)
             yield StreamChunk(delta=token)
         generation = Generation(
-            "".join(tokens).rstrip(), wanted.tool_calls, Usage(prompt, len(tokens)),
-            wanted.finish_reason, model or "metered",
-        )  # fmt: skip
+            "".join(tokens).rstrip(),
+            wanted.tool_calls,
+            Usage(prompt, len(tokens)),
+            wanted.finish_reason,
+            model or "metered",
+        )
         yield StreamChunk(done=True, generation=generation)

@@ -8,12 +8,15 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ToolError
 from .._messages import Message, SamplingOptions, ToolSpec
 from .._run import RunContext
 from ._base import BaseTool, current_run
+
+if TYPE_CHECKING:
+    from ..engines import Engine
 
 __all__ = ["FileReadTool", "LLMTool", "RetrievalTool"]
 
@@ -58,7 +61,7 @@ class LLMTool(BaseTool):
 
     tool_id: ClassVar[str] = "llm"
 
-    def __init__(self, engine: Any, model: str = "", max_tokens: int = 512) -> None:
+    def __init__(self, engine: Engine, model: str = "", max_tokens: int = 512) -> None:
         self.engine = engine
         self.model = model
         self.max_tokens = max_tokens

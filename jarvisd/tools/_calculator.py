@@ -56,7 +56,11 @@ class CalculatorError(ToolError):
     pass
 
 
-_BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+#: What an expression's parts evaluate to (a negative number's fractional power is complex:
+#: refused at the end, as any result that is not a real number).
+Value = int | float | complex
+
+_BINOPS: dict[type[ast.operator], Callable[[Value, Value], Value]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -65,7 +69,7 @@ _BINOPS: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+_UNARY: dict[type[ast.unaryop], Callable[[Value], Value]] = {
     ast.UAdd: operator.pos,
     ast.USub: operator.neg,
 }
@@ -114,7 +118,7 @@ _RENAMED = {
 }
 
 
-def _check_int(value: Any) -> Any:
+def _check_int(value: Value) -> Value:
     if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
         raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
     return value
@@ -129,7 +133,7 @@ class _Evaluator:
         self.deadline = time.perf_counter() + MAX_SECONDS
         self.nodes = 0
 
-    def eval(self, node: ast.AST, depth: int = 0) -> Any:
+    def eval(self, node: ast.AST, depth: int = 0) -> Value:
         if depth > MAX_DEPTH:
             raise CalculatorError("expression nested too deeply")
         self.nodes += 1
@@ -151,7 +155,7 @@ class _Evaluator:
             )
         return handler(self, node, depth)
 
-    def constant(self, node: ast.Constant, depth: int) -> Any:
+    def constant(self, node: ast.Constant, depth: int) -> Value:
         value = node.value
         if isinstance(value, bool) or not isinstance(value, _NUMBER):
             raise CalculatorError(f"only numbers are allowed, not {type(value).__name__}")
@@ -161,7 +165,7 @@ class _Evaluator:
             )
         return value
 
-    def binop(self, node: ast.BinOp, depth: int) -> Any:
+    def binop(self, node: ast.BinOp, depth: int) -> Value:
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise CalculatorError(f"operator {type(node.op).__name__} is not allowed")
@@ -183,19 +187,19 @@ class _Evaluator:
         except OverflowError:
             raise CalculatorError("result too large for a float") from None
 
-    def unaryop(self, node: ast.UnaryOp, depth: int) -> Any:
+    def unaryop(self, node: ast.UnaryOp, depth: int) -> Value:
         unary = _UNARY.get(type(node.op))
         if unary is None:
             raise CalculatorError(f"operator {type(node.op).__name__} is not allowed")
         return unary(self.eval(node.operand, depth + 1))
 
-    def name(self, node: ast.Name, depth: int) -> Any:
+    def name(self, node: ast.Name, depth: int) -> Value:
         if node.id in _CONSTS:
             return _CONSTS[node.id]
         hint = _RENAMED.get(node.id.lower(), f"variables are not allowed: {HINT}")
         raise CalculatorError(f"unknown name {node.id!r}: {hint}")
 
-    def call(self, node: ast.Call, depth: int) -> Any:
+    def call(self, node: ast.Call, depth: int) -> Value:
         if not isinstance(node.func, ast.Name):
             raise CalculatorError("only plain function calls like sqrt(2) are allowed")
         func = _FUNCS.get(node.func.id)
@@ -306,7 +310,7 @@ def _parse(text: str) -> ast.expr:
     return tree.body
 
 
-_HANDLERS: dict[type[ast.AST], Callable[[_Evaluator, Any, int], Any]] = {
+_HANDLERS: dict[type[ast.AST], Callable[[_Evaluator, Any, int], Value]] = {
     ast.Constant: _Evaluator.constant,
     ast.BinOp: _Evaluator.binop,
     ast.UnaryOp: _Evaluator.unaryop,
@@ -315,7 +319,7 @@ _HANDLERS: dict[type[ast.AST], Callable[[_Evaluator, Any, int], Any]] = {
 }
 
 
-def format_number(value: Any) -> str:
+def format_number(value: object) -> str:
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
             return str(int(value))

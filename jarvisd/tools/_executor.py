@@ -172,8 +172,12 @@ class ToolExecutor:
             else:
                 allowed = True
             if not allowed:
-                result = _fail(call, f"Denied: the user did not allow this {resolved} call.", start,
-                               denied=True)  # fmt: skip
+                result = _fail(
+                    call,
+                    f"Denied: the user did not allow this {resolved} call.",
+                    start,
+                    denied=True,
+                )
             elif self._inline[resolved]:  # cheap sync tools: no task, no timeout machinery
                 result = self._invoke_inline(tool, params, call, resolved, start)
             else:
@@ -304,5 +308,11 @@ def _read_when_done(future: asyncio.Future[Any]) -> asyncio.Future[Any]:
 
 
 def cancelled_result(call: ToolCall) -> ToolResult:
-    return ToolResult(call.name, "Cancelled: the run was stopped before this call finished.",
-                      False, call.id, 0.0, {"cancelled": True})  # fmt: skip
+    return ToolResult(
+        call.name,
+        "Cancelled: the run was stopped before this call finished.",
+        False,
+        call.id,
+        0.0,
+        {"cancelled": True},
+    )

@@ -102,8 +102,11 @@ class Trace:
         except RecursionError:  # nested too deeply to store: a stub like an oversized one
             size = MAX_EVENT_BYTES + 1
         if size > MAX_EVENT_BYTES:
-            record = {"type": record["type"], "timestamp": record["timestamp"],
-                      "data": {"truncated": True, "bytes": size}}  # fmt: skip
+            record = {
+                "type": record["type"],
+                "timestamp": record["timestamp"],
+                "data": {"truncated": True, "bytes": size},
+            }
             size = 100
         if self.events_bytes + size > MAX_TRACE_BYTES:
             self.events_dropped = 1
@@ -114,9 +117,13 @@ class Trace:
     def close_events(self) -> None:
         """Say in the events how many were left out (before the trace is saved)."""
         if self.events_dropped:
-            self.events.append({"type": "events_dropped", "timestamp": time.time(),
-                                "data": {"count": self.events_dropped,
-                                         "limit_bytes": MAX_TRACE_BYTES}})  # fmt: skip
+            self.events.append(
+                {
+                    "type": "events_dropped",
+                    "timestamp": time.time(),
+                    "data": {"count": self.events_dropped, "limit_bytes": MAX_TRACE_BYTES},
+                }
+            )
 
     @property
     def duration_s(self) -> float:
@@ -159,11 +166,21 @@ class TraceStore:
             db.execute(
                 "INSERT OR REPLACE INTO traces VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    trace.id, trace.run_id, trace.agent, trace.input, trace.content, trace.started,
-                    trace.ended, trace.turns, trace.tool_calls, trace.prompt_tokens,
-                    trace.completion_tokens, trace.error, json.dumps(trace.events, default=str),
+                    trace.id,
+                    trace.run_id,
+                    trace.agent,
+                    trace.input,
+                    trace.content,
+                    trace.started,
+                    trace.ended,
+                    trace.turns,
+                    trace.tool_calls,
+                    trace.prompt_tokens,
+                    trace.completion_tokens,
+                    trace.error,
+                    json.dumps(trace.events, default=str),
                 ),
-            )  # fmt: skip
+            )
             db.commit()
 
     def list(self, limit: int = 20) -> list[Trace]:
@@ -202,10 +219,20 @@ class TraceStore:
 
 def _row(row: tuple[Any, ...], *, with_events: bool) -> Trace:
     return Trace(
-        id=row[0], run_id=row[1], agent=row[2], input=row[3], content=row[4], started=row[5],
-        ended=row[6], turns=row[7], tool_calls=row[8], prompt_tokens=row[9],
-        completion_tokens=row[10], error=row[11], events=json.loads(row[12]) if with_events else [],
-    )  # fmt: skip
+        id=row[0],
+        run_id=row[1],
+        agent=row[2],
+        input=row[3],
+        content=row[4],
+        started=row[5],
+        ended=row[6],
+        turns=row[7],
+        tool_calls=row[8],
+        prompt_tokens=row[9],
+        completion_tokens=row[10],
+        error=row[11],
+        events=json.loads(row[12]) if with_events else [],
+    )
 
 
 class TraceCollector:

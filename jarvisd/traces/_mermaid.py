@@ -80,8 +80,12 @@ def to_mermaid(events: Iterable[Mapping[str, Any]], top: str = "agent") -> str:
                 open_members.remove(member)  # the latest one of that name
                 open_members.reverse()
         elif kind == "tool_call_start":
-            d.say(open_members[-1] if open_members else top_name, f"tool {data.get('tool')}",
-                  "->>", _arguments(data.get("arguments")))  # fmt: skip
+            d.say(
+                open_members[-1] if open_members else top_name,
+                f"tool {data.get('tool')}",
+                "->>",
+                _arguments(data.get("arguments")),
+            )
         elif kind == "tool_call_end":
             caller = open_members[-1] if open_members else top_name
             status = "ok" if data.get("success") else "error"
@@ -89,16 +93,22 @@ def to_mermaid(events: Iterable[Mapping[str, Any]], top: str = "agent") -> str:
                 f"tool {data.get('tool')}", caller, "-->>", f"{status}: {data.get('content', '')}"
             )
         elif kind == "handoff":
-            d.say(str(data.get("source")), str(data.get("target")), "-)",
-                  f"handoff: {data.get('reason') or 'transfer'}")  # fmt: skip
+            d.say(
+                str(data.get("source")),
+                str(data.get("target")),
+                "-)",
+                f"handoff: {data.get('reason') or 'transfer'}",
+            )
         elif kind == "route_chosen":
             how = "fallback" if data.get("fallback") else f"route {data.get('choice')}"
             d.note(str(data.get("pattern")), f"{how}: {data.get('member') or 'none'}")
         elif kind == "round":
             d.note(str(data.get("pattern")), f"round {data.get('round')} of {data.get('of')}")
         elif kind == "step":
-            d.note(str(data.get("pattern")),
-                   f"step {data.get('step')} {data.get('status')} {data.get('detail', '')}")  # fmt: skip
+            d.note(
+                str(data.get("pattern")),
+                f"step {data.get('step')} {data.get('status')} {data.get('detail', '')}",
+            )
     return d.render()
 
 

@@ -173,7 +173,7 @@ def test_mermaid_labels_cannot_inject_syntax() -> None:
 
 
 def test_the_readme_team_example_is_a_valid_team() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "composing-agents.md").read_text()
     section = readme.split("## Composing agents", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     team = parse_team(example, "README")

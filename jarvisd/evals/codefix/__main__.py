@@ -28,8 +28,11 @@ def main(argv: list[str]) -> int:
             bad += 1
             print(f"{bug.id}: FAIL {exc}", flush=True)
             continue
-        print(f"{bug.id}: ok ({len(after.failing)} failing with the bug; "
-              f"{time.perf_counter() - started:.1f} s)", flush=True)  # fmt: skip
+        print(
+            f"{bug.id}: ok ({len(after.failing)} failing with the bug; "
+            f"{time.perf_counter() - started:.1f} s)",
+            flush=True,
+        )
     return 1 if bad else 0
 
 

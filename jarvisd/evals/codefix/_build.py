@@ -34,11 +34,15 @@ __all__ = ["BugRepo", "BuildError", "build_bug", "cache_dir", "fetch_sdist", "mu
 #: pip's download of one sdist.
 _PIP_TIMEOUT_S = 300
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "jarvis codefix", "GIT_AUTHOR_EMAIL": "codefix@jarvis.invalid",
-    "GIT_COMMITTER_NAME": "jarvis codefix", "GIT_COMMITTER_EMAIL": "codefix@jarvis.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-}  # fmt: skip
+    "GIT_AUTHOR_NAME": "jarvis codefix",
+    "GIT_AUTHOR_EMAIL": "codefix@jarvis.invalid",
+    "GIT_COMMITTER_NAME": "jarvis codefix",
+    "GIT_COMMITTER_EMAIL": "codefix@jarvis.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 class BuildError(JarvisError):
@@ -78,8 +82,21 @@ def fetch_sdist(project: Project) -> Path:
     with tempfile.TemporaryDirectory(dir=where) as tmp:
         pins = Path(tmp) / "requirements.txt"
         pins.write_text(f"{project.requirement} --hash=sha256:{project.sha256}\n")
-        argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                "--require-hashes", "-q", "-r", str(pins), "-d", tmp]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--require-hashes",
+            "-q",
+            "-r",
+            str(pins),
+            "-d",
+            tmp,
+        ]
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=_PIP_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -127,8 +144,9 @@ def mutate(text: str, bug: Bug) -> str:
 
 def _git(repo: Path, *args: str) -> None:
     env = {**os.environ, **_GIT_ENV}
-    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, timeout=120
+    )
     if done.returncode != 0:
         raise BuildError(f"git {args[0]} in {repo}: {done.stderr.strip()[-400:]}")
 

@@ -56,16 +56,26 @@ async def run_suite(
     from ...sandbox import executor_for_backend
 
     files = sum(1 for _ in path.rglob("*"))  # noqa: ASYNC240 - before any await
-    ws = Workspace(id="codefix", source=project, kind="copy", path=str(path), git_dir="",
-                   branch="", base="", test=test, files=files)  # fmt: skip
+    ws = Workspace(
+        id="codefix",
+        source=project,
+        kind="copy",
+        path=str(path),
+        git_dir="",
+        branch="",
+        base="",
+        test=test,
+        files=files,
+    )
     code_config = _code_config(config, ws)
     executor = executor_for_backend(config.sandbox.backend, code_config)
     cached = False
     try:
         plan = plan_setup(str(path))
         if plan is not None:
-            toolchain = await prepare_toolchain(plan, str(path), code_config, executor,
-                                                project=project)  # fmt: skip
+            toolchain = await prepare_toolchain(
+                plan, str(path), code_config, executor, project=project
+            )
             cached = toolchain.cached
             executor = with_toolchain(executor, toolchain, str(path))
         result: TestRun = await run_test(executor, ws, config.sandbox.timeout)
@@ -73,8 +83,14 @@ async def run_suite(
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-    return SuiteResult(result.passed, result.verdict, failing_tests(result.output),
-                       result.duration_s, cached, result.output)  # fmt: skip
+    return SuiteResult(
+        result.passed,
+        result.verdict,
+        failing_tests(result.output),
+        result.duration_s,
+        cached,
+        result.output,
+    )
 
 
 async def check_bug(repo: BugRepo, config: Config) -> tuple[SuiteResult, SuiteResult]:
@@ -87,14 +103,18 @@ async def check_bug(repo: BugRepo, config: Config) -> tuple[SuiteResult, SuiteRe
         shutil.copytree(repo.pristine, clean, ignore=shutil.ignore_patterns(".complete"))
         before = await run_suite(clean, command, config, str(repo.path))
     if not before.passed:
-        raise BuildError(f"{bug.id}: {bug.project.requirement}'s own suite does not pass in "
-                         f"the sandbox ({before.verdict}): {before.output[-600:]}")  # fmt: skip
+        raise BuildError(
+            f"{bug.id}: {bug.project.requirement}'s own suite does not pass in "
+            f"the sandbox ({before.verdict}): {before.output[-600:]}"
+        )
     after = await run_suite(repo.path, command, config, str(repo.path))
     if after.verdict != "failed" or set(after.failing) != set(bug.fails):
         extra = sorted(set(after.failing) - set(bug.fails))[:5]
         missing = sorted(set(bug.fails) - set(after.failing))[:5]
-        raise BuildError(f"{bug.id}: with the bug the suite is {after.verdict}; failing but "
-                         f"not named: {extra}; named but not failing: {missing}")  # fmt: skip
+        raise BuildError(
+            f"{bug.id}: with the bug the suite is {after.verdict}; failing but "
+            f"not named: {extra}; named but not failing: {missing}"
+        )
     return before, after
 
 
@@ -109,8 +129,12 @@ def fixed_tree(repo: BugRepo, tree: Path, dest: Path) -> tuple[Path | None, list
     dropped: list[str] = []
     for path in sorted(tree.rglob("*")):
         rel = path.relative_to(tree).as_posix()
-        if rel.split("/", 1)[0] == ".git" or "__pycache__" in rel.split("/") or \
-                rel.endswith(".pyc") or path.is_dir():  # fmt: skip
+        if (
+            rel.split("/", 1)[0] == ".git"
+            or "__pycache__" in rel.split("/")
+            or rel.endswith(".pyc")
+            or path.is_dir()
+        ):
             continue
         original = repo.path / rel
         if path.is_symlink() or not original.is_file():

@@ -91,11 +91,15 @@ class Corpus:
         chosen: list[Bug] = []
         wanted = [w.strip() for w in spec.split(",") if w.strip()]
         for word in wanted:
-            found = [b for b in self.bugs if b.id == word or b.id.startswith(word + "-")
-                     or b.project.name == word]  # fmt: skip
+            found = [
+                b
+                for b in self.bugs
+                if b.id == word or b.id.startswith(word + "-") or b.project.name == word
+            ]
             if not found:
-                raise UsageError(f"no bug {word!r} in the codefix corpus (see `jarvis eval "
-                                 "code --list`)")  # fmt: skip
+                raise UsageError(
+                    f"no bug {word!r} in the codefix corpus (see `jarvis eval code --list`)"
+                )
             chosen += [b for b in found if b not in chosen]
         if not wanted:
             chosen = list(self.bugs)
@@ -135,8 +139,14 @@ def _parse(data: Mapping[str, Any]) -> Corpus:
             raise UsageError(f"codefix corpus: {name}: test_paths must list paths")
         if name in projects:
             raise UsageError(f"codefix corpus: project {name} twice")
-        projects[name] = Project(name, _text(entry, "version", name), _text(entry, "sdist", name),
-                                 sha, _text(entry, "test", name), tuple(paths))  # fmt: skip
+        projects[name] = Project(
+            name,
+            _text(entry, "version", name),
+            _text(entry, "sdist", name),
+            sha,
+            _text(entry, "test", name),
+            tuple(paths),
+        )
     bugs: list[Bug] = []
     for entry in data.get("bug") or ():
         bug_id = _text(entry, "id", "a bug")
@@ -157,8 +167,18 @@ def _parse(data: Mapping[str, Any]) -> Corpus:
         file = _text(entry, "file", bug_id)
         if file.startswith("/") or ".." in file.split("/") or project.is_test_path(file):
             raise UsageError(f"codefix corpus: {bug_id}: file must be a source file of the project")
-        bugs.append(Bug(bug_id, project, file, kind, old, new,
-                        _text(entry, "symptom", bug_id), tuple(str(f) for f in fails)))  # fmt: skip
+        bugs.append(
+            Bug(
+                bug_id,
+                project,
+                file,
+                kind,
+                old,
+                new,
+                _text(entry, "symptom", bug_id),
+                tuple(str(f) for f in fails),
+            )
+        )
     return Corpus(tuple(projects.values()), tuple(bugs))
 
 

@@ -123,19 +123,38 @@ def run_jarvis(
     store = CodeStore(paths().state / "code.db")
     task, test = bug.task(), bug.project.test
     if run_config.candidates > 1:
-        ws = prepare_group(str(repo.path), store=store, state_dir=paths().state, task=task,
-                           agents=[run_config.agent] * run_config.candidates, test=test,
-                           rounds=run_config.rounds)  # fmt: skip
+        ws = prepare_group(
+            str(repo.path),
+            store=store,
+            state_dir=paths().state,
+            task=task,
+            agents=[run_config.agent] * run_config.candidates,
+            test=test,
+            rounds=run_config.rounds,
+        )
         members = group_of(store, ws)
     else:
-        ws = prepare(str(repo.path), store=store, state_dir=paths().state, task=task,
-                     agent=run_config.agent, test=test, rounds=run_config.rounds)  # fmt: skip
+        ws = prepare(
+            str(repo.path),
+            store=store,
+            state_dir=paths().state,
+            task=task,
+            agent=run_config.agent,
+            test=test,
+            rounds=run_config.rounds,
+        )
         members = [ws]
     try:
-        spec = AgentSpec(input=task, agent=run_config.agent, engine=run_config.engine,
-                         model=run_config.model, temperature=run_config.temperature,
-                         max_turns=run_config.max_turns, max_wall=run_config.max_wall,
-                         workspace=ws.id).at_edge()  # fmt: skip
+        spec = AgentSpec(
+            input=task,
+            agent=run_config.agent,
+            engine=run_config.engine,
+            model=run_config.model,
+            temperature=run_config.temperature,
+            max_turns=run_config.max_turns,
+            max_wall=run_config.max_wall,
+            workspace=ws.id,
+        ).at_edge()
         outcome = LocalHost(config, engine).run(spec, RunContext())
         result.wall_s = round(time.perf_counter() - started, 3)
         result.prompt_tokens = outcome.usage.prompt_tokens
@@ -190,8 +209,11 @@ def run_eval(
     """Every bug under every configuration (bug by bug: each bug's environment is made
     once), skipping what ``results`` already holds; each result is appended to it as
     it finishes. Returns all results of these bugs and configurations."""
-    done = {(r["bug"], r["config"], r.get("model", "")): r for r in load_results(results)} \
-        if results is not None else {}  # fmt: skip
+    done = (
+        {(r["bug"], r["config"], r.get("model", "")): r for r in load_results(results)}
+        if results is not None
+        else {}
+    )
     run_one = runner or (lambda bug, rc: run_jarvis(bug, rc, config, engine))
     total = len(bugs) * len(configs)
     count = 0
@@ -208,8 +230,13 @@ def run_eval(
             try:
                 result = run_one(bug, rc).to_dict()
             except Exception as exc:
-                result = BugResult(bug.id, bug.project.name, rc.name, rc.model,
-                                   error=f"{type(exc).__name__}: {exc}"[:500]).to_dict()  # fmt: skip
+                result = BugResult(
+                    bug.id,
+                    bug.project.name,
+                    rc.name,
+                    rc.model,
+                    error=f"{type(exc).__name__}: {exc}"[:500],
+                ).to_dict()
             out.append(result)
             if results is not None:
                 results.parent.mkdir(parents=True, exist_ok=True)
@@ -218,8 +245,7 @@ def run_eval(
             word = (
                 "FIXED" if result["fixed"] else (result["error"] and "error") or result["verdict"]
             )
-            progress(f"[{count}/{total}] {bug.id} / {rc.name}: {word} "
-                     f"({result['wall_s']:.0f} s)")  # fmt: skip
+            progress(f"[{count}/{total}] {bug.id} / {rc.name}: {word} ({result['wall_s']:.0f} s)")
     return out
 
 
@@ -227,10 +253,19 @@ def summarize(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (configuration, model): n, fixed, fix rate, wall time and tokens."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
     for r in results:
-        row = rows.setdefault((r["config"], r.get("model", "")), {
-            "config": r["config"], "model": r.get("model", ""), "n": 0, "fixed": 0,
-            "errors": 0, "wall_s": 0.0, "prompt_tokens": 0, "completion_tokens": 0,
-        })  # fmt: skip
+        row = rows.setdefault(
+            (r["config"], r.get("model", "")),
+            {
+                "config": r["config"],
+                "model": r.get("model", ""),
+                "n": 0,
+                "fixed": 0,
+                "errors": 0,
+                "wall_s": 0.0,
+                "prompt_tokens": 0,
+                "completion_tokens": 0,
+            },
+        )
         row["n"] += 1
         row["fixed"] += bool(r.get("fixed"))
         row["errors"] += bool(r.get("error"))
