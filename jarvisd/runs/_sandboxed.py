@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
 from .._run import Budget, RunContext
@@ -103,7 +103,7 @@ def program_budget(run: Budget, max_turns: int, max_tokens: int) -> Budget | Non
     return own
 
 
-def runner_config(config: Config) -> dict[str, Any]:
+def runner_config(config: Config) -> dict[str, object]:
     """The part of ``config`` the in-container runner needs: agent defaults and tool
     settings. Engine addresses, the sandbox's allowed roots and engine socket, and the
     daemon's settings stay on the host."""
@@ -164,7 +164,7 @@ class SandboxedAgent(BaseAgent):
         context: AgentContext | None,
         run: RunContext,
         host_tools: Sequence[OfferedTool] = (),
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         # The MCP tools go as host tools: inside, the config names no server.
         mcp_names = {*self._mcp_names(), *self._host_side()}
         tools = tuple(name for name in self.spec.tools if name not in mcp_names)
@@ -178,7 +178,7 @@ class SandboxedAgent(BaseAgent):
             mounts=(),
             allow_net=(),  # the host's proxy serves the whole container
         )
-        payload: dict[str, Any] = {
+        payload: dict[str, object] = {
             "spec": inner.to_dict(),
             "config": runner_config(self.config),
             "context": None,
@@ -310,7 +310,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def sandboxed_agent(key: str, spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
-    """What ``jarvisd.runs.build_agent`` returns for ``spec.sandbox``: agent ``key``
+    """What ``jarvisd.runs.build_agent`` returns for ``isolation="sandbox"``: agent ``key``
     in the sandbox. Mounts are checked when the run starts (MountRefused)."""
     AgentRegistry.get(key)  # an unknown agent fails here, on the host, clearly
     inner = dataclasses.replace(spec, agent=key)
