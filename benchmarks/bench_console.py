@@ -126,7 +126,7 @@ def measure(env: BenchEnv) -> list[Row]:
                     page.click("#older")
                     assert page.locator("#rows tr").count() == min(tasks - PAGE, PAGE)
                 for _ in range(env.runs(10, 3)):
-                    spec = AgentSpec(input="go", agent="work", no_sandbox=True,
+                    spec = AgentSpec(input="go", agent="work", isolation="host",
                                      options={"workspace": str(workspace)})  # fmt: skip
                     task_id = client.submit(spec).id
                     page.goto(f"{base}/tasks/{task_id}")

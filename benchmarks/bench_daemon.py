@@ -91,7 +91,8 @@ def _embedded_memory_rows(root: Path, real_models: Path) -> list[Row]:
 
     from jarvisd._run import RunContext
     from jarvisd.catalog import get_entry, model_file
-    from jarvisd.runs import AgentSpec, DaemonHost
+    from jarvisd.daemon import DaemonHost
+    from jarvisd.runs import AgentSpec
 
     name = "smollm2-135m"
     if not model_file(get_entry(name), real_models).is_file():

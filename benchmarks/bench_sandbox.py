@@ -2,7 +2,7 @@
 
 Both start one container from the same image on the same engine, interleaved A B A B:
 
-* ours: ``run_spec(AgentSpec(agent="simple", sandbox=True))`` with a scripted engine on
+* ours: ``run_spec(AgentSpec(agent="simple", isolation="sandbox"))`` with a scripted engine on
   the host: create + attach + start a hardened container, the in-container runner
   imports jarvis, builds the agent, asks the host for inference over frames, returns
   the result; the container is removed.
@@ -72,7 +72,7 @@ def run(env: BenchEnv) -> list[Row]:
     runs = env.runs(20, 5)
     baseline_cmd = ["docker", "run", "--rm", "-i", "--network", "none", "--pull", "never",
                     image, "python3", "-c", "pass"]  # fmt: skip
-    spec = AgentSpec(input="hello", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hello", agent="simple", isolation="sandbox")
 
     async def sandboxed() -> float:
         engine = ScriptedEngine.from_replies(["hi"])

@@ -21,7 +21,7 @@ _LAZY = {
     "Config": "._config",
     "ConfigError": "._errors",
     "DaemonError": "._errors",
-    "DaemonHost": ".runs",
+    "DaemonHost": ".daemon",
     "DaemonUnavailable": "._errors",
     "Engine": ".engines",
     "EngineError": "._errors",

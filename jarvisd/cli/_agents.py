@@ -80,13 +80,6 @@ def list_agents(as_json: bool) -> None:
             click.echo(f"{'':<25} options: {options}")
 
 
-#: Agents that live in an environment of their own, and the function that installs it.
-INSTALLERS = {
-    "openhands": "jarvisd.agents._openhands_venv:ensure_venv",
-    "claude_code": "jarvisd.agents._claude_code_install:ensure_sdk",
-}
-
-
 @agents.command("install")
 @click.argument("names", nargs=-1, required=True)
 def install_agents(names: tuple[str, ...]) -> None:
@@ -97,6 +90,7 @@ def install_agents(names: tuple[str, ...]) -> None:
     Needs npm and the npm registry (openhands: PyPI)."""
     from .._errors import UsageError
     from .._plugins import import_from_string
+    from ..agents._installers import INSTALLERS
     from ..external import BUILTIN, install, installed
 
     for name in names:

@@ -76,7 +76,8 @@ def _read_question(question: str) -> str:
 
 def pick_host(no_daemon: bool) -> list[Host]:
     """The hosts to try, in order: jarvisd when it runs, then this process."""
-    from ..runs import DaemonHost, LocalHost
+    from ..daemon import DaemonHost
+    from ..runs import LocalHost
 
     return [LocalHost()] if no_daemon else [DaemonHost(), LocalHost()]
 

@@ -91,7 +91,7 @@ def _print_info(info: TaskInfo) -> None:
     click.echo(
         f"agent:     {info.spec.agent or '(default)'}"
         + (f"  tools: {', '.join(info.spec.tools)}" if info.spec.tools else "")
-        + ("  sandbox" if info.spec.sandbox else "")
+        + ("  sandbox" if info.spec.isolation == "sandbox" else "")
     )
     click.echo(f"input:     {visible(info.spec.input[:200])}")
     click.echo(

@@ -257,7 +257,7 @@ async def _run_code(
         workspace=None,
         input=task_prompt(ws, spec.input),
         agent=spec.agent or DEFAULT_AGENT,
-        sandbox=True,
+        isolation="sandbox",
         mounts=(f"{ws.path}:rw",),
     )
     # Checked before the workspace is taken: a refused spec leaves it ready.

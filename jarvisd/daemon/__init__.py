@@ -14,6 +14,7 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ._client import Client
+    from ._host import DaemonHost
     from ._protocol import PROTOCOL_VERSION, DaemonStatus, TaskInfo
     from ._server import Daemon, DaemonPaths, ExitCode
     from ._store import TaskStore
@@ -24,6 +25,7 @@ _LAZY = {
     "PROTOCOL_VERSION": "._protocol",
     "Client": "._client",
     "Daemon": "._server",
+    "DaemonHost": "._host",
     "DaemonPaths": "._server",
     "DaemonStatus": "._protocol",
     "ExitCode": "._server",
@@ -38,6 +40,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Client",
     "Daemon",
+    "DaemonHost",
     "DaemonPaths",
     "DaemonStatus",
     "ExitCode",

@@ -85,7 +85,7 @@ class ExternalAgent(BaseAgent):
         self.config = config or Config()
         self.workspace = workspace
         #: In the sandbox unless the run said --no-sandbox.
-        self.sandboxed = spec is None or not spec.no_sandbox
+        self.sandboxed = spec is None or spec.isolation != "host"
         self.approver = approver
         self.mcp_servers = mcp_servers
         #: The agent's own tools it is held to (``--tools``); empty: all of them.

@@ -281,7 +281,8 @@ class ServedAgents:
         names = tuple(dict.fromkeys(a.strip() for a in agents if a.strip())) or DEFAULT_AGENTS
         tools = tuple(t.strip() for t in tools if t.strip())
         for name in names:
-            validate_spec(AgentSpec(input="-", agent=name, sandbox=sandbox), config)
+            spec = AgentSpec(input="-", agent=name, isolation="sandbox" if sandbox else "default")
+            validate_spec(spec, config)
         teams: dict[str, str] = {}
         if teams_dir is not None:
             teams = _read_teams(Path(teams_dir).expanduser())
@@ -319,7 +320,7 @@ class ServedAgents:
             input=task_text(chat.messages),
             agent=agent,
             team=team,
-            sandbox=self.sandbox and team is None,
+            isolation="sandbox" if self.sandbox and team is None else "default",
             temperature=temperature,
             max_tokens=max_tokens,
             **budgets,

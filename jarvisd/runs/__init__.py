@@ -4,7 +4,8 @@
 - :func:`run_spec` runs it and returns a :class:`RunOutcome`, the one result shape on
   every wire, with a :class:`Failure` code from the one table (:func:`to_wire`,
   :func:`from_wire`) when it did not answer;
-- a :class:`Host` (``LocalHost``, ``DaemonHost``) decides where a run happens.
+- a :class:`Host` (``LocalHost``; ``jarvisd.daemon.DaemonHost``) decides where a run
+  happens.
 
 Below ``cli/`` and ``daemon/``, above agents and engines. Names load on first use: the
 daemon client needs the spec and the outcome, not the agents behind ``run_spec``.
@@ -17,23 +18,25 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from ._build import build_agent, validate_spec
+    from ._build import BuildOptions, build_agent, validate_spec
     from ._execute import run_spec
     from ._failures import exit_code, from_wire, to_wire
-    from ._hosts import DaemonHost, Host, LocalHost
+    from ._hosts import Host, LocalHost
     from ._options import Option, declared_options, parse_option_flags
     from ._outcome import Failure, RunOutcome
+    from ._sandboxed import SandboxedAgent
     from ._spec import ENGINE_ENV, AgentSpec
 
 _LAZY = {
+    "BuildOptions": "._build",
     "ENGINE_ENV": "._spec",
     "AgentSpec": "._spec",
-    "DaemonHost": "._hosts",
     "Failure": "._outcome",
     "Host": "._hosts",
     "LocalHost": "._hosts",
     "Option": "._options",
     "RunOutcome": "._outcome",
+    "SandboxedAgent": "._sandboxed",
     "build_agent": "._build",
     "declared_options": "._options",
     "exit_code": "._failures",
@@ -47,12 +50,13 @@ _LAZY = {
 __all__ = [
     "ENGINE_ENV",
     "AgentSpec",
-    "DaemonHost",
+    "BuildOptions",
     "Failure",
     "Host",
     "LocalHost",
     "Option",
     "RunOutcome",
+    "SandboxedAgent",
     "build_agent",
     "declared_options",
     "exit_code",

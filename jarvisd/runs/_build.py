@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,10 +17,11 @@ from ._spec import AgentSpec
 
 if TYPE_CHECKING:
     from ..executors import CodeExecutor
-    from ..external import McpServer
+    from ..external import ExternalAgent, McpServer
     from ..tools import BaseTool
 
 __all__ = [
+    "BuildOptions",
     "build_agent",
     "load_context",
     "mcp_server_executor",
@@ -40,8 +43,8 @@ def mcp_tool_names(spec: AgentSpec, config: Config) -> list[str]:
 def starts_mcp_servers(spec: AgentSpec, config: Config) -> bool:
     """Whether the run itself starts the MCP servers of the spec's tool names: not for
     an ACP agent, which is handed them and starts them itself, nor for a sandboxed run,
-    whose agent starts them in the sandbox (``jarvisd.sandbox.SandboxedAgent``)."""
-    if not mcp_tool_names(spec, config) or spec.sandbox:
+    whose agent starts them in the sandbox (``jarvisd.runs.SandboxedAgent``)."""
+    if not mcp_tool_names(spec, config) or spec.isolation == "sandbox":
         return False
     if spec.team is None:
         definition = getattr(_checked(spec, config)[0], "definition", None)
@@ -55,7 +58,7 @@ def mcp_server_executor(spec: AgentSpec, config: Config) -> CodeExecutor | None:
     processes (None) for an unsandboxed run; the sandbox backend for an agent in a
     sandbox of its own (openhands, claude_code unless ``--no-sandbox``), which calls
     them through the gateway: a contained agent's tools must not be a way out of it."""
-    if spec.team is not None or spec.no_sandbox:
+    if spec.team is not None or spec.isolation == "host":
         return None
     if not getattr(_checked(spec, config)[0], "own_sandbox", False):
         return None
@@ -82,7 +85,7 @@ def validate_spec(spec: AgentSpec, config: Config) -> type[BaseAgent]:
 def _team_checked(spec: AgentSpec, config: Config) -> type[BaseAgent]:
     from ..patterns import TeamAgent, parse_team
 
-    if spec.sandbox:
+    if spec.isolation == "sandbox":
         raise UsageError("--sandbox runs one agent in a container; it cannot run a team")
     if spec.allow_net:
         raise UsageError(
@@ -116,15 +119,15 @@ def _checked(spec: AgentSpec, config: Config) -> tuple[type[BaseAgent], dict[str
         raise UsageError(
             "--allow-net opens hosts to a sandboxed run (--sandbox, an external agent, "
             f"jarvis code): agent {key!r} runs on the host here"
-            + (" (--no-sandbox)" if spec.no_sandbox else "")
+            + (" (--no-sandbox)" if spec.isolation == "host" else "")
         )
-    if spec.mounts and not spec.sandbox:
+    if spec.mounts and spec.isolation != "sandbox":
         # An ACP agent runs in its sandbox unless --no-sandbox: it takes mounts there.
         in_own_sandbox = definition is not None and definition.protocol == "acp"
-        if spec.no_sandbox or not in_own_sandbox:
+        if spec.isolation == "host" or not in_own_sandbox:
             raise UsageError(
                 f"--mount only applies with --sandbox (agent {key!r} runs on the host without it)"
-                if not spec.no_sandbox
+                if spec.isolation != "host"
                 else "--mount only applies in a sandbox, not with --no-sandbox"
             )
     return agent_cls, options
@@ -145,9 +148,9 @@ def _in_sandbox(spec: AgentSpec, agent_cls: type[BaseAgent]) -> bool:
     """Whether the run's agent runs in a sandbox of jarvis's (where a network policy
     applies): ``--sandbox``, a ``jarvis code`` run, an ACP agent or an agent with a
     container of its own unless ``--no-sandbox``."""
-    if spec.sandbox or spec.workspace:
+    if spec.isolation == "sandbox" or spec.workspace:
         return True
-    if spec.no_sandbox:
+    if spec.isolation == "host":
         return False
     definition = getattr(agent_cls, "definition", None)
     acp = definition is not None and definition.protocol == "acp"
@@ -158,7 +161,7 @@ def runs_sandboxed(spec: AgentSpec, config: Config) -> bool:
     """Whether ``spec``'s run happens in a sandbox (see ``_in_sandbox``)."""
     if spec.team is not None:
         return False
-    if spec.sandbox or spec.workspace:
+    if spec.isolation == "sandbox" or spec.workspace:
         return True
     return _in_sandbox(spec, _checked(spec, config)[0])
 
@@ -175,72 +178,123 @@ def _check_acp_tools(key: str, spec: AgentSpec, config: Config, limits_tools: bo
             f"agent {key!r} brings its own tools and jarvis cannot limit them; it takes "
             f"only MCP servers' tools (SERVER.tool, SERVER.*), not {', '.join(other)}"
         )
-    if mcp_names and not spec.no_sandbox:
+    if mcp_names and spec.isolation != "host":
         raise UsageError(
             f"agent {key!r} starts MCP servers itself, inside its container, where their "
             "commands are not installed: run it with --no-sandbox to hand it MCP servers"
         )
 
 
+@dataclass(frozen=True, slots=True)
+class BuildOptions:
+    """What the caller adds to the agent a spec describes, never from the edge."""
+
+    #: Constructor arguments the caller sets itself (the in-container runner's
+    #: plain-process ``executor``).
+    extra: Mapping[str, object] = field(default_factory=dict)
+    #: The run's started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP
+    #: tool names.
+    mcp_tools: Sequence[BaseTool] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class _AgentArgs:
+    """The constructor arguments of the spec's agent: what every agent takes, typed,
+    and ``more`` (its declared options, typed by ``check_options`` against its
+    constructor, then the caller's extra and what its branch adds)."""
+
+    temperature: float
+    max_tokens: int
+    system_prompt: str | None = None
+    more: Mapping[str, object] = field(default_factory=dict)
+
+    def with_more(self, **more: object) -> _AgentArgs:
+        return dataclasses.replace(self, more={**self.more, **more})
+
+    def keywords(self) -> dict[str, Any]:
+        # Any: the keywords differ by agent class, each checked against its constructor.
+        found: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.system_prompt is not None:
+            found["system_prompt"] = self.system_prompt
+        return {**self.more, **found}  # the spec's own settings win, as ever
+
+
 def build_agent(
-    spec: AgentSpec,
-    config: Config,
-    engine: Engine,
-    *,
-    extra: Mapping[str, object] | None = None,
-    mcp_tools: Sequence[BaseTool] = (),
+    spec: AgentSpec, config: Config, engine: Engine, options: BuildOptions | None = None
 ) -> BaseAgent:
-    """The agent ``spec`` describes, on ``engine`` (sandboxed when ``spec.sandbox``).
-    ``extra`` are constructor arguments the caller sets itself, never from the edge
-    (the in-container runner's plain-process ``executor``). ``mcp_tools`` are the run's
-    started MCP tools (``jarvisd.mcp.McpToolset``), for the spec's MCP tool names."""
+    """The agent ``spec`` describes, on ``engine``: a team, an external agent, an agent
+    with a container of its own, an agent in a sandbox of jarvis's
+    (``isolation="sandbox"``), else an agent on the host."""
+    options = options or BuildOptions()
     if spec.team is not None:
         return _team(spec, config, engine)
-    agent_cls, options = _checked(spec, config)
-    key = spec.agent or config.agent.default
-    kwargs: dict[str, Any] = {**options, **(extra or {})}
-    kwargs["temperature"] = (
-        spec.temperature if spec.temperature is not None else config.agent.temperature
+    agent_cls, declared = _checked(spec, config)
+    args = _AgentArgs(
+        temperature=config.agent.temperature if spec.temperature is None else spec.temperature,
+        max_tokens=spec.max_tokens or config.agent.max_tokens,
+        system_prompt=spec.system_prompt,
+        more={**declared, **options.extra},
     )
-    kwargs["max_tokens"] = spec.max_tokens or config.agent.max_tokens
-    if spec.system_prompt is not None:
-        kwargs["system_prompt"] = spec.system_prompt
     if agent_cls.accepts_tools:
         from ..tools import build_tools
 
         mcp_names = set(mcp_tool_names(spec, config))
         names = [n for n in spec.tools if n not in mcp_names]
-        kwargs["tools"] = [*build_tools(names, config, engine), *mcp_tools]
-        kwargs["max_turns"] = spec.max_turns or config.agent.max_turns
+        args = args.with_more(
+            tools=[*build_tools(names, config, engine), *options.mcp_tools],
+            max_turns=spec.max_turns or config.agent.max_turns,
+        )
     from ..external import ExternalAgent
 
     if issubclass(agent_cls, ExternalAgent):
-        # It has its own sandbox (the default) and its own model calls: no tools of
-        # ours, only the MCP servers its tool names mention, which it starts itself;
-        # other names are its own tools to hold it to.
-        mcp_names = set(mcp_tool_names(spec, config))
-        return agent_cls(
-            engine, spec.model, config=config, spec=spec,
-            mcp_servers=_acp_servers(spec, config),
-            own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
-            max_turns=spec.max_turns, mounts=spec.mounts, **kwargs,
-        )  # fmt: skip
+        return _external(agent_cls, spec, config, engine, args)
     if getattr(agent_cls, "own_sandbox", False):  # claude_code: a container of its own
-        kwargs.update(config=config, sandboxed=not spec.no_sandbox)
-        return agent_cls(engine, spec.model, **kwargs)
-    if spec.sandbox:
-        from ..sandbox import sandboxed_agent
+        args = args.with_more(config=config, sandboxed=spec.isolation != "host")
+        return agent_cls(engine, spec.model, **args.keywords())
+    if spec.isolation == "sandbox":
+        from ._sandboxed import sandboxed_agent
 
-        return sandboxed_agent(key, spec, config, engine)
-    # From this config, not one the agent would load itself: the daemon's reloaded
-    # config and the in-container runner's choices must hold.
-    if agent_cls.runs_code and "executor" not in kwargs:
+        return sandboxed_agent(spec.agent or config.agent.default, spec, config, engine)
+    return _on_the_host(agent_cls, spec, config, engine, args)
+
+
+def _external(
+    agent_cls: type[ExternalAgent],
+    spec: AgentSpec,
+    config: Config,
+    engine: Engine,
+    args: _AgentArgs,
+) -> BaseAgent:
+    """An external agent. It has its own sandbox (the default) and its own model calls:
+    no tools of ours, only the MCP servers its tool names mention, which it starts
+    itself; other names are its own tools to hold it to."""
+    mcp_names = set(mcp_tool_names(spec, config))
+    return agent_cls(
+        engine,
+        spec.model,
+        config=config,
+        spec=spec,
+        mcp_servers=_acp_servers(spec, config),
+        own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
+        max_turns=spec.max_turns,
+        mounts=spec.mounts,
+        **args.keywords(),
+    )
+
+
+def _on_the_host(
+    agent_cls: type[BaseAgent], spec: AgentSpec, config: Config, engine: Engine, args: _AgentArgs
+) -> BaseAgent:
+    """A built-in agent in this process. Its executor and network switch come from this
+    config, not one the agent would load itself: the daemon's reloaded config and the
+    in-container runner's choices must hold."""
+    if agent_cls.runs_code and "executor" not in args.more:
         from ..executors import executor_for
 
-        kwargs["executor"] = executor_for(config)
-    if agent_cls.fetches_urls:
-        kwargs.setdefault("allow_network", config.tools.allow_network)
-    return agent_cls(engine, spec.model, **kwargs)
+        args = args.with_more(executor=executor_for(config))
+    if agent_cls.fetches_urls and "allow_network" not in args.more:
+        args = args.with_more(allow_network=config.tools.allow_network)
+    return agent_cls(engine, spec.model, **args.keywords())
 
 
 def _acp_servers(spec: AgentSpec, config: Config) -> tuple[McpServer, ...]:

@@ -22,12 +22,14 @@ from .._run import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, engine_for_agent, select_engine
 from ._build import (
+    BuildOptions,
     build_agent,
     load_context,
     mcp_server_executor,
     runs_sandboxed,
     starts_mcp_servers,
 )
+from ._kinds import RunHow, runner_for
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from ..netpolicy import NetEvent, NetPolicy
     from ..tools import BaseTool
 
-__all__ = ["apply_budgets", "run_spec"]
+__all__ = ["apply_budgets", "run_agent", "run_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -72,29 +74,27 @@ async def run_spec(
     gives; ``extra`` goes to the agent's constructor (see ``build_agent``); ``trace``
     records the run for ``jarvis trace`` (top-level runs only); ``tools`` are MCP tools
     served elsewhere, given to the agent with the spec's own (the sandbox runner's
-    proxies of the host's). A spec with a ``workspace`` is a ``jarvis code`` run
-    (``jarvisd.code.run_code``).
+    proxies of the host's). The spec's kind chooses what runs it (``KINDS``): a spec
+    with a ``workspace`` is a ``jarvis code`` run (``jarvisd.code.run_code``).
 
     A sandboxed run whose network policy allows hosts (``[sandbox.network]``, the
     agent's ``[agents.network]`` entry, ``--allow-net``) gets its egress proxy for its
     whole length (``jarvisd.sandbox._netrun``): its sandboxes mount the proxy's socket
     (``run.egress``), each connection is a ``net_connect`` event, and the outcome's
     metadata carries ``network`` (a summary). Nothing allowed: no proxy, as before."""
+    how = RunHow(context=context, extra=dict(extra or {}), trace=trace, tools=tuple(tools))
     try:
+        runner = runner_for(spec.kind)
         policy = _network_policy(spec, run, config)
     except JarvisError as exc:  # a bad entry, an unknown agent: the run's failure
         return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
     if policy is None:
-        return await _run_spec(
-            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
-        )
+        return await runner(spec, run, config, engine, how)
     if config.sandbox.backend == "none":
         from ..sandbox._netrun import NO_POLICY_WARNING
 
         log.warning("%s", NO_POLICY_WARNING)
-        outcome = await _run_spec(
-            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
-        )
+        outcome = await runner(spec, run, config, engine, how)
         return _with_network(outcome, {"warning": NO_POLICY_WARNING})
     from .._events import EventType
     from ..sandbox._netrun import RunNetwork
@@ -111,9 +111,7 @@ async def run_spec(
         return RunOutcome(agent=spec.agent or config.agent.default, failure=Failure.of(exc))
     run.egress = network.socket_path
     try:
-        outcome = await _run_spec(
-            spec, run, config, engine, context=context, extra=extra, trace=trace, tools=tools
-        )
+        outcome = await runner(spec, run, config, engine, how)
     finally:
         run.egress = ""
         await network.__aexit__(None, None, None)
@@ -140,21 +138,12 @@ def _with_network(outcome: RunOutcome, network: Mapping[str, object]) -> RunOutc
     return dataclasses.replace(outcome, metadata={**outcome.metadata, "network": dict(network)})
 
 
-async def _run_spec(
-    spec: AgentSpec,
-    run: RunContext,
-    config: Config,
-    engine: Engine | None = None,
-    *,
-    context: AgentContext | None = None,
-    extra: Mapping[str, object] | None = None,
-    trace: bool = True,
-    tools: Sequence[BaseTool] = (),
+async def run_agent(
+    spec: AgentSpec, run: RunContext, config: Config, engine: Engine | None, how: RunHow, /
 ) -> RunOutcome:
-    if spec.workspace:
-        from ..code import run_code
-
-        return await run_code(spec, run, config, engine)
+    """The runner of the kinds "agent" and "team" (``KINDS``): the agent is built here,
+    on ``engine`` or one selected for the spec (then closed afterwards)."""
+    context, extra, trace, tools = how.context, how.extra, how.trace, how.tools
     start = time.perf_counter()
     agent_key = spec.agent or config.agent.default
     explicit = engine_for_agent(config, spec.engine, agent_key)
@@ -183,7 +172,8 @@ async def _run_spec(
                     McpToolset(config, mcp_server_executor(spec, config))
                 )
                 mcp_tools += await toolset.tools(spec.tools)
-            agent = build_agent(spec, config, engine, extra=extra, mcp_tools=mcp_tools)
+            options = BuildOptions(extra=extra, mcp_tools=mcp_tools)
+            agent = build_agent(spec, config, engine, options)
             result = await agent.arun(
                 spec.input, context if context is not None else load_context(spec), run=run
             )

@@ -15,11 +15,20 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from .._errors import UsageError
 
-__all__ = ["ENGINE_ENV", "AgentSpec"]
+__all__ = ["ENGINE_ENV", "ISOLATIONS", "AgentSpec", "Isolation"]
+
+#: Where a run's agent runs: "sandbox" (``--sandbox``: in a sandbox of jarvis's), "host"
+#: (``--no-sandbox``: an external agent on the host, not in its own sandbox), "default"
+#: (the agent's own choice: built-in agents on the host, external agents sandboxed).
+Isolation = Literal["sandbox", "host", "default"]
+ISOLATIONS: tuple[Isolation, ...] = get_args(Isolation)
+#: The fields ``isolation`` replaced, as specs stored by older versions (the daemon's
+#: durable tasks) and older clients still send them: the flag and what it meant.
+_OLD_ISOLATION_FLAGS: dict[str, Isolation] = {"sandbox": "sandbox", "no_sandbox": "host"}
 
 #: Environment variables that choose where an engine is. They travel in the spec, so a
 #: daemon started in another environment still uses the caller's engine. Secrets (API
@@ -34,9 +43,7 @@ class AgentSpec:
     engine: str | None = None  # None: config / auto
     model: str = ""
     tools: tuple[str, ...] = ()
-    sandbox: bool = False
-    #: Run an external agent on the host rather than in the sandbox (its default).
-    no_sandbox: bool = False
+    isolation: Isolation = "default"
     mounts: tuple[str, ...] = ()  # "PATH" or "PATH:rw", absolute once at_edge ran
     context_file: str | None = None  # given to the agent as metadata["context"] (rlm)
     temperature: float | None = None
@@ -60,6 +67,14 @@ class AgentSpec:
     #: Hosts the run's sandbox may reach besides the config's (``--allow-net``; entries
     #: as in ``[sandbox.network] allow``). Stored with a task, so a restart keeps them.
     allow_net: tuple[str, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """What the spec runs (``jarvisd.runs._kinds.KINDS``): a ``jarvis code``
+        "workspace", a "team", else an "agent"."""
+        if self.workspace:
+            return "workspace"
+        return "team" if self.team is not None else "agent"
 
     def at_edge(self, environ: Mapping[str, str] | None = None) -> AgentSpec:
         """This spec as the caller means it anywhere: paths absolute (from this
@@ -89,18 +104,17 @@ class AgentSpec:
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> AgentSpec:
         """Parse a spec from the wire; raises UsageError naming the bad field."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} | set(_OLD_ISOLATION_FLAGS)
         unknown = set(data) - known
         if unknown:
             raise UsageError(f"unknown agent spec fields: {', '.join(sorted(unknown))}")
         values: dict[str, Any] = dict(data)  # checked field by field below
+        _isolation(values)
         _check(values, "input", str, required=True)
         for name in ("agent", "model"):
             _check(values, name, str)
         for name in ("engine", "context_file", "system_prompt", "team", "workspace"):
             _check(values, name, str, optional=True)
-        _check(values, "sandbox", bool)
-        _check(values, "no_sandbox", bool)
         for name in ("max_tokens", "max_turns", "max_tokens_total", "max_calls", "max_tool_calls"):
             _check(values, name, int, optional=True)
         for name in ("temperature", "max_wall"):
@@ -117,11 +131,32 @@ class AgentSpec:
             values[name] = dict(mapping)
         if not all(isinstance(v, str) for v in values["env"].values()):
             raise UsageError("agent spec field 'env' must map names to strings")
-        if values.get("sandbox") and values.get("no_sandbox"):
-            # The CLI refuses the pair too, but specs also arrive on the daemon's socket
-            # from any client; which of the two wins must never be a guess.
-            raise UsageError("agent spec fields 'sandbox' and 'no_sandbox' contradict each other")
+        if values.get("team") is not None and values.get("workspace"):
+            # One kind of run: a jarvis code workspace runs one agent, never a team.
+            raise UsageError("agent spec fields 'team' and 'workspace' are two kinds of run")
         return cls(**values)
+
+
+def _isolation(values: dict[str, object]) -> None:
+    """Check ``isolation``, and turn the flags it replaced into it (in place). The pair
+    of old flags contradicts itself, as does an old flag against ``isolation``: specs
+    arrive on the daemon's socket from any client, and which wins is never a guess."""
+    meant: dict[str, Isolation] = {}
+    for name, isolation in _OLD_ISOLATION_FLAGS.items():
+        _check(values, name, bool)
+        if values.pop(name, False):
+            meant[name] = isolation
+    if len(meant) > 1:
+        raise UsageError("agent spec fields 'sandbox' and 'no_sandbox' contradict each other")
+    given = values.get("isolation", "default")
+    if given not in ISOLATIONS:
+        raise UsageError(
+            f"agent spec field 'isolation' must be one of {', '.join(ISOLATIONS)} (not {given!r})"
+        )
+    for name, isolation in meant.items():
+        if given not in ("default", isolation):
+            raise UsageError(f"agent spec fields {name!r} and 'isolation' contradict each other")
+        values["isolation"] = isolation
 
 
 def _check(

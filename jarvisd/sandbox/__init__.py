@@ -3,8 +3,9 @@ code they write, with a mount allowlist that holds.
 
 Public surface: the executor backends (``DockerExecutor``, ``BwrapExecutor``) behind the
 ``jarvisd.executors`` seam, ``executor_for_backend`` (used by
-``jarvisd.executors.executor_for``), the mount policy, ``SandboxedAgent`` and
-``sandboxed_agent`` (used by ``jarvisd.runs.build_agent``), ``sweep_orphans``.
+``jarvisd.executors.executor_for``), the mount policy, the runner's command line
+(``RUNNER_ARGV``, which ``jarvisd.runs.SandboxedAgent`` starts), ``sweep_orphans``.
+A leaf over executors, protocol and netpolicy: it imports no agent and no run.
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._errors import UsageError
-from ._agent import RUNNER_ARGV, SandboxedAgent, sandboxed_agent
 from ._bwrap import BwrapExecutor
 from ._docker import DockerChannel, DockerExecutor, connect, engine_address, sweep_orphans
 from ._mounts import BLOCKED_PATTERNS, AllowedRoot, Mount, MountPolicy, parse_mount_request
 from ._policy import LABEL, SandboxPolicy
+from ._runner import RUNNER_ARGV
 
 if TYPE_CHECKING:
     from .._config import Config
@@ -33,12 +34,10 @@ __all__ = [
     "Mount",
     "MountPolicy",
     "SandboxPolicy",
-    "SandboxedAgent",
     "connect",
     "engine_address",
     "executor_for_backend",
     "parse_mount_request",
-    "sandboxed_agent",
     "sweep_orphans",
 ]
 

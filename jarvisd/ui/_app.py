@@ -299,7 +299,7 @@ class Console:
             input=text,
             agent=form.get("agent", "").strip(),
             tools=tuple(t.strip() for t in form.get("tools", "").split(",") if t.strip()),
-            sandbox=form.get("sandbox") == "1",
+            isolation="sandbox" if form.get("sandbox") == "1" else "default",
             max_tokens_total=number("max_tokens_total", int),
             max_tool_calls=number("max_tool_calls", int),
             max_wall=number("max_wall", float),
@@ -456,7 +456,7 @@ class Console:
 
     def _installable(self) -> dict[str, str]:
         """Agents `jarvis agents install` knows: name -> whether installed."""
-        from jarvisd.cli._agents import INSTALLERS
+        from jarvisd.agents._installers import INSTALLERS
         from jarvisd.external import BUILTIN, installed
 
         found = {name: "installed" if installed(agent) else "not installed"
@@ -466,7 +466,7 @@ class Console:
 
     def _agent_install(self, request: Request, name: str, rest: list[str],
                        csrf: str) -> Response:  # fmt: skip
-        from jarvisd.cli._agents import INSTALLERS
+        from jarvisd.agents._installers import INSTALLERS
         from jarvisd.external import BUILTIN
 
         if name not in BUILTIN and name not in INSTALLERS:

@@ -72,7 +72,7 @@ def ask(
     events: list[tuple[EventType, dict[str, object]]] = []
     run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
     spec = AgentSpec(text, agent="claude_code", options={"workspace": str(workspace), **options},
-                     no_sandbox=config is None)  # fmt: skip
+                     isolation="host" if config is None else "default")  # fmt: skip
     return asyncio.run(run_spec(spec, run, config or Config(), engine)), events
 
 
@@ -150,7 +150,7 @@ def test_claude_code_calls_the_runs_calculator_through_the_gateway(
     events: list[tuple[EventType, dict[str, object]]] = []
     run.bus.subscribe(lambda e: events.append((e.type, dict(e.data))))
     spec = AgentSpec("What is 6*7?", agent="claude_code", tools=("calculator",),
-                     options={"workspace": str(tmp_path)}, no_sandbox=config is None)  # fmt: skip
+                     options={"workspace": str(tmp_path)}, isolation="host" if config is None else "default")  # fmt: skip
     engine = ScriptedEngine(fallback=calculating)
     outcome = asyncio.run(run_spec(spec, run, config or Config(), engine))
     assert outcome.failure is None, outcome.failure
@@ -202,7 +202,7 @@ async def spy(self, start):  # what the bridge is told to give the SDK
 FrameSession.run = spy
 engine = ScriptedEngine([reply("Offline and local.")], fallback=lambda m, t: reply("Offline and local."))
 spec = AgentSpec("Say where you run.", agent="claude_code", options={"workspace": sys.argv[1]},
-                 no_sandbox=True)
+                 isolation="host")
 outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
 print(json.dumps({"outcome": outcome.to_dict(), "calls": len(engine.calls), "env": sdk_env}))
 """
@@ -314,7 +314,7 @@ def test_the_options_reach_the_bridge(tmp_path: Path, monkeypatch: pytest.Monkey
         "q", agent="claude_code", system_prompt="Be brief.",
         options={"workspace": str(tmp_path), "allowed_tools": "Read, Grep",
                  "permission_mode": "plan", "turns": "3", "resume": "s-1"},
-        no_sandbox=True,
+        isolation="host",
     )  # fmt: skip
     outcome = asyncio.run(run_spec(spec, RunContext(), Config(), ScriptedEngine([])))
     assert outcome.failure is None and outcome.answer == "ok"

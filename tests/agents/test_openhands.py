@@ -86,7 +86,7 @@ def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(
         "Create hello.py printing hello.",
         agent="openhands",
         options={"workspace": str(workspace)},
-        no_sandbox=where == "host",
+        isolation="host" if where == "host" else "default",
     )
     outcome = asyncio.run(run_spec(spec, run, config, engine))
     assert outcome.failure is None, outcome.failure
@@ -145,7 +145,7 @@ def test_openhands_calls_the_runs_calculator_through_the_gateway(
     events = tool_events(run, "calculator")
     spec = AgentSpec(
         "What is 6*7?", agent="openhands", tools=("calculator",),
-        options={"workspace": str(workspace)}, no_sandbox=where == "host",
+        options={"workspace": str(workspace)}, isolation="host" if where == "host" else "default",
     )  # fmt: skip
     outcome = asyncio.run(run_spec(spec, run, config, engine))
     assert outcome.failure is None, outcome.failure
@@ -221,7 +221,7 @@ def test_the_runs_mcp_servers_tools_reach_openhands_through_the_gateway(
     events = tool_events(run, "demo.add")
     spec = AgentSpec(
         "Add 2 and 40.", agent="openhands", tools=("demo.add",),
-        options={"workspace": str(workspace)}, no_sandbox=where == "host",
+        options={"workspace": str(workspace)}, isolation="host" if where == "host" else "default",
     )  # fmt: skip
     try:
         outcome = asyncio.run(run_spec(spec, run, config, engine))
@@ -381,7 +381,7 @@ engine = ScriptedEngine([
     reply("", ("finish", {"message": "Done offline."})),
 ])
 spec = AgentSpec("Write out.txt.", agent="openhands", options={"workspace": sys.argv[1]},
-                 no_sandbox=True)
+                 isolation="host")
 outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
 print(json.dumps({"outcome": outcome.to_dict(), "file": target.read_text()}))
 """

@@ -20,7 +20,7 @@ from jarvisd.bridge._tools import ANSWER_MARGIN_S, MAX_RESULT_BYTES
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import ExecRequest, SubprocessExecutor
 from jarvisd.protocol import OfferedTool, ResultFrame, Start, ToolFrame
-from jarvisd.sandbox._agent import CALLS_PER_TURN, program_budget
+from jarvisd.runs._sandboxed import CALLS_PER_TURN, program_budget
 from jarvisd.tools import BaseTool
 
 ROOT = Path(__file__).resolve().parents[2]

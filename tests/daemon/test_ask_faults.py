@@ -23,8 +23,9 @@ from jarvisd._errors import DaemonError
 from jarvisd._messages import Generation, Message
 from jarvisd._paths import ENV_VARS
 from jarvisd._run import RunContext
+from jarvisd.daemon import DaemonHost
 from jarvisd.engines import ScriptedEngine
-from jarvisd.runs import AgentSpec, DaemonHost, RunOutcome
+from jarvisd.runs import AgentSpec, RunOutcome
 from jarvisd.testing import OllamaStandIn
 
 from .conftest import DaemonProcess, SlowOnCue, script

@@ -31,7 +31,7 @@ def _agents(*scenarios: str) -> str:
 
 def _spec(scenario: str, workspace: Path) -> AgentSpec:
     return AgentSpec(
-        input="go", agent=scenario, no_sandbox=True, options={"workspace": str(workspace)}
+        input="go", agent=scenario, isolation="host", options={"workspace": str(workspace)}
     )
 
 

@@ -174,7 +174,7 @@ def test_a_run_that_cannot_resume_is_interrupted_not_restarted(tmp_path: Path) -
     store = TaskStore(tmp_path / "tasks.db")
     store.open()
     try:
-        task_id = store.create(AgentSpec("q", sandbox=True)).id
+        task_id = store.create(AgentSpec("q", isolation="sandbox")).id
         ended = subprocess.Popen(["true"])
         ended.wait()
         store.mark_running(task_id, ended.pid, 0.0)

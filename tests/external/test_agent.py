@@ -45,7 +45,7 @@ def test_a_config_agent_runs_on_the_host_through_the_run_contract(
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
     config = _config("work", workspace, python=sys.executable)
     spec = AgentSpec(
-        input="go", agent="fake", no_sandbox=True, options={"workspace": str(workspace)}
+        input="go", agent="fake", isolation="host", options={"workspace": str(workspace)}
     )
     outcome, deltas, _ = _run(spec, config)
     assert outcome.ok, outcome.failure

@@ -39,7 +39,7 @@ def test_the_engine_is_sized_for_the_agent_before_it_starts(
         "sandbox": {"allowed_roots": [f"{workspace.parent}:rw"]},
     })  # fmt: skip
     engine = LlamaCppEngine(str(real_model_path("smollm2-135m")), n_ctx=4096)
-    spec = AgentSpec(input="go", agent="fake", no_sandbox=True,
+    spec = AgentSpec(input="go", agent="fake", isolation="host",
                      options={"workspace": str(workspace)})  # fmt: skip
 
     async def go() -> object:

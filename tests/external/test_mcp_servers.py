@@ -49,7 +49,7 @@ def test_a_sandboxed_acp_agent_refuses_mcp_servers_with_the_fix() -> None:
 
 def test_an_acp_agent_jarvis_cannot_limit_takes_only_mcp_tools() -> None:
     spec = AgentSpec(input="go", agent="codex", tools=("demo.add", "calculator"),
-                     no_sandbox=True)  # fmt: skip
+                     isolation="host")  # fmt: skip
     with pytest.raises(UsageError, match=r"cannot limit them; it takes only MCP servers' "
                        r"tools .* not calculator"):  # fmt: skip
         validate_spec(spec, _config())
@@ -60,7 +60,7 @@ def test_opencode_takes_names_of_its_own_tools_beside_mcp_tools() -> None:
     from jarvisd.runs._build import build_agent
 
     spec = AgentSpec(input="go", agent="opencode", tools=("demo.add", "read", " grep"),
-                     no_sandbox=True)  # fmt: skip
+                     isolation="host")  # fmt: skip
     agent = build_agent(spec, _config(), ScriptedEngine())
     assert agent.own_tools == ("read", "grep")  # type: ignore[attr-defined]
     assert [s.name for s in agent.mcp_servers] == ["demo"]  # type: ignore[attr-defined]
@@ -70,7 +70,7 @@ def test_the_run_leaves_starting_the_servers_to_the_acp_agent() -> None:
     from jarvisd.runs._build import starts_mcp_servers
 
     config = _config()
-    acp = AgentSpec(input="go", agent="opencode", tools=("demo.add",), no_sandbox=True)
+    acp = AgentSpec(input="go", agent="opencode", tools=("demo.add",), isolation="host")
     assert validate_spec(acp, config) is not None
     assert not starts_mcp_servers(acp, config)  # opencode starts them itself
     assert starts_mcp_servers(AgentSpec(input="go", agent="orchestrator", tools=("demo.add",)),
@@ -91,7 +91,7 @@ def test_the_named_servers_reach_session_new(
         "agents": {"external": {"fake": {
             "command": [sys.executable, "-m", "jarvisd.testing.acp_agent", "mcp"]}}},
     })  # fmt: skip
-    spec = AgentSpec(input="go", agent="fake", tools=("demo.add", "demo.*"), no_sandbox=True,
+    spec = AgentSpec(input="go", agent="fake", tools=("demo.add", "demo.*"), isolation="host",
                      options={"workspace": str(workspace)})  # fmt: skip
     outcome, _ = _run(spec, config, ScriptedEngine.from_replies(["unused"]))
     assert outcome.ok, outcome.failure
@@ -131,7 +131,7 @@ def test_the_demo_server_reaches_opencode_through_acp(
     workspace.mkdir()
     engine = _mcp_add_script()
     spec = AgentSpec(input="What is 20 + 22? Use the demo server.", agent="opencode",
-                     tools=("demo.*",), no_sandbox=True,
+                     tools=("demo.*",), isolation="host",
                      options={"workspace": str(workspace)}, max_wall=240)  # fmt: skip
     outcome, events = _run(spec, _config(), engine)
     assert outcome.ok, outcome.failure

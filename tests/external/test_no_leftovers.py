@@ -55,7 +55,7 @@ def test_twenty_runs_leave_no_agent_process(
     async def one(scenario: str, end: str | None) -> str | None:
         run = RunContext()
         spec = AgentSpec(
-            input="go", agent=scenario, no_sandbox=True, options={"workspace": str(workspace)},
+            input="go", agent=scenario, isolation="host", options={"workspace": str(workspace)},
             max_wall=1.5 if end == "wall" else None,
         )  # fmt: skip
         if end == "cancel":

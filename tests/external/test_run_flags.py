@@ -19,7 +19,7 @@ def test_temperature_and_max_turns_reach_an_external_agent(workspace: Path) -> N
     command = [sys.executable, acp_agent.__file__, "infer"]
     config = parse_config({"agents": {"external": {"fake": {"command": command}}}})
     spec = AgentSpec(
-        input="go", agent="fake", no_sandbox=True, temperature=0.0, max_turns=1,
+        input="go", agent="fake", isolation="host", temperature=0.0, max_turns=1,
         options={"workspace": str(workspace)},
     )  # fmt: skip
     engine = ScriptedEngine.from_replies(["one", "two"])
@@ -37,7 +37,7 @@ def test_an_external_agent_run_is_traced_with_its_agent_and_input(workspace: Pat
 
     command = [sys.executable, acp_agent.__file__, "work"]
     config = parse_config({"agents": {"external": {"fake": {"command": command}}}})
-    spec = AgentSpec(input="go", agent="fake", no_sandbox=True,
+    spec = AgentSpec(input="go", agent="fake", isolation="host",
                      options={"workspace": str(workspace)})  # fmt: skip
     engine = ScriptedEngine.from_replies(["unused"])
     outcome = asyncio.run(run_spec(spec, RunContext(), config, engine))

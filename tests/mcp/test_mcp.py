@@ -139,7 +139,7 @@ def test_a_sandboxed_run_never_starts_its_servers_as_host_processes() -> None:
     # would run outside the sandbox). With one, see tests/sandbox/test_sandboxed_mcp.py.
     config = parse_config({"sandbox": {"backend": "none"},
                            "mcp": {"servers": {"demo": {"command": [sys.executable, SERVER]}}}})  # fmt: skip
-    spec = AgentSpec("q", agent="orchestrator", tools=("demo.add",), sandbox=True)
+    spec = AgentSpec("q", agent="orchestrator", tools=("demo.add",), isolation="sandbox")
     outcome = asyncio.run(run_spec(spec, RunContext(), config, ScriptedEngine([])))
     assert outcome.failure is not None and outcome.failure.code == "usage"
     assert 'running an agent sandboxed needs sandbox.backend = "docker"' in outcome.failure.message

@@ -71,7 +71,7 @@ def _external(tmp_path: Path, *, sandboxed: bool = False) -> Member:
     )
     cls = external_agent_class("builder", config)
     assert cls is not None
-    spec = AgentSpec(input="", agent="builder", no_sandbox=not sandboxed)
+    spec = AgentSpec(input="", agent="builder", isolation="default" if sandboxed else "host")
     agent = cls(ScriptedEngine.from_replies([]), config=config, spec=spec, workspace=str(workspace))
     return AgentMember(agent, "builder")
 

@@ -111,7 +111,7 @@ def test_the_spec_carries_the_team_and_is_checked_before_it_runs() -> None:
     with pytest.raises(UsageError, match="unknown agent 'wizard'"):
         validate_spec(AgentSpec(input="q", team=TEAM.replace('"simple"', '"wizard"')), Config())
     with pytest.raises(UsageError, match="cannot run a team"):
-        validate_spec(AgentSpec(input="q", team=TEAM, sandbox=True), Config())
+        validate_spec(AgentSpec(input="q", team=TEAM, isolation="sandbox"), Config())
 
 
 def test_jarvis_ask_team(tmp_path: Path) -> None:

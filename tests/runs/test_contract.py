@@ -112,7 +112,7 @@ def test_a_spec_from_the_wire_cannot_ask_for_the_sandbox_and_none() -> None:
     # The daemon reads specs from any client of its socket, not only from the CLI.
     with pytest.raises(_errors.UsageError, match="'sandbox' and 'no_sandbox' contradict"):
         AgentSpec.from_dict({"input": "q", "sandbox": True, "no_sandbox": True})
-    assert AgentSpec.from_dict({"input": "q", "no_sandbox": True}).no_sandbox
+    assert AgentSpec.from_dict({"input": "q", "no_sandbox": True}).isolation == "host"
 
 
 # -- options ------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def test_the_daemon_client_raises_what_an_error_reply_stands_for(
 
 
 def test_a_sandboxed_programs_failure_is_mapped_and_clipped() -> None:
-    from jarvisd.sandbox._agent import MAX_ERROR_CHARS, _in_the_sandbox
+    from jarvisd.runs._sandboxed import MAX_ERROR_CHARS, _in_the_sandbox
 
     huge = "x" * 10_000_000
     error = _in_the_sandbox(Failure("engine_unavailable", huge))

@@ -65,7 +65,7 @@ def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], None]]:
     SandboxedAgent starts: a hostile runner in the agent's container."""
     import textwrap
 
-    from jarvisd.sandbox import _agent
+    from jarvisd.runs import _sandboxed as _agent
 
     from .test_escape import our_containers
     from .test_hostile_program import HEAD

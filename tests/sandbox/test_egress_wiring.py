@@ -60,7 +60,7 @@ def test_config_network_errors_name_the_key(data: dict[str, Any], key: str) -> N
 
 
 def test_spec_keeps_allow_net_across_the_wire() -> None:
-    spec = AgentSpec(input="x", sandbox=True, allow_net=("pypi.org", "a.test:81"))
+    spec = AgentSpec(input="x", isolation="sandbox", allow_net=("pypi.org", "a.test:81"))
     assert AgentSpec.from_dict(spec.to_dict()) == spec
     with pytest.raises(UsageError, match="allow_net"):
         AgentSpec.from_dict({"input": "x", "allow_net": "pypi.org"})
@@ -73,12 +73,14 @@ def test_allow_net_refused_for_a_run_on_the_host() -> None:
         validate_spec(AgentSpec(input="x", agent="simple", allow_net=("a.org",)), config)
     with pytest.raises(UsageError, match="--allow-net"):
         validate_spec(
-            AgentSpec(input="x", agent="opencode", no_sandbox=True, allow_net=("a.org",)), config
+            AgentSpec(input="x", agent="opencode", isolation="host", allow_net=("a.org",)), config
         )
-    validate_spec(AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("a.org",)), config)
+    validate_spec(
+        AgentSpec(input="x", agent="simple", isolation="sandbox", allow_net=("a.org",)), config
+    )
     with pytest.raises(UsageError, match=r"--allow-net: allow: .*'http://a\.org/'"):
         validate_spec(
-            AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("http://a.org/",)),
+            AgentSpec(input="x", agent="simple", isolation="sandbox", allow_net=("http://a.org/",)),
             config,
         )
 
@@ -123,11 +125,11 @@ def test_a_sandboxed_run_gets_a_proxy_and_its_events(monkeypatch: pytest.MonkeyP
         seen["reply"] = await asyncio.to_thread(_connect, run.egress, "evil.test:443")
         return _execute.RunOutcome(answer="done")
 
-    monkeypatch.setattr(_execute, "_run_spec", sandboxed)
+    monkeypatch.setattr(_execute, "run_agent", sandboxed)
     run = RunContext()
     events: list[Event] = []
     run.bus.subscribe(events.append, EventType.NET_CONNECT)
-    spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("pypi.test",))
+    spec = AgentSpec(input="x", agent="simple", isolation="sandbox", allow_net=("pypi.test",))
     outcome = asyncio.run(_execute.run_spec(spec, run, parse_config({})))
     assert seen["reply"].startswith(b"HTTP/1.1 403"), seen
     assert [e.data["host"] for e in events] == ["evil.test"]
@@ -145,13 +147,13 @@ def test_no_policy_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
         assert run.egress == ""
         return _execute.RunOutcome(answer="done")
 
-    monkeypatch.setattr(_execute, "_run_spec", sandboxed)
+    monkeypatch.setattr(_execute, "run_agent", sandboxed)
 
     def no_proxy(*args: Any, **kw: Any) -> None:
         raise AssertionError("a proxy was started")
 
     monkeypatch.setattr("jarvisd.sandbox._netrun.RunNetwork.__init__", no_proxy)
-    spec = AgentSpec(input="x", agent="simple", sandbox=True)
+    spec = AgentSpec(input="x", agent="simple", isolation="sandbox")
     outcome = asyncio.run(_execute.run_spec(spec, RunContext(), parse_config({})))
     assert "network" not in outcome.metadata
 
@@ -161,12 +163,12 @@ def test_backend_none_says_no_policy_applies(monkeypatch: pytest.MonkeyPatch) ->
         assert run.egress == ""  # nothing to mount: there is no sandbox
         return _execute.RunOutcome(answer="done")
 
-    monkeypatch.setattr(_execute, "_run_spec", sandboxed)
+    monkeypatch.setattr(_execute, "run_agent", sandboxed)
     config = dataclasses.replace(
         parse_config({}),
         sandbox=dataclasses.replace(parse_config({}).sandbox, backend="none"),
     )
-    spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("pypi.org",))
+    spec = AgentSpec(input="x", agent="simple", isolation="sandbox", allow_net=("pypi.org",))
     outcome = asyncio.run(_execute.run_spec(spec, RunContext(), config))
     assert "no network policy applies" in outcome.metadata["network"]["warning"]
 
@@ -183,7 +185,7 @@ def test_task_logs_show_a_connection() -> None:
 def test_a_bad_entry_is_the_runs_failure_not_an_exception() -> None:
     """run_spec returns a run's failure, never raises it: a bad entry that reached it
     (a task queued by an older client) fails the run naming the entry."""
-    spec = AgentSpec(input="x", agent="simple", sandbox=True, allow_net=("http://a.org/",))
+    spec = AgentSpec(input="x", agent="simple", isolation="sandbox", allow_net=("http://a.org/",))
     outcome = asyncio.run(_execute.run_spec(spec, RunContext(), parse_config({})))
     assert outcome.failure is not None and "http://a.org/" in outcome.failure.message
 

@@ -210,7 +210,7 @@ def test_a_sandboxed_agent_whose_engine_stalls_fails_naming_it(proxy: PausablePr
         proxy.pause()
         return reply("never delivered")
 
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox")
     started = time.monotonic()
     outcome = asyncio.run(
         asyncio.wait_for(

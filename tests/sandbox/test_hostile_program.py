@@ -74,12 +74,12 @@ def ask(
     roots: tuple[Path, Path], engine: Any, run: RunContext | None = None, **kw: Any
 ) -> RunOutcome:
     config = sandbox_config(roots, timeout=kw.pop("timeout", 60.0))
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True, **kw)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox", **kw)
     return asyncio.run(run_spec(spec, run or RunContext(), config, engine))
 
 
 def run_real(roots: tuple[Path, Path], engine: Any, agent: str, **overrides: Any) -> RunOutcome:
-    spec = AgentSpec(input="go", agent=agent, sandbox=True)
+    spec = AgentSpec(input="go", agent=agent, isolation="sandbox")
     return asyncio.run(run_spec(spec, RunContext(), sandbox_config(roots, **overrides), engine))
 
 

@@ -101,7 +101,9 @@ def test_a_server_built_on_the_mcp_sdk_runs_sandboxed_and_its_tool_is_called(
 ) -> None:
     engine = ScriptedEngine([reply("", ("sdk.add", {"a": 2, "b": 40})), reply("It is 42.")])
     config = sdk_config(sdk_dir, ("python3", str(sdk_dir / "server.py")))
-    spec = AgentSpec("What is 2 + 40?", agent="orchestrator", tools=("sdk.add",), sandbox=True)
+    spec = AgentSpec(
+        "What is 2 + 40?", agent="orchestrator", tools=("sdk.add",), isolation="sandbox"
+    )
     outcome = asyncio.run(run_spec(spec, RunContext(), config, engine))
     assert outcome.failure is None, outcome.failure
     assert outcome.metadata["sandbox"]["backend"] == "docker"
@@ -118,7 +120,9 @@ def test_a_venv_python_in_the_command_fails_with_how_to_run_it_in_the_sandbox(
 ) -> None:
     # What a user writes after `pip install mcp-server-time` into a venv.
     config = sdk_config(sdk_dir, ("/opt/venvs/time/bin/python", "-m", "mcp_server_time"))
-    spec = AgentSpec("What time is it?", agent="orchestrator", tools=("sdk.*",), sandbox=True)
+    spec = AgentSpec(
+        "What time is it?", agent="orchestrator", tools=("sdk.*",), isolation="sandbox"
+    )
     outcome = asyncio.run(run_spec(spec, RunContext(), config, ScriptedEngine([])))
     assert outcome.failure is not None and outcome.failure.code == "tool", outcome.failure
     message = outcome.failure.message

@@ -153,7 +153,9 @@ def test_model_code_cannot_take_over_the_runner_through_a_planted_module(
     marks = str(rw.resolve())
     hostile = HOSTILE.format(marks=marks, module=MODULE, planter=PLANTER)
     engine = ScriptedEngine([code(hostile), code(CHECK), reply("Final Answer: done")])
-    spec = AgentSpec(input="go", agent="native_openhands", sandbox=True, mounts=(f"{marks}:rw",))
+    spec = AgentSpec(
+        input="go", agent="native_openhands", isolation="sandbox", mounts=(f"{marks}:rw",)
+    )
     outcome = asyncio.run(run_spec(spec, RunContext(), sandbox_config(roots), engine))
     assert not our_containers()
     assert outcome.failure is None, outcome.failure

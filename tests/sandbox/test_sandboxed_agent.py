@@ -15,8 +15,7 @@ from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._run import Budget, RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.runs import AgentSpec, RunOutcome, run_spec
-from jarvisd.sandbox import SandboxedAgent
+from jarvisd.runs import AgentSpec, RunOutcome, SandboxedAgent, run_spec
 
 from .conftest import sandbox_config
 from .test_escape import our_containers
@@ -40,7 +39,7 @@ def test_simple_agent_runs_in_the_container(roots: tuple[Path, Path]) -> None:
     run = RunContext()
     events: list[str] = []
     run.bus.subscribe(lambda e: events.append(e.type.value))
-    spec = AgentSpec(input="what is the answer?", agent="simple", sandbox=True,
+    spec = AgentSpec(input="what is the answer?", agent="simple", isolation="sandbox",
                      system_prompt="be brief")  # fmt: skip
     result = run_sandboxed(spec, roots, engine, run)
     assert result.answer == "the answer is 42"
@@ -57,7 +56,7 @@ def test_waiting_for_inference_does_not_count_toward_the_sandbox_timeout(
 ) -> None:
     # The host's model takes 4 s; the container may run 2.5 s of its own time.
     engine = ScriptedEngine.from_replies(["slow but fine"], latency_s=4.0)
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox")
     result = run_sandboxed(spec, roots, engine, timeout=2.5)
     assert result.answer == "slow but fine" and result.metadata["sandbox"]["duration_s"] > 4.0
     assert not our_containers()
@@ -66,7 +65,7 @@ def test_waiting_for_inference_does_not_count_toward_the_sandbox_timeout(
 def test_budget_stays_on_the_host(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine.from_replies(["never sent"])
     run = RunContext(budget=Budget(max_calls=0))
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox")
     outcome = run_sandboxed(spec, roots, engine, run)
     assert outcome.failure is not None and outcome.failure.code == "budget"
     assert engine.calls == []
@@ -76,7 +75,7 @@ def test_budget_stays_on_the_host(roots: tuple[Path, Path]) -> None:
 def test_cancel_kills_the_container(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine.from_replies(["too late"], latency_s=30)
     run = RunContext()
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox")
 
     async def scenario() -> tuple[float, RunOutcome]:
         task = asyncio.ensure_future(run_spec(spec, run, sandbox_config(roots), engine))
@@ -97,7 +96,7 @@ def test_engine_errors_reach_the_caller(roots: tuple[Path, Path]) -> None:
     from jarvisd._errors import EngineError
 
     engine = ScriptedEngine(script=[EngineError("model exploded")])
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True)
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox")
     outcome = run_sandboxed(spec, roots, engine)
     assert outcome.failure is not None and outcome.failure.code == "engine"
     assert "model exploded" in outcome.failure.message
@@ -105,7 +104,7 @@ def test_engine_errors_reach_the_caller(roots: tuple[Path, Path]) -> None:
 
 def test_mount_refused_before_anything_starts(roots: tuple[Path, Path], tmp_path: Path) -> None:
     engine = ScriptedEngine.from_replies(["x"])
-    spec = AgentSpec(input="hi", agent="simple", sandbox=True, mounts=(str(tmp_path),))
+    spec = AgentSpec(input="hi", agent="simple", isolation="sandbox", mounts=(str(tmp_path),))
     outcome = run_sandboxed(spec, roots, engine)
     assert outcome.failure is not None and outcome.failure.code == "mount_refused"
     assert outcome.exit_code == 2
@@ -140,7 +139,7 @@ def code_reply(src: str) -> Generation:
 
 def test_codeact_in_the_sandbox_runs_its_code_in_the_container(roots: tuple[Path, Path]) -> None:
     engine = ScriptedEngine([code_reply(WHERE), reply("Final Answer: done")])
-    spec = AgentSpec(input="where are you?", agent="native_openhands", sandbox=True)
+    spec = AgentSpec(input="where are you?", agent="native_openhands", isolation="sandbox")
     result = run_sandboxed(spec, roots, engine)
     assert result.answer == "done"
     assert result.metadata["sandbox"]["backend"] == "docker"
@@ -167,7 +166,7 @@ def test_rlm_in_the_sandbox_keeps_context_and_sub_calls(
         return reply("sub says 7781" if "7781" in messages[-1].content else "none")
 
     engine = ScriptedEngine(fallback=answer)
-    spec = AgentSpec(input="what is the code?", agent="rlm", sandbox=True,
+    spec = AgentSpec(input="what is the code?", agent="rlm", isolation="sandbox",
                      context_file=str(notes))  # fmt: skip
     result = run_sandboxed(spec, roots, engine)
     assert result.answer == "7781"

@@ -14,9 +14,8 @@ from jarvisd._errors import SandboxError, SandboxUnavailable
 from jarvisd._run import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import Channel, CodeExecutor, ExecRequest
-from jarvisd.runs import AgentSpec
-from jarvisd.sandbox import SandboxedAgent
-from jarvisd.sandbox._agent import CALLS_PER_TURN, NOT_RESUMABLE, default_budget
+from jarvisd.runs import AgentSpec, SandboxedAgent
+from jarvisd.runs._sandboxed import CALLS_PER_TURN, NOT_RESUMABLE, default_budget
 
 
 class NoEngine(CodeExecutor):

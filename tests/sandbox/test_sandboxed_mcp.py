@@ -84,7 +84,7 @@ def server_containers() -> list[dict[str, Any]]:
 
 
 def sandboxed(*tools: str, question: str = "What is 2 + 40?", **spec: Any) -> AgentSpec:
-    return AgentSpec(question, agent="orchestrator", tools=tools, sandbox=True, **spec)
+    return AgentSpec(question, agent="orchestrator", tools=tools, isolation="sandbox", **spec)
 
 
 async def until(condition: Any, within: float = 60.0) -> None:

@@ -32,7 +32,7 @@ def test_retrieval_in_the_sandbox_finds_the_hosts_memory(roots: tuple[Path, Path
 
     engine = ScriptedEngine(fallback=answer)
     spec = AgentSpec(input="What is the otter's name?", agent="orchestrator",
-                     tools=("retrieval",), sandbox=True)  # fmt: skip
+                     tools=("retrieval",), isolation="sandbox")  # fmt: skip
     outcome = asyncio.run(run_spec(spec, RunContext(), sandbox_config(roots), engine))
     assert outcome.ok, outcome.failure
     assert "Juniper-19" in outcome.answer, outcome.answer

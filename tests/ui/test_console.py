@@ -240,7 +240,7 @@ def test_approve_a_waiting_permission_then_the_task_finishes(
     web: Watched, daemon: Module, tmp_path: Path
 ) -> None:
     (tmp_path / "README.md").write_text("MARKER\n")
-    spec = AgentSpec(input="go", agent="work", no_sandbox=True,
+    spec = AgentSpec(input="go", agent="work", isolation="host",
                      options={"workspace": str(tmp_path)})  # fmt: skip
     task_id = daemon.client().submit(spec).id
     # Two more tabs, loaded before the answer: what they show next can only have come
@@ -443,7 +443,7 @@ def test_refused_without_csrf_cookie_or_with_a_foreign_host_or_origin(
 ) -> None:
     cookie, csrf = _session(web)
     assert web.page.evaluate("document.cookie") == ""  # HttpOnly
-    spec = AgentSpec(input="go", agent="work", no_sandbox=True,
+    spec = AgentSpec(input="go", agent="work", isolation="host",
                      options={"workspace": str(tmp_path)})  # fmt: skip
     (tmp_path / "README.md").write_text("x\n")
     task_id = daemon.client().submit(spec).id  # waits for approval: cancellable

@@ -1,5 +1,9 @@
 """SandboxedAgent: any registered agent, run inside the sandbox.
 
+It sits with the wiring (``runs/``), not in ``sandbox/``: it is an agent, built by
+``build_agent``, that runs a spec through a sandbox; the sandbox stays a leaf below
+the agents. ``RUNNER_ARGV`` (the runner's command line) is the sandbox's.
+
 The container runs ``runners.sandbox_runner`` (jarvis's own code, mounted read-only).
 It has no network: every generation it needs comes back to the host as an ``infer``
 frame, served by a :class:`~jarvisd.bridge.FrameSession` with the host's real engine,
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
 from .._run import Budget, RunContext
@@ -38,17 +42,16 @@ from ..engines import Engine
 from ..executors import CodeExecutor, ExecRequest
 from ..mcp import McpToolset, mcp_server_of
 from ..protocol import ErrorFrame, OfferedTool, ResultFrame, Start, jsonable
-from ..runs._outcome import Failure, RunOutcome
-from ._policy import CODE_ROOT
+from ..sandbox._runner import RUNNER_ARGV
+from ._outcome import Failure, RunOutcome
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ..runs import AgentSpec
+    from ._spec import AgentSpec
 
 __all__ = [
     "CALLS_PER_TURN",
     "NOT_RESUMABLE",
-    "RUNNER_ARGV",
     "SandboxedAgent",
     "default_budget",
     "program_budget",
@@ -61,17 +64,6 @@ MAX_ERROR_CHARS = 4000
 #: Built-in tools that read host state the container does not have: the host runs
 #: them, as it runs MCP tools, and the agent in here calls them through its frames.
 HOST_SIDE_TOOLS = frozenset({"retrieval"})
-
-#: -I: isolated, so nothing a sandboxed user can write is ever on the runner's import
-#: path (no working directory, no PYTHON* variables, no user site): the runner starts
-#: as root and its launcher stays root (executors._privsep). jarvis's own code is put
-#: on the path by hand, from its read-only mount. -S: no site module; -c rather than
-#: -m: no runpy. Both are start-up time in every run.
-RUNNER_ARGV = (
-    "python3", "-I", "-S", "-B", "-c",
-    f"import sys; sys.path.insert(0, {CODE_ROOT!r}); "
-    "from runners.sandbox_runner import entry; entry()",
-)  # fmt: skip
 
 #: Engine calls a sandboxed program may make per turn of its agent when the run sets no
 #: budget (a tool loop makes one or two; rlm's llm_batch makes one per chunk).
@@ -111,7 +103,7 @@ def program_budget(run: Budget, max_turns: int, max_tokens: int) -> Budget | Non
     return own
 
 
-def runner_config(config: Config) -> dict[str, Any]:
+def runner_config(config: Config) -> dict[str, object]:
     """The part of ``config`` the in-container runner needs: agent defaults and tool
     settings. Engine addresses, the sandbox's allowed roots and engine socket, and the
     daemon's settings stay on the host."""
@@ -135,9 +127,11 @@ class SandboxedAgent(BaseAgent):
         config: Config,
         executor: CodeExecutor | None = None,
         timeout: float | None = None,
-        **kwargs: Any,
+        max_tokens: int = 1024,
     ) -> None:
-        super().__init__(engine, model, **kwargs)
+        # Only max_tokens of BaseAgent's: it clamps each proxied request; the agent in
+        # there has its own temperature and prompt, from the spec.
+        super().__init__(engine, model, max_tokens=max_tokens)
         self.spec = spec
         self.config = config
         self.executor = executor
@@ -145,7 +139,7 @@ class SandboxedAgent(BaseAgent):
 
     def _executor(self) -> CodeExecutor:
         if self.executor is None:
-            from . import executor_for_backend
+            from ..sandbox import executor_for_backend
 
             backend = self.config.sandbox.backend
             if backend == "none":
@@ -170,7 +164,7 @@ class SandboxedAgent(BaseAgent):
         context: AgentContext | None,
         run: RunContext,
         host_tools: Sequence[OfferedTool] = (),
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         # The MCP tools go as host tools: inside, the config names no server.
         mcp_names = {*self._mcp_names(), *self._host_side()}
         tools = tuple(name for name in self.spec.tools if name not in mcp_names)
@@ -178,13 +172,13 @@ class SandboxedAgent(BaseAgent):
             # Inside, the mounts are made already: the inner run names none.
             self.spec,
             input=input,
-            sandbox=False,
+            isolation="default",
             context_file=None,
             tools=tools,
             mounts=(),
             allow_net=(),  # the host's proxy serves the whole container
         )
-        payload: dict[str, Any] = {
+        payload: dict[str, object] = {
             "spec": inner.to_dict(),
             "config": runner_config(self.config),
             "context": None,
@@ -230,10 +224,16 @@ class SandboxedAgent(BaseAgent):
                 host_tools += build_tools(self._host_side(), self.config, self.engine)
             channel = await executor.open(request)
             session = FrameSession(
-                channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
-                budget=budget, event_tags={"sandboxed": True}, name="sandboxed agent",
+                channel,
+                self.engine,
+                run,
+                model=self.model,
+                max_tokens=self.max_tokens,
+                budget=budget,
+                event_tags={"sandboxed": True},
+                name="sandboxed agent",
                 tools=host_tools,
-            )  # fmt: skip
+            )
             payload = self._payload(input, context, run, session.tools.offered())
             outcome = await session.run(Start(task="agent", payload=payload))
         return self._result(outcome, run)
@@ -310,7 +310,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def sandboxed_agent(key: str, spec: AgentSpec, config: Config, engine: Engine) -> BaseAgent:
-    """What ``jarvisd.runs.build_agent`` returns for ``spec.sandbox``: agent ``key``
+    """What ``jarvisd.runs.build_agent`` returns for ``isolation="sandbox"``: agent ``key``
     in the sandbox. Mounts are checked when the run starts (MountRefused)."""
     AgentRegistry.get(key)  # an unknown agent fails here, on the host, clearly
     inner = dataclasses.replace(spec, agent=key)
