@@ -27,7 +27,7 @@ def run(env: BenchEnv) -> list[Row]:
     from jarvisd._config import Config
     from jarvisd._run import RunContext
     from jarvisd.engines import ScriptedEngine, reply
-    from jarvisd.http import OllamaServer, ServedAgents
+    from jarvisd.http.serve import OllamaServer, ServedAgents
     from jarvisd.runs import AgentSpec, LocalHost
 
     def answer(messages: object, tools: object) -> object:

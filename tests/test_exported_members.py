@@ -17,6 +17,7 @@ PACKAGES = [
     "jarvisd.bridge",
     "jarvisd.executors",
     "jarvisd.http",
+    "jarvisd.http.serve",
     "jarvisd.testing",
     "jarvisd.runs",
     "jarvisd.code",

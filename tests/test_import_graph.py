@@ -174,6 +174,8 @@ LAYERS: tuple[tuple[str, dict[str, str]], ...] = (
         "protocol",
         {
             "protocol": "the typed frames between the host and a contained program",
+            "http": "the one HTTP server (h11) and its Host/Origin check, over nothing "
+            "of jarvis's: the gateway, the console and serve-model are apps on it",
         },
     ),
     (
@@ -231,7 +233,7 @@ LAYERS: tuple[tuple[str, dict[str, str]], ...] = (
         {
             "code": "jarvis code: workspaces whose runs are runs (registered as a run kind)",
             "daemon": "jarvisd: durable tasks and ask over a socket, DaemonHost its client",
-            "server": "the Ollama API and agents served over HTTP (serve-model)",
+            "http.serve": "the Ollama API and agents served over HTTP (serve-model, serve)",
             "acp": "jarvis acp: jarvis as an ACP agent for editors",
             "ui": "the web console the daemon serves",
             "evals": "jarvis eval: measures that run agents and code runs",

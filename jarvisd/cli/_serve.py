@@ -42,7 +42,7 @@ def serve_model(
     loopback page or an --allow-origin.
     """
     from .._config import load_config
-    from ..http import OllamaServer
+    from ..http.serve import OllamaServer
 
     pool = _pool(load_config(), models, n_ctx)
     server = OllamaServer(pool, host, port, origins=origins)
@@ -170,7 +170,7 @@ def serve(
     start); Host and Origin are checked as by serve-model.
     """
     from .._config import load_config
-    from ..http import OllamaServer, ServedAgents
+    from ..http.serve import OllamaServer, ServedAgents
 
     config = load_config()
     served = ServedAgents.load(

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ..engines import Engine, ScriptedEngine
-from ..http import OllamaServer
+from ..http.serve import OllamaServer
 
 __all__ = ["OllamaStandIn"]
 

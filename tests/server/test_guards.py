@@ -15,9 +15,9 @@ import ollama
 import pytest
 
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.http import OllamaServer
 from jarvisd.http._allow import Allowlist
-from jarvisd.http._ollama import MAX_BODY
+from jarvisd.http.serve import OllamaServer
+from jarvisd.http.serve._ollama import MAX_BODY
 from jarvisd.testing import OllamaStandIn
 
 

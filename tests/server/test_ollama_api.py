@@ -26,7 +26,7 @@ def test_a_model_named_without_its_tag_is_found_behind_an_ollama_engine() -> Non
     # serve-model in front of Ollama: the engine lists "scripted:latest", and a client
     # asking for "scripted" means that model, as it does with Ollama itself.
     from jarvisd.engines import OllamaEngine
-    from jarvisd.http import OllamaServer
+    from jarvisd.http.serve import OllamaServer
 
     with (
         OllamaStandIn(ScriptedEngine([reply("hi"), reply("hi")])) as upstream,

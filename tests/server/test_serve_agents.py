@@ -22,8 +22,8 @@ import pytest
 from jarvisd._config import AgentConfig, Config
 from jarvisd._messages import Message, SamplingOptions, StreamChunk, ToolSpec
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.http import OllamaServer, ServedAgents
-from jarvisd.http import _agents as served_mod
+from jarvisd.http.serve import OllamaServer, ServedAgents
+from jarvisd.http.serve import _agents as served_mod
 
 TOKEN = "t" * 24
 TEAM = """\

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from jarvisd._messages import Message, SamplingOptions, StreamChunk, ToolSpec
 from jarvisd.engines import ScriptedEngine
-from jarvisd.http import OllamaServer
+from jarvisd.http.serve import OllamaServer
 
 OPTIONS = SamplingOptions()
 

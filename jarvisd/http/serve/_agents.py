@@ -44,18 +44,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._errors import ModelNotFound, UsageError
-from .._events import Event, EventType
-from .._messages import Message, Role
-from ..gateway import _common as c
-from ..gateway import _openai_chat as openai_chat
-from ..gateway._common import BadRequest
+from ..._errors import ModelNotFound, UsageError
+from ..._events import Event, EventType
+from ..._messages import Message, Role
+from ...gateway import _common as c
+from ...gateway import _openai_chat as openai_chat
+from ...gateway._common import BadRequest
 
 if TYPE_CHECKING:
-    from .._config import Config
-    from .._run import RunContext
-    from ..engines import Engine
-    from ..runs import AgentSpec, RunOutcome
+    from ..._config import Config
+    from ..._run import RunContext
+    from ...engines import Engine
+    from ...runs import AgentSpec, RunOutcome
 
 __all__ = ["DEFAULT_AGENTS", "ServedAgents", "task_text"]
 
@@ -276,7 +276,7 @@ class ServedAgents:
         sandbox: bool = False,
     ) -> ServedAgents:
         """Checked at start: every agent known, every ``*.toml`` of ``teams_dir`` a team."""
-        from ..runs import AgentSpec, validate_spec
+        from ...runs import AgentSpec, validate_spec
 
         names = tuple(dict.fromkeys(a.strip() for a in agents if a.strip())) or DEFAULT_AGENTS
         tools = tuple(t.strip() for t in tools if t.strip())
@@ -297,7 +297,7 @@ class ServedAgents:
 
     def spec(self, body: Mapping[str, Any]) -> AgentSpec:
         """The run a chat request asks for (BadRequest, or ModelNotFound: 404)."""
-        from ..runs import AgentSpec
+        from ...runs import AgentSpec
 
         model = c.string(body.get("model"), "model")
         kind, _, name = model.partition(":")
@@ -325,7 +325,7 @@ class ServedAgents:
             max_tokens=max_tokens,
             **budgets,
         )
-        from ..runs import validate_spec
+        from ...runs import validate_spec
 
         try:
             agent_cls = validate_spec(spec, self.config)
@@ -364,8 +364,8 @@ class ServedAgents:
     ) -> tuple[RunContext, Outbox, asyncio.Task[RunOutcome]]:
         """Start a run on the running loop (its own task: a handler that is cancelled
         stops it through its token, and waits for it, :func:`wait_out`)."""
-        from .._run import RunContext
-        from ..runs import run_spec
+        from ..._run import RunContext
+        from ...runs import run_spec
 
         run = RunContext()
         outbox = Outbox(run)
@@ -389,7 +389,7 @@ class ServedAgents:
 
 
 def _read_teams(directory: Path) -> dict[str, str]:
-    from ..patterns._teamfile import MAX_TEAM_BYTES, parse_team
+    from ...patterns._teamfile import MAX_TEAM_BYTES, parse_team
 
     if not directory.is_dir():
         raise UsageError(f"--teams {directory}: not a directory")

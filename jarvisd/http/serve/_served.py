@@ -17,15 +17,15 @@ import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from ..gateway import _common as c
-from ..gateway import _openai_chat as openai_chat
+from ...gateway import _common as c
+from ...gateway import _openai_chat as openai_chat
+from .._server import Hangup, Response
 from . import _agents as served
-from ._server import Hangup, Response
 
 if TYPE_CHECKING:
-    from .._run import RunContext
-    from ..engines import Engine
-    from ..runs import RunOutcome
+    from ..._run import RunContext
+    from ...engines import Engine
+    from ...runs import RunOutcome
 
 __all__ = ["agent_chat"]
 

@@ -10,13 +10,13 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from .._errors import (
+from ..._errors import (
     EngineResponseError,
     EngineUnavailable,
     JarvisError,
     ModelNotFound,
 )
-from .._messages import (
+from ..._messages import (
     Generation,
     Message,
     Role,
@@ -25,9 +25,9 @@ from .._messages import (
     ToolCall,
     ToolSpec,
 )
-from .._toolcalls import calls_end
-from ..engines import Engine, ModelInfo
-from ..gateway._common import BadRequest
+from ..._toolcalls import calls_end
+from ...engines import Engine, ModelInfo
+from ...gateway._common import BadRequest
 
 __all__ = [
     "VERSION",
@@ -159,9 +159,9 @@ def model_entry(info: ModelInfo) -> dict[str, Any]:
 def gguf_metadata(engine: Engine, name: str) -> dict[str, Any]:
     """The GGUF metadata of model ``name`` when ``engine`` runs it from a file ({}
     otherwise: the engine is not llama.cpp, or the file cannot be read)."""
-    from ..catalog import resolve_model_path
-    from ..catalog._gguf import read_gguf_metadata
-    from ..engines._llamacpp import LlamaCppEngine, LlamaCppPool
+    from ...catalog import resolve_model_path
+    from ...catalog._gguf import read_gguf_metadata
+    from ...engines._llamacpp import LlamaCppEngine, LlamaCppPool
 
     inner = engine.engines.get(name) if isinstance(engine, LlamaCppPool) else engine
     if not isinstance(inner, LlamaCppEngine):

@@ -43,18 +43,18 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from .._errors import EngineError, EngineResponseError, JarvisError, ModelNotFound, UsageError
-from .._messages import Message, StreamChunk, ToolSpec
-from ..engines import Engine, ModelInfo
-from ..gateway import _common as c
-from ..gateway import _openai_chat as openai_chat
-from ..gateway._common import BadRequest
+from ..._errors import EngineError, EngineResponseError, JarvisError, ModelNotFound, UsageError
+from ..._messages import Message, StreamChunk, ToolSpec
+from ...engines import Engine, ModelInfo
+from ...gateway import _common as c
+from ...gateway import _openai_chat as openai_chat
+from ...gateway._common import BadRequest
+from .._allow import Allowlist
+from .._server import HEAD_TIMEOUT, HTTPServer, Limits, Request, Response
 from . import _agents as served
 from . import _ollama_wire as wire
 from ._agents import ServedAgents
-from ._allow import Allowlist
 from ._served import agent_chat
-from ._server import HEAD_TIMEOUT, HTTPServer, Limits, Request, Response
 
 __all__ = ["MAX_BODY", "VERSION", "OllamaServer"]
 
