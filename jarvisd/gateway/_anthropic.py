@@ -136,8 +136,12 @@ def parse(raw: object, default_max_tokens: int) -> ChatRequest:
     )
 
 
-_STOP = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
-         "cancelled": "end_turn"}  # fmt: skip
+_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "cancelled": "end_turn",
+}
 
 
 def _stop_reason(generation: Generation) -> str:
@@ -147,13 +151,24 @@ def _stop_reason(generation: Generation) -> str:
 
 
 def _tool_use(call: ToolCall, with_input: bool = True) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call.id, "name": call.name,
-            "input": call.arguments_dict() if with_input else {}}  # fmt: skip
+    return {
+        "type": "tool_use",
+        "id": call.id,
+        "name": call.name,
+        "input": call.arguments_dict() if with_input else {},
+    }
 
 
 def _message(model: str, message_id: str, content: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"id": message_id, "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": None, "stop_sequence": None}  # fmt: skip
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": None,
+        "stop_sequence": None,
+    }
 
 
 def response(generation: Generation, request: ChatRequest, model: str) -> dict[str, Any]:
@@ -246,14 +261,17 @@ def count_tokens(raw: object) -> dict[str, Any]:
     """An estimate (about four characters a token): the run's engine has no tokenizer
     call, and agents use this only to decide when to compact their history."""
     request = parse(raw, 1)
-    chars = sum(len(m.content) + sum(len(t.arguments) for t in m.tool_calls)
-                for m in request.messages)  # fmt: skip
+    chars = sum(
+        len(m.content) + sum(len(t.arguments) for t in m.tool_calls) for m in request.messages
+    )
     return {"input_tokens": max(1, chars // 4)}
 
 
 def models_body(names: list[str]) -> dict[str, Any]:
-    data = [{"type": "model", "id": n, "display_name": n, "created_at": "2025-01-01T00:00:00Z"}
-            for n in names]  # fmt: skip
+    data = [
+        {"type": "model", "id": n, "display_name": n, "created_at": "2025-01-01T00:00:00Z"}
+        for n in names
+    ]
     return {"data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
 
 

@@ -320,8 +320,9 @@ class Gateway:
         if method == "tools/list":
             return _mcp.tools_list(request, self.tools.specs, self._names)
         if method != "tools/call":
-            raise _mcp.RpcError(_mcp.METHOD_NOT_FOUND, f"method not found: {method[:100]}",
-                                request.id)  # fmt: skip
+            raise _mcp.RpcError(
+                _mcp.METHOD_NOT_FOUND, f"method not found: {method[:100]}", request.id
+            )
         wanted = _mcp.tool_call(request, self._names)
         call = ToolCall.from_arguments(wanted.name, wanted.arguments)
         try:

@@ -55,8 +55,13 @@ def _parts(value: object, what: str) -> list[dict[str, Any]]:
     return [c.obj(p, f"{what}[{i}]") for i, p in enumerate(c.opt_array(value, what))]
 
 
-def _turn(role: str, parts: list[dict[str, Any]], what: str, names: dict[str, str],
-          pending: dict[str, list[str]]) -> list[Message]:  # fmt: skip
+def _turn(
+    role: str,
+    parts: list[dict[str, Any]],
+    what: str,
+    names: dict[str, str],
+    pending: dict[str, list[str]],
+) -> list[Message]:
     out: list[Message] = []
     texts: list[str] = []
     calls: list[ToolCall] = []
@@ -173,20 +178,26 @@ def _finish(generation: Generation) -> str:
 
 def _usage(generation: Generation) -> dict[str, int]:
     usage = generation.usage
-    return {"promptTokenCount": usage.prompt_tokens,
-            "candidatesTokenCount": usage.completion_tokens,
-            "totalTokenCount": usage.total_tokens}  # fmt: skip
+    return {
+        "promptTokenCount": usage.prompt_tokens,
+        "candidatesTokenCount": usage.completion_tokens,
+        "totalTokenCount": usage.total_tokens,
+    }
 
 
 def _call_part(call: ToolCall) -> dict[str, Any]:
     return {"functionCall": {"id": call.id, "name": call.name, "args": call.arguments_dict()}}
 
 
-def _chunk(parts: list[dict[str, Any]], model: str, response_id: str,
-           generation: Generation | None = None) -> dict[str, Any]:  # fmt: skip
+def _chunk(
+    parts: list[dict[str, Any]], model: str, response_id: str, generation: Generation | None = None
+) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    body: dict[str, Any] = {"candidates": [candidate], "modelVersion": model,
-                            "responseId": response_id}  # fmt: skip
+    body: dict[str, Any] = {
+        "candidates": [candidate],
+        "modelVersion": model,
+        "responseId": response_id,
+    }
     if generation is not None:
         candidate["finishReason"] = _finish(generation)
         body["usageMetadata"] = _usage(generation)
@@ -262,11 +273,14 @@ def count_tokens(raw: object) -> dict[str, Any]:
 def models_body(names: list[str]) -> dict[str, Any]:
     return {
         "models": [
-            {"name": f"models/{n}", "displayName": n,
-             "supportedGenerationMethods": ["generateContent", "countTokens"]}
+            {
+                "name": f"models/{n}",
+                "displayName": n,
+                "supportedGenerationMethods": ["generateContent", "countTokens"],
+            }
             for n in names
         ]
-    }  # fmt: skip
+    }
 
 
 DIALECT = Dialect("gemini", parse, response, Stream, error)

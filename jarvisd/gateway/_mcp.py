@@ -140,8 +140,9 @@ def parse(body: bytes) -> Message:
     if method is None:
         if "result" in raw or "error" in raw:
             return Reply(rid)
-        raise RpcError(INVALID_REQUEST, "a message needs a method, a result or an error",
-                       rid, status=400)  # fmt: skip
+        raise RpcError(
+            INVALID_REQUEST, "a message needs a method, a result or an error", rid, status=400
+        )
     if not isinstance(method, str):
         raise RpcError(INVALID_REQUEST, "method must be a string", rid, status=400)
     params = raw.get("params")
@@ -176,8 +177,13 @@ def check_version(message: Message, header: str | None) -> None:
     if isinstance(message, Request) and message.method == "initialize":
         return
     rid = message.id if isinstance(message, Request | Reply) else None
-    raise RpcError(INVALID_REQUEST, f"unsupported MCP-Protocol-Version {header[:40]!r} "
-                   f"(supported: {', '.join(PROTOCOL_VERSIONS)})", rid, status=400)  # fmt: skip
+    raise RpcError(
+        INVALID_REQUEST,
+        f"unsupported MCP-Protocol-Version {header[:40]!r} "
+        f"(supported: {', '.join(PROTOCOL_VERSIONS)})",
+        rid,
+        status=400,
+    )
 
 
 def initialize(request: Request) -> dict[str, Any]:

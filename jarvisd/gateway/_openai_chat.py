@@ -116,10 +116,14 @@ def parse(raw: object, default_max_tokens: int) -> ChatRequest:
 
 def _tool_calls(calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
     return [
-        {"index": i, "id": call.id, "type": "function",
-         "function": {"name": call.name, "arguments": call.arguments}}
+        {
+            "index": i,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
         for i, call in enumerate(calls)
-    ]  # fmt: skip
+    ]
 
 
 def _finish(generation: Generation) -> str:

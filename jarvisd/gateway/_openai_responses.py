@@ -131,8 +131,13 @@ def _usage(generation: Generation) -> dict[str, Any]:
 
 def _message_item(item_id: str, text: str, status: str = "completed") -> dict[str, Any]:
     content = [] if status != "completed" else [_text_part(text)]
-    return {"type": "message", "id": item_id, "status": status, "role": "assistant",
-            "content": content}  # fmt: skip
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": content,
+    }
 
 
 def _text_part(text: str) -> dict[str, Any]:
@@ -140,8 +145,14 @@ def _text_part(text: str) -> dict[str, Any]:
 
 
 def _call_item(call: ToolCall, item_id: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
-            "arguments": arguments, "status": status}  # fmt: skip
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": arguments,
+        "status": status,
+    }
 
 
 def _envelope(
@@ -218,24 +229,38 @@ class Stream:
             item = _message_item(self.message_id, "", "in_progress")
             out += self._event("response.output_item.added", output_index=0, item=item)
             out += self._event(
-                "response.content_part.added", item_id=self.message_id, output_index=0,
-                content_index=0, part=_text_part(""),
-            )  # fmt: skip
+                "response.content_part.added",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=_text_part(""),
+            )
         self.text.append(text)
         return out + self._event(
-            "response.output_text.delta", item_id=self.message_id, output_index=0,
-            content_index=0, delta=text, logprobs=[],
-        )  # fmt: skip
+            "response.output_text.delta",
+            item_id=self.message_id,
+            output_index=0,
+            content_index=0,
+            delta=text,
+            logprobs=[],
+        )
 
     def _end_text(self, text: str) -> bytes:
         out = self._event(
-            "response.output_text.done", item_id=self.message_id, output_index=0,
-            content_index=0, text=text, logprobs=[],
-        )  # fmt: skip
+            "response.output_text.done",
+            item_id=self.message_id,
+            output_index=0,
+            content_index=0,
+            text=text,
+            logprobs=[],
+        )
         out += self._event(
-            "response.content_part.done", item_id=self.message_id, output_index=0,
-            content_index=0, part=_text_part(text),
-        )  # fmt: skip
+            "response.content_part.done",
+            item_id=self.message_id,
+            output_index=0,
+            content_index=0,
+            part=_text_part(text),
+        )
         item = _message_item(self.message_id, text)
         self.output.append(item)
         return out + self._event("response.output_item.done", output_index=0, item=item)
@@ -249,17 +274,23 @@ class Stream:
         for call in generation.tool_calls:
             index, item_id = len(self.output), c.new_id("fc_")
             out += self._event(
-                "response.output_item.added", output_index=index,
+                "response.output_item.added",
+                output_index=index,
                 item=_call_item(call, item_id, "", "in_progress"),
-            )  # fmt: skip
+            )
             out += self._event(
-                "response.function_call_arguments.delta", item_id=item_id, output_index=index,
+                "response.function_call_arguments.delta",
+                item_id=item_id,
+                output_index=index,
                 delta=call.arguments,
-            )  # fmt: skip
+            )
             out += self._event(
-                "response.function_call_arguments.done", item_id=item_id, output_index=index,
-                name=call.name, arguments=call.arguments,
-            )  # fmt: skip
+                "response.function_call_arguments.done",
+                item_id=item_id,
+                output_index=index,
+                name=call.name,
+                arguments=call.arguments,
+            )
             item = _call_item(call, item_id, call.arguments, "completed")
             self.output.append(item)
             out += self._event("response.output_item.done", output_index=index, item=item)

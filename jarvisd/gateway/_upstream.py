@@ -68,8 +68,12 @@ _FORWARD = {
 #: The reply headers handed back (rate limits and ids help an agent back off and report).
 _BACK = ("retry-after", "request-id", "x-request-id", "anthropic-ratelimit-requests-remaining")
 #: The agents' dialects (``AgentDefinition.dialect``) and the family each belongs to.
-_FAMILY = {"anthropic": "anthropic", "openai-responses": "openai", "openai-chat": "openai",
-           "gemini": "gemini"}  # fmt: skip
+_FAMILY = {
+    "anthropic": "anthropic",
+    "openai-responses": "openai",
+    "openai-chat": "openai",
+    "gemini": "gemini",
+}
 _GEMINI_MODEL = re.compile(r"/v1beta/models/([A-Za-z0-9._-]{1,128}):([A-Za-z]{1,40})")
 
 
@@ -110,8 +114,10 @@ class _Seen:
                 usage.get("thoughtsTokenCount")
             )
         elif family == "anthropic":
-            prompt = sum(_int(usage.get(k)) for k in (
-                "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))  # fmt: skip
+            prompt = sum(
+                _int(usage.get(k))
+                for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+            )
             completion = _int(usage.get("output_tokens"))
         else:
             prompt = _int(usage.get("input_tokens")) or _int(usage.get("prompt_tokens"))
@@ -175,8 +181,13 @@ class Upstream:
             raise UsageError(
                 f"${credential.env} holds characters an API key cannot (printable ASCII only)"
             )
-        return cls(name, credential.upstream.rstrip("/"), credential_dialect(credential),
-                   key, credential.timeout)  # fmt: skip
+        return cls(
+            name,
+            credential.upstream.rstrip("/"),
+            credential_dialect(credential),
+            key,
+            credential.timeout,
+        )
 
     # -- requests -------------------------------------------------------------------
 
@@ -194,23 +205,35 @@ class Upstream:
                 if path == "/v1/responses":
                     return _Call(path, stream=False, infer=True, max_field=("max_output_tokens",))
                 if path == "/v1/chat/completions":
-                    return _Call(path, stream=False, infer=True,
-                                 max_field=("max_completion_tokens", "max_tokens"))  # fmt: skip
+                    return _Call(
+                        path,
+                        stream=False,
+                        infer=True,
+                        max_field=("max_completion_tokens", "max_tokens"),
+                    )
             match = _GEMINI_MODEL.fullmatch(path) if family == "gemini" else None
             if match is not None and match[2] in ("generateContent", "streamGenerateContent"):
-                return _Call(path, stream=match[2] == "streamGenerateContent", infer=True,
-                             max_field=("generationConfig", "maxOutputTokens"))  # fmt: skip
+                return _Call(
+                    path,
+                    stream=match[2] == "streamGenerateContent",
+                    infer=True,
+                    max_field=("generationConfig", "maxOutputTokens"),
+                )
             if match is not None and match[2] == "countTokens":
                 return _Call(path, stream=False, infer=False)
         raise BadRequest(
             f"no such endpoint here: {method} {path[:200]} (this run's credential "
-            f"{self.name!r} serves the {family} API)", 404,
-        )  # fmt: skip
+            f"{self.name!r} serves the {family} API)",
+            404,
+        )
 
     def _headers(self, request: Request) -> dict[str, str]:
         # identity: the reply is relayed and counted as it comes, never re-encoded.
-        headers = {"content-type": "application/json", "accept": "application/json",
-                   "accept-encoding": "identity"}  # fmt: skip
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "accept-encoding": "identity",
+        }
         accept = request.headers.get("accept", "")
         if accept == "text/event-stream":
             headers["accept"] = accept
@@ -248,8 +271,10 @@ class Upstream:
         if stream and self.family == "openai" and call.path == "/v1/chat/completions":
             # Without it a streamed chat reply carries no usage to count.
             options = body.get("stream_options")
-            body["stream_options"] = {**(options if isinstance(options, dict) else {}),
-                                      "include_usage": True}  # fmt: skip
+            body["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
         if hold is not None and call.max_field:
             _cap(body, call.max_field, hold.completion_tokens, hold.budget.max_tokens is not None)
         model = body.get("model")
@@ -261,9 +286,12 @@ class Upstream:
     # -- serving ------------------------------------------------------------------------
 
     async def forward(
-        self, request: Request, run: RunContext, client: httpx.AsyncClient,
+        self,
+        request: Request,
+        run: RunContext,
+        client: httpx.AsyncClient,
         on_call: Callable[[], None] = lambda: None,
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         """Serve one admitted request of ``run`` from the vendor (``on_call``: before
         each model call, which may stop the run: the turn cap)."""
         call = self._call(request)
@@ -279,8 +307,12 @@ class Upstream:
             raise
         started = time.perf_counter()
         if hold is not None:
-            run.bus.publish(EventType.INFERENCE_START, engine=f"upstream:{self.name}",
-                            model=model, messages=_messages(parsed))  # fmt: skip
+            run.bus.publish(
+                EventType.INFERENCE_START,
+                engine=f"upstream:{self.name}",
+                model=model,
+                messages=_messages(parsed),
+            )
         seen = _Seen(sent=len(body))
         try:
             reply = await _race(run, self._open(client, call, request, body))
@@ -302,13 +334,18 @@ class Upstream:
                 except ValueError:
                     pass
             self._end(run, hold, seen, model, started, None)
-            return Response(reply.status_code, self._scrub(data),
-                            reply.headers.get("content-type", "application/json"),
-                            headers=_back(reply))  # fmt: skip
+            return Response(
+                reply.status_code,
+                self._scrub(data),
+                reply.headers.get("content-type", "application/json"),
+                headers=_back(reply),
+            )
         return Response(
-            reply.status_code, content_type="text/event-stream", headers=_back(reply),
+            reply.status_code,
+            content_type="text/event-stream",
+            headers=_back(reply),
             stream=self._relay(run, reply, hold, seen, model, started, call.path),
-        )  # fmt: skip
+        )
 
     async def _open(
         self, client: httpx.AsyncClient, call: _Call, request: Request, body: bytes
@@ -316,9 +353,11 @@ class Upstream:
         import httpx
 
         sent = client.build_request(
-            request.method, self._target(call, request), headers=self._headers(request),
+            request.method,
+            self._target(call, request),
+            headers=self._headers(request),
             content=body if call.has_body else None,
-        )  # fmt: skip
+        )
         try:
             return await client.send(sent, stream=True, follow_redirects=False)
         except httpx.TimeoutException:
@@ -331,9 +370,15 @@ class Upstream:
             ) from None
 
     async def _relay(
-        self, run: RunContext, reply: httpx.Response, hold: Hold | None, seen: _Seen,
-        model: str, started: float, path: str,
-    ) -> AsyncIterator[bytes]:  # fmt: skip
+        self,
+        run: RunContext,
+        reply: httpx.Response,
+        hold: Hold | None,
+        seen: _Seen,
+        model: str,
+        started: float,
+        path: str,
+    ) -> AsyncIterator[bytes]:
         """The vendor's SSE, line by line as it comes, counted and bounded."""
         error: BaseException | None = None
         pending, total = b"", 0
@@ -389,11 +434,16 @@ class Upstream:
         if self.family == "anthropic":
             event = sse(_anthropic.error(status, message), "error")
         elif self.family == "gemini" or path == "/v1/chat/completions":
-            event = sse((_gemini.error if self.family == "gemini" else _openai_chat.error)(
-                status, message))  # fmt: skip
+            event = sse(
+                (_gemini.error if self.family == "gemini" else _openai_chat.error)(status, message)
+            )
         else:
-            failed = {"id": new_id("resp_"), "object": "response", "status": "failed",
-                      "error": _openai_chat.error(status, message)["error"]}  # fmt: skip
+            failed = {
+                "id": new_id("resp_"),
+                "object": "response",
+                "status": "failed",
+                "error": _openai_chat.error(status, message)["error"],
+            }
             event = sse({"type": "response.failed", "response": failed}, "response.failed")
         return b"\n" + event
 
@@ -403,9 +453,14 @@ class Upstream:
         return data.replace(self.key.encode(), b"[key withheld by jarvis]")
 
     def _end(
-        self, run: RunContext, hold: Hold | None, seen: _Seen, model: str, started: float,
+        self,
+        run: RunContext,
+        hold: Hold | None,
+        seen: _Seen,
+        model: str,
+        started: float,
         error: BaseException | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if hold is None or not hold.open:
             return
         unreached = isinstance(error, EngineUnavailable) and not seen.relayed
@@ -415,10 +470,12 @@ class Upstream:
         else:
             hold.settle(usage)
         data: dict[str, Any] = {
-            "engine": f"upstream:{self.name}", "model": model,
+            "engine": f"upstream:{self.name}",
+            "model": model,
             "latency_s": time.perf_counter() - started,
-            "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-        }  # fmt: skip
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+        }
         if error is not None:
             data["error"] = f"{type(error).__name__}: {error}"
         else:

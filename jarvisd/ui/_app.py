@@ -17,9 +17,7 @@ third-party request, no framing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import json
 import logging
 from collections.abc import AsyncIterator
 from http.cookies import CookieError, SimpleCookie
@@ -34,14 +32,16 @@ from . import _pages
 from ._auth import COOKIE, Sessions
 from ._html import button_form, esc, page, when
 from ._installs import Installs
-from ._svg import bars, sequence
+from ._svg import sequence
 
 __all__ = ["CSP", "Console"]
 
 log = logging.getLogger(__name__)
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")  # fmt: skip
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 _HEADERS = [
     ("content-security-policy", CSP),
     ("x-content-type-options", "nosniff"),
@@ -64,18 +64,27 @@ _TYPES = {".js": "text/javascript", ".css": "text/css", ".md": "text/plain; char
 _HTML = "text/html; charset=utf-8"
 
 
-def _reply(status: int, body: bytes | str, content_type: str = _HTML,
-           headers: list[tuple[str, str]] | None = None) -> Response:  # fmt: skip
+def _reply(
+    status: int,
+    body: bytes | str,
+    content_type: str = _HTML,
+    headers: list[tuple[str, str]] | None = None,
+) -> Response:
     data = body.encode() if isinstance(body, str) else body
     extra = headers or []
     names = {name for name, _ in extra}  # a header given here replaces the default one
-    return Response(status, data, content_type,
-                    headers=[*(h for h in _HEADERS if h[0] not in names), *extra])  # fmt: skip
+    return Response(
+        status, data, content_type, headers=[*(h for h in _HEADERS if h[0] not in names), *extra]
+    )
 
 
 def _error(status: int, message: str) -> Response:
-    return _reply(status, page("Refused" if status < 500 else "Error",
-                               f'<p class="bad" id="error">{esc(message)}</p>'))  # fmt: skip
+    return _reply(
+        status,
+        page(
+            "Refused" if status < 500 else "Error", f'<p class="bad" id="error">{esc(message)}</p>'
+        ),
+    )
 
 
 def _install_status(install: Any) -> str:
@@ -106,8 +115,13 @@ class Console:
 
     @property
     def origins(self) -> frozenset[str]:
-        return frozenset({f"http://127.0.0.1:{self.port}", f"http://localhost:{self.port}",
-                          f"http://[::1]:{self.port}"})  # fmt: skip
+        return frozenset(
+            {
+                f"http://127.0.0.1:{self.port}",
+                f"http://localhost:{self.port}",
+                f"http://[::1]:{self.port}",
+            }
+        )
 
     def login_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/login?token={self.sessions.mint()}"
@@ -201,8 +215,12 @@ class Console:
         path = _STATIC / name
         if "/" in name or name.startswith(".") or not path.is_file():
             return _error(404, "no such file")
-        return _reply(200, path.read_bytes(), _TYPES.get(path.suffix, "application/octet-stream"),
-                      headers=[("cache-control", "max-age=3600")])  # fmt: skip
+        return _reply(
+            200,
+            path.read_bytes(),
+            _TYPES.get(path.suffix, "application/octet-stream"),
+            headers=[("cache-control", "max-age=3600")],
+        )
 
     def _login(self, request: Request) -> Response:
         session = self.sessions.redeem(request.query.get("token", ""))
@@ -225,8 +243,9 @@ class Console:
             rows.append(_pages.Row(t.id, t.state, t.agent, t.created_at, t.input, waiting))
         return rows
 
-    async def _tasks(self, request: Request, rest: list[str], form: dict[str, str],
-                     csrf: str) -> Response:  # fmt: skip
+    async def _tasks(
+        self, request: Request, rest: list[str], form: dict[str, str], csrf: str
+    ) -> Response:
         tasks = self.daemon.tasks
         state, agent = request.query.get("state", ""), request.query.get("agent", "")
         raw_page = request.query.get("page", "1")
@@ -249,8 +268,12 @@ class Console:
             stream = "/tasks/stream?" + urlencode(query)
             return _reply(200, page("Tasks", body, csrf=csrf, sse=stream))
         if rest == ["stream"]:
-            return Response(200, content_type="text/event-stream", headers=list(_HEADERS),
-                            stream=self._tasks_stream(state, agent, page_no, csrf))  # fmt: skip
+            return Response(
+                200,
+                content_type="text/event-stream",
+                headers=list(_HEADERS),
+                stream=self._tasks_stream(state, agent, page_no, csrf),
+            )
         task_id = self.daemon.store.resolve(rest[0])
         action = rest[1] if len(rest) > 1 else ""
         if request.method == "POST":
@@ -265,16 +288,22 @@ class Console:
         if action == "stream":
             since = request.headers.get("last-event-id", "0")
             start = int(since) if since.isdigit() else 0
-            return Response(200, content_type="text/event-stream", headers=list(_HEADERS),
-                            stream=self._task_stream(task_id, start, csrf))  # fmt: skip
+            return Response(
+                200,
+                content_type="text/event-stream",
+                headers=list(_HEADERS),
+                stream=self._task_stream(task_id, start, csrf),
+            )
         if action:
             return _error(404, f"no page {request.path}")
         info = tasks.show(task_id)
         events = self.daemon.store.events(task_id, 0, 1000)
         body = _pages.task_body(info, events, csrf)
         last = events[-1].seq if events else 0
-        return _reply(200, page(f"Task {task_id}", body, csrf=csrf,
-                                sse=f"/tasks/{task_id}/stream?since={last}"))  # fmt: skip
+        return _reply(
+            200,
+            page(f"Task {task_id}", body, csrf=csrf, sse=f"/tasks/{task_id}/stream?since={last}"),
+        )
 
     def _submit(self, form: dict[str, str]) -> Any:
         from jarvisd.runs import AgentSpec, validate_spec
@@ -386,9 +415,11 @@ class Console:
                     )
                     or '<tr><td colspan="7">no workspaces</td></tr>'
                 )
-                body = ('<table class="code"><tr><th>id</th><th>state</th><th>created</th>'
-                        "<th>files</th><th>project</th><th>group</th><th>task</th></tr>"
-                        f"{rows}</table>")  # fmt: skip
+                body = (
+                    '<table class="code"><tr><th>id</th><th>state</th><th>created</th>'
+                    "<th>files</th><th>project</th><th>group</th><th>task</th></tr>"
+                    f"{rows}</table>"
+                )
                 return _reply(200, page("Code", body, csrf=csrf))
             ws = store.get(rest[0])
             action = rest[1] if len(rest) > 1 else ""
@@ -411,16 +442,18 @@ class Console:
 
         return list(rank(group_of(store, ws)))
 
-    def _code_action(self, store: Any, ws: Any, action: str, state_dir: Path,
-                     csrf: str) -> Response:  # fmt: skip
+    def _code_action(
+        self, store: Any, ws: Any, action: str, state_dir: Path, csrf: str
+    ) -> Response:
         from jarvisd.code import apply, discard
 
         if action == "apply":
             try:
                 done = apply(ws.id, store, state_dir)
             except JarvisError as exc:  # conflicts: the project is as it was
-                body = _pages.workspace_body(ws, self._ranking(store, ws), csrf, "unified",
-                                             note=f"not applied: {exc}")  # fmt: skip
+                body = _pages.workspace_body(
+                    ws, self._ranking(store, ws), csrf, "unified", note=f"not applied: {exc}"
+                )
                 return _reply(409, page(f"Workspace {ws.id}", body, csrf=csrf, htmx=True))
             files = done.outcome.get("files") or []
             return self._redirect(f"/code/{ws.id}?applied={len(files)}")
@@ -440,8 +473,10 @@ class Console:
         title = ref
         try:
             task_id = self.daemon.store.resolve(ref)
-            events = [{"type": e.event, "data": e.data}
-                      for e in self.daemon.store.events(task_id, 0, 5000)]  # fmt: skip
+            events = [
+                {"type": e.event, "data": e.data}
+                for e in self.daemon.store.events(task_id, 0, 5000)
+            ]
             title, top = f"task {task_id}", "agent"
         except TaskNotFound:
             from jarvisd.traces import TraceStore
@@ -459,13 +494,14 @@ class Console:
         from jarvisd.agents._installers import INSTALLERS
         from jarvisd.external import BUILTIN, installed
 
-        found = {name: "installed" if installed(agent) else "not installed"
-                 for name, agent in BUILTIN.items()}  # fmt: skip
+        found = {
+            name: "installed" if installed(agent) else "not installed"
+            for name, agent in BUILTIN.items()
+        }
         found.update({name: "installed on first use" for name in INSTALLERS})
         return found
 
-    def _agent_install(self, request: Request, name: str, rest: list[str],
-                       csrf: str) -> Response:  # fmt: skip
+    def _agent_install(self, request: Request, name: str, rest: list[str], csrf: str) -> Response:
         from jarvisd.agents._installers import INSTALLERS
         from jarvisd.external import BUILTIN
 
@@ -480,16 +516,21 @@ class Console:
         if rest == ["stream"]:
             if install is None:
                 return _error(404, f"no install of {name} was started here")
-            return Response(200, content_type="text/event-stream", headers=list(_HEADERS),
-                            stream=self._install_stream(install))  # fmt: skip
+            return Response(
+                200,
+                content_type="text/event-stream",
+                headers=list(_HEADERS),
+                stream=self._install_stream(install),
+            )
         if rest:
             return _error(404, f"no page {request.path}")
         if install is None:
             body = button_form(f"/models/agents/{name}/install", "install", csrf, cls="ok")
             return _reply(200, page(f"Agent {name}", body, csrf=csrf))
         body = f'<p id="status">{_install_status(install)}</p><pre id="progress"></pre>'
-        return _reply(200, page(f"Installing {name}", body, csrf=csrf,
-                                sse=f"/models/agents/{name}/stream"))  # fmt: skip
+        return _reply(
+            200, page(f"Installing {name}", body, csrf=csrf, sse=f"/models/agents/{name}/stream")
+        )
 
     async def _install_stream(self, install: Any) -> AsyncIterator[bytes]:
         index = 0
@@ -508,51 +549,9 @@ class Console:
                 yield b": alive\n\n"
 
     def _models(self, csrf: str) -> Response:
-        from jarvisd.catalog import model_status, strongest_model
-
-        config = self.daemon.config
-        engine = config.engine
-        if engine.model or engine.llamacpp.model:
-            default, why = engine.model or engine.llamacpp.model, "configured"
-        else:
-            choice = strongest_model()
-            default, why = choice.name, choice.reason
-        rows = "".join(
-            f"<tr><td>{'*' if s.entry.name == default else ''}</td><td>{esc(s.entry.name)}</td>"
-            f"<td>{s.entry.size / 1e6:.0f} MB</td><td>{'present' if s.verified else 'not pulled'}"
-            f"</td><td>{esc(s.entry.description)}</td></tr>"
-            for s in model_status()
-        )
-        agents = "".join(f"<li>{esc(name)}</li>" for name in sorted(config.agents.external))
-        installable = "".join(
-            f"<tr><td>{esc(name)}</td><td>{esc(state)}</td><td>"
-            + button_form(f"/models/agents/{name}/install", "install", csrf, cls="ok")
-            + "</td></tr>"
-            for name, state in sorted(self._installable().items())
-        )
-        body = (f"<p>engine: {esc(engine.default)}; default model <strong>{esc(default)}</strong>"
-                f" ({esc(why)})</p><table><tr><th></th><th>model</th><th>size</th><th>state</th>"
-                f"<th></th></tr>{rows}</table><h2>External agents configured</h2>"
-                f"<ul>{agents or '<li>none</li>'}</ul><h2>Installable agents</h2>"
-                f'<table class="agents">{installable}</table>')  # fmt: skip
+        body = _pages.models(self.daemon.config, self._installable(), csrf)
         return _reply(200, page("Models and agents", body))
 
     def _benchmarks(self) -> Response:
         results = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-        charts = []
-        for path in sorted(results.glob("*.json"))[:30] if results.is_dir() else []:
-            with contextlib.suppress(OSError, ValueError):
-                if path.stat().st_size > 2_000_000:
-                    continue
-                data = json.loads(path.read_text())
-                rows = data.get("rows") if isinstance(data, dict) else None
-                if not isinstance(rows, list):
-                    continue
-                bars_in = [(str(r.get("name", "")), float(r["ours"]), str(r.get("unit", "")),
-                            r.get("passed") if isinstance(r.get("passed"), bool) else None)
-                           for r in rows if isinstance(r, dict)
-                           and isinstance(r.get("ours"), int | float)]  # fmt: skip
-                when_ = (data.get("meta") or {}).get("when", "")
-                charts.append(bars(f"{path.stem} ({when_})", bars_in))
-        body = "".join(f'<div class="chart">{c}</div>' for c in charts) or "<p>no results</p>"
-        return _reply(200, page("Benchmarks", body))
+        return _reply(200, page("Benchmarks", _pages.benchmarks(results)))

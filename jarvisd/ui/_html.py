@@ -32,8 +32,12 @@ def when(ts: float | None) -> str:
     return "-" if not ts else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-_NAV = (("/tasks", "Tasks"), ("/code", "Code"), ("/models", "Models and agents"),
-        ("/benchmarks", "Benchmarks"))  # fmt: skip
+_NAV = (
+    ("/tasks", "Tasks"),
+    ("/code", "Code"),
+    ("/models", "Models and agents"),
+    ("/benchmarks", "Benchmarks"),
+)
 
 
 def page(title: str, body: str, *, csrf: str = "", sse: str = "", htmx: bool = False) -> bytes:
@@ -62,5 +66,7 @@ def csrf_field(token: str) -> str:
 
 def button_form(action: str, label: str, csrf: str, extra: str = "", cls: str = "") -> str:
     """A POST form of one button (works without JavaScript)."""
-    return (f'<form method="post" action="{esc(action)}" class="inline">{csrf_field(csrf)}'
-            f'{extra}<button type="submit" class="{esc(cls)}">{esc(label)}</button></form>')  # fmt: skip
+    return (
+        f'<form method="post" action="{esc(action)}" class="inline">{csrf_field(csrf)}'
+        f'{extra}<button type="submit" class="{esc(cls)}">{esc(label)}</button></form>'
+    )

@@ -51,9 +51,12 @@ class Install:
     async def run(self, argv: list[str]) -> None:
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
             assert self.proc.stdout is not None
             pending = b""
             while chunk := await self.proc.stdout.read(_READ):

@@ -3,16 +3,24 @@ model, an agent or a project produced passes through ``esc``; nothing else build
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ._html import button_form, csrf_field, esc, when
+from ._svg import bars
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
 
 __all__ = [
+    "benchmarks",
     "diff_html",
     "event_html",
+    "models",
     "status_html",
     "task_rows",
     "tasks_body",
@@ -44,8 +52,11 @@ def task_rows(tasks: Iterable[Row], csrf: str) -> str:
     rows = []
     for t in tasks:
         state = "waiting" if t.waiting else t.state
-        cancel = ("" if t.state in TERMINAL else
-                  button_form(f"/tasks/{t.id}/cancel", "cancel", csrf, cls="danger"))  # fmt: skip
+        cancel = (
+            ""
+            if t.state in TERMINAL
+            else button_form(f"/tasks/{t.id}/cancel", "cancel", csrf, cls="danger")
+        )
         # Ids are ours (hex); the rest came from the submitter or the store.
         rows.append(
             f'<tr data-id="{esc(t.id)}" class="s-{esc(state)}"><td><a href="/tasks/{esc(t.id)}">'
@@ -56,8 +67,10 @@ def task_rows(tasks: Iterable[Row], csrf: str) -> str:
 
 
 def tasks_body(tasks: Sequence[Any], csrf: str, state: str, agent: str, pages: str = "") -> str:
-    options = "".join(f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
-                      for s in ("", *STATES))  # fmt: skip
+    options = "".join(
+        f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
+        for s in ("", *STATES)
+    )
     return (
         '<form method="get" action="/tasks" class="filters">'
         f'<label>state <select name="state">{options}</select></label> '
@@ -91,14 +104,18 @@ def event_html(seq: int, kind: str, data: Mapping[str, Any], timestamp: float) -
     if kind in ("inference_delta",):
         body = f'<span class="delta">{esc(data.get("text", ""), MAX_EVENT_TEXT)}</span>'
     elif kind.startswith("tool_call"):
-        body = (f'<span class="tool">{esc(data.get("tool", ""))}</span> '
-                f"<code>{esc(_short(data))}</code>")  # fmt: skip
+        body = (
+            f'<span class="tool">{esc(data.get("tool", ""))}</span> '
+            f"<code>{esc(_short(data))}</code>"
+        )
     elif kind == "net_connect":
         verdict = "allowed" if data.get("allowed") else "REFUSED"
-        body = (f'<span class="{"ok" if data.get("allowed") else "bad"}">{verdict}</span> '
-                f"<code>{esc(data.get('host', ''))}:{esc(data.get('port', ''))}</code> "
-                f"up {esc(data.get('bytes_up', 0))} B, down {esc(data.get('bytes_down', 0))} B "
-                f"{esc(data.get('reason', ''))}")  # fmt: skip
+        body = (
+            f'<span class="{"ok" if data.get("allowed") else "bad"}">{verdict}</span> '
+            f"<code>{esc(data.get('host', ''))}:{esc(data.get('port', ''))}</code> "
+            f"up {esc(data.get('bytes_up', 0))} B, down {esc(data.get('bytes_down', 0))} B "
+            f"{esc(data.get('reason', ''))}"
+        )
     elif kind in ("budget", "budget_warning"):
         used, limit = data.get("used"), data.get("limit")
         gauge = ""
@@ -108,15 +125,19 @@ def event_html(seq: int, kind: str, data: Mapping[str, Any], timestamp: float) -
         body = gauge + f"<code>{esc(_short(data))}</code>"
     else:
         body = f"<code>{esc(_short(data))}</code>"
-    return (f'<li class="ev ev-{label}" data-seq="{int(seq)}"><span class="seq">{int(seq)}</span> '
-            f'<span class="kind">{label}</span> {body}</li>')  # fmt: skip
+    return (
+        f'<li class="ev ev-{label}" data-seq="{int(seq)}"><span class="seq">{int(seq)}</span> '
+        f'<span class="kind">{label}</span> {body}</li>'
+    )
 
 
 def status_html(info: Any, csrf: str) -> str:
     """A task's state, what it waits on (with approve and deny), and its answer."""
-    parts = [f'<p>state: <strong id="state">{esc(_state(info))}</strong>'
-             f" (agent {esc(info.spec.agent or '(default)')}; created {when(info.created_at)}"
-             f"; finished {when(info.finished_at)})</p>"]  # fmt: skip
+    parts = [
+        f'<p>state: <strong id="state">{esc(_state(info))}</strong>'
+        f" (agent {esc(info.spec.agent or '(default)')}; created {when(info.created_at)}"
+        f"; finished {when(info.finished_at)})</p>"
+    ]
     if info.reason:
         parts.append(f'<p class="reason">{esc(info.reason)}</p>')
     if info.waiting is not None:
@@ -156,9 +177,17 @@ def diff_html(diff: str, view: str) -> str:
     if view != "split":
         out = []
         for line in lines:
-            cls = ("meta" if line.startswith(("+++", "---", "diff ", "index ")) else
-                   "add" if line.startswith("+") else "del" if line.startswith("-") else
-                   "hunk" if line.startswith("@@") else "ctx")  # fmt: skip
+            cls = (
+                "meta"
+                if line.startswith(("+++", "---", "diff ", "index "))
+                else "add"
+                if line.startswith("+")
+                else "del"
+                if line.startswith("-")
+                else "hunk"
+                if line.startswith("@@")
+                else "ctx"
+            )
             out.append(f'<span class="{cls}">{esc(line)}</span>')
         return f'<pre class="diff unified">{chr(10).join(out)}</pre>'
     rows: list[str] = []
@@ -199,9 +228,11 @@ def _test(label: str, test: Any) -> str:
 
     verdict = "ok" if test.get("passed") else "bad"
     output = test.get("output") or test.get("tail") or ""
-    return (f'<div class="test"><strong>{esc(label)}</strong>: <span class="{verdict}">'
-            f"{esc(describe(dict(test)))}</span> <code>{esc(test.get('command', ''))}</code>"
-            f"<details><summary>output</summary><pre>{esc(output)}</pre></details></div>")  # fmt: skip
+    return (
+        f'<div class="test"><strong>{esc(label)}</strong>: <span class="{verdict}">'
+        f"{esc(describe(dict(test)))}</span> <code>{esc(test.get('command', ''))}</code>"
+        f"<details><summary>output</summary><pre>{esc(output)}</pre></details></div>"
+    )
 
 
 def workspace_body(ws: Any, ranking: Sequence[Any], csrf: str, view: str, note: str = "") -> str:
@@ -222,12 +253,15 @@ def workspace_body(ws: Any, ranking: Sequence[Any], csrf: str, view: str, note: 
             f"<td>{int(r.files)}</td><td>{esc(r.failure or 'ok')}</td></tr>"
             for n, r in enumerate(ranking, 1)
         )
-        parts.append('<h2>Candidates, side by side</h2><table class="candidates"><tr><th>rank</th>'
-                     "<th>#</th><th>workspace</th><th>agent</th><th>tests</th><th>failures</th>"
-                     f"<th>diff lines</th><th>files</th><th>run</th></tr>{rows}</table>")  # fmt: skip
+        parts.append(
+            '<h2>Candidates, side by side</h2><table class="candidates"><tr><th>rank</th>'
+            "<th>#</th><th>workspace</th><th>agent</th><th>tests</th><th>failures</th>"
+            f"<th>diff lines</th><th>files</th><th>run</th></tr>{rows}</table>"
+        )
     if ws.left_out:
-        items = "".join(f"<li>{esc(x.get('path'))} ({esc(x.get('reason'))})</li>"
-                        for x in ws.left_out[:50])  # fmt: skip
+        items = "".join(
+            f"<li>{esc(x.get('path'))} ({esc(x.get('reason'))})</li>" for x in ws.left_out[:50]
+        )
         parts.append(f"<h2>Left out</h2><ul>{items}</ul>")
     parts.append(_test("tests before", out.get("test_before")))
     parts.append(_test("tests after", out.get("test_after")))
@@ -235,12 +269,16 @@ def workspace_body(ws: Any, ranking: Sequence[Any], csrf: str, view: str, note: 
         parts.append(f'<h2>Summary</h2><pre class="summary">{esc(out["summary"])}</pre>')
     failure = out.get("failure")
     if isinstance(failure, Mapping):
-        parts.append(f'<p class="bad">failure: {esc(failure.get("code"))}: '
-                     f'{esc(failure.get("message"))}</p>')  # fmt: skip
+        parts.append(
+            f'<p class="bad">failure: {esc(failure.get("code"))}: {esc(failure.get("message"))}</p>'
+        )
     files = out.get("files") or []
     if files:
-        items = "".join(f'<li><code>{esc(f.get("status"))}</code> <span class="file">'
-                        f'{esc(f.get("path"))}</span></li>' for f in files[:500])  # fmt: skip
+        items = "".join(
+            f'<li><code>{esc(f.get("status"))}</code> <span class="file">'
+            f"{esc(f.get('path'))}</span></li>"
+            for f in files[:500]
+        )
         parts.append(f'<h2>Files</h2><ul class="files">{items}</ul>')
     diff = str(out.get("diff") or "")
     if diff:
@@ -254,8 +292,70 @@ def workspace_body(ws: Any, ranking: Sequence[Any], csrf: str, view: str, note: 
         if out.get("diff_truncated"):
             parts.append(f"<p>[diff cut at its first {len(diff)} characters]</p>")
     if ws.state in ("done", "failed") and files:
-        parts.append(button_form(f"/code/{ws.id}/apply", "apply", csrf, cls="ok")
-                     + button_form(f"/code/{ws.id}/discard", "discard", csrf, cls="danger"))  # fmt: skip
+        parts.append(
+            button_form(f"/code/{ws.id}/apply", "apply", csrf, cls="ok")
+            + button_form(f"/code/{ws.id}/discard", "discard", csrf, cls="danger")
+        )
     elif ws.shown_state not in ("running", "applied"):
         parts.append(button_form(f"/code/{ws.id}/discard", "discard", csrf, cls="danger"))
     return "".join(parts)
+
+
+def models(config: Config, installable_states: Mapping[str, str], csrf: str) -> str:
+    """The models page's body: the catalog with the default marked, the external agents
+    configured, and the agents that can be installed (one form each)."""
+    from jarvisd.catalog import model_status, strongest_model
+
+    engine = config.engine
+    if engine.model or engine.llamacpp.model:
+        default, why = engine.model or engine.llamacpp.model, "configured"
+    else:
+        choice = strongest_model()
+        default, why = choice.name, choice.reason
+    rows = "".join(
+        f"<tr><td>{'*' if s.entry.name == default else ''}</td><td>{esc(s.entry.name)}</td>"
+        f"<td>{s.entry.size / 1e6:.0f} MB</td><td>{'present' if s.verified else 'not pulled'}"
+        f"</td><td>{esc(s.entry.description)}</td></tr>"
+        for s in model_status()
+    )
+    agents = "".join(f"<li>{esc(name)}</li>" for name in sorted(config.agents.external))
+    installable = "".join(
+        f"<tr><td>{esc(name)}</td><td>{esc(state)}</td><td>"
+        + button_form(f"/models/agents/{name}/install", "install", csrf, cls="ok")
+        + "</td></tr>"
+        for name, state in sorted(installable_states.items())
+    )
+    return (
+        f"<p>engine: {esc(engine.default)}; default model <strong>{esc(default)}</strong>"
+        f" ({esc(why)})</p><table><tr><th></th><th>model</th><th>size</th><th>state</th>"
+        f"<th></th></tr>{rows}</table><h2>External agents configured</h2>"
+        f"<ul>{agents or '<li>none</li>'}</ul><h2>Installable agents</h2>"
+        f'<table class="agents">{installable}</table>'
+    )
+
+
+def benchmarks(results: Path) -> str:
+    """The benchmarks page's body: one bar chart per results file (at most 30, each
+    under 2 MB; a file that does not read as results is left out)."""
+    charts = []
+    for path in sorted(results.glob("*.json"))[:30] if results.is_dir() else []:
+        with contextlib.suppress(OSError, ValueError):
+            if path.stat().st_size > 2_000_000:
+                continue
+            data = json.loads(path.read_text())
+            rows = data.get("rows") if isinstance(data, dict) else None
+            if not isinstance(rows, list):
+                continue
+            bars_in = [
+                (
+                    str(r.get("name", "")),
+                    float(r["ours"]),
+                    str(r.get("unit", "")),
+                    r.get("passed") if isinstance(r.get("passed"), bool) else None,
+                )
+                for r in rows
+                if isinstance(r, dict) and isinstance(r.get("ours"), int | float)
+            ]
+            when_ = (data.get("meta") or {}).get("when", "")
+            charts.append(bars(f"{path.stem} ({when_})", bars_in))
+    return "".join(f'<div class="chart">{c}</div>' for c in charts) or "<p>no results</p>"

@@ -35,8 +35,11 @@ class ConsoleServer:
                 self._http.connection, "127.0.0.1", self.requested
             )
         except OSError as exc:
-            log.warning("web console not started: 127.0.0.1:%d: %s ([ui] port)",
-                        self.requested, exc.strerror or exc)  # fmt: skip
+            log.warning(
+                "web console not started: 127.0.0.1:%d: %s ([ui] port)",
+                self.requested,
+                exc.strerror or exc,
+            )
             return False
         self.console.port = self._server.sockets[0].getsockname()[1]
         log.info("web console on http://127.0.0.1:%d/ (`jarvis ui` opens it)", self.port)
