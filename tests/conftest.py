@@ -107,6 +107,15 @@ PARALLEL_PATHS = (
     "tests/bridge/",
     "tests/server/",
     "tests/cli/",
+    # Single files elsewhere that need none of those either: parsers, stores and fuzzers.
+    "tests/acp/test_store.py",
+    "tests/acp/test_wire_fuzz.py",
+    "tests/daemon/test_units.py",
+    "tests/external/test_fuzz.py",
+    "tests/external/test_judged.py",
+    "tests/external/test_registry.py",
+    "tests/sandbox/test_mounts.py",
+    "tests/ui/test_units.py",
 )
 #: Exceptions under those paths: real agents' own venvs and bridges (heavy, and some of
 #: their tests need Docker), and a hundred forked kills timed against each other.
