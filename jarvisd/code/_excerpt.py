@@ -4,7 +4,8 @@ A small model reads every token it is given before it answers, on the user's CPU
 whole 11 KB module costs it about 3,000 tokens (a minute and more on two cores) and
 hides the ten lines that matter. So a file longer than :data:`WHOLE_FILE_BYTES` is
 shown as the definitions (functions, methods, classes) that the texts name, by name
-or by a line a traceback cites, each with its line numbers. A file that names none of
+or by a line a traceback cites (a cited line outside them with the lines around it),
+each with its line numbers. A file that names none of
 them, or that does not parse, is shown whole, as before.
 """
 
@@ -17,6 +18,8 @@ __all__ = ["WHOLE_FILE_BYTES", "excerpt"]
 
 #: A file up to this many bytes is shown whole: its definitions would save little.
 WHOLE_FILE_BYTES = 3000
+#: Lines shown on each side of a cited line that no named definition holds.
+AROUND = 3
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
@@ -44,6 +47,11 @@ def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int
         )
         if node.name in words or holds:
             chosen.append((first, node.end_lineno))
+    # A cited line outside every chosen definition (module-level code that raised at
+    # import) is shown with the lines around it.
+    for n in lines:
+        if not any(first <= n <= last for first, last in chosen):
+            chosen.append((max(1, n - AROUND), n + AROUND))
     chosen.sort(key=lambda span: (span[0], -span[1]))
     spans: list[tuple[int, int]] = []
     for first, last in chosen:
@@ -71,6 +79,7 @@ def excerpt(rel: str, text: str, texts: list[str]) -> str:
     lines = text.splitlines()
     parts = [f"[{len(lines)} lines; only the definitions named above are shown]"]
     for first, last in spans:
+        last = min(last, len(lines))
         parts.append(f"[lines {first}-{last}]")
         parts.extend(lines[first - 1 : last])
     return "\n".join(parts)

@@ -64,3 +64,11 @@ def test_the_first_message_shows_the_named_function_of_a_long_file(tmp_path: Pat
     prompt = task_prompt(ws, "Fix dasherize in pkg/mod.py.", failed)  # type: ignore[arg-type]
     assert f"{tmp_path}/pkg/mod.py:" in prompt
     assert "return word.replace('-', '_')" in prompt and "other_1(" not in prompt
+
+
+def test_a_cited_line_outside_every_definition_is_shown_with_its_neighbours() -> None:
+    module = MODULE + "VALUE = undefined_name\n" + FILLER.replace("other_", "tail_")
+    line = _line(module, "VALUE = undefined_name")
+    shown = excerpt("pkg/mod.py", module, [f'File "/ws/pkg/mod.py", line {line}, in <module>'])
+    assert f"[lines {line - 3}-{line + 3}]" in shown and "VALUE = undefined_name" in shown
+    assert "dasherize" not in shown
