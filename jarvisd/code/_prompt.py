@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._claims import asks_no_change, claims_change
+from ._excerpt import excerpt
 from ._testrun import named_files
 
 if TYPE_CHECKING:
@@ -29,6 +30,8 @@ MAX_FEEDBACK_BYTES = 4000
 #: The most files, and bytes of them together, put in a message.
 MAX_FILES = 3
 MAX_FILES_BYTES = 12_000
+#: The most of each named file read to find the definitions named in it.
+MAX_PARSED_BYTES = 200_000
 
 
 def _tail(text: str, limit: int) -> str:
@@ -38,8 +41,26 @@ def _tail(text: str, limit: int) -> str:
     return "[...]\n" + data[-limit:].decode("utf-8", "ignore")
 
 
+def _named(texts: list[str], ws: Workspace) -> list[tuple[str, str]]:
+    """The files ``texts`` name, each whole or as the definitions they name
+    (``_excerpt``), at most :data:`MAX_FILES_BYTES` together (a longer one is cut)."""
+    files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_PARSED_BYTES)
+    out = []
+    left = MAX_FILES_BYTES
+    for rel, whole in files:
+        if left <= 0:
+            break
+        data = excerpt(rel, whole, texts).encode()
+        text = data[:left].decode("utf-8", "ignore")
+        if len(data) > left:
+            text += "\n[... the rest of the file is left out ...]"
+        left -= min(len(data), left)
+        out.append((rel, text))
+    return out
+
+
 def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list[str]:
-    files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_FILES_BYTES)
+    files = _named(texts, ws)
     parts = []
     if files:
         parts.append("The files these name, as they are now:")
@@ -60,13 +81,18 @@ def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
     output = _tail(test.output, MAX_FEEDBACK_BYTES)
     if test.could_not_run and after_change:
         # They ran before the change: the change broke them (an import, a syntax error).
-        return [f"After your change the test command could not run the tests: {test.error}. "
-                f"The end of its output:\n```\n{output}\n```"]  # fmt: skip
+        return [
+            f"After your change the test command could not run the tests: {test.error}. "
+            f"The end of its output:\n```\n{output}\n```"
+        ]
     if test.could_not_run:
-        return [f"The test command could not run the tests here: {test.error}. Changing the "
-                "code will not make it run; do the task as well as you can without it."]  # fmt: skip
-    return [f"The tests fail now (exit {test.exit_code}). The end of their output:\n"
-            f"```\n{output}\n```"]  # fmt: skip
+        return [
+            f"The test command could not run the tests here: {test.error}. Changing the "
+            "code will not make it run; do the task as well as you can without it."
+        ]
+    return [
+        f"The tests fail now (exit {test.exit_code}). The end of their output:\n```\n{output}\n```"
+    ]
 
 
 def task_prompt(

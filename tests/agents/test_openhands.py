@@ -54,7 +54,7 @@ def sandbox_config(workspace: Path, memory: str = "512m") -> Config:
     })  # fmt: skip
 
 
-@pytest.mark.parametrize("where", ["host", "sandbox"])
+@pytest.mark.parametrize("where", ["host", pytest.param("sandbox", marks=pytest.mark.docker)])
 def test_a_scripted_openhands_run_edits_one_file_in_the_workspace(
     tmp_path: Path, where: str
 ) -> None:
@@ -129,7 +129,7 @@ def tool_events(run: RunContext, tool: str) -> list[tuple[EventType, dict[str, o
     return events
 
 
-@pytest.mark.parametrize("where", ["host", "sandbox"])
+@pytest.mark.parametrize("where", ["host", pytest.param("sandbox", marks=pytest.mark.docker)])
 def test_openhands_calls_the_runs_calculator_through_the_gateway(
     tmp_path: Path, where: str
 ) -> None:
@@ -185,7 +185,7 @@ def _stdlib_server_config(base: Path, workspace: Path) -> Config:
     return Config(sandbox=sandbox, mcp=McpConfig(servers={"demo": demo}))
 
 
-@pytest.mark.parametrize("where", ["host", "sandbox"])
+@pytest.mark.parametrize("where", ["host", pytest.param("sandbox", marks=pytest.mark.docker)])
 def test_the_runs_mcp_servers_tools_reach_openhands_through_the_gateway(
     tmp_path: Path, where: str
 ) -> None:

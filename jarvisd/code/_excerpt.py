@@ -1,0 +1,85 @@
+"""The part of a long source file that a task and a test failure point at.
+
+A small model reads every token it is given before it answers, on the user's CPU: a
+whole 11 KB module costs it about 3,000 tokens (a minute and more on two cores) and
+hides the ten lines that matter. So a file longer than :data:`WHOLE_FILE_BYTES` is
+shown as the definitions (functions, methods, classes) that the texts name, by name
+or by a line a traceback cites (a cited line outside them with the lines around it),
+each with its line numbers. A file that names none of
+them, or that does not parse, is shown whole, as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+__all__ = ["WHOLE_FILE_BYTES", "excerpt"]
+
+#: A file up to this many bytes is shown whole: its definitions would save little.
+WHOLE_FILE_BYTES = 3000
+#: Lines shown on each side of a cited line that no named definition holds.
+AROUND = 3
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+
+
+def _cited_lines(rel: str, texts: list[str]) -> set[int]:
+    """The line numbers of ``rel`` that tracebacks in ``texts`` cite: pytest's
+    ``path:LINE`` and Python's ``File "path", line LINE``."""
+    name = re.escape(rel)
+    cited = re.compile(rf'{name}(?::(\d+)|", line (\d+))')
+    return {int(a or b) for text in texts for a, b in cited.findall(text)}
+
+
+def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int, int]]:
+    """The (first, last) lines of the definitions named by ``words`` or holding one of
+    ``lines``, decorators included; a span inside another chosen span is left out."""
+    chosen = []
+    for node in ast.walk(tree):
+        if not isinstance(node, _Def) or node.end_lineno is None:
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        # A class is chosen by its name only: a cited line picks the method within it.
+        holds = not isinstance(node, ast.ClassDef) and any(
+            first <= n <= node.end_lineno for n in lines
+        )
+        if node.name in words or holds:
+            chosen.append((first, node.end_lineno))
+    # A cited line outside every chosen definition (module-level code that raised at
+    # import) is shown with the lines around it.
+    for n in lines:
+        if not any(first <= n <= last for first, last in chosen):
+            chosen.append((max(1, n - AROUND), n + AROUND))
+    chosen.sort(key=lambda span: (span[0], -span[1]))
+    spans: list[tuple[int, int]] = []
+    for first, last in chosen:
+        if spans and first <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], last))
+        else:
+            spans.append((first, last))
+    return spans
+
+
+def excerpt(rel: str, text: str, texts: list[str]) -> str:
+    """``text`` (the file ``rel``) as it is put in front of the agent: whole when it is
+    short or nothing in ``texts`` names a definition in it, else those definitions,
+    each headed by its line numbers."""
+    if len(text.encode()) <= WHOLE_FILE_BYTES:
+        return text
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    words = {w for t in texts for w in _WORD.findall(t)}
+    spans = _spans(tree, words, _cited_lines(rel, texts))
+    if not spans:
+        return text
+    lines = text.splitlines()
+    parts = [f"[{len(lines)} lines; only the definitions named above are shown]"]
+    for first, last in spans:
+        last = min(last, len(lines))
+        parts.append(f"[lines {first}-{last}]")
+        parts.extend(lines[first - 1 : last])
+    return "\n".join(parts)
