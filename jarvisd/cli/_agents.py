@@ -11,9 +11,9 @@ import click
 def agent_rows() -> list[dict[str, Any]]:
     from .._config import load_config
     from ..agents import AgentRegistry
-    from ..agents._claude_code import key_mode
     from ..agents._registry import ALIASES
     from ..external import ExternalAgent, external_agent_class, installed
+    from ..external._claude_code import key_mode
     from ..runs import declared_options
 
     config = load_config()
@@ -78,8 +78,8 @@ def list_agents(as_json: bool) -> None:
 
 #: Agents that live in an environment of their own, and the function that installs it.
 INSTALLERS = {
-    "openhands": "jarvisd.agents._openhands_venv:ensure_venv",
-    "claude_code": "jarvisd.agents._claude_code_install:ensure_sdk",
+    "openhands": "jarvisd.external._openhands_venv:ensure_venv",
+    "claude_code": "jarvisd.external._claude_code_install:ensure_sdk",
 }
 
 

@@ -38,7 +38,6 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
-    from ..runs import AgentSpec
 
 __all__ = ["NOT_RESUMABLE", "ExternalAgent"]
 
@@ -65,7 +64,7 @@ class ExternalAgent(BaseAgent):
         model: str = "",
         *,
         config: Config | None = None,
-        spec: AgentSpec | None = None,
+        sandboxed: bool = True,
         workspace: str = "",
         approver: Approver | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
@@ -85,7 +84,7 @@ class ExternalAgent(BaseAgent):
         self.config = config or Config()
         self.workspace = workspace
         #: In the sandbox unless the run said --no-sandbox.
-        self.sandboxed = spec is None or not spec.no_sandbox
+        self.sandboxed = sandboxed
         self.approver = approver
         self.mcp_servers = mcp_servers
         #: The agent's own tools it is held to (``--tools``); empty: all of them.

@@ -220,7 +220,7 @@ def build_agent(
         # other names are its own tools to hold it to.
         mcp_names = set(mcp_tool_names(spec, config))
         return agent_cls(
-            engine, spec.model, config=config, spec=spec,
+            engine, spec.model, config=config, sandboxed=not spec.no_sandbox,
             mcp_servers=_acp_servers(spec, config),
             own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
             max_turns=spec.max_turns, mounts=spec.mounts, **kwargs,
