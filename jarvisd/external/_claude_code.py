@@ -109,9 +109,11 @@ class ClaudeCodeAgent(FramedAgent):
     agent_id: ClassVar[str] = "claude_code"
     #: The SDK's npm tree from the cache (node_bridge/package.json pins it).
     definition: ClassVar[AgentDefinition] = AgentDefinition(
-        "claude_code", "Claude Code over node_bridge", protocol="frames",
+        "claude_code",
+        "Claude Code over node_bridge",
+        protocol="frames",
         packages=(("@anthropic-ai/claude-agent-sdk", "pinned"),),
-    )  # fmt: skip
+    )
     program_name: ClassVar[str] = "claude_code bridge"
     #: The SDK's CLI reserves far more address space than it uses: no RLIMIT_AS.
     host_memory: ClassVar[int] = 1 << 40
@@ -121,6 +123,7 @@ class ClaudeCodeAgent(FramedAgent):
         engine: Engine,
         model: str = "",
         *,
+        workspace: str = "",
         allowed_tools: str = "",
         permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan"] = (
             "acceptEdits"
@@ -130,7 +133,7 @@ class ClaudeCodeAgent(FramedAgent):
         max_turns: int = 10,
         **kwargs: Any,
     ) -> None:
-        super().__init__(engine, model, max_turns=max_turns, **kwargs)
+        super().__init__(engine, model, workspace=workspace, max_turns=max_turns, **kwargs)
         self.allowed_tools = [t.strip() for t in allowed_tools.split(",") if t.strip()]
         self.permission_mode = permission_mode
         self.turns = max_turns if turns is None else turns  # --option turns over --max-turns
@@ -194,9 +197,14 @@ class ClaudeCodeAgent(FramedAgent):
         }
 
     def _wire(
-        self, payload: Payload, runtime: Runtime, access: GatewayAccess | None, *,
-        tools: bool, sandboxed: bool,
-    ) -> None:  # fmt: skip
+        self,
+        payload: Payload,
+        runtime: Runtime,
+        access: GatewayAccess | None,
+        *,
+        tools: bool,
+        sandboxed: bool,
+    ) -> None:
         from ..gateway import MCP_PATH
 
         # The SDK's environment, from nothing: no variable of ours reaches it. Its HOME

@@ -111,9 +111,13 @@ class FramedAgent(BaseAgent):
         system_prompt: str | None = None,
     ) -> None:
         super().__init__(
-            engine, model, bus=bus, temperature=temperature, max_tokens=max_tokens,
+            engine,
+            model,
+            bus=bus,
+            temperature=temperature,
+            max_tokens=max_tokens,
             system_prompt=system_prompt,
-        )  # fmt: skip
+        )
         self.config = config
         self.workspace = workspace
         self.sandboxed = sandboxed
@@ -129,9 +133,14 @@ class FramedAgent(BaseAgent):
         raise NotImplementedError
 
     def _wire(
-        self, payload: Payload, runtime: Runtime, access: GatewayAccess | None, *,
-        tools: bool, sandboxed: bool,
-    ) -> None:  # fmt: skip
+        self,
+        payload: Payload,
+        runtime: Runtime,
+        access: GatewayAccess | None,
+        *,
+        tools: bool,
+        sandboxed: bool,
+    ) -> None:
         """Point ``payload`` at the gateway ``access`` names (None: the program has
         its own key and no tools, so no gateway runs); ``tools``: it serves some."""
         raise NotImplementedError
@@ -173,16 +182,22 @@ class FramedAgent(BaseAgent):
         if not self.sandboxed:
             log.warning(
                 "agent %s runs on the host with --no-sandbox: NOT isolated (it has "
-                "your files and network)", self.agent_id,
-            )  # fmt: skip
+                "your files and network)",
+                self.agent_id,
+            )
         self._emit_turn_start(run, input)
         payload = self._payload(input, workspace)
         opened = self._in_sandbox if self.sandboxed else self._on_host
         async with opened(run, runtime, workspace, payload, self._tool_executor()) as channel:
             data = await run_runner(
-                channel, self.engine, run, Start(task=self.agent_id, payload=payload),
-                name=self.program_name, model=self.model, max_tokens=self.max_tokens,
-            )  # fmt: skip
+                channel,
+                self.engine,
+                run,
+                Start(task=self.agent_id, payload=payload),
+                name=self.program_name,
+                model=self.model,
+                max_tokens=self.max_tokens,
+            )
         result = self._result(data, run, workspace)
         result.metadata["sandboxed"] = self.sandboxed
         return result
@@ -197,9 +212,13 @@ class FramedAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _on_host(
-        self, run: RunContext, runtime: Runtime, workspace: str, payload: Payload,
+        self,
+        run: RunContext,
+        runtime: Runtime,
+        workspace: str,
+        payload: Payload,
         tools: ToolExecutor | None,
-    ) -> AsyncIterator[Channel]:  # fmt: skip
+    ) -> AsyncIterator[Channel]:
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
         from ..gateway import Gateway
@@ -207,9 +226,11 @@ class FramedAgent(BaseAgent):
         async with contextlib.AsyncExitStack() as stack:
             access: GatewayAccess | None = None
             if runtime.key is None or tools is not None:  # with a key: for the tools only
-                gateway = await stack.enter_async_context(Gateway(
-                    runtime.engine, run, self.model, max_tokens=self.max_tokens, tools=tools
-                ))  # fmt: skip
+                gateway = await stack.enter_async_context(
+                    Gateway(
+                        runtime.engine, run, self.model, max_tokens=self.max_tokens, tools=tools
+                    )
+                )
                 assert gateway.url is not None  # TCP: it has one
                 access = GatewayAccess(gateway.url, gateway.token, gateway.model_name)
             self._wire(payload, runtime, access, tools=tools is not None, sandboxed=False)
@@ -219,24 +240,42 @@ class FramedAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _in_sandbox(
-        self, run: RunContext, runtime: Runtime, workspace: str, payload: Payload,
+        self,
+        run: RunContext,
+        runtime: Runtime,
+        workspace: str,
+        payload: Payload,
         tools: ToolExecutor | None,
-    ) -> AsyncIterator[Channel]:  # fmt: skip
+    ) -> AsyncIterator[Channel]:
         from .._config import Config
         from ._sandbox import FORWARD_PORT, sandbox_gateway, start_in_sandbox
 
         launch, binds = self._sandbox_launch(runtime)
-        async with self._sandbox_home() as home, sandbox_gateway(
-            runtime.engine, run, self.model, home, max_tokens=self.max_tokens,
-            # One socket per run (a kept home may serve several), gone with it.
-            name=f"gateway-{secrets.token_hex(8)}.sock", tools=tools,
-        ) as access:  # fmt: skip
+        async with (
+            self._sandbox_home() as home,
+            sandbox_gateway(
+                runtime.engine,
+                run,
+                self.model,
+                home,
+                max_tokens=self.max_tokens,
+                # One socket per run (a kept home may serve several), gone with it.
+                name=f"gateway-{secrets.token_hex(8)}.sock",
+                tools=tools,
+            ) as access,
+        ):
             inside = GatewayAccess(  # the forwarder on the container's loopback, to the socket
                 f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model
             )
             self._wire(payload, runtime, inside, tools=tools is not None, sandboxed=True)
             yield await start_in_sandbox(
-                self.definition, runtime.where, home, access, Workspace(Path(workspace)),
-                self.config or Config(), lambda *_: launch, extra_binds=binds,
+                self.definition,
+                runtime.where,
+                home,
+                access,
+                Workspace(Path(workspace)),
+                self.config or Config(),
+                lambda *_: launch,
+                extra_binds=binds,
                 egress=run.egress,
-            )  # fmt: skip
+            )

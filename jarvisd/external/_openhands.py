@@ -54,9 +54,12 @@ class OpenHandsAgent(FramedAgent):
 
     agent_id: ClassVar[str] = "openhands"
     definition: ClassVar[AgentDefinition] = AgentDefinition(
-        "openhands", "the OpenHands SDK's venv", protocol="frames",
-        packages=(("openhands-sdk", "pinned"),), needs_node=False,
-    )  # fmt: skip
+        "openhands",
+        "the OpenHands SDK's venv",
+        protocol="frames",
+        packages=(("openhands-sdk", "pinned"),),
+        needs_node=False,
+    )
     program_name: ClassVar[str] = "openhands runner"
 
     async def _runtime(self) -> Runtime:
@@ -76,9 +79,14 @@ class OpenHandsAgent(FramedAgent):
         }
 
     def _wire(
-        self, payload: Payload, runtime: Runtime, access: GatewayAccess | None, *,
-        tools: bool, sandboxed: bool,
-    ) -> None:  # fmt: skip
+        self,
+        payload: Payload,
+        runtime: Runtime,
+        access: GatewayAccess | None,
+        *,
+        tools: bool,
+        sandboxed: bool,
+    ) -> None:
         from ..gateway import MCP_PATH
 
         assert access is not None  # it has no key of its own: a gateway always runs
@@ -140,8 +148,10 @@ def _sandbox_launch(python: Path, venv_inside: str, home_inside: str) -> tuple[P
         f"sys.path.insert(0, {CODE_ROOT!r}); {_RUNNER}"
     )
     env = {
-        **_ENV, "HOME": home_inside, "LANG": "C.UTF-8",
+        **_ENV,
+        "HOME": home_inside,
+        "LANG": "C.UTF-8",
         "LD_LIBRARY_PATH": f"{_PYTHON_INSIDE}/lib",  # a shared libpython lives there
-    }  # fmt: skip
+    }
     argv = (f"{_PYTHON_INSIDE}/bin/" + interpreter.name, "-B", "-c", runner)
     return interpreter.parent.parent, Launch(argv, env)
