@@ -318,13 +318,13 @@ class ExternalAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:
-        from ..gateway import Gateway
+        from ._host import host_gateway
+        from ._sandbox import sandbox_gateway
 
+        # The model name an agent is given when the run names none.
         model = self.model or DEFAULT_MODEL_NAME
-        if self.sandboxed:
-            from ._sandbox import sandbox_gateway
-
-            async with sandbox_gateway(
+        opened = (
+            sandbox_gateway(
                 self.engine,
                 run,
                 self.model,
@@ -333,19 +333,19 @@ class ExternalAgent(BaseAgent):
                 default_model=model,
                 temperature=self.temperature,
                 max_turns=self.max_turns,
-            ) as access:
-                yield access
-        else:
-            async with Gateway(
+            )
+            if self.sandboxed
+            else host_gateway(
                 self.engine,
                 run,
                 self.model,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature,
                 max_turns=self.max_turns,
-            ) as gw:
-                assert gw.url is not None  # TCP: it has one
-                yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
+            )
+        )
+        async with opened as access:
+            yield access
 
     @contextlib.asynccontextmanager
     async def _mirror(self, workspace: Workspace) -> AsyncIterator[Path | None]:

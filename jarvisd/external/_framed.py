@@ -221,18 +221,16 @@ class FramedAgent(BaseAgent):
     ) -> AsyncIterator[Channel]:
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import Gateway
+        from ._host import host_gateway
 
         async with contextlib.AsyncExitStack() as stack:
             access: GatewayAccess | None = None
             if runtime.key is None or tools is not None:  # with a key: for the tools only
-                gateway = await stack.enter_async_context(
-                    Gateway(
+                access = await stack.enter_async_context(
+                    host_gateway(
                         runtime.engine, run, self.model, max_tokens=self.max_tokens, tools=tools
                     )
                 )
-                assert gateway.url is not None  # TCP: it has one
-                access = GatewayAccess(gateway.url, gateway.token, gateway.model_name)
             self._wire(payload, runtime, access, tools=tools is not None, sandboxed=False)
             argv, env = self._host_program(runtime)
             executor = SubprocessExecutor(Limits(memory_bytes=self.host_memory, processes=512))
