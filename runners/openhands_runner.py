@@ -1,7 +1,7 @@
 """The openhands runner: an OpenHands agent (openhands-sdk) in its own Python >= 3.12
 virtual environment, driven over frame protocol v1 on stdin/stdout.
 
-Started by the host (``jarvisd.agents._openhands``) as the venv's Python with jarvis's
+Started by the host (``jarvisd.external._openhands``) as the venv's Python with jarvis's
 source directory on ``sys.path``; it imports only the stdlib part of jarvis (the frame
 codec). It reads one ``start`` frame (task ``openhands``) whose payload says what to do:
 

@@ -148,13 +148,7 @@ def test_daemon_client_imports_no_agent_engine_or_runtime_module() -> None:
 #: Imports that break the layers and that another branch removes: "FILE -> PACKAGE" and
 #: who removes it. They count neither as upward nor as a cycle; once one is gone the test
 #: fails, so that it is deleted here (the list cannot outlive them).
-PENDING: dict[str, str] = {
-    # h/extone moves claude_code and openhands into external/ ...
-    "jarvisd/agents/_claude_code.py -> external": "h/extone",
-    "jarvisd/agents/_openhands.py -> external": "h/extone",
-    # ... and external/'s copy of a private workspace below code/.
-    "jarvisd/external/_mirror.py -> code": "h/extone",
-}
+PENDING: dict[str, str] = {}
 
 # The layers, lowest first. A module may import the layers below its own, and its own
 # layer's packages as long as no two packages import each other (no cycle at all between

@@ -11,10 +11,9 @@ import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
-from .._errors import EngineResponseError, UsageError
+from .._errors import EngineResponseError
 from .._events import EventBus, EventType
 from .._messages import (
     Generation,
@@ -108,17 +107,6 @@ async def collect(chunks: AsyncIterator[StreamChunk], feed: Callable[[str], None
     if final is None:
         raise EngineResponseError("the engine's stream ended without its final chunk")
     return final
-
-
-def workspace_dir(value: str, agent_id: str) -> str:
-    """The existing absolute directory an external agent edits, from its
-    ``--option workspace=DIR``; a clear error when it is missing or not one."""
-    if not value:
-        raise UsageError(f"{agent_id} works in a workspace: give one with --option workspace=DIR")
-    path = Path(value).expanduser()
-    if not path.is_absolute() or not path.is_dir():
-        raise UsageError(f"the {agent_id} workspace must be an existing absolute directory: {path}")
-    return str(path)
 
 
 @dataclass(slots=True)

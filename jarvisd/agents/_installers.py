@@ -9,6 +9,6 @@ from __future__ import annotations
 __all__ = ["INSTALLERS"]
 
 INSTALLERS = {
-    "openhands": "jarvisd.agents._openhands_venv:ensure_venv",
-    "claude_code": "jarvisd.agents._claude_code_install:ensure_sdk",
+    "openhands": "jarvisd.external._openhands_venv:ensure_venv",
+    "claude_code": "jarvisd.external._claude_code_install:ensure_sdk",
 }

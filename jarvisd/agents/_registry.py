@@ -21,13 +21,14 @@ BUILTIN_AGENTS: dict[str, str] = {
     "native_react": "jarvisd.agents._react:NativeReActAgent",
     "native_openhands": "jarvisd.agents._codeact:NativeOpenHandsAgent",
     "rlm": "jarvisd.agents._rlm:RLMAgent",
-    # External agents over ACP (jarvisd.external), each with its pinned npm tree.
+    # External agents (jarvisd.external): over ACP, each with its pinned npm tree, and
+    # of the frame protocol with a runtime of their own (openhands, claude_code).
     "opencode": "jarvisd.external._kinds:OpencodeAgent",
     "codex": "jarvisd.external._kinds:CodexAgent",
     "claude": "jarvisd.external._kinds:ClaudeAgent",
     "gemini": "jarvisd.external._kinds:GeminiAgent",
-    "openhands": "jarvisd.agents._openhands:OpenHandsAgent",
-    "claude_code": "jarvisd.agents._claude_code:ClaudeCodeAgent",
+    "openhands": "jarvisd.external._openhands:OpenHandsAgent",
+    "claude_code": "jarvisd.external._claude_code:ClaudeCodeAgent",
 }
 ALIASES: dict[str, str] = {"react": "native_react"}
 

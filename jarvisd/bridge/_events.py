@@ -28,7 +28,7 @@ MAX_EVENT_TEXT = 16 * 1024
 _MAX_NESTING = 16
 
 
-def _text(value: Any) -> str | None:
+def _text(value: object) -> str | None:
     if not isinstance(value, str):
         return None
     if len(value) > MAX_EVENT_TEXT:
@@ -36,24 +36,24 @@ def _text(value: Any) -> str | None:
     return value
 
 
-def _flag(value: Any) -> bool | None:
+def _flag(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _count(value: Any) -> int | None:
+def _count(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return min(max(value, 0), 1 << 31)
 
 
-def _seconds(value: Any) -> float | None:
+def _seconds(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     value = float(value)
     return value if math.isfinite(value) and value >= 0 else None
 
 
-def _arguments(value: Any) -> dict[str, Any] | None:
+def _arguments(value: object) -> dict[str, Any] | None:
     if not isinstance(value, Mapping):
         return None
     try:
@@ -66,7 +66,7 @@ def _arguments(value: Any) -> dict[str, Any] | None:
     return loaded
 
 
-_Check = Callable[[Any], Any]
+_Check = Callable[[object], object]
 _TURN = {"agent": _text}
 #: The types a program may publish, and the fields each keeps.
 PROGRAM_EVENTS: dict[EventType, dict[str, _Check]] = {
@@ -93,10 +93,10 @@ PROGRAM_EVENTS: dict[EventType, dict[str, _Check]] = {
 @dataclass(frozen=True, slots=True)
 class ProgramEvent:
     type: EventType
-    data: dict[str, Any]
+    data: dict[str, object]
 
 
-def vet_event(frame: EventFrame, depth: int, tags: Mapping[str, Any]) -> ProgramEvent | None:
+def vet_event(frame: EventFrame, depth: int, tags: Mapping[str, object]) -> ProgramEvent | None:
     """The event to publish for ``frame``, or None when its type is not the program's to
     publish. ``depth`` is the session's run depth: the program's agents sit at it or
     (nested) below it."""
@@ -107,7 +107,7 @@ def vet_event(frame: EventFrame, depth: int, tags: Mapping[str, Any]) -> Program
     fields = PROGRAM_EVENTS.get(event_type)
     if fields is None:
         return None
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for key, check in fields.items():
         value = check(frame.data.get(key))
         if value is not None:

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,9 +96,15 @@ def runner_result(outcome: Outcome, run: RunContext, agent: str, program: str) -
 
 
 async def run_runner(
-    channel: Channel, engine: Engine, run: RunContext, start: Start, *, name: str, model: str,
+    channel: Channel,
+    engine: Engine,
+    run: RunContext,
+    start: Start,
+    *,
+    name: str,
+    model: str,
     max_tokens: int,
-) -> Mapping[str, Any]:  # fmt: skip
+) -> Mapping[str, Any]:
     """Serve the runner on ``channel`` (``name``: "openhands runner") through one frame
     session started with ``start``; its result payload, as :func:`runner_result` reads
     it for agent ``start.task``."""
@@ -146,7 +152,7 @@ class FrameSession:
         max_tokens: int | None = None,
         budget: Budget | None = None,
         max_concurrent: int = MAX_CONCURRENT_INFER,
-        event_tags: Mapping[str, Any] | None = None,
+        event_tags: Mapping[str, object] | None = None,
         name: str = "program",
         tools: Sequence[BaseTool] = (),
         max_concurrent_tools: int = MAX_CONCURRENT_TOOLS,
@@ -213,7 +219,7 @@ class FrameSession:
     def _kill_soon(self, reason: str) -> None:
         self._track(self.channel.kill(reason))
 
-    def _track(self, coroutine: Any) -> None:
+    def _track(self, coroutine: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -276,8 +282,11 @@ class FrameSession:
             # and so does the clock's own cap on held time.
             with self.channel.clock_held():
                 generation = await self.engine.generate(
-                    request.messages, model=self.model, tools=request.tools, options=options,
-                )  # fmt: skip
+                    request.messages,
+                    model=self.model,
+                    tools=request.tools,
+                    options=options,
+                )
             if hold is not None:
                 hold.settle(generation.usage)
             reply = InferResult(id=frame.id, generation=generation.to_dict())

@@ -58,8 +58,11 @@ class HostTools:
         tool = self.tools.get(frame.tool)
         if tool is None:
             offered = ", ".join(self.tools) or "none"
-            return self._reply(frame, f"Error: no tool {frame.tool[:100]!r} was offered to "
-                                      f"this run (offered: {offered})", success=False)  # fmt: skip
+            return self._reply(
+                frame,
+                f"Error: no tool {frame.tool[:100]!r} was offered to this run (offered: {offered})",
+                success=False,
+            )
         name = tool.spec.name
         try:
             params = validate_arguments(dict(frame.arguments), tool.spec.parameters)

@@ -11,9 +11,9 @@ import click
 def agent_rows() -> list[dict[str, Any]]:
     from .._config import load_config
     from ..agents import AgentRegistry
-    from ..agents._claude_code import key_mode
     from ..agents._registry import ALIASES
     from ..external import ExternalAgent, external_agent_class, installed
+    from ..external._claude_code import key_mode
     from ..runs import declared_options
 
     config = load_config()

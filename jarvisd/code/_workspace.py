@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._errors import UsageError, WorkspaceError
-from ._copy import CopyReport, NameFilter, copy_tree
+from ..sandbox._copy import CopyReport, NameFilter, copy_tree
 from ._git import Git, git_output
 from ._record import Limits, load_manifest, record, save_manifest
 from ._store import CodeStore, Workspace, new_workspace_id

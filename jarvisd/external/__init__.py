@@ -1,9 +1,11 @@
-"""External agents: ACP coding agents (opencode, codex, claude, gemini, or any from
-config) run as jarvis agents, on the run's model through an inference gateway,
-sandboxed by default.
+"""External agents: coding agents with a runtime of their own, run as jarvis agents, on
+the run's model through an inference gateway, sandboxed by default.
 
-* :class:`ExternalAgent` runs one (registry: :data:`BUILTIN`, ``[agents.external]``;
-  install: :func:`install`);
+* :class:`ExternalAgent` runs an ACP one (opencode, codex, claude, gemini, or any from
+  config; registry: :data:`BUILTIN`, ``[agents.external]``; install: :func:`install`);
+* :class:`FramedAgent` runs one of jarvis's frame protocol with one start sequence
+  (gateway, definition, sandbox or host): :class:`ClaudeCodeAgent` (the Claude Agent
+  SDK over node_bridge) and :class:`OpenHandsAgent` (the OpenHands SDK in its venv);
 * :func:`converse` is one ACP conversation with a started agent, its updates mapped
   onto the run, its permission requests answered by a :class:`PermissionPolicy`, its
   file requests confined to a :class:`Workspace`.
@@ -19,10 +21,13 @@ from .._lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from ._agent import ExternalAgent
+    from ._claude_code import ClaudeCodeAgent
     from ._client import AcpClient
+    from ._framed import FramedAgent
     from ._install import agents_dir, install, installed, missing
     from ._kinds import configured_agents, external_agent_class
     from ._mapping import map_update
+    from ._openhands import OpenHandsAgent
     from ._permissions import PermissionPolicy, PermissionRequest
     from ._registry import BUILTIN, AgentDefinition
     from ._session import McpServer, converse
@@ -32,8 +37,11 @@ _LAZY = {
     "BUILTIN": "._registry",
     "AcpClient": "._client",
     "AgentDefinition": "._registry",
+    "ClaudeCodeAgent": "._claude_code",
     "ExternalAgent": "._agent",
+    "FramedAgent": "._framed",
     "McpServer": "._session",
+    "OpenHandsAgent": "._openhands",
     "PermissionPolicy": "._permissions",
     "PermissionRequest": "._permissions",
     "Workspace": "._workspace",
@@ -51,8 +59,11 @@ __all__ = [
     "BUILTIN",
     "AcpClient",
     "AgentDefinition",
+    "ClaudeCodeAgent",
     "ExternalAgent",
+    "FramedAgent",
     "McpServer",
+    "OpenHandsAgent",
     "PermissionPolicy",
     "PermissionRequest",
     "Workspace",

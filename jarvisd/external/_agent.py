@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import AgentNotInstalled, ConfigError, ExternalAgentError, UsageError
+from .._messages import Usage
 from .._run import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
 from ..engines import Engine
@@ -38,7 +39,6 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
-    from ..runs import AgentSpec
 
 __all__ = ["NOT_RESUMABLE", "ExternalAgent"]
 
@@ -65,7 +65,7 @@ class ExternalAgent(BaseAgent):
         model: str = "",
         *,
         config: Config | None = None,
-        spec: AgentSpec | None = None,
+        sandboxed: bool = True,
         workspace: str = "",
         approver: Approver | None = None,
         mcp_servers: tuple[McpServer, ...] = (),
@@ -85,7 +85,7 @@ class ExternalAgent(BaseAgent):
         self.config = config or Config()
         self.workspace = workspace
         #: In the sandbox unless the run said --no-sandbox.
-        self.sandboxed = spec is None or spec.isolation != "host"
+        self.sandboxed = sandboxed
         self.approver = approver
         self.mcp_servers = mcp_servers
         #: The agent's own tools it is held to (``--tools``); empty: all of them.
@@ -122,8 +122,11 @@ class ExternalAgent(BaseAgent):
         if why is not None:
             raise AgentNotInstalled(why)
         if not installed(agent):
-            log.warning("installing agent %s on first use (`jarvis agents install %s`)",
-                        agent.name, agent.name)  # fmt: skip
+            log.warning(
+                "installing agent %s on first use (`jarvis agents install %s`)",
+                agent.name,
+                agent.name,
+            )
             await asyncio.to_thread(install, agent)
         return install_dir(agent)
 
@@ -136,9 +139,11 @@ class ExternalAgent(BaseAgent):
         self._emit_turn_start(run, input)
         result = await self._converse(input, run)
         self._emit_turn_end(
-            run, turns=result.turns, content=result.content,
+            run,
+            turns=result.turns,
+            content=result.content,
             **({"error": result.metadata["error"]} if result.metadata.get("error") else {}),
-        )  # fmt: skip
+        )
         return result
 
     async def _converse(self, input: str, run: RunContext) -> AgentResult:
@@ -159,8 +164,9 @@ class ExternalAgent(BaseAgent):
         if not self.sandboxed:
             log.warning(
                 "agent %s runs on the host with --no-sandbox: NOT isolated (it has your "
-                "files and network)", agent.name,
-            )  # fmt: skip
+                "files and network)",
+                agent.name,
+            )
         used_before = run.budget.used
         # The ACP SDK (pydantic models) takes a while to import: before the agent
         # starts, not while its first output waits.
@@ -169,9 +175,12 @@ class ExternalAgent(BaseAgent):
         if agent.protocol == "frames":
             return await self._frames(agent, where, input, workspace, run)
         client = AcpClient(
-            run, workspace, agent=agent.name, policy=self.policy(),
+            run,
+            workspace,
+            agent=agent.name,
+            policy=self.policy(),
             approver=self.approver or run.approver,
-        )  # fmt: skip
+        )
         if agent.context:
             # Sized for the agent before it starts, rather than grown (a reload) when
             # its first prompt does not fit.
@@ -183,15 +192,34 @@ class ExternalAgent(BaseAgent):
                 client.terminals = Terminals(home)
             async with self._gateway(run, home) as access:
                 channel = await self._start(
-                    agent, where, home, access, workspace, copy, egress=run.egress,
+                    agent,
+                    where,
+                    home,
+                    access,
+                    workspace,
+                    copy,
+                    egress=run.egress,
                     toolchain=(run.sandbox_binds, run.sandbox_env),
-                )  # fmt: skip
+                )
                 stop_reason = await converse(
-                    channel, client, cwd=workspace.root, prompt=input, run=run,
-                    mcp_servers=self.mcp_servers, terminal=not self.sandboxed,
-                )  # fmt: skip
+                    channel,
+                    client,
+                    cwd=workspace.root,
+                    prompt=input,
+                    run=run,
+                    mcp_servers=self.mcp_servers,
+                    terminal=not self.sandboxed,
+                )
+        return self._answer(client, stop_reason, workspace, _minus(run.budget.used, used_before))
+
+    def _answer(
+        self, client: AcpClient, stop_reason: str, workspace: Workspace, usage: Usage
+    ) -> AgentResult:
+        """The result of a conversation that ended with ``stop_reason``: the text the
+        agent streamed last, its tool calls, and why it is an error when it is one."""
+        agent = self.definition
         answer = client.answer_text().strip()
-        metadata: dict[str, Any] = {
+        metadata: dict[str, object] = {
             "agent": agent.name,
             "stop_reason": stop_reason,
             "sandboxed": self.sandboxed,
@@ -208,13 +236,17 @@ class ExternalAgent(BaseAgent):
             tool_results=client.tool_results,
             turns=1,
             metadata=metadata,
-            usage=_minus(run.budget.used, used_before),
+            usage=usage,
         )
 
     async def _frames(
-        self, agent: AgentDefinition, where: Path, input: str, workspace: Workspace,
+        self,
+        agent: AgentDefinition,
+        where: Path,
+        input: str,
+        workspace: Workspace,
         run: RunContext,
-    ) -> AgentResult:  # fmt: skip
+    ) -> AgentResult:
         """A program of jarvis's frame protocol: its ``infer`` frames are its model
         calls, so it needs no gateway (jarvisd.bridge.FrameSession)."""
         from ..bridge import FrameSession
@@ -224,12 +256,23 @@ class ExternalAgent(BaseAgent):
             access = GatewayAccess(
                 f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
             )
-            channel = await self._start(agent, where, home, access, workspace, egress=run.egress,
-                                        toolchain=(run.sandbox_binds, run.sandbox_env))  # fmt: skip
+            channel = await self._start(
+                agent,
+                where,
+                home,
+                access,
+                workspace,
+                egress=run.egress,
+                toolchain=(run.sandbox_binds, run.sandbox_env),
+            )
             session = FrameSession(
-                channel, self.engine, run, model=self.model, max_tokens=self.max_tokens,
+                channel,
+                self.engine,
+                run,
+                model=self.model,
+                max_tokens=self.max_tokens,
                 name=f"agent {agent.name}",
-            )  # fmt: skip
+            )
             outcome = await session.run(
                 Start(task="agent", payload={"input": input, "workspace": str(workspace.root)})
             )
@@ -275,24 +318,34 @@ class ExternalAgent(BaseAgent):
 
     @contextlib.asynccontextmanager
     async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:
-        from ..gateway import Gateway
+        from ._host import host_gateway
+        from ._sandbox import sandbox_gateway
 
+        # The model name an agent is given when the run names none.
         model = self.model or DEFAULT_MODEL_NAME
-        if self.sandboxed:
-            from ._sandbox import sandbox_gateway
-
-            async with sandbox_gateway(
-                self.engine, run, self.model, home, max_tokens=self.max_tokens,
-                default_model=model, temperature=self.temperature, max_turns=self.max_turns,
-            ) as access:  # fmt: skip
-                yield access
-        else:
-            async with Gateway(
-                self.engine, run, self.model, max_tokens=self.max_tokens,
-                temperature=self.temperature, max_turns=self.max_turns,
-            ) as gw:  # fmt: skip
-                assert gw.url is not None  # TCP: it has one
-                yield GatewayAccess(gw.url.rstrip("/"), gw.token, gw.model_name or model)
+        opened = (
+            sandbox_gateway(
+                self.engine,
+                run,
+                self.model,
+                home,
+                max_tokens=self.max_tokens,
+                default_model=model,
+                temperature=self.temperature,
+                max_turns=self.max_turns,
+            )
+            if self.sandboxed
+            else host_gateway(
+                self.engine,
+                run,
+                self.model,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                max_turns=self.max_turns,
+            )
+        )
+        async with opened as access:
+            yield access
 
     @contextlib.asynccontextmanager
     async def _mirror(self, workspace: Workspace) -> AsyncIterator[Path | None]:
@@ -337,9 +390,18 @@ class ExternalAgent(BaseAgent):
             from ._sandbox import start_in_sandbox
 
             return await start_in_sandbox(
-                agent, where, home, access, workspace, self.config, self._launch,
-                mounts=self.mounts, copy=copy, egress=egress, toolchain=toolchain,
-            )  # fmt: skip
+                agent,
+                where,
+                home,
+                access,
+                workspace,
+                self.config,
+                self._launch,
+                mounts=self.mounts,
+                copy=copy,
+                egress=egress,
+                toolchain=toolchain,
+            )
         from ._host import start_on_host
         from ._sandbox import write_home
 
@@ -352,10 +414,16 @@ class ExternalAgent(BaseAgent):
         self, agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess
     ) -> Launch:
         if agent.prepare is not None:
-            return agent.prepare(Setup(
-                where, home, access, root=os.geteuid() == 0, sandboxed=self.sandboxed,
-                tools=self.own_tools,
-            ))  # fmt: skip
+            return agent.prepare(
+                Setup(
+                    where,
+                    home,
+                    access,
+                    root=os.geteuid() == 0,
+                    sandboxed=self.sandboxed,
+                    tools=self.own_tools,
+                )
+            )
         from ._registry import _base_env
 
         env = _base_env(home) | {
@@ -375,9 +443,7 @@ async def _temporary_home() -> AsyncIterator[Path]:
         await asyncio.to_thread(shutil.rmtree, home, True)
 
 
-def _minus(after: Any, before: Any) -> Any:
-    from .._messages import Usage
-
+def _minus(after: Usage, before: Usage) -> Usage:
     return Usage(
         max(after.prompt_tokens - before.prompt_tokens, 0),
         max(after.completion_tokens - before.completion_tokens, 0),

@@ -43,6 +43,20 @@ from ._protected import protected_reason
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
+    from acp.schema import (
+        CreateTerminalResponse,
+        EnvVariable,
+        KillTerminalResponse,
+        PermissionOption,
+        ReadTextFileResponse,
+        ReleaseTerminalResponse,
+        RequestPermissionResponse,
+        TerminalOutputResponse,
+        ToolCallUpdate,
+        WaitForTerminalExitResponse,
+        WriteTextFileResponse,
+    )
+
     from ._terminals import Terminals
 
 __all__ = ["MAX_ANSWER_CHARS", "AcpClient"]
@@ -103,7 +117,7 @@ class AcpClient:
 
     # -- session/update --------------------------------------------------------------
 
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+    async def session_update(self, session_id: str, update: object, **kwargs: Any) -> None:
         if self.session_id is None or session_id != self.session_id:
             return  # a notification has no reply: ignore what is not ours
         for item in map_update(update, self._titles):
@@ -123,9 +137,14 @@ class AcpClient:
         elif isinstance(item, ToolStarted):
             self.answer_start = len(self.answer)
             run.bus.publish(
-                EventType.TOOL_CALL_START, tool=item.title, arguments=item.arguments,
-                call_id=item.call_id, kind=item.kind, agent=self.agent, depth=depth,
-            )  # fmt: skip
+                EventType.TOOL_CALL_START,
+                tool=item.title,
+                arguments=item.arguments,
+                call_id=item.call_id,
+                kind=item.kind,
+                agent=self.agent,
+                depth=depth,
+            )
             if len(self.open_calls) < MAX_TOOL_RESULTS:
                 self.open_calls[item.call_id] = item.title
             try:
@@ -137,18 +156,25 @@ class AcpClient:
         elif isinstance(item, ToolEnded):
             self.open_calls.pop(item.call_id, None)
             run.bus.publish(
-                EventType.TOOL_CALL_END, tool=item.title, success=item.success,
-                content=item.content, call_id=item.call_id, agent=self.agent, depth=depth,
-            )  # fmt: skip
+                EventType.TOOL_CALL_END,
+                tool=item.title,
+                success=item.success,
+                content=item.content,
+                call_id=item.call_id,
+                agent=self.agent,
+                depth=depth,
+            )
             if len(self.tool_results) < MAX_TOOL_RESULTS:
                 self.tool_results.append(
                     ToolResult(item.title, item.content, item.success, item.call_id)
                 )
         elif isinstance(item, PlanChanged):
             run.bus.publish(
-                EventType.AGENT_PLAN, entries=[list(e) for e in item.entries],
-                agent=self.agent, depth=depth,
-            )  # fmt: skip
+                EventType.AGENT_PLAN,
+                entries=[list(e) for e in item.entries],
+                agent=self.agent,
+                depth=depth,
+            )
 
     def close_open_calls(self, reason: str) -> None:
         """End every call the agent started and never ended, with a synthetic failed
@@ -157,9 +183,15 @@ class AcpClient:
         for call_id, title in self.open_calls.items():
             content = f"cancelled: {reason}"
             self.run.bus.publish(
-                EventType.TOOL_CALL_END, tool=title, success=False, content=content,
-                call_id=call_id, agent=self.agent, depth=self.run.depth, synthetic=True,
-            )  # fmt: skip
+                EventType.TOOL_CALL_END,
+                tool=title,
+                success=False,
+                content=content,
+                call_id=call_id,
+                agent=self.agent,
+                depth=self.run.depth,
+                synthetic=True,
+            )
             if len(self.tool_results) < MAX_TOOL_RESULTS:
                 self.tool_results.append(ToolResult(title, content, False, call_id))
         self.open_calls.clear()
@@ -167,8 +199,12 @@ class AcpClient:
     # -- session/request_permission ----------------------------------------------------
 
     async def request_permission(
-        self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any
-    ) -> Any:
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **kwargs: Any,
+    ) -> RequestPermissionResponse:
         from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
         self._check_session(session_id)
@@ -188,9 +224,15 @@ class AcpClient:
                 request = PermissionRequest(title, kind, getattr(tool_call, "raw_input", None))
                 allowed = bool(await self.approver(request))
         self.run.bus.publish(
-            EventType.PERMISSION, tool=title, kind=kind, declared=declared, decision=decision,
-            allowed=allowed, agent=self.agent, depth=self.run.depth,
-        )  # fmt: skip
+            EventType.PERMISSION,
+            tool=title,
+            kind=kind,
+            declared=declared,
+            decision=decision,
+            allowed=allowed,
+            agent=self.agent,
+            depth=self.run.depth,
+        )
         option = pick_option(options, allowed)
         if option is None:
             # Nothing to pick that says what was decided: refusing is the safe answer.
@@ -216,7 +258,7 @@ class AcpClient:
         line: int | None = None,
         limit: int | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> ReadTextFileResponse:
         from acp.schema import ReadTextFileResponse
 
         self._check_session(session_id)
@@ -226,7 +268,9 @@ class AcpClient:
             raise _request_error(str(exc)) from None
         return ReadTextFileResponse(content=text)
 
-    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> Any:
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
         from acp.schema import WriteTextFileResponse
 
         self._check_session(session_id)
@@ -249,10 +293,10 @@ class AcpClient:
         session_id: str,
         args: list[str] | None = None,
         cwd: str | None = None,
-        env: list[Any] | None = None,
+        env: list[EnvVariable] | None = None,
         output_byte_limit: int | None = None,
         **kwargs: Any,
-    ) -> Any:
+    ) -> CreateTerminalResponse:
         from acp.schema import CreateTerminalResponse
 
         self._check_session(session_id)
@@ -267,7 +311,9 @@ class AcpClient:
             raise _request_error(str(exc)) from None
         return CreateTerminalResponse(terminal_id=terminal_id)
 
-    async def terminal_output(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+    async def terminal_output(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> TerminalOutputResponse:
         from acp.schema import TerminalExitStatus, TerminalOutputResponse
 
         self._check_session(session_id)
@@ -279,7 +325,9 @@ class AcpClient:
         status = TerminalExitStatus(exit_code=code, signal=sig) if done else None
         return TerminalOutputResponse(output=output, truncated=truncated, exit_status=status)
 
-    async def wait_for_terminal_exit(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+    async def wait_for_terminal_exit(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> WaitForTerminalExitResponse:
         from acp.schema import WaitForTerminalExitResponse
 
         self._check_session(session_id)
@@ -289,7 +337,9 @@ class AcpClient:
             raise _request_error(str(exc)) from None
         return WaitForTerminalExitResponse(exit_code=code, signal=sig)
 
-    async def kill_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+    async def kill_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> KillTerminalResponse:
         from acp.schema import KillTerminalResponse
 
         self._check_session(session_id)
@@ -299,7 +349,9 @@ class AcpClient:
             raise _request_error(str(exc)) from None
         return KillTerminalResponse()
 
-    async def release_terminal(self, session_id: str, terminal_id: str, **kwargs: Any) -> Any:
+    async def release_terminal(
+        self, session_id: str, terminal_id: str, **kwargs: Any
+    ) -> ReleaseTerminalResponse:
         from acp.schema import ReleaseTerminalResponse
 
         self._check_session(session_id)

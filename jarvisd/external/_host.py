@@ -9,15 +9,23 @@ environment built from nothing (no inherited secrets).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import AgentNotInstalled
 from ..executors import Channel
 from ..executors._subprocess import SubprocessChannel, spawn_reaped
+from ._registry import GatewayAccess
 from ._transport import MAX_LINE_BYTES
 
-__all__ = ["start_on_host"]
+if TYPE_CHECKING:
+    from .._run import RunContext
+    from ..engines import Engine
+    from ..tools import ToolExecutor
+
+__all__ = ["host_gateway", "start_on_host"]
 
 #: The channel's own timeout: the run's budgets (wall clock, cancel) end a run; this
 #: only bounds an agent nobody stops.
@@ -33,3 +41,32 @@ async def start_on_host(
     except OSError as exc:
         raise AgentNotInstalled(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
     return SubprocessChannel(process, home, HOST_TIMEOUT_S, reaper=True)
+
+
+@contextlib.asynccontextmanager
+async def host_gateway(
+    engine: Engine,
+    run: RunContext,
+    model: str,
+    *,
+    max_tokens: int,
+    tools: ToolExecutor | None = None,
+    temperature: float | None = None,
+    max_turns: int | None = None,
+) -> AsyncIterator[GatewayAccess]:
+    """The run's inference gateway for a host process: on loopback TCP (the process
+    shares the host's network anyway), a per-run token; gone with the block.
+    ``tools``: the run's tools, served at its ``/mcp``."""
+    from ..gateway import Gateway
+
+    async with Gateway(
+        engine,
+        run,
+        model,
+        max_tokens=max_tokens,
+        tools=tools,
+        temperature=temperature,
+        max_turns=max_turns,
+    ) as gateway:
+        assert gateway.url is not None  # TCP: it has one
+        yield GatewayAccess(gateway.url.rstrip("/"), gateway.token, gateway.model_name)

@@ -132,6 +132,10 @@ def _npm(
     if progress is not None:
         progress(f"npm {verb} in {where}")
     return subprocess.run(
-        command, cwd=where, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        command,
+        cwd=where,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         check=False,
-    )  # fmt: skip
+    )

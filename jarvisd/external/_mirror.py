@@ -39,15 +39,15 @@ class Mirror:
 
     def start(self) -> Path:
         """Copy the workspace; the copy's directory (to mount at the workspace's path)."""
-        from ..code._copy import copy_tree
-        from ..code._workspace import _names
+        from ..sandbox import BLOCKED_PATTERNS
+        from ..sandbox._copy import NameFilter, copy_tree
 
         self.dir = Path(tempfile.mkdtemp(prefix="jarvis-ws-"))
         tree = self.dir / "tree"
         tree.mkdir()
         os.chown(tree, *self.owner)
         os.chmod(tree, 0o770)
-        copy_tree(str(self.root), str(tree), _names(), owner=self.owner)
+        copy_tree(str(self.root), str(tree), NameFilter(BLOCKED_PATTERNS), owner=self.owner)
         self.tree = tree
         return tree
 

@@ -176,8 +176,9 @@ def _codex(setup: Setup) -> Launch:
         # jarvis's container is the sandbox; codex's own (bubblewrap) cannot start in it.
         config = 'sandbox_mode = "danger-full-access"\n' + config
     env = _base_env(setup.home) | {
-        "CODEX_HOME": str(codex_home), "JARVIS_GATEWAY_TOKEN": gw.token,
-    }  # fmt: skip
+        "CODEX_HOME": str(codex_home),
+        "JARVIS_GATEWAY_TOKEN": gw.token,
+    }
     binary = setup.install / "node_modules/@zed-industries/codex-acp-linux-x64/bin/codex-acp"
     return Launch(
         (str(binary), "-c", "analytics.enabled=false"), env, {".codex/config.toml": config}

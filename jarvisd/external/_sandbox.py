@@ -39,6 +39,7 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._run import RunContext
     from ..engines import Engine
+    from ..sandbox import DockerExecutor
     from ..tools import ToolExecutor
 
 __all__ = [
@@ -89,47 +90,26 @@ async def start_in_sandbox(
     run's egress proxy socket (``RunContext.egress``), or "" for no network.
     ``toolchain``: a ``jarvis code`` run's environment, its binds and variables
     (``RunContext.sandbox_binds``, ``sandbox_env``: ``jarvisd.code._setup``)."""
-    from ..sandbox import DockerExecutor
-    from ..sandbox._covers import unreachable
-
-    backend = config.sandbox.backend
-    if backend not in ("docker", "podman"):
-        raise SandboxUnavailable(
-            f'external agents run in a container: sandbox.backend must be "docker" or '
-            f'"podman" (it is {backend!r}), or run them with --no-sandbox'
-        )
-    executor = DockerExecutor(config, flavor=backend)
-    private = unreachable(workspace.root, executor.policy.uid, executor.policy.gid)
-    if copy is not None:
-        # The workspace is what the allowlist checks; its copy is what is mounted.
-        await asyncio.to_thread(executor.mounts.check, f"{workspace.root}:rw")
-        private = ""
-    if private:
-        # Refused before anything starts: in the container the agent would fail to
-        # enter it, with nothing saying why.
-        raise MountRefused(
-            f"the agent's workspace {private}: give it access (chmod o+rx "
-            f"{workspace.root}), let `jarvis code --agent {agent.name}` work on a copy of "
-            "it, or run with --no-sandbox (not isolated)"
-        )
+    executor = await _executor(agent, workspace, config, copied=copy is not None)
     socket_path = Path(access.url.removeprefix("unix:"))
     inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model)
     launch = prepare(agent, Path(AGENT_DIR), Path(HOME_DIR), inside)
     write_home(home, launch, for_sandbox=True)
-    binds: list[tuple[str, str, bool]] = [(str(home), HOME_DIR, False)]
-    if agent.builtin:
-        binds.append((str(where), AGENT_DIR, True))
-    if agent.needs_node:
-        binds.append((_node_binary(agent), NODE_PATH, True))
-    binds.extend((source, target, True) for source, target in extra_binds)
-    if copy is not None:
-        binds.append((str(copy), str(workspace.root), False))
+    binds = _binds(agent, where, home, extra_binds, copy, workspace.root)
     binds.extend(toolchain[0])
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
     argv = (
-        "python3", "-S", "-B", "-c", "from runners.acp_forward import entry; entry()",
-        socket_inside, str(FORWARD_PORT), str(workspace.root), "--", *launch.argv,
-    )  # fmt: skip
+        "python3",
+        "-S",
+        "-B",
+        "-c",
+        "from runners.acp_forward import entry; entry()",
+        socket_inside,
+        str(FORWARD_PORT),
+        str(workspace.root),
+        "--",
+        *launch.argv,
+    )
     env = dict(launch.env) | {"PATH": SANDBOX_PATH} | dict(toolchain[1])
     request = ExecRequest(
         argv=argv,
@@ -153,6 +133,59 @@ async def start_in_sandbox(
     return channel
 
 
+async def _executor(
+    agent: AgentDefinition, workspace: Workspace, config: Config, *, copied: bool
+) -> DockerExecutor:
+    """The container backend, once the workspace is known to be one the sandbox user
+    can enter (``copied``: a copy is mounted instead, once the workspace itself passed
+    the allowlist)."""
+    from ..sandbox import DockerExecutor
+    from ..sandbox._covers import unreachable
+
+    backend = config.sandbox.backend
+    if backend not in ("docker", "podman"):
+        raise SandboxUnavailable(
+            f'external agents run in a container: sandbox.backend must be "docker" or '
+            f'"podman" (it is {backend!r}), or run them with --no-sandbox'
+        )
+    executor = DockerExecutor(config, flavor=backend)
+    private = unreachable(workspace.root, executor.policy.uid, executor.policy.gid)
+    if copied:
+        # The workspace is what the allowlist checks; its copy is what is mounted.
+        await asyncio.to_thread(executor.mounts.check, f"{workspace.root}:rw")
+        private = ""
+    if private:
+        # Refused before anything starts: in the container the agent would fail to
+        # enter it, with nothing saying why.
+        raise MountRefused(
+            f"the agent's workspace {private}: give it access (chmod o+rx "
+            f"{workspace.root}), let `jarvis code --agent {agent.name}` work on a copy of "
+            "it, or run with --no-sandbox (not isolated)"
+        )
+    return executor
+
+
+def _binds(
+    agent: AgentDefinition,
+    where: Path,
+    home: Path,
+    extra_binds: Sequence[tuple[str, str]],
+    copy: Path | None,
+    root: Path,
+) -> list[tuple[str, str, bool]]:
+    """The (host path, container path, read-only) binds jarvis chooses: the home,
+    the agent's tree, Node.js, the program's own, the workspace's copy."""
+    binds: list[tuple[str, str, bool]] = [(str(home), HOME_DIR, False)]
+    if agent.builtin:
+        binds.append((str(where), AGENT_DIR, True))
+    if agent.needs_node:
+        binds.append((_node_binary(agent), NODE_PATH, True))
+    binds.extend((source, target, True) for source, target in extra_binds)
+    if copy is not None:
+        binds.append((str(copy), str(root), False))
+    return binds
+
+
 def _container_pid(channel: Channel) -> int:
     """The host pid of the container's init (its pid namespace is the run's)."""
     api, ident = getattr(channel, "api", None), getattr(channel, "id", None)
@@ -173,10 +206,18 @@ def _besides(mounts: Sequence[str], root: Path) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def sandbox_gateway(
-    engine: Engine, run: RunContext, model: str, home: Path, *, max_tokens: int,
-    name: str = "gateway.sock", default_model: str = "local", tools: ToolExecutor | None = None,
-    temperature: float | None = None, max_turns: int | None = None,
-) -> AsyncIterator[GatewayAccess]:  # fmt: skip
+    engine: Engine,
+    run: RunContext,
+    model: str,
+    home: Path,
+    *,
+    max_tokens: int,
+    name: str = "gateway.sock",
+    default_model: str = "local",
+    tools: ToolExecutor | None = None,
+    temperature: float | None = None,
+    max_turns: int | None = None,
+) -> AsyncIterator[GatewayAccess]:
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
     the block. ``tools``: the run's tools, served at its ``/mcp``.
@@ -189,17 +230,26 @@ async def sandbox_gateway(
     socket_path = home / name
     peers = PeerBinding() if os.geteuid() == 0 else None
     async with Gateway(
-        engine, run, model, socket_path, max_tokens=max_tokens, tools=tools,
-        temperature=temperature, max_turns=max_turns, peers=peers,
-    ) as gateway:  # fmt: skip
+        engine,
+        run,
+        model,
+        socket_path,
+        max_tokens=max_tokens,
+        tools=tools,
+        temperature=temperature,
+        max_turns=max_turns,
+        peers=peers,
+    ) as gateway:
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 
             os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
         yield GatewayAccess(
-            f"unix:{socket_path}", gateway.token, gateway.model_name or model or default_model,
+            f"unix:{socket_path}",
+            gateway.token,
+            gateway.model_name or model or default_model,
             peers,
-        )  # fmt: skip
+        )
 
 
 def _git_read_only(root: Path) -> tuple[str, ...]:

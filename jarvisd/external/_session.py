@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 from .._errors import ExternalAgentError, ProtocolError
 from .._run import Cancelled, RunContext, RunStopped
@@ -26,6 +26,10 @@ from ._client import AcpClient
 from ._mapping import clip
 from ._transport import ChannelTransport
 
+if TYPE_CHECKING:
+    from acp import ClientSideConnection
+    from acp.schema import McpServerStdio, PromptResponse
+
 __all__ = ["CANCEL_GRACE_S", "HANDSHAKE_TIMEOUT_S", "McpServer", "converse"]
 
 #: How long an agent has to answer initialize and ``session/new`` (they start a
@@ -33,6 +37,8 @@ __all__ = ["CANCEL_GRACE_S", "HANDSHAKE_TIMEOUT_S", "McpServer", "converse"]
 HANDSHAKE_TIMEOUT_S = 120.0
 #: After ``session/cancel``, how long the agent has to end its prompt before it is killed.
 CANCEL_GRACE_S = 3.0
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +50,7 @@ class McpServer:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
 
-    def to_acp(self) -> Any:
+    def to_acp(self) -> McpServerStdio:
         from acp.schema import EnvVariable, McpServerStdio
 
         return McpServerStdio(
@@ -70,85 +76,140 @@ async def converse(
     (the run's cancel token), BudgetExceeded (spent by the agent's tool calls),
     ExternalAgentError or ProtocolError. The channel is killed before this returns."""
     import acp
-    from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
-
-    from .._version import __version__
 
     transport = ChannelTransport(channel)
     conn = acp.connect_to_agent(client, transport)  # type: ignore[arg-type]
-    step = "initialize"
-    prompt_task: asyncio.Future[Any] | None = None
-    stop_task = asyncio.ensure_future(_stopped(run, client))
+    at = _Progress(asyncio.ensure_future(_stopped(run, client)))
     try:
         run.cancel.raise_if_cancelled()
         async with asyncio.timeout(handshake_timeout):
-            await _until_stopped(
-                conn.initialize(
-                    protocol_version=acp.PROTOCOL_VERSION,
-                    client_capabilities=ClientCapabilities(
-                        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True),
-                        terminal=terminal,
-                    ),
-                    client_info=Implementation(name="jarvis", version=__version__),
-                ),
-                stop_task, run, client,
-            )  # fmt: skip
-            step = "session/new"
-            session = await _until_stopped(
-                conn.new_session(cwd=str(cwd), mcp_servers=[s.to_acp() for s in mcp_servers]),
-                stop_task, run, client,
-            )  # fmt: skip
-        client.session_id = session.session_id
-        step = "session/prompt"
-        prompt_task = asyncio.ensure_future(
-            conn.prompt(session_id=session.session_id, prompt=[acp.text_block(prompt)])
-        )
-        await asyncio.wait({prompt_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        if not prompt_task.done():
-            # Ask the agent to stop first (it may tidy up), then kill it regardless.
-            with contextlib.suppress(Exception):
-                await conn.cancel(session_id=session.session_id)
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(asyncio.shield(prompt_task), CANCEL_GRACE_S)
-            _raise_stop(run, client)
-        response = prompt_task.result()
-        return str(response.stop_reason)
+            session_id = await _handshake(conn, at, run, client, cwd, mcp_servers, terminal)
+        client.session_id = session_id
+        at.step = "session/prompt"
+        return await _prompt(conn, at, run, client, session_id, prompt)
     except TimeoutError:
         raise ExternalAgentError(
-            f"the agent did not answer {step} within {handshake_timeout:g} s"
+            f"the agent did not answer {at.step} within {handshake_timeout:g} s"
         ) from None
     except acp.RequestError as exc:
         if transport.error is not None:
             raise transport.error from None
         raise ExternalAgentError(
-            f"the agent answered {step} with an error: {_describe(exc)}"
+            f"the agent answered {at.step} with an error: {_describe(exc)}"
         ) from None
     except ConnectionError:
         if transport.error is not None:
             raise transport.error from None
         if run.cancel.cancelled or client.stopped is not None:
             _raise_stop(run, client)
-        raise await _ended_early(channel, step) from None
+        raise await _ended_early(channel, at.step) from None
     except (ProtocolError, RunStopped):
         raise
     except Exception as exc:
         if transport.error is not None:
             raise transport.error from None
         raise ExternalAgentError(
-            f"the conversation with the agent failed at {step}: {exc}"
+            f"the conversation with the agent failed at {at.step}: {exc}"
         ) from exc
     finally:
-        await channel.kill("closed")  # first: nothing below may leave the agent running
-        client.close_open_calls(_why_stopped(run, client, sys.exc_info()[1]))
-        stop_task.cancel()
-        if prompt_task is not None:
-            prompt_task.cancel()
+        # Read here: in the helper, the exception on its way out would not be seen.
+        await _end(channel, conn, client, run, at, sys.exc_info()[1])
+
+
+@dataclass(slots=True)
+class _Progress:
+    """How far a conversation got (its errors name the step) and the tasks its end
+    cancels: ``stop`` returns when the run is cancelled or a budget is spent."""
+
+    stop: asyncio.Future[None]
+    step: str = "initialize"
+    prompt: asyncio.Future[PromptResponse] | None = None
+
+
+async def _handshake(
+    conn: ClientSideConnection,
+    at: _Progress,
+    run: RunContext,
+    client: AcpClient,
+    cwd: Path,
+    mcp_servers: Sequence[McpServer],
+    terminal: bool,
+) -> str:
+    """``initialize`` and ``session/new``; the new session's id."""
+    import acp
+    from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+    from .._version import __version__
+
+    capabilities = ClientCapabilities(
+        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=terminal
+    )
+    await _until_stopped(
+        conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=capabilities,
+            client_info=Implementation(name="jarvis", version=__version__),
+        ),
+        at.stop,
+        run,
+        client,
+    )
+    at.step = "session/new"
+    servers = [s.to_acp() for s in mcp_servers]
+    session = await _until_stopped(
+        conn.new_session(cwd=str(cwd), mcp_servers=servers), at.stop, run, client
+    )
+    return str(session.session_id)
+
+
+async def _prompt(
+    conn: ClientSideConnection,
+    at: _Progress,
+    run: RunContext,
+    client: AcpClient,
+    session_id: str,
+    prompt: str,
+) -> str:
+    """``session/prompt`` to its end, or ``session/cancel`` when the run stops; the
+    stop reason."""
+    import acp
+
+    at.prompt = asyncio.ensure_future(
+        conn.prompt(session_id=session_id, prompt=[acp.text_block(prompt)])
+    )
+    await asyncio.wait({at.prompt, at.stop}, return_when=asyncio.FIRST_COMPLETED)
+    if not at.prompt.done():
+        # Ask the agent to stop first (it may tidy up), then kill it regardless.
         with contextlib.suppress(Exception):
-            await conn.close()
-        with contextlib.suppress(Exception):
-            await client.close()
-        with contextlib.suppress(Exception):
-            await channel.stop("closed")
+            await conn.cancel(session_id=session_id)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(at.prompt), CANCEL_GRACE_S)
+        _raise_stop(run, client)
+    return str(at.prompt.result().stop_reason)
+
+
+async def _end(
+    channel: Channel,
+    conn: ClientSideConnection,
+    client: AcpClient,
+    run: RunContext,
+    at: _Progress,
+    exc: BaseException | None,
+) -> None:
+    """The agent killed first (nothing after may leave it running), its open tool
+    calls closed (``exc``: what ended the conversation, if anything), then everything
+    else let go."""
+    await channel.kill("closed")
+    client.close_open_calls(_why_stopped(run, client, exc))
+    at.stop.cancel()
+    if at.prompt is not None:
+        at.prompt.cancel()
+    with contextlib.suppress(Exception):
+        await conn.close()
+    with contextlib.suppress(Exception):
+        await client.close()
+    with contextlib.suppress(Exception):
+        await channel.stop("closed")
 
 
 async def _stopped(run: RunContext, client: AcpClient) -> None:
@@ -163,11 +224,12 @@ async def _stopped(run: RunContext, client: AcpClient) -> None:
 
 
 async def _until_stopped(
-    coro: Any, stop_task: asyncio.Future[None], run: RunContext, client: AcpClient
-) -> Any:
+    coro: Awaitable[_T], stop_task: asyncio.Future[None], run: RunContext, client: AcpClient
+) -> _T:
     task = asyncio.ensure_future(coro)
+    watched: set[asyncio.Future[object]] = {task, stop_task}  # type: ignore[arg-type]
     try:
-        await asyncio.wait({task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
     except BaseException:
         task.cancel()
         raise

@@ -68,10 +68,15 @@ class Terminals:
         environ.update({str(k): str(v) for k, v in env.items()})
         try:
             process = await asyncio.create_subprocess_exec(
-                command, *args, cwd=str(cwd), env=environ, stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                command,
+                *args,
+                cwd=str(cwd),
+                env=environ,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         except (OSError, ValueError) as exc:
             raise ToolError(f"cannot start {command!r}: {exc}") from exc
         limit = (

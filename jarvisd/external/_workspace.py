@@ -114,9 +114,10 @@ class Workspace:
             try:
                 with self._parent(parts, root_fd=root_fd) as parent:
                     fd = os.open(
-                        parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                        parts[-1],
+                        os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                         dir_fd=parent,
-                    )  # fmt: skip
+                    )
                     with os.fdopen(fd, "rb") as file:
                         if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
                             raise ToolError(f"{path!r} is not a regular file")

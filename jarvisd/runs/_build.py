@@ -273,7 +273,7 @@ def _external(
         engine,
         spec.model,
         config=config,
-        spec=spec,
+        sandboxed=spec.isolation != "host",
         mcp_servers=_acp_servers(spec, config),
         own_tools=tuple(n.strip() for n in spec.tools if n not in mcp_names),
         max_turns=spec.max_turns,

@@ -24,9 +24,9 @@ from jarvisd._events import EventType
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd._paths import paths
 from jarvisd._run import RunContext
-from jarvisd.agents._claude_code import ClaudeCodeAgent, key_mode
-from jarvisd.agents._claude_code_install import NodeUnavailable, find_node
 from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.external._claude_code import ClaudeCodeAgent, key_mode
+from jarvisd.external._claude_code_install import NodeUnavailable, find_node
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from tests.conftest import require
 
@@ -293,9 +293,9 @@ def test_an_old_node_is_refused_with_the_fix(
 def test_the_options_reach_the_bridge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the bridge is told (the Start frame), without Node: the workspace, allowed
     tools, permission mode, turns, system prompt and session to resume."""
-    from jarvisd.agents import _claude_code_install
     from jarvisd.bridge import FrameSession, Outcome
     from jarvisd.executors import ExecResult
+    from jarvisd.external import _claude_code_install
     from jarvisd.protocol import ResultFrame, Start
 
     seen: list[Start] = []

@@ -21,8 +21,8 @@ from jarvisd._events import EventType
 from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._paths import paths
 from jarvisd._run import RunContext
-from jarvisd.agents._openhands_venv import NoPython312, find_python312, venv_dir
 from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.external._openhands_venv import NoPython312, find_python312, venv_dir
 from jarvisd.runs import AgentSpec, run_spec
 from tests.conftest import require
 
@@ -301,7 +301,7 @@ def test_a_model_request_may_take_as_long_as_the_runner(tmp_path: Path) -> None:
     import os
     import subprocess
 
-    from jarvisd.agents._openhands import _ENV, _RUNNER_TIMEOUT_S, _SOURCE
+    from jarvisd.external._openhands import _ENV, _RUNNER_TIMEOUT_S, _SOURCE
 
     use_real_venv()
     python = REAL_VENVS / "openhands" / "bin" / "python"

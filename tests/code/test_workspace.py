@@ -190,7 +190,7 @@ def test_a_project_holding_the_workspaces_is_refused(tmp_path: Path) -> None:
 def test_a_wide_tree_holds_two_descriptors_a_level(tmp_path: Path) -> None:
     import resource
 
-    from jarvisd.code._copy import NameFilter, copy_tree
+    from jarvisd.sandbox._copy import NameFilter, copy_tree
 
     source, target = tmp_path / "wide", tmp_path / "copy"
     for i in range(200):

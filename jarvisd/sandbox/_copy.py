@@ -1,4 +1,5 @@
-"""Copying a project into a workspace, leaving out what must not reach the sandbox.
+"""Copying a tree for the sandbox (a `jarvis code` workspace, an external agent's copy
+of a private workspace), leaving out what must not reach the sandbox.
 
 The walk goes through directory descriptors opened with ``O_NOFOLLOW`` and looks at
 every entry with ``lstat`` (``fstatat`` without following): a symlink is copied as a

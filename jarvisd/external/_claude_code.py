@@ -12,7 +12,8 @@ gateway forwards the SDK's requests to Anthropic as they are and adds it there
 (``jarvisd.gateway._upstream``), so the container sees only the run's token.
 
 The bridge runs in the sandbox by default, like every external agent
-(:func:`jarvisd.external.start_in_sandbox`: no network, the SDK's npm tree, the bridge
+(:class:`jarvisd.external.FramedAgent`, its start sequence;
+:func:`jarvisd.external._sandbox.start_in_sandbox`: no network, the SDK's npm tree, the bridge
 scripts and Node.js mounted read-only, the gateway's Unix socket reached through the
 container's own loopback, the workspace through the mount allowlist); ``--no-sandbox``
 runs it as a host process in a session of its own, with a warning every run. Either way
@@ -30,29 +31,28 @@ Anthropic key the gateway still runs, for the tools only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._errors import UsageError
 from .._run import RunContext
+from ..agents import AgentResult
 from ..engines import Engine
-from ._base import AgentContext, AgentResult, BaseAgent, workspace_dir
+from ._framed import FramedAgent, Payload, Runtime
+from ._registry import AgentDefinition, GatewayAccess, Launch
 
 if TYPE_CHECKING:
     from .._config import Config
-    from ..executors import Channel
-    from ..tools import BaseTool, ToolExecutor
 
 __all__ = ["ClaudeCodeAgent", "key_mode"]
 
 log = logging.getLogger(__name__)
 
-_RUNNER_TIMEOUT_S = 3600.0
 #: Where ``[claude_code] api_key_env`` sends the SDK's requests from a sandboxed run.
 ANTHROPIC_API = "https://api.anthropic.com"
 #: What the SDK's CLI must not do on its own: phone home, update itself, report errors.
@@ -62,6 +62,8 @@ _QUIET = {
     "DISABLE_AUTOUPDATER": "1",
     "DISABLE_ERROR_REPORTING": "1",
 }
+#: Where the bridge scripts are mounted in the sandbox.
+_BRIDGE_INSIDE = "/opt/bridge"
 
 
 def _home(sandboxed: bool = False) -> Path:
@@ -101,21 +103,26 @@ def _forwards(engine: Engine) -> bool:
     return isinstance(engine, CredentialEngine)
 
 
-class ClaudeCodeAgent(BaseAgent):
+class ClaudeCodeAgent(FramedAgent):
     """Claude Code (the Claude Agent SDK over node_bridge) on the run's model."""
 
     agent_id: ClassVar[str] = "claude_code"
-    accepts_tools: ClassVar[bool] = True
-    #: Runs in a container of its own (its own runtime), not in the runner's sandbox:
-    #: ``sandboxed`` is set from the spec (``--no-sandbox`` clears it).
-    own_sandbox: ClassVar[bool] = True
+    #: The SDK's npm tree from the cache (node_bridge/package.json pins it).
+    definition: ClassVar[AgentDefinition] = AgentDefinition(
+        "claude_code",
+        "Claude Code over node_bridge",
+        protocol="frames",
+        packages=(("@anthropic-ai/claude-agent-sdk", "pinned"),),
+    )
+    program_name: ClassVar[str] = "claude_code bridge"
+    #: The SDK's CLI reserves far more address space than it uses: no RLIMIT_AS.
+    host_memory: ClassVar[int] = 1 << 40
 
     def __init__(
         self,
         engine: Engine,
         model: str = "",
         *,
-        config: Config | None = None,
         workspace: str = "",
         allowed_tools: str = "",
         permission_mode: Literal["default", "acceptEdits", "bypassPermissions", "plan"] = (
@@ -123,16 +130,10 @@ class ClaudeCodeAgent(BaseAgent):
         ),
         turns: int | None = None,
         resume: str = "",
-        sandboxed: bool = True,
-        tools: Sequence[BaseTool] = (),
         max_turns: int = 10,
         **kwargs: Any,
     ) -> None:
-        super().__init__(engine, model, **kwargs)
-        self.sandboxed = sandboxed
-        self.tools = list(tools)
-        self.config = config
-        self.workspace = workspace
+        super().__init__(engine, model, workspace=workspace, max_turns=max_turns, **kwargs)
         self.allowed_tools = [t.strip() for t in allowed_tools.split(",") if t.strip()]
         self.permission_mode = permission_mode
         self.turns = max_turns if turns is None else turns  # --option turns over --max-turns
@@ -148,52 +149,17 @@ class ClaudeCodeAgent(BaseAgent):
             raise UsageError(f"[claude_code] api_key_env names ${name}, which is not set")
         return key
 
-    async def arun(
-        self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
-    ) -> AgentResult:
-        import asyncio
+    async def _runtime(self) -> Runtime:
+        from . import _claude_code_install as install
 
-        from ..bridge import run_runner
-        from ..protocol import Start
-        from ._claude_code_install import ensure_sdk, find_node
-
-        run = self._run_context(run)
-        run.cancel.raise_if_cancelled()
-        workspace = workspace_dir(self.workspace, self.agent_id)
-        node = await asyncio.to_thread(find_node)
-        sdk_dir = await asyncio.to_thread(ensure_sdk)
+        node = await asyncio.to_thread(install.find_node)
+        sdk_dir = await asyncio.to_thread(install.ensure_sdk)
         api_key = self._api_key()
         engine = self._gateway_engine()
         if api_key is not None and self.sandboxed:
             # Never into the container: the gateway holds it and forwards to Anthropic.
             engine, api_key = self._anthropic_credential(), None
-        if not self.sandboxed:
-            log.warning(
-                "agent claude_code runs on the host with --no-sandbox: NOT isolated (it has "
-                "your files and network)"
-            )
-        self._emit_turn_start(run, input)
-        payload = {
-            "prompt": input,
-            "cwd": workspace,
-            "allowed_tools": self.allowed_tools,
-            "permission_mode": self.permission_mode,
-            "max_turns": self.turns,
-            "system_prompt": self.system_prompt or "",
-            "resume": self.resume,
-        }
-        tools = self._tool_executor()
-        opened = self._in_sandbox if self.sandboxed else self._on_host
-        async with opened(
-            run, workspace, node, sdk_dir, api_key, payload, tools, engine
-        ) as channel:
-            data = await run_runner(
-                channel, self.engine, run, Start(task="claude_code", payload=payload),
-                name="claude_code bridge", model=self.model, max_tokens=self.max_tokens,
-            )  # fmt: skip
-        result = self._result(data, run, workspace)
-        result.metadata["sandboxed"] = self.sandboxed
-        return result
+        return Runtime(sdk_dir, node, engine, api_key)
 
     def _anthropic_credential(self) -> Engine:
         """``[claude_code] api_key_env`` as a host-held credential for Anthropic's API."""
@@ -219,115 +185,92 @@ class ClaudeCodeAgent(BaseAgent):
                 )
         return engine
 
-    def _tool_executor(self) -> ToolExecutor | None:
-        """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
-        if not self.tools:
-            return None
-        from ..tools import ToolExecutor
+    def _payload(self, input: str, workspace: str) -> Payload:
+        return {
+            "prompt": input,
+            "cwd": workspace,
+            "allowed_tools": self.allowed_tools,
+            "permission_mode": self.permission_mode,
+            "max_turns": self.turns,
+            "system_prompt": self.system_prompt or "",
+            "resume": self.resume,
+        }
 
-        return ToolExecutor(self.tools)
+    def _wire(
+        self,
+        payload: Payload,
+        runtime: Runtime,
+        access: GatewayAccess | None,
+        *,
+        tools: bool,
+        sandboxed: bool,
+    ) -> None:
+        from ..gateway import MCP_PATH
 
-    @contextlib.asynccontextmanager
-    async def _on_host(
-        self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any], tools: ToolExecutor | None, engine: Engine,
-    ) -> AsyncIterator[Channel]:  # fmt: skip
-        from ..executors import ExecRequest
-        from ..executors._subprocess import Limits, SubprocessExecutor
-        from ..gateway import MCP_PATH, Gateway
-        from ._claude_code_install import bridge_dir
+        # The SDK's environment, from nothing: no variable of ours reaches it. Its HOME
+        # is jarvis's own (sessions live there, for resume), never the user's.
+        if sandboxed:
+            from ._sandbox import HOME_DIR, SANDBOX_PATH
 
-        async with contextlib.AsyncExitStack() as stack:
-            # The SDK's environment, from nothing: no variable of ours reaches it. Its
-            # HOME is jarvis's own (sessions live there, for resume), never the user's.
+            env = {"PATH": SANDBOX_PATH, "HOME": HOME_DIR, **_QUIET}
+        else:
             env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(_home()), **_QUIET}
             if os.geteuid() == 0:
                 env["IS_SANDBOX"] = "1"  # Claude Code refuses to run as root otherwise
-            payload["model"] = self.model
-            if api_key is None or tools is not None:  # with a real key: for the tools only
-                gateway = await stack.enter_async_context(
-                    Gateway(engine, run, self.model, max_tokens=self.max_tokens, tools=tools)
-                )
-                assert gateway.url is not None
-                if tools is not None:
-                    payload.update(tools_url=gateway.url + MCP_PATH, tools_token=gateway.token)
-                if api_key is None:
-                    env.update(ANTHROPIC_BASE_URL=gateway.url, ANTHROPIC_API_KEY=gateway.token)
-                    payload["model"] = (
-                        engine.default_model() if _forwards(engine) else gateway.model_name
-                    )
-            if api_key is not None:
-                env["ANTHROPIC_API_KEY"] = api_key
-            payload["env"] = env  # the key travels in the start frame only
-            argv = (node, str(bridge_dir() / "claude_code.mjs"))
-            request = ExecRequest(
-                argv=argv, timeout=_RUNNER_TIMEOUT_S, env={"JARVIS_CLAUDE_SDK_DIR": str(sdk_dir)}
-            )
-            # The SDK's CLI reserves far more address space than it uses: no RLIMIT_AS.
-            executor = SubprocessExecutor(Limits(memory_bytes=1 << 40, processes=512))
-            yield await executor.open(request)
+        payload["model"] = self.model
+        if access is not None:
+            if tools:
+                payload.update(tools_url=access.url + MCP_PATH, tools_token=access.token)
+            if runtime.key is None:
+                env.update(ANTHROPIC_BASE_URL=access.url, ANTHROPIC_API_KEY=access.token)
+                # Through a credential: the model the run names, else the SDK's own default.
+                forwards = _forwards(runtime.engine)
+                payload["model"] = runtime.engine.default_model() if forwards else access.model
+        if runtime.key is not None:
+            env["ANTHROPIC_API_KEY"] = runtime.key
+        payload["env"] = env  # the key travels in the start frame only
 
-    @contextlib.asynccontextmanager
-    async def _in_sandbox(
-        self, run: RunContext, workspace: str, node: str, sdk_dir: Path, api_key: str | None,
-        payload: dict[str, Any], tools: ToolExecutor | None, engine: Engine,
-    ) -> AsyncIterator[Channel]:  # fmt: skip
-        from .._config import Config
-        from ..external import AgentDefinition, Workspace
-        from ..external import _sandbox as box
-        from ..external._registry import Launch
-        from ..gateway import MCP_PATH
+    def _host_program(self, runtime: Runtime) -> tuple[tuple[str, ...], dict[str, str]]:
         from ._claude_code_install import bridge_dir
 
-        home = _home(sandboxed=True)
-        # One socket per run in the sandbox's home (mounted at HOME_DIR), gone with it.
-        async with box.sandbox_gateway(
-            engine, run, self.model, home, max_tokens=self.max_tokens,
-            name=f"gateway-{secrets.token_hex(8)}.sock", tools=tools,
-        ) as access:  # fmt: skip
-            inside = f"http://127.0.0.1:{box.FORWARD_PORT}"  # the forwarder, to the socket
-            # Through a credential: the model the run names, else the SDK's own default.
-            payload["model"] = engine.default_model() if _forwards(engine) else access.model
-            payload["env"] = {
-                "PATH": box.SANDBOX_PATH, "HOME": box.HOME_DIR, **_QUIET,
-                "ANTHROPIC_BASE_URL": inside, "ANTHROPIC_API_KEY": access.token,
-            }  # fmt: skip
-            if tools is not None:
-                payload.update(tools_url=inside + MCP_PATH, tools_token=access.token)
-            bridge = "/opt/bridge"
-            launch = Launch(
-                (box.NODE_PATH, f"{bridge}/claude_code.mjs"),
-                {"HOME": box.HOME_DIR, "JARVIS_CLAUDE_SDK_DIR": box.AGENT_DIR, "LANG": "C.UTF-8"},
-            )
-            # The SDK's npm tree from the cache (node_bridge/package.json pins it).
-            sdk = AgentDefinition("claude_code", "Claude Code over node_bridge",
-                                  packages=(("@anthropic-ai/claude-agent-sdk", "pinned"),))  # fmt: skip
-            yield await box.start_in_sandbox(
-                sdk, sdk_dir, home, access,
-                Workspace(Path(workspace)), self.config or Config(), lambda *_: launch,
-                extra_binds=((str(bridge_dir()), bridge),), egress=run.egress,
-            )  # fmt: skip
+        argv = (runtime.program, str(bridge_dir() / "claude_code.mjs"))
+        return argv, {"JARVIS_CLAUDE_SDK_DIR": str(runtime.where)}
 
-    def _result(self, data: Any, run: RunContext, workspace: str) -> AgentResult:
-        answer = data.get("answer")
-        answer = answer if isinstance(answer, str) else ""
+    def _sandbox_launch(self, runtime: Runtime) -> tuple[Launch, tuple[tuple[str, str], ...]]:
+        from ._claude_code_install import bridge_dir
+        from ._sandbox import AGENT_DIR, HOME_DIR, NODE_PATH
+
+        launch = Launch(
+            (NODE_PATH, f"{_BRIDGE_INSIDE}/claude_code.mjs"),
+            {"HOME": HOME_DIR, "JARVIS_CLAUDE_SDK_DIR": AGENT_DIR, "LANG": "C.UTF-8"},
+        )
+        return launch, ((str(bridge_dir()), _BRIDGE_INSIDE),)
+
+    @contextlib.asynccontextmanager
+    async def _sandbox_home(self) -> AsyncIterator[Path]:
+        yield _home(sandboxed=True)  # kept: its sessions, for resume
+
+    def _result(self, data: Mapping[str, object], run: RunContext, workspace: str) -> AgentResult:
         from ..bridge import wire_tool_results
 
+        answer = data.get("answer")
+        answer = answer if isinstance(answer, str) else ""
         results = wire_tool_results(data)
         turns = data.get("turns")
         turns = turns if isinstance(turns, int) and not isinstance(turns, bool) else len(results)
         session_id = str(data.get("session_id", ""))[:200]
         subtype = str(data.get("subtype", ""))[:64]
-        metadata: dict[str, Any] = {
+        metadata: dict[str, object] = {
             "workspace": workspace,
             "session_id": session_id,
             "subtype": subtype,
             "model": self.model,
         }
         if data.get("is_error") or not answer.strip():
-            metadata["error"] = f"claude_code ended ({subtype or 'unknown'}) without an answer"
+            error = f"claude_code ended ({subtype or 'unknown'}) without an answer"
+            metadata["error"] = error
             if subtype == "error_max_turns":
                 metadata["max_turns_exceeded"] = True
-            answer = answer or "Error: " + metadata["error"]
+            answer = answer or "Error: " + error
         self._emit_turn_end(run, turns=max(turns, 0), content=answer[:500])
         return AgentResult(answer, results, max(turns, 0), metadata, run.budget.used)
