@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator
 from http.cookies import CookieError, SimpleCookie
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode
 
 from jarvisd._errors import JarvisError, TaskNotFound, UsageError
@@ -31,12 +31,19 @@ from jarvisd.http import Allowlist, Request, Response
 from . import _pages
 from ._auth import COOKIE, Sessions
 from ._html import button_form, esc, page, when
-from ._installs import Installs
+from ._installs import Install, Installs
 from ._svg import sequence
+
+if TYPE_CHECKING:
+    from jarvisd.code import CodeStore, Workspace
+    from jarvisd.code._candidates import Ranked
+    from jarvisd.daemon._protocol import TaskInfo
+    from jarvisd.daemon._server import Daemon
 
 __all__ = ["CSP", "Console"]
 
 log = logging.getLogger(__name__)
+_N = TypeVar("_N", int, float)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -87,7 +94,7 @@ def _error(status: int, message: str) -> Response:
     )
 
 
-def _install_status(install: Any) -> str:
+def _install_status(install: Install) -> str:
     if not install.done:
         return "running"
     return "done" if install.returncode == 0 else f"failed (exit {install.returncode})"
@@ -104,7 +111,7 @@ def _sse(event: str, html: str, event_id: int | None = None) -> bytes:
 class Console:
     """The console for ``daemon`` (a :class:`jarvisd.daemon._server.Daemon`)."""
 
-    def __init__(self, daemon: Any) -> None:
+    def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.sessions = Sessions()
         self.allow = Allowlist.for_server("127.0.0.1")
@@ -305,14 +312,14 @@ class Console:
             page(f"Task {task_id}", body, csrf=csrf, sse=f"/tasks/{task_id}/stream?since={last}"),
         )
 
-    def _submit(self, form: dict[str, str]) -> Any:
+    def _submit(self, form: dict[str, str]) -> TaskInfo:
         from jarvisd.runs import AgentSpec, validate_spec
 
         text = form.get("input", "")
         if not text.strip():
             raise UsageError("the task text is empty")
 
-        def number(name: str, kind: type) -> Any:
+        def number(name: str, kind: type[_N]) -> _N | None:
             raw = form.get(name, "").strip()
             if not raw:
                 return None
@@ -388,7 +395,7 @@ class Console:
 
     # -- code ---------------------------------------------------------------------------
 
-    def _code_store(self) -> Any:
+    def _code_store(self) -> CodeStore:
         from jarvisd._paths import paths
         from jarvisd.code import CodeStore
 
@@ -435,7 +442,7 @@ class Console:
         finally:
             store.close()
 
-    def _ranking(self, store: Any, ws: Any) -> list[Any]:
+    def _ranking(self, store: CodeStore, ws: Workspace) -> list[Ranked]:
         if not ws.group:
             return []
         from jarvisd.code._candidates import group_of, rank
@@ -443,7 +450,7 @@ class Console:
         return list(rank(group_of(store, ws)))
 
     def _code_action(
-        self, store: Any, ws: Any, action: str, state_dir: Path, csrf: str
+        self, store: CodeStore, ws: Workspace, action: str, state_dir: Path, csrf: str
     ) -> Response:
         from jarvisd.code import apply, discard
 
@@ -532,7 +539,7 @@ class Console:
             200, page(f"Installing {name}", body, csrf=csrf, sse=f"/models/agents/{name}/stream")
         )
 
-    async def _install_stream(self, install: Any) -> AsyncIterator[bytes]:
+    async def _install_stream(self, install: Install) -> AsyncIterator[bytes]:
         index = 0
         while True:
             changed = install.changed()

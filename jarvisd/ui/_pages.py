@@ -15,6 +15,9 @@ from ._svg import bars
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
+    from jarvisd.code import Workspace
+    from jarvisd.code._candidates import Ranked
+    from jarvisd.daemon._protocol import EventReply, TaskInfo
 
 __all__ = [
     "benchmarks",
@@ -44,7 +47,7 @@ class Row:
     waiting: bool = False
 
 
-def _state(info: Any) -> str:
+def _state(info: TaskInfo) -> str:
     return "waiting" if info.waiting is not None else info.state
 
 
@@ -66,7 +69,7 @@ def task_rows(tasks: Iterable[Row], csrf: str) -> str:
     return "".join(rows) or '<tr><td colspan="6">no tasks</td></tr>'
 
 
-def tasks_body(tasks: Sequence[Any], csrf: str, state: str, agent: str, pages: str = "") -> str:
+def tasks_body(tasks: Sequence[Row], csrf: str, state: str, agent: str, pages: str = "") -> str:
     options = "".join(
         f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
         for s in ("", *STATES)
@@ -131,7 +134,7 @@ def event_html(seq: int, kind: str, data: Mapping[str, Any], timestamp: float) -
     )
 
 
-def status_html(info: Any, csrf: str) -> str:
+def status_html(info: TaskInfo, csrf: str) -> str:
     """A task's state, what it waits on (with approve and deny), and its answer."""
     parts = [
         f'<p>state: <strong id="state">{esc(_state(info))}</strong>'
@@ -159,7 +162,7 @@ def status_html(info: Any, csrf: str) -> str:
     return "".join(parts)
 
 
-def task_body(info: Any, events: Iterable[Any], csrf: str) -> str:
+def task_body(info: TaskInfo, events: Iterable[EventReply], csrf: str) -> str:
     items = "".join(event_html(e.seq, e.event, e.data, e.timestamp) for e in events)
     return (
         f'<div id="status">{status_html(info, csrf)}</div>'
@@ -221,7 +224,7 @@ def diff_html(diff: str, view: str) -> str:
     return f'<table class="diff split">{"".join(rows)}</table>'
 
 
-def _test(label: str, test: Any) -> str:
+def _test(label: str, test: object) -> str:
     if not isinstance(test, Mapping):
         return ""
     from jarvisd.code._testrun import describe
@@ -235,7 +238,9 @@ def _test(label: str, test: Any) -> str:
     )
 
 
-def workspace_body(ws: Any, ranking: Sequence[Any], csrf: str, view: str, note: str = "") -> str:
+def workspace_body(
+    ws: Workspace, ranking: Sequence[Ranked], csrf: str, view: str, note: str = ""
+) -> str:
     out = ws.outcome
     parts = []
     if note:

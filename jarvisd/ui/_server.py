@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jarvisd.http import HTTPServer
+
+if TYPE_CHECKING:
+    from jarvisd.daemon._server import Daemon
 
 from ._app import Console
 
@@ -19,7 +22,7 @@ class ConsoleServer:
     """``start()`` binds 127.0.0.1:``port`` (0: any free port); a port in use is said in
     the log and the daemon goes on without its console."""
 
-    def __init__(self, daemon: Any, port: int) -> None:
+    def __init__(self, daemon: Daemon, port: int) -> None:
         self.console = Console(daemon)
         self.requested = port
         self._http = HTTPServer(self.console)
