@@ -24,7 +24,6 @@ from jarvisd.agents import AgentContext
 from jarvisd.executors._subprocess import SubprocessChannel
 from jarvisd.external._kinds import external_agent_class
 from jarvisd.patterns import Member, Parallel, Provenance, Result
-from jarvisd.runs import AgentSpec
 from tests.conftest import require
 from tests.external.test_sandboxed import IMAGE, _containers, _docker_ok
 
@@ -71,8 +70,12 @@ def _external(tmp_path: Path, *, sandboxed: bool = False) -> Member:
     )
     cls = external_agent_class("builder", config)
     assert cls is not None
-    spec = AgentSpec(input="", agent="builder", isolation="default" if sandboxed else "host")
-    agent = cls(ScriptedEngine.from_replies([]), config=config, spec=spec, workspace=str(workspace))
+    agent = cls(
+        ScriptedEngine.from_replies([]),
+        config=config,
+        sandboxed=sandboxed,
+        workspace=str(workspace),
+    )
     return AgentMember(agent, "builder")
 
 
