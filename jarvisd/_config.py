@@ -79,9 +79,12 @@ def _number(value: float | None) -> str:
     return str(int(value)) if value is not None and float(value).is_integer() else f"{value}"
 
 
+_Number = typing.TypeVar("_Number", int, float)
+
+
 def _num(
-    default: Any, low: float | None = None, high: float | None = None, above: bool = False
-) -> Any:
+    default: _Number, low: float | None = None, high: float | None = None, above: bool = False
+) -> _Number:
     """A numeric field with its bounds."""
     return field(default=default, metadata={"bounds": Bounds(low, high, above)})
 
@@ -366,12 +369,12 @@ def parse_config(data: Mapping[str, Any], source: str = "<config>") -> Config:
 _T = typing.TypeVar("_T")
 
 
-def _build(cls: type[_T], data: Any, file: str, prefix: str) -> _T:
+def _build(cls: type[_T], data: object, file: str, prefix: str) -> _T:
     if not isinstance(data, Mapping):
         raise ConfigError(file, prefix.rstrip(".") or "<top>", "a table", data)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name != "source"}  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for key, value in data.items():
         dotted = prefix + key
         if key not in fields:
@@ -502,7 +505,7 @@ def _check_credentials(credentials: Mapping[str, CredentialConfig], file: str, d
             claimed[agent] = name
 
 
-def _coerce(hint: Any, value: Any, file: str, key: str) -> Any:
+def _coerce(hint: object, value: object, file: str, key: str) -> object:
     origin = typing.get_origin(hint)
     if origin is Mapping:
         if not isinstance(value, Mapping):

@@ -52,7 +52,7 @@ class Event:
     data: Mapping[str, Any] = field(default_factory=dict)
     timestamp: float = field(default_factory=time.time)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"type": self.type.value, "data": dict(self.data), "timestamp": self.timestamp}
 
 
@@ -77,7 +77,7 @@ class EventBus:
         with self._lock:
             self._subscribers = tuple((t, c) for t, c in self._subscribers if c is not callback)
 
-    def publish(self, event_type: EventType, /, **data: Any) -> Event:
+    def publish(self, event_type: EventType, /, **data: object) -> Event:
         event = Event(event_type, data, time.time())
         self.deliver(event)
         return event

@@ -263,7 +263,7 @@ class Sources:
         return any(w.startswith(stem) for w in self.words)
 
 
-def _neutral(value: Any, schema: Mapping[str, Any]) -> bool:
+def _neutral(value: object, schema: Mapping[str, Any]) -> bool:
     """Values the model may rightly choose itself: a flag, nothing, the schema's
     default, constant or one of its listed choices."""
     if value is None or isinstance(value, bool):
@@ -282,7 +282,7 @@ def _schema(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _leaves(value: Any, schema: Mapping[str, Any], depth: int = 0) -> Iterator[float | str]:
+def _leaves(value: object, schema: Mapping[str, Any], depth: int = 0) -> Iterator[float | str]:
     """The values in an argument that a user would give (numbers and strings, stripped):
     what the model may rightly choose (see :func:`_neutral`) and 0 and 1 left out."""
     if depth > MAX_DEPTH or _neutral(value, schema):
@@ -356,7 +356,7 @@ def _judged(call: ToolCall, spec: ToolSpec) -> Iterator[tuple[str, Any, Mapping[
             yield name, arguments[name], _schema(properties.get(name))
 
 
-def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, Any]:
+def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, object]:
     """The required arguments of ``call`` whose values ``sources`` never gave, by name;
     empty when every one was given (or is the model's to choose)."""
     return {

@@ -15,7 +15,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 __all__ = [
     "FinishReason",
@@ -29,6 +29,13 @@ __all__ = [
     "ToolSpec",
     "Usage",
 ]
+
+#: Arbitrary JSON, as ``json.loads`` returns it and ``json.dumps`` takes it: the one alias
+#: for a value whose shape jarvis does not know (a tool's schema, an engine's extra
+#: fields). Known shapes get a TypedDict or a dataclass instead.
+JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
+#: A JSON object of unknown shape.
+JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 
 class Role(enum.StrEnum):
@@ -80,7 +87,7 @@ class ToolCall:
             text = json.dumps(dict(arguments), ensure_ascii=False)
         return cls(name=name, arguments=text, id=id or new_call_id())
 
-    def arguments_dict(self) -> dict[str, Any]:
+    def arguments_dict(self) -> JSONObject:
         """Arguments as an object, best effort (for wires that need an object)."""
         try:
             value = json.loads(self.arguments)
@@ -88,7 +95,7 @@ class ToolCall:
             return {}
         return value if isinstance(value, dict) else {}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str]:
         return {"id": self.id, "name": self.name, "arguments": self.arguments}
 
     @classmethod
@@ -125,8 +132,8 @@ class Message:
     def tool(cls, content: str, *, tool_call_id: str | None, name: str) -> Message:
         return cls(Role.TOOL, content, tool_call_id=tool_call_id, name=name)
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"role": self.role.value, "content": self.content}
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"role": self.role.value, "content": self.content}
         if self.tool_calls:
             data["tool_calls"] = [c.to_dict() for c in self.tool_calls]
         if self.tool_call_id is not None:
@@ -156,10 +163,10 @@ class ToolSpec:
         default_factory=lambda: {"type": "object", "properties": {}}
     )
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> dict[str, object]:
         return {"type": "function", "function": self.to_dict()}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "description": self.description,
@@ -184,9 +191,9 @@ class ToolResult:
     success: bool = True
     call_id: str | None = None
     latency_s: float = 0.0
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "tool_name": self.tool_name,
             "content": self.content,
@@ -252,9 +259,9 @@ class SamplingOptions:
     #: ``response_format``): llama.cpp constrains it with its JSON grammar.
     json_format: bool = False
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> dict[str, object]:
         """The OpenAI chat-completions sampling fields (llama.cpp takes the same)."""
-        fields: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        fields: dict[str, object] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.json_format:
             fields["response_format"] = {"type": "json_object"}
         if self.top_p is not None:
@@ -280,7 +287,7 @@ class Generation:
     def to_message(self) -> Message:
         return Message.assistant(self.content, self.tool_calls)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "content": self.content,
             "tool_calls": [c.to_dict() for c in self.tool_calls],

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Collection, Iterator
-from typing import Any
 
 from ._messages import ToolCall
 
@@ -34,7 +33,7 @@ def starts_like_a_call(text: str) -> bool:
     return _CALL_START.match(text) is not None
 
 
-def extract_json_objects(text: str) -> Iterator[tuple[int, int, Any]]:
+def extract_json_objects(text: str) -> Iterator[tuple[int, int, object]]:
     """Yield (start, end, value) for every top-level JSON object or array in ``text``."""
     decoder = json.JSONDecoder()
     index = 0
@@ -52,7 +51,7 @@ def extract_json_objects(text: str) -> Iterator[tuple[int, int, Any]]:
         index = end
 
 
-def _as_call(value: Any, names: Collection[str]) -> ToolCall | None:
+def _as_call(value: object, names: Collection[str]) -> ToolCall | None:
     if not isinstance(value, dict):
         return None
     if "function" in value and isinstance(value["function"], dict):
@@ -80,7 +79,7 @@ def _match_name(name: str, names: Collection[str]) -> str | None:
     return lowered.get(name.strip().lower())
 
 
-def _calls_in(value: Any, names: Collection[str]) -> list[ToolCall]:
+def _calls_in(value: object, names: Collection[str]) -> list[ToolCall]:
     items = value if isinstance(value, list) else [value]
     calls = [_as_call(item, names) for item in items]
     return [c for c in calls if c is not None]

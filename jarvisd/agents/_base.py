@@ -114,7 +114,7 @@ class AgentContext:
     conversation: list[Message] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     memory_results: list[object] = field(default_factory=list)  # MemoryHits, or text
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -122,10 +122,10 @@ class AgentResult:
     content: str
     tool_results: list[ToolResult] = field(default_factory=list)
     turns: int = 0
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "content": self.content,
             "tool_results": [r.to_dict() for r in self.tool_results],
@@ -178,9 +178,11 @@ class BaseAgent(abc.ABC):
     ) -> AgentResult:
         """Run the agent on ``input`` within ``run`` (a new run when None)."""
 
-    def run(self, input: str, context: AgentContext | None = None, **kwargs: Any) -> AgentResult:
+    def run(
+        self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None
+    ) -> AgentResult:
         """Synchronous wrapper over :meth:`arun` for scripts and the design's contract."""
-        return asyncio.run(self.arun(input, context, **kwargs))
+        return asyncio.run(self.arun(input, context, run=run))
 
     # -- helpers shared by the implementations -------------------------------------
 
@@ -189,12 +191,12 @@ class BaseAgent(abc.ABC):
             return run
         return RunContext(bus=self.bus) if self.bus is not None else RunContext()
 
-    def _emit_turn_start(self, run: RunContext, input: str, **data: Any) -> None:
+    def _emit_turn_start(self, run: RunContext, input: str, **data: object) -> None:
         run.bus.publish(
             EventType.AGENT_TURN_START, agent=self.agent_id, input=input, depth=run.depth, **data
         )
 
-    def _emit_turn_end(self, run: RunContext, **data: Any) -> None:
+    def _emit_turn_end(self, run: RunContext, **data: object) -> None:
         run.bus.publish(EventType.AGENT_TURN_END, agent=self.agent_id, depth=run.depth, **data)
 
     def _build_messages(

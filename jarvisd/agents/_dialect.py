@@ -95,7 +95,7 @@ class LoopState:
     #: The run's answer and its metadata, once it has one (see the module docstring).
     final: dict[str, Any] | None = None
 
-    def to_dict(self, agent: str) -> dict[str, Any]:
+    def to_dict(self, agent: str) -> dict[str, object]:
         data = {
             "version": STATE_VERSION,
             "agent": agent,
@@ -129,7 +129,7 @@ class LoopState:
         )
 
 
-def _final_of(data: Any) -> dict[str, Any] | None:
+def _final_of(data: object) -> dict[str, Any] | None:
     """A saved answer, or None when there is none (or it is not one)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("content"), str):
         return None

@@ -151,7 +151,7 @@ class StructuredDialect(Dialect):
         )
 
 
-def _args(value: Any) -> dict[str, Any] | str:
+def _args(value: object) -> dict[str, object] | str:
     if isinstance(value, dict | str):
         return value
     return {}

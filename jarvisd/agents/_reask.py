@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._messages import Message, ToolResult
@@ -43,8 +43,9 @@ def _known_results(state: LoopState, limit: int = 20, max_chars: int = 1000) -> 
     for result in state.tool_results:
         if not result.success:
             continue
-        arguments = result.metadata.get("arguments") or {}
-        args = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        arguments = result.metadata.get("arguments")
+        pairs = arguments.items() if isinstance(arguments, Mapping) else ()
+        args = ", ".join(f"{k}={v!r}" for k, v in pairs)
         line = f"- {result.tool_name}({args}) returned: {result.content[:max_chars]}"
         if line not in lines:
             lines.append(line)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,6 +20,7 @@ from ._run_options import build_spec, run_options
 if TYPE_CHECKING:
     from .._events import Event
     from .._run import RunContext
+    from ..external import PermissionRequest
     from ..runs import AgentSpec, Host, RunOutcome
 
 __all__ = ["ask", "pick_host", "render", "run_on_host", "status_line"]
@@ -27,14 +29,14 @@ __all__ = ["ask", "pick_host", "render", "run_on_host", "status_line"]
 _HEADLINES = {"cancelled": "cancelled", "budget": "stopped"}
 
 
-def terminal_approver() -> Any:
+def terminal_approver() -> Callable[[PermissionRequest], Awaitable[bool]] | None:
     """A y/N question on stderr for an external agent's permission requests under
     "ask" (a ``jarvisd.external.Approver``), when a person sits at the terminal; else
     None, and those requests are denied."""
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
         return None
 
-    async def approve(request: Any) -> bool:
+    async def approve(request: PermissionRequest) -> bool:
         import asyncio
         import threading
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from .._config import Config
+    from ..engines._llamacpp import LlamaCppPool
 
 
 @click.command("serve-model")
@@ -49,7 +53,7 @@ def serve_model(
     _run(server, f"serving {', '.join(pool.names)}")
 
 
-def _pool(config: Any, models: tuple[str, ...], n_ctx: int | None) -> Any:
+def _pool(config: Config, models: tuple[str, ...], n_ctx: int | None) -> LlamaCppPool:
     from ..catalog import strongest_model
     from ..engines._llamacpp import LlamaCppPool
 

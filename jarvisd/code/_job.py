@@ -227,7 +227,7 @@ class _Progress:
     outcome: RunOutcome | None = None
     before: TestRun | None = None
     after: TestRun | None = None
-    rounds: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rounds: list[dict[str, object]] = dataclasses.field(default_factory=list)
     setup: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -375,7 +375,7 @@ def _record(
     setup, image = done.setup, done.image
     change, problem = _snapshot(ws, config)
     failure = None if outcome is None else outcome.failure
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "summary": "" if outcome is None else outcome.answer,
         "result": change.result,
         "changed": change.changed,
@@ -414,11 +414,11 @@ def _record(
 
 def _round(
     run: RunContext, ws: Workspace, number: int, outcome: RunOutcome, test: TestRun | None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Round ``number``'s record (its test output's tail only: the last is kept whole in
     ``test_after``), published as a ``round`` event."""
     rounds = ws.rounds
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "round": number,
         "of": rounds,
         "turns": outcome.turns,
@@ -499,7 +499,7 @@ def _snapshot(ws: Workspace, config: Config) -> tuple[Change, WorkspaceError | N
     return change, error
 
 
-def _summary(ws: Workspace) -> Mapping[str, Any]:
+def _summary(ws: Workspace) -> Mapping[str, object]:
     """What a run's outcome says of the workspace (the diff itself is in the store)."""
     outcome = ws.outcome
     return {

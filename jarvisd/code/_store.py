@@ -92,7 +92,7 @@ class Workspace:
             return "interrupted"
         return self.state
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "source": self.source,

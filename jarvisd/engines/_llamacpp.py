@@ -13,9 +13,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from .._errors import EngineResponseError, EngineUnavailable, ModelFileError
 from .._messages import (
@@ -39,6 +39,21 @@ __all__ = ["LlamaCppEngine", "llama_cpp_available"]
 log = logging.getLogger(__name__)
 
 _DONE = object()
+
+
+class _Llama(Protocol):
+    """What this engine uses of a ``llama_cpp.Llama`` (the package ships no types). Its
+    chunks are OpenAI-shaped JSON from the library: read as such, a wire edge."""
+
+    def create_chat_completion(self, **kwargs: object) -> Generator[dict[str, Any], None, None]: ...
+
+    def n_ctx_train(self) -> int: ...
+
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+
 # Characters that can open a tool call written as text: a JSON object, a ``` fence, a
 # <tool_call> tag.
 _CALL_START = ("{", "`", "<")
@@ -57,8 +72,8 @@ def _file_size(path: str) -> int:
         return 0
 
 
-def _to_chat(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"role": message.role.value, "content": message.content}
+def _to_chat(message: Message) -> dict[str, object]:
+    data: dict[str, object] = {"role": message.role.value, "content": message.content}
     if message.tool_calls:
         data["tool_calls"] = [
             {
@@ -91,7 +106,7 @@ class LlamaCppEngine(Engine):
         self.n_threads = n_threads or (os.cpu_count() or 1)
         self.chat_format = chat_format or None
         self.models_dir = models_dir
-        self._llama: Any = None
+        self._llama: _Llama | None = None
         self._chosen = model
         self._load_lock = threading.Lock()
         self._run_lock = asyncio.Lock()
@@ -116,7 +131,7 @@ class LlamaCppEngine(Engine):
                 404,
             )
 
-    def load(self) -> Any:
+    def load(self) -> _Llama:
         """Load (once) and return the llama_cpp.Llama instance. Blocking."""
         with self._load_lock:
             if self._llama is not None:
@@ -150,13 +165,13 @@ class LlamaCppEngine(Engine):
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         options: SamplingOptions,
-        emit: Any,
+        emit: Callable[[str], None],
         stop: threading.Event,
     ) -> Generation:
         """Blocking generation; calls ``emit(text)`` for each piece of text."""
         llama = self.load()
         start = time.perf_counter()
-        kwargs: dict[str, Any] = {
+        kwargs: dict[str, object] = {
             "messages": [_to_chat(m) for m in messages],
             "stream": True,
             **options.to_openai(),
@@ -214,7 +229,7 @@ class LlamaCppEngine(Engine):
             latency_s=time.perf_counter() - start,
         )
 
-    def _grow(self, llama: Any, needed: int) -> bool:
+    def _grow(self, llama: _Llama, needed: int) -> bool:
         """Reload the model with a window of ``needed`` tokens or more, if it was
         trained for them and memory allows; False when it cannot grow. Called with
         ``_generating`` held: nothing else uses the model meanwhile."""

@@ -121,8 +121,8 @@ def _object(line: bytes | str) -> dict[str, Any]:
     return data
 
 
-def to_ollama_message(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"role": message.role.value, "content": message.content}
+def to_ollama_message(message: Message) -> dict[str, object]:
+    data: dict[str, object] = {"role": message.role.value, "content": message.content}
     if message.tool_calls:
         data["tool_calls"] = [
             {"function": {"name": c.name, "arguments": c.arguments_dict()}}
@@ -133,8 +133,11 @@ def to_ollama_message(message: Message) -> dict[str, Any]:
     return data
 
 
-def _options(options: SamplingOptions, num_ctx: int | None) -> dict[str, Any]:
-    opts: dict[str, Any] = {"temperature": options.temperature, "num_predict": options.max_tokens}
+def _options(options: SamplingOptions, num_ctx: int | None) -> dict[str, object]:
+    opts: dict[str, object] = {
+        "temperature": options.temperature,
+        "num_predict": options.max_tokens,
+    }
     if options.top_p is not None:
         opts["top_p"] = options.top_p
     if options.seed is not None:
@@ -154,7 +157,7 @@ def _calls(message: Mapping[str, Any]) -> list[ToolCall]:
     return calls
 
 
-def _count(value: Any) -> int:
+def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
@@ -243,7 +246,7 @@ class OllamaEngine(Engine):
             )
         return self._client
 
-    async def _post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    async def _post(self, path: str, body: Mapping[str, object]) -> dict[str, Any]:
         response = await self.client.post(path, json=body)
         if response.status_code >= 400:
             raise _Refused(response.status_code, _error_text(response.content))
@@ -282,8 +285,8 @@ class OllamaEngine(Engine):
         tools: Sequence[ToolSpec],
         options: SamplingOptions,
         stream: bool,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    ) -> dict[str, object]:
+        body: dict[str, object] = {
             "model": model,
             "messages": [to_ollama_message(m) for m in messages],
             "stream": stream,

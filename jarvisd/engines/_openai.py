@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIEngine"]
 
 
-def to_openai_message(message: Message) -> dict[str, Any]:
-    data: dict[str, Any] = {"role": message.role.value, "content": message.content}
+def to_openai_message(message: Message) -> dict[str, object]:
+    data: dict[str, object] = {"role": message.role.value, "content": message.content}
     if message.tool_calls:
         data["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -156,8 +156,8 @@ class OpenAIEngine(Engine):
         tools: Sequence[ToolSpec],
         options: SamplingOptions,
         stream: bool,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    ) -> dict[str, object]:
+        body: dict[str, object] = {
             "model": model,
             "messages": [to_openai_message(m) for m in messages],
             "stream": stream,

@@ -27,6 +27,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 
 from .._errors import UsageError
@@ -65,7 +66,7 @@ class BfclCase:
     messages: tuple[Message, ...]
     functions: tuple[Mapping[str, Any], ...]
     #: The possible answers (None in irrelevance, where no call is right).
-    answer: Sequence[Any] | None
+    answer: Sequence[object] | None
 
 
 @dataclass(slots=True)
@@ -79,7 +80,7 @@ class CategoryScore:
     def accuracy(self) -> float:
         return self.correct / self.total if self.total else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "category": self.category,
             "total": self.total,
@@ -89,14 +90,14 @@ class CategoryScore:
         }
 
 
-def _data(name: str) -> Any:
+def _data(name: str) -> Traversable:
     try:
         return resources.files("bfcl_eval") / "data" / name
     except ModuleNotFoundError:
         raise UsageError(INSTALL_HINT) from None
 
 
-def _read_lines(path: Any) -> list[dict[str, Any]]:
+def _read_lines(path: Traversable) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
@@ -107,7 +108,7 @@ def load_cases(category: str, limit: int | None = None, seed: int = 0) -> list[B
     if category not in CATEGORIES:
         raise UsageError(f"unknown BFCL category {category!r}; one of: {', '.join(CATEGORIES)}")
     rows = _read_lines(_data(f"{_PREFIX}{category}.json"))
-    answers: dict[str, Any] = {}
+    answers: dict[str, list[object]] = {}
     if category != "irrelevance":
         path = _data("possible_answer") / f"{_PREFIX}{category}.json"
         answers = {row["id"]: row["ground_truth"] for row in _read_lines(path)}
@@ -124,13 +125,13 @@ def load_cases(category: str, limit: int | None = None, seed: int = 0) -> list[B
     return cases
 
 
-def _schema(value: Any) -> Any:
+def _schema(value: object) -> object:
     """BFCL's parameter schema as JSON schema: its type names mapped, "any" dropped."""
     if isinstance(value, list):
         return [_schema(v) for v in value]
     if not isinstance(value, dict):
         return value
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, item in value.items():
         if key == "type" and isinstance(item, str):
             if item == "any":
@@ -144,10 +145,17 @@ def _schema(value: Any) -> Any:
 
 
 def tool_specs(functions: Sequence[Mapping[str, Any]]) -> tuple[ToolSpec, ...]:
-    return tuple(
-        ToolSpec(f["name"], str(f.get("description", "")), _schema(f.get("parameters") or {}))
-        for f in functions
-    )
+    specs = []
+    for f in functions:
+        parameters = _schema(f.get("parameters") or {})
+        specs.append(
+            ToolSpec(
+                str(f["name"]),
+                str(f.get("description", "")),
+                parameters if isinstance(parameters, dict) else {},
+            )
+        )
+    return tuple(specs)
 
 
 class _Recorder(BaseTool):
@@ -155,7 +163,7 @@ class _Recorder(BaseTool):
 
     blocking = False  # records and returns: runs inline
 
-    def __init__(self, spec: ToolSpec, sink: list[dict[str, dict[str, Any]]]) -> None:
+    def __init__(self, spec: ToolSpec, sink: list[dict[str, dict[str, object]]]) -> None:
         self._spec = spec
         self._sink = sink
 
@@ -175,13 +183,13 @@ async def jarvis_calls(
     *,
     agent: str = "orchestrator",
     max_tokens: int = 512,
-) -> list[dict[str, dict[str, Any]]]:
+) -> list[dict[str, dict[str, object]]]:
     """The calls jarvis makes for ``case``, as ``[{name: {argument: value}}]``: the
     model's first turn, read and checked as in any run (calls whose arguments fail
     the schema are not made)."""
     from ..agents import AgentRegistry
 
-    made: list[dict[str, dict[str, Any]]] = []
+    made: list[dict[str, dict[str, object]]] = []
     system = "\n\n".join(m.content for m in case.messages if m.role.value == "system")
     question = "\n\n".join(m.content for m in case.messages if m.role.value == "user")
     runner = AgentRegistry.create(
@@ -215,14 +223,16 @@ def _checker() -> Callable[..., dict[str, Any]]:
     return ast_checker  # type: ignore[no-any-return]
 
 
-class _NamesAsOffered(dict[str, Any]):
+class _NamesAsOffered(dict[str, object]):
     """Every model: function names offered as BFCL wrote them (dots kept)."""
 
-    def __missing__(self, key: str) -> Any:
+    def __missing__(self, key: str) -> types.SimpleNamespace:
         return types.SimpleNamespace(underscore_to_dot=False)
 
 
-def score_case(case: BfclCase, calls: Sequence[Mapping[str, Any]], model: str = "jarvis") -> bool:
+def score_case(
+    case: BfclCase, calls: Sequence[Mapping[str, object]], model: str = "jarvis"
+) -> bool:
     """Whether ``calls`` answer ``case``, by bfcl-eval's checker."""
     if case.category == "irrelevance":
         return not calls

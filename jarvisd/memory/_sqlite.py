@@ -15,7 +15,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .._errors import UsageError
 from .._sqlite import open_db
@@ -56,9 +55,9 @@ class MemoryHit:
     text: str
     score: float
     source: str = ""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, object] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "id": self.id,
             "text": self.text,
@@ -81,7 +80,9 @@ class MemoryStore:
             self._conn = open_db(self.path or default_memory_path(), _SCHEMA)
         return self._conn
 
-    def add(self, text: str, *, source: str = "", metadata: Mapping[str, Any] | None = None) -> int:
+    def add(
+        self, text: str, *, source: str = "", metadata: Mapping[str, object] | None = None
+    ) -> int:
         if not text.strip():
             raise UsageError("memory text is empty")
         with self._lock:

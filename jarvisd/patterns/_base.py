@@ -26,7 +26,6 @@ import asyncio
 import contextvars
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from .._errors import JarvisError, PatternError
 from .._events import EventType
@@ -80,7 +79,7 @@ class Provenance:
         """This provenance seen from ``name``, which passed the result on."""
         return Provenance(self.producer, True, (name, *self.path))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"producer": self.producer, "delegated": self.delegated, "path": list(self.path)}
 
 
@@ -97,13 +96,13 @@ class Result:
     output: object = None
     members: tuple[Result, ...] = ()
     tool_results: list[ToolResult] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, object] = field(default_factory=dict)
 
     @property
     def success(self) -> bool:
         return not self.error
 
-    def passed_on(self, name: str, **metadata: Any) -> Result:
+    def passed_on(self, name: str, **metadata: object) -> Result:
         """This result returned by ``name`` on behalf of its producer."""
         return Result(
             self.content,
@@ -122,7 +121,7 @@ class Result:
             metadata["error"] = self.error
         return AgentResult(self.content, list(self.tool_results), 0, metadata, self.usage)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "content": self.content,
             "provenance": self.provenance.to_dict(),
@@ -211,7 +210,7 @@ class Pattern(Member):
     def __init__(self, name: str | None = None) -> None:
         self.name = name or self.kind
 
-    def emit(self, run: RunContext, event: EventType, **data: Any) -> None:
+    def emit(self, run: RunContext, event: EventType, **data: object) -> None:
         run.bus.publish(event, pattern=self.name, depth=run.depth, **data)
 
     async def call(
@@ -267,7 +266,7 @@ async def call_member(
     return result
 
 
-async def gather_all(coros: Sequence[Coroutine[Any, Any, Result]]) -> list[Result]:
+async def gather_all(coros: Sequence[Coroutine[object, object, Result]]) -> list[Result]:
     """Run member calls at once, results in order. When one raises (a stop signal), the
     others are cancelled and awaited before it propagates: no member keeps running, or
     spending, after its pattern has given up (``asyncio.gather`` alone leaves them)."""

@@ -32,7 +32,7 @@ class ContractError(PatternError):
     """A value does not fit its declared type; the message says where."""
 
 
-def _json_value(text: str) -> Any:
+def _json_value(text: str) -> object:
     text = text.strip()
     if len(text) > MAX_REPLY_CHARS:
         raise ContractError(f"reply of {len(text)} characters is too long to check")
@@ -58,7 +58,7 @@ def parse_as(kind: type[T] | Any, text: str) -> T:
     return typing.cast(T, convert(kind, _json_value(text), "value"))
 
 
-def convert(kind: Any, value: Any, where: str) -> Any:
+def convert(kind: object, value: object, where: str) -> object:
     """``value`` (decoded JSON) checked and converted to ``kind``."""
     if kind is Any or kind is object:
         return value
@@ -112,7 +112,7 @@ def convert(kind: Any, value: Any, where: str) -> Any:
     raise ContractError(f"{where}: expected {kind.__name__}, got {type(value).__name__}")
 
 
-def describe(kind: Any) -> str:
+def describe(kind: object) -> str:
     """How ``kind`` is asked for in a prompt: a JSON shape."""
     if dataclasses.is_dataclass(kind) and isinstance(kind, type):
         hints = typing.get_type_hints(kind)
@@ -133,7 +133,7 @@ class Returns(Pattern):
 
     kind = "returns"
 
-    def __init__(self, member: MemberLike, output_type: Any, *, retries: int = 1) -> None:
+    def __init__(self, member: MemberLike, output_type: object, *, retries: int = 1) -> None:
         self.member: Member = as_member(member)
         super().__init__(self.member.name)
         self.output_type = output_type
@@ -166,6 +166,6 @@ class Returns(Pattern):
         return result
 
 
-def returns(member: MemberLike, output_type: Any, *, retries: int = 1) -> Returns:
+def returns(member: MemberLike, output_type: object, *, retries: int = 1) -> Returns:
     """``member`` with a boundary contract: its answer must parse as ``output_type``."""
     return Returns(member, output_type, retries=retries)

@@ -53,7 +53,7 @@ class Harness(Pattern):
         self.before_tool = before_tool
         self.after_tool = after_tool
         #: The report of the last run (JSON-able), also in ``result.metadata["report"]``.
-        self.report: dict[str, Any] = {}
+        self.report: dict[str, object] = {}
 
     async def arun(
         self, input: str, context: AgentContext | None = None, *, run: RunContext | None = None

@@ -130,7 +130,7 @@ class Hierarchical(Pattern):
     ) -> Result:
         run = run or RunContext()
         outcome = await self.executive.arun(input, context, run=run)
-        meta: list[Any] = [r.metadata for r in outcome.tool_results]
+        meta: list[object] = [r.metadata for r in outcome.tool_results]
         return Result(
             outcome.content,
             Provenance.own(self.name),

@@ -203,7 +203,9 @@ class Planned(Pattern):
         assert self.engine is not None
         engine = RunEngine.bind(self.engine, run)
         lines = [f"Task: {input}", "Step results:"]
-        lines += [f"- {o['task']}: {o['output']}" for o in executed.metadata["outputs"]]
+        outputs = executed.metadata["outputs"]
+        assert isinstance(outputs, list)  # _execute's own record, not outside input
+        lines += [f"- {o['task']}: {o['output']}" for o in outputs]
         generation = await engine.generate(
             [Message.system(SYNTHESIS_PROMPT), Message.user("\n".join(lines))],
             model=self.planning.model,

@@ -69,10 +69,11 @@ class AgentTool(BaseTool):
 
     def context_for(self, caller: AgentContext | None) -> AgentContext:
         conversation = list(caller.conversation) if caller and self.share_history else []
-        state: dict[str, Any] = {}
+        state: dict[str, object] = {}
         if caller is not None:
             shared = caller.metadata.setdefault("state", {})
-            state = shared if self.share_state else dict(shared)
+            if isinstance(shared, dict):  # the state members share: a plain dict
+                state = shared if self.share_state else dict(shared)
         return AgentContext(conversation=conversation, metadata={"state": state})
 
     async def execute(self, **params: Any) -> ToolResult:

@@ -110,7 +110,7 @@ class TeamFile:
         return "\n".join(lines) + "\n"
 
 
-def _value(value: Any) -> str:
+def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -213,7 +213,7 @@ def parse_team(text: str, source: str = "team") -> TeamFile:
     return team
 
 
-def _check_synthesizer(where: str, table: Mapping[str, Any], fail: Any) -> None:
+def _check_synthesizer(where: str, table: Mapping[str, Any], fail: _Fail) -> None:
     """A parallel pattern has a synthesizer exactly when its mode is "synthesize" (the
     pattern refuses anything else when it runs: refused here, with the line, at submit)."""
     mode = table.get("mode", "all")
@@ -276,7 +276,7 @@ def _check_fields(
             raise fail(where, key, f"[{where}] {key}: {problem}")
 
 
-def _type_problem(kind: str, value: Any, names: set[str]) -> str:
+def _type_problem(kind: str, value: object, names: set[str]) -> str:
     if kind == "str":
         return "" if isinstance(value, str) else "must be text"
     if kind == "int":

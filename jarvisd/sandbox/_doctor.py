@@ -6,10 +6,13 @@ import asyncio
 import shutil
 import subprocess
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import SandboxError
+
+if TYPE_CHECKING:
+    from ..executors import CodeExecutor
 
 __all__ = ["Check", "diagnose"]
 
@@ -36,7 +39,7 @@ class Check:
     detail: str
     fix: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -120,7 +123,7 @@ def _engine_checks(config: Config, flavor: str) -> list[Check]:
     return checks
 
 
-def _policy_check(executor: Any) -> Check:
+def _policy_check(executor: CodeExecutor) -> Check:
     import json
 
     from ..executors import ExecRequest, run_to_completion

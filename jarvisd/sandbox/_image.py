@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def build_image(
     *,
     mirror: str = DEFAULT_MIRROR,
     suite: str = DEFAULT_SUITE,
-    log: Any = None,
+    log: Callable[[str], object] | None = None,
 ) -> BuildResult:
     """Build ``image`` on the engine behind ``client``. Needs root (mmdebstrap's root
     mode and the hook's chroot) and Debian's mirror."""

@@ -28,7 +28,7 @@ from .._config import Config
 from .._errors import JarvisError, UsageError
 
 if TYPE_CHECKING:
-    from ..netpolicy import NetEvent, NetPolicy
+    from ..netpolicy import EgressProxy, NetEvent, NetPolicy
 
 __all__ = [
     "NO_POLICY_WARNING",
@@ -116,7 +116,7 @@ class NetSummary:
             text += f", {self.refused} refused ({named})"
         return text
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "connections": self.connections,
             "refused": self.refused,
@@ -156,7 +156,7 @@ class RunNetwork:
         self.socket_path = ""
         self._ids = (uid, gid) if uid is not None and gid is not None else None
         self._dir: Path | None = None
-        self._proxy: Any = None
+        self._proxy: EgressProxy | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def __aenter__(self) -> RunNetwork:

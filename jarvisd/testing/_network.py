@@ -6,7 +6,11 @@ import contextlib
 import ipaddress
 import socket
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _socket import _Address
+    from _socket import socket as _RawSocket
 
 __all__ = ["NetworkRefused", "refuse_network"]
 
@@ -18,7 +22,7 @@ class NetworkRefused(RuntimeError):
     test must not mistake it for a server that is merely down."""
 
 
-def _is_local(host: Any) -> bool:
+def _is_local(host: object) -> bool:
     if host is None:
         return True  # getaddrinfo(None, port): the local wildcard or loopback
     if isinstance(host, bytes):
@@ -33,7 +37,7 @@ def _is_local(host: Any) -> bool:
     return address.is_loopback or address.is_unspecified
 
 
-def _check(family: int, address: Any) -> None:
+def _check(family: int, address: object) -> None:
     if family == getattr(socket, "AF_UNIX", object()):
         return
     host = address[0] if isinstance(address, tuple) and address else address
@@ -53,15 +57,15 @@ def refuse_network() -> Iterator[None]:
         yield
         return
 
-    def connect(self: Any, address: Any) -> None:
+    def connect(self: _RawSocket, address: _Address) -> None:
         _check(self.family, address)
         real_connect(self, address)
 
-    def connect_ex(self: Any, address: Any) -> int:
+    def connect_ex(self: _RawSocket, address: _Address) -> int:
         _check(self.family, address)
         return real_connect_ex(self, address)
 
-    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+    def getaddrinfo(host: bytes | str | None, *args: Any, **kwargs: Any) -> Any:
         if not _is_local(host):
             raise NetworkRefused(f"tests may not resolve {host!r}: only loopback is allowed")
         return real_getaddrinfo(host, *args, **kwargs)

@@ -14,7 +14,8 @@ import ast
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+
+from .._messages import JSONObject
 
 __all__ = ["ArgumentError", "parse_arguments", "validate_arguments"]
 
@@ -26,7 +27,7 @@ class ArgumentError(ValueError):
     """The arguments cannot be used; the message is written for the model."""
 
 
-def _loads(text: str) -> Any:
+def _loads(text: str) -> object:
     try:
         return json.loads(text)
     except ValueError:
@@ -46,7 +47,7 @@ _DECODER = json.JSONDecoder()
 _WRAPPERS = frozenset(("arguments", "parameters", "args", "input"))
 
 
-def _try_json(text: str) -> dict[str, Any] | None:
+def _try_json(text: str) -> JSONObject | None:
     try:
         value, end = _DECODER.raw_decode(text)
     except ValueError:
@@ -56,13 +57,18 @@ def _try_json(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _required(schema: Mapping[str, Any]) -> list[str]:
-    req = schema.get("required") or []
-    return [r for r in req if isinstance(r, str)]
+def _required(schema: Mapping[str, object]) -> list[str]:
+    req = schema.get("required")
+    return [r for r in req if isinstance(r, str)] if isinstance(req, list | tuple) else []
 
 
-def _sole_parameter(schema: Mapping[str, Any]) -> str | None:
-    props = schema.get("properties") or {}
+def _properties(schema: Mapping[str, object]) -> Mapping[str, object]:
+    props = schema.get("properties")
+    return props if isinstance(props, Mapping) else {}
+
+
+def _sole_parameter(schema: Mapping[str, object]) -> str | None:
+    props = _properties(schema)
     required = _required(schema)
     if len(required) == 1:
         return required[0]
@@ -72,13 +78,13 @@ def _sole_parameter(schema: Mapping[str, Any]) -> str | None:
 
 
 def parse_arguments(
-    text: str | Mapping[str, Any] | None, schema: Mapping[str, Any]
-) -> dict[str, Any]:
+    text: str | Mapping[str, object] | None, schema: Mapping[str, object]
+) -> dict[str, object]:
     """The arguments object for ``schema``, repaired when possible."""
     if text is None:
         return {}
     if not isinstance(text, str):
-        value: Any = dict(text)
+        value: object = dict(text)
     elif text.startswith("{") and (fast := _try_json(text)) is not None:
         value = fast  # the well-formed case, kept cheap
     else:
@@ -109,14 +115,10 @@ def parse_arguments(
     if isinstance(value, dict):
         if len(value) == 1:  # {"arguments": {...}}: a wrapper the model added
             key = next(iter(value))
-            if (
-                key in _WRAPPERS
-                and isinstance(value[key], dict)
-                and key not in (schema.get("properties") or {})
-            ):
-                value = value[key]
-        found: dict[str, Any] = value
-        return found
+            wrapped = value[key]
+            if key in _WRAPPERS and isinstance(wrapped, dict) and key not in _properties(schema):
+                return wrapped
+        return value
     sole = _sole_parameter(schema)
     if sole is not None and isinstance(value, str | int | float | bool):
         return {sole: value}
@@ -144,7 +146,7 @@ def _a(word: str) -> str:
     return ("an " if word[0] in "aeiou" else "a ") + word
 
 
-def _coerce(name: str, value: Any, wanted: str) -> Any:
+def _coerce(name: str, value: object, wanted: str) -> object:
     types = _TYPES.get(wanted)
     if types is None or type(value) in types:  # exact type: a bool is no integer here
         return value
@@ -171,15 +173,17 @@ def _coerce(name: str, value: Any, wanted: str) -> Any:
     raise ArgumentError(f"parameter {name!r} must be {_a(wanted)}, got {type(value).__name__}")
 
 
-def validate_arguments(params: dict[str, Any], schema: Mapping[str, Any]) -> dict[str, Any]:
+def validate_arguments(
+    params: Mapping[str, object], schema: Mapping[str, object]
+) -> dict[str, object]:
     """Check ``params`` against the (flat) JSON schema; returns coerced values."""
-    props: Mapping[str, Any] = schema.get("properties") or {}
+    props = _properties(schema)
     missing = [r for r in _required(schema) if r not in params]
     if missing:
         raise ArgumentError(
             f"missing required parameter(s) {', '.join(map(repr, missing))}; send {_example(schema)}"
         )
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in params.items():
         prop = props.get(key)
         if prop is None and props and key in _SCHEMA_KEYWORDS:
@@ -193,19 +197,22 @@ def validate_arguments(params: dict[str, Any], schema: Mapping[str, Any]) -> dic
                 raise ArgumentError(f"unknown parameter {key!r} (parameters: {known})")
             out[key] = value
             continue
-        wanted = prop.get("type")
+        wanted = prop.get("type") if isinstance(prop, Mapping) else None
         if isinstance(wanted, str):
             value = _coerce(key, value, wanted)
-        enum = prop.get("enum")
-        if enum is not None and value not in enum:
+        enum = prop.get("enum") if isinstance(prop, Mapping) else None
+        if isinstance(enum, list | tuple) and value not in enum:
             raise ArgumentError(f"parameter {key!r} must be one of {list(enum)}, got {value!r}")
         out[key] = value
     return out
 
 
-def _example(schema: Mapping[str, Any]) -> str:
-    props: Mapping[str, Any] = schema.get("properties") or {}
-    sample = {k: f"<{v.get('type', 'value')}>" for k, v in props.items()}
+def _example(schema: Mapping[str, object]) -> str:
+    props = _properties(schema)
+    sample = {
+        k: f"<{v.get('type', 'value') if isinstance(v, Mapping) else 'value'}>"
+        for k, v in props.items()
+    }
     return json.dumps(sample)
 
 

@@ -49,5 +49,5 @@ class BaseTool(abc.ABC):
         """Run with validated ``params``. Raise ``ToolError`` (or anything) on failure:
         the executor turns it into a failed ToolResult for the model."""
 
-    def to_openai_function(self) -> dict[str, Any]:
+    def to_openai_function(self) -> dict[str, object]:
         return self.spec.to_openai()

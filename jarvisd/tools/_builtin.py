@@ -17,6 +17,7 @@ from ._base import BaseTool, current_run
 
 if TYPE_CHECKING:
     from ..engines import Engine
+    from ..memory import MemoryStore
 
 __all__ = ["FileReadTool", "LLMTool", "RetrievalTool"]
 
@@ -25,7 +26,7 @@ class RetrievalTool(BaseTool):
     tool_id: ClassVar[str] = "retrieval"
     blocking: ClassVar[bool] = True
 
-    def __init__(self, store: Any = None, k: int = 5) -> None:
+    def __init__(self, store: MemoryStore | None = None, k: int = 5) -> None:
         self.store = store  # a MemoryStore; the default one opens on first use
         self.k = k
 

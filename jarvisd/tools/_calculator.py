@@ -222,7 +222,7 @@ class _Evaluator:
             raise CalculatorError(f"{node.func.id}: {exc}") from None
 
     @staticmethod
-    def _check_power(base: Any, exponent: Any) -> None:
+    def _check_power(base: Value, exponent: Value) -> None:
         if abs(exponent) > MAX_EXPONENT:
             raise CalculatorError(f"exponent {exponent} is too large (limit {MAX_EXPONENT})")
         if (

@@ -15,7 +15,7 @@ import inspect
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
@@ -28,6 +28,7 @@ __all__ = ["LoopGuard", "ToolExecutor"]
 
 MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
+_T = TypeVar("_T")
 _FATAL = (RunStopped, SandboxUnavailable)
 
 
@@ -41,7 +42,7 @@ class LoopGuard:
     last: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
-    def key(name: str, params: Mapping[str, Any]) -> str:
+    def key(name: str, params: Mapping[str, object]) -> str:
         # repr of the sorted items: canonical for equal arguments, and cheap.
         if len(params) < 2:  # the usual case: already canonical, no sorting
             return f"{name}:{params!r}"
@@ -53,7 +54,7 @@ class LoopGuard:
         self.counts[key] = seen + 1
         return seen
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "max_repeats": self.max_repeats,
             "counts": dict(self.counts),
@@ -69,7 +70,7 @@ class LoopGuard:
         )
 
 
-def _fail(call: ToolCall, message: str, start: float, **meta: Any) -> ToolResult:
+def _fail(call: ToolCall, message: str, start: float, **meta: object) -> ToolResult:
     return ToolResult(
         tool_name=call.name,
         content=message,
@@ -111,7 +112,7 @@ class ToolExecutor:
     def names(self) -> list[str]:
         return list(self.tools)
 
-    def get_openai_tools(self) -> list[dict[str, Any]]:
+    def get_openai_tools(self) -> list[dict[str, object]]:
         return [t.to_openai_function() for t in self.tools.values()]
 
     def resolve(self, name: str) -> str | None:
@@ -200,7 +201,7 @@ class ToolExecutor:
         return result
 
     async def _invoke(
-        self, tool: BaseTool, params: dict[str, Any], call: ToolCall, name: str, start: float
+        self, tool: BaseTool, params: dict[str, object], call: ToolCall, name: str, start: float
     ) -> ToolResult:
         timeout = tool.timeout or self.timeout
         try:
@@ -220,7 +221,7 @@ class ToolExecutor:
         return self._result(value, params, call, name, start)
 
     def _invoke_inline(
-        self, tool: BaseTool, params: dict[str, Any], call: ToolCall, name: str, start: float
+        self, tool: BaseTool, params: dict[str, object], call: ToolCall, name: str, start: float
     ) -> ToolResult:
         try:
             value = tool.execute(**params)
@@ -231,7 +232,7 @@ class ToolExecutor:
         return self._result(value, params, call, name, start)
 
     def _result(
-        self, value: Any, params: dict[str, Any], call: ToolCall, name: str, start: float
+        self, value: object, params: dict[str, object], call: ToolCall, name: str, start: float
     ) -> ToolResult:
         latency = time.perf_counter() - start
         # The arguments stay with the result: the loop's answer turn lists them.
@@ -270,7 +271,7 @@ class ToolExecutor:
         # must not end as "exception was never retrieved" (an unraisable warning).
         gathered = _read_when_done(asyncio.gather(*tasks))
         waiter = asyncio.ensure_future(run.cancel.wait()) if run is not None else None
-        pending: set[asyncio.Future[Any]] = {gathered}
+        pending: set[asyncio.Future[list[ToolResult]] | asyncio.Task[None]] = {gathered}
         if waiter is not None:
             pending.add(waiter)
         try:
@@ -301,7 +302,7 @@ class ToolExecutor:
         ]
 
 
-def _read_when_done(future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+def _read_when_done(future: asyncio.Future[_T]) -> asyncio.Future[_T]:
     """``future``, whose exception is read once it is done, whoever awaits it."""
     future.add_done_callback(lambda f: f.cancelled() or f.exception())
     return future

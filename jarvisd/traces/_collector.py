@@ -129,7 +129,7 @@ class Trace:
     def duration_s(self) -> float:
         return max(self.ended - self.started, 0.0)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> dict[str, object]:
         return {
             "id": self.id,
             "run_id": self.run_id,
@@ -145,7 +145,7 @@ class Trace:
             "error": self.error,
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**self.summary(), "events": self.events}
 
 

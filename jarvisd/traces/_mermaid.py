@@ -20,7 +20,7 @@ _UNSAFE = re.compile(r"[;#<>{}\[\]\"`%|\\]+")
 MAX_LABEL = 60
 
 
-def _label(text: Any) -> str:
+def _label(text: object) -> str:
     flat = " ".join(str(text).split())
     flat = _UNSAFE.sub(" ", flat).strip()
     return flat if len(flat) <= MAX_LABEL else flat[: MAX_LABEL - 3] + "..."
@@ -36,10 +36,10 @@ class _Diagram:
             self.ids[name] = f"p{len(self.ids)}"
         return self.ids[name]
 
-    def say(self, src: str, dst: str, arrow: str, text: Any) -> None:
+    def say(self, src: str, dst: str, arrow: str, text: object) -> None:
         self.lines.append(f"    {self.who(src)}{arrow}{self.who(dst)}: {_label(text) or '-'}")
 
-    def note(self, over: str, text: Any) -> None:
+    def note(self, over: str, text: object) -> None:
         self.lines.append(f"    Note over {self.who(over)}: {_label(text) or '-'}")
 
     def render(self) -> str:
@@ -118,7 +118,7 @@ def _resolve(pattern: str, open_members: list[str], top: str) -> str:
     return pattern if pattern else (open_members[-1] if open_members else top)
 
 
-def _arguments(arguments: Any) -> str:
+def _arguments(arguments: object) -> str:
     if isinstance(arguments, Mapping):
         return ", ".join(f"{k}={v}" for k, v in arguments.items())
     return str(arguments or "")

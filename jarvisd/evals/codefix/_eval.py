@@ -76,7 +76,7 @@ class BugResult:
     dropped: list[str] = field(default_factory=list)  # changed files the judge left out
     error: str = ""  # the harness could not run it
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
