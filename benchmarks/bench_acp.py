@@ -62,7 +62,7 @@ def _prompt_row(env: BenchEnv) -> list[Row]:
     import acp
     from acp import schema
 
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
     from jarvisd.runs import AgentSpec, LocalHost
     from jarvisd.testing import OllamaStandIn

@@ -124,7 +124,7 @@ async def _ours(n: int) -> dict[str, float]:
         ToolSpec,
         Usage,
     )
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.agents import AgentContext, OrchestratorAgent, RLMAgent
     from jarvisd.engines import Engine, reply
     from jarvisd.executors import SubprocessExecutor

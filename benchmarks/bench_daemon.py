@@ -89,7 +89,7 @@ def _embedded_memory_rows(root: Path, real_models: Path) -> list[Row]:
     seconds idle the worker exits and its memory goes back."""
     import psutil
 
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.catalog import get_entry, model_file
     from jarvisd.daemon import DaemonHost
     from jarvisd.runs import AgentSpec

@@ -54,7 +54,7 @@ def _ours(env: BenchEnv, workspace: Path, config_file: Path) -> float:
 
 async def _by_hand(binary: Path, workspace: Path) -> float:
     from jarvisd._messages import Generation
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
     from jarvisd.external._registry import BUILTIN, GatewayAccess, Setup
     from jarvisd.gateway import Gateway

@@ -78,7 +78,7 @@ async def _measure(
     engine: object, runs: int, max_tokens: int, warmups: int = 3
 ) -> tuple[list[float], list[float]]:
     from jarvisd import Message, SamplingOptions
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import Engine
     from jarvisd.gateway import Gateway
 

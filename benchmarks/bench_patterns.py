@@ -20,7 +20,7 @@ STEPS = (0.1, 0.15, 0.2, 0.25, 0.3)
 
 
 async def _parallel_once() -> tuple[float, float]:
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.agents import SimpleAgent
     from jarvisd.engines import ScriptedEngine, reply
     from jarvisd.patterns import AgentMember, Parallel
@@ -43,7 +43,7 @@ async def _parallel_once() -> tuple[float, float]:
 
 async def _plan_once() -> tuple[float, float]:
     from jarvisd._messages import ToolSpec
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.patterns import ToolPlan, execute_plan
     from jarvisd.tools import BaseTool, ToolExecutor
 

@@ -48,7 +48,7 @@ def _problem(image: str) -> str:
 
 def run(env: BenchEnv) -> list[Row]:
     from jarvisd._config import Config
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine
     from jarvisd.runs import AgentSpec, run_spec
 

@@ -25,7 +25,7 @@ def run(env: BenchEnv) -> list[Row]:
     os.environ["JARVIS_STATE_DIR"] = str(Path(env.tmp) / "serve-state")
     os.environ["JARVIS_DATA_DIR"] = str(Path(env.tmp) / "serve-data")
     from jarvisd._config import Config
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
     from jarvisd.http.serve import OllamaServer, ServedAgents
     from jarvisd.runs import AgentSpec, LocalHost

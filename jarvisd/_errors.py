@@ -34,7 +34,7 @@ Split by what the caller can do about it::
     └── SetupFailed             a ``jarvis code`` run's setup (its toolchain, made in the
                                 sandbox) failed: the message holds its output's tail
 
-Signals that steer a run are not errors: see ``jarvisd._run`` (``Cancelled``,
+Signals that steer a run are not errors: see ``jarvisd._runcontext`` (``Cancelled``,
 ``BudgetExceeded`` derive from ``RunStopped``). Third-party errors (httpx, ollama,
 docker, sockets) are translated once, where they are caught, with ``raise ... from``.
 On a wire (daemon replies, worker and sandbox-runner frames, ``--json``) every error

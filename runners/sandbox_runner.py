@@ -52,7 +52,7 @@ from typing import IO, TYPE_CHECKING, Any
 from jarvisd._errors import EngineError, JarvisError, ProtocolError
 from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import RunContext, RunStopped
+from jarvisd._runcontext import RunContext, RunStopped
 from jarvisd.engines._base import DEFAULT_OPTIONS, Engine
 from jarvisd.executors._launcher import drop_privileges
 from jarvisd.executors._privsep import PrivsepError

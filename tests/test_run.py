@@ -8,7 +8,7 @@ import pytest
 
 from jarvisd._events import Event, EventType
 from jarvisd._messages import Usage
-from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext, watch_wall
+from jarvisd._runcontext import Budget, BudgetExceeded, Cancelled, RunContext, watch_wall
 
 
 def warnings_of(run: RunContext) -> list[Event]:

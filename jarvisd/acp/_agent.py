@@ -39,7 +39,7 @@ from ._updates import UpdateMapper, tool_kind
 if TYPE_CHECKING:
     from .._config import Config, McpServerConfig
     from .._events import Event
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..runs import AgentSpec, RunOutcome
 
 __all__ = ["JarvisAcpAgent"]
@@ -251,7 +251,7 @@ class JarvisAcpAgent:
     # ---- running a prompt ----------------------------------------------------------
 
     async def _run_prompt(self, session: Session, text: str) -> schema.PromptResponse:
-        from .._run import RunContext
+        from .._runcontext import RunContext
         from ..runs import run_spec
 
         loop = asyncio.get_running_loop()

@@ -13,7 +13,7 @@ from .._errors import JarvisError
 from ._edits import CODE_AGENT, FileChange, changed_files
 
 if TYPE_CHECKING:
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..code import Workspace
     from ..runs import RunOutcome
     from ._agent import JarvisAcpAgent, Session, Update

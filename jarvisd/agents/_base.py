@@ -24,7 +24,7 @@ from .._messages import (
     ToolSpec,
     Usage,
 )
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..engines import Engine, RunEngine
 
 __all__ = ["AgentContext", "AgentResult", "BaseAgent", "strip_think_tags"]

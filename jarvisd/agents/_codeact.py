@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from .._claims import claims_change
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from .._toolcalls import recover_tool_calls, starts_like_a_call
 from ..executors import CodeExecutor
 from ..tools import BaseTool, ToolExecutor

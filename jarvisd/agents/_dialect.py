@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from .._messages import Generation, Message, ToolCall, ToolResult, Usage
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..tools import LoopGuard, ToolExecutor
 
 __all__ = ["STATE_VERSION", "Dialect", "LoopSetup", "LoopState", "Step"]

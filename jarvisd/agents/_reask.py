@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._messages import Message, ToolResult
-from .._run import RunContext
+from .._runcontext import RunContext
 from .._toolcalls import starts_like_a_call
 from ..engines import RunEngine
 from ..tools import ToolExecutor

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import JarvisError, ProtocolError
-from .._run import RunStopped
+from .._runcontext import RunStopped
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, receive_frame, send_frame
 from ..protocol import Cancel, ErrorFrame, Frame, FrameError, Infer, InferResult, ResultFrame, Start
 

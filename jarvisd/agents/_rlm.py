@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..executors import CodeExecutor
 from ..tools import BaseTool, ToolExecutor
 from ._base import AgentContext, strip_think_tags

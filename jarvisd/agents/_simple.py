@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from .._run import RunContext
+from .._runcontext import RunContext
 from ._base import AgentContext, AgentResult, BaseAgent
 
 __all__ = ["SimpleAgent"]

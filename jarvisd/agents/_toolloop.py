@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 from .._events import EventBus
 from .._grounding import Sources
 from .._messages import Generation, Message, Role, ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
 from ._answer import AnswerGate

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._errors import JarvisError, ProtocolError, SandboxError
 from .._messages import SamplingOptions, ToolResult, Usage
-from .._run import Budget, Hold, RunContext, RunStopped
+from .._runcontext import Budget, Hold, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (

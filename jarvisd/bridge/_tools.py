@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Sequence
 
 from .._messages import ToolResult, Usage
-from .._run import Budget, BudgetExceeded, Hold, RunContext, RunStopped
+from .._runcontext import Budget, BudgetExceeded, Hold, RunContext, RunStopped
 from ..protocol import OfferedTool, ToolFrame, ToolResultFrame
 from ..tools import ArgumentError, BaseTool, validate_arguments
 

@@ -19,7 +19,7 @@ from ._run_options import build_spec, run_options
 
 if TYPE_CHECKING:
     from .._events import Event
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..external import PermissionRequest
     from ..runs import AgentSpec, Host, RunOutcome
 
@@ -168,7 +168,7 @@ def ask(question: str, as_json: bool, no_stream: bool, no_daemon: bool, **run_va
       echo "What is 17*23?" | jarvis ask --agent orchestrator --tools calculator -
       jarvis ask --agent rlm --context notes.txt --option max_depth=3 "Summarise."
     """
-    from .._run import RunContext
+    from .._runcontext import RunContext
 
     spec = build_spec(_read_question(question), **run_values)
     stdout_tty = sys.stdout.isatty()

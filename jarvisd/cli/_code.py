@@ -231,7 +231,7 @@ def run(
         network = _task_network(task_id)
     else:
         from .._events import EventType
-        from .._run import RunContext
+        from .._runcontext import RunContext
         from ..runs import LocalHost
 
         context = RunContext()

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, NoChange, TestsCouldNotRun, UsageError, WorkspaceError
 from .._events import EventType
-from .._run import Budget, Cancelled, RunContext
+from .._runcontext import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
 from ._prompt import asks_no_change, claims_change, round_prompt, task_prompt
 from ._record import Limits

@@ -10,7 +10,7 @@ from ._job import run_code
 
 if TYPE_CHECKING:
     from .._config import Config
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..engines import Engine
     from ..runs import AgentSpec, RunOutcome
     from ..runs._kinds import RunHow

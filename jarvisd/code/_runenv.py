@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, UsageError
 from .._events import EventType
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..runs._outcome import Failure
 from ._store import Workspace
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from jarvisd._config import Config
 from jarvisd._errors import ProtocolError
-from jarvisd._run import CancelToken
+from jarvisd._runcontext import CancelToken
 from jarvisd.protocol import (
     Cancel,
     EventFrame,

@@ -41,7 +41,7 @@ from .._procs import exit_host_gone
 if TYPE_CHECKING:
     from jarvisd._config import Config
     from jarvisd._events import Event
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import Engine
     from jarvisd.runs import AgentSpec
 
@@ -117,7 +117,7 @@ class AskWorker:
     async def answer(self, payload: Mapping[str, Any]) -> None:
         from jarvisd._config import parse_config
         from jarvisd._errors import JarvisError
-        from jarvisd._run import RunContext
+        from jarvisd._runcontext import RunContext
         from jarvisd.runs import AgentSpec, Failure, RunOutcome, run_spec
 
         def on_delta(text: str) -> None:

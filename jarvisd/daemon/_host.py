@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._errors import DaemonError, DaemonUnavailable, JarvisError
 from .._events import Event, EventType
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..runs._hosts import INTERRUPTED, Host
 from ..runs._outcome import Failure, RunOutcome
 from ..runs._spec import AgentSpec

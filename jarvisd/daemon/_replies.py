@@ -13,7 +13,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator
 
-from jarvisd._run import CancelToken
+from jarvisd._runcontext import CancelToken
 from jarvisd.runs import RunOutcome
 from jarvisd.runs._failures import to_wire
 

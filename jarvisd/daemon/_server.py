@@ -33,7 +33,7 @@ from jarvisd._errors import (
     UsageError,
 )
 from jarvisd._paths import paths
-from jarvisd._run import CancelToken
+from jarvisd._runcontext import CancelToken
 from jarvisd._version import __version__
 from jarvisd.runs._failures import to_wire
 

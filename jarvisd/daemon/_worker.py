@@ -60,7 +60,7 @@ from .._procs import exit_host_gone
 from ._protocol import CHECKPOINT_EVENT
 
 if TYPE_CHECKING:
-    from jarvisd._run import CancelToken
+    from jarvisd._runcontext import CancelToken
     from jarvisd.external import PermissionRequest
 
 log = logging.getLogger("jarvisd.worker")
@@ -152,7 +152,7 @@ async def _run(host: _Host, start: Start) -> None:
     from jarvisd._config import parse_config
     from jarvisd._errors import JarvisError
     from jarvisd._events import Event, EventType
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.runs import AgentSpec, run_spec, to_wire
 
     payload = start.payload

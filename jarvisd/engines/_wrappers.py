@@ -12,7 +12,7 @@ from typing import TypeVar
 from .._errors import EngineUnavailable
 from .._events import EventBus, EventType
 from .._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec, Usage
-from .._run import BudgetExceeded, Hold, RunContext
+from .._runcontext import BudgetExceeded, Hold, RunContext
 from ._base import DEFAULT_OPTIONS, Engine, ModelInfo
 from ._tokens import prompt_tokens, text_tokens
 

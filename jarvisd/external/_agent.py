@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import AgentNotInstalled, ConfigError, ExternalAgentError, UsageError
 from .._messages import Usage
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
 from ..engines import Engine
 from ._client import AcpClient

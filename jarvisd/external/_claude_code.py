@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._errors import UsageError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentResult
 from ..engines import Engine
 from ._framed import FramedAgent, Payload, Runtime

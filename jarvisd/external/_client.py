@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ToolError
 from .._events import EventType
 from .._messages import ToolResult
-from .._run import BudgetExceeded, RunContext
+from .._runcontext import BudgetExceeded, RunContext
 from ._answer import strip_notice
 from ._mapping import (
     PlanChanged,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import UsageError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
 from ..engines import Engine
 from ._registry import AgentDefinition, GatewayAccess, Launch

@@ -21,7 +21,7 @@ from ._registry import GatewayAccess
 from ._transport import MAX_LINE_BYTES
 
 if TYPE_CHECKING:
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..engines import Engine
     from ..tools import ToolExecutor
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .._errors import UsageError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentResult
 from ._framed import RUNNER_TIMEOUT_S, FramedAgent, Payload, Runtime
 from ._registry import AgentDefinition, GatewayAccess, Launch

@@ -37,7 +37,7 @@ from ._registry import AgentDefinition, GatewayAccess, Launch
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..engines import Engine
     from ..sandbox import DockerExecutor
     from ..tools import ToolExecutor

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from .._errors import ExternalAgentError, ProtocolError
-from .._run import Cancelled, RunContext, RunStopped
+from .._runcontext import Cancelled, RunContext, RunStopped
 from ..executors import Channel
 from ._client import AcpClient
 from ._mapping import clip

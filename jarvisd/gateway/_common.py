@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from .._errors import EngineResponseError, EngineUnavailable, ModelNotFound, ProtocolError
 from .._messages import Generation, Message, SamplingOptions, ToolSpec
-from .._run import BudgetExceeded, Cancelled
+from .._runcontext import BudgetExceeded, Cancelled
 
 __all__ = ["BadRequest", "ChatRequest", "Dialect", "StreamEncoder", "error_status"]
 

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import EngineError, JarvisError
 from .._messages import StreamChunk, ToolCall
-from .._run import BudgetExceeded, RunContext, RunStopped
+from .._runcontext import BudgetExceeded, RunContext, RunStopped
 from .._unixsock import bind_private
 from ..http import HTTPServer, Request, Response
 from . import _anthropic, _gemini, _mcp, _openai_chat, _openai_responses

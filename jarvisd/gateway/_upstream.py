@@ -39,7 +39,7 @@ from .._config import CredentialConfig, credential_dialect
 from .._errors import EngineUnavailable, UsageError
 from .._events import EventType
 from .._messages import Usage
-from .._run import BudgetExceeded, Hold, RunContext, RunStopped
+from .._runcontext import BudgetExceeded, Hold, RunContext, RunStopped
 from ..http import Request, Response
 from . import _anthropic, _gemini, _openai_chat
 from ._common import BadRequest, error_status, loads, new_id, sse

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .._errors import JarvisError, PatternError
 from .._events import EventType
 from .._messages import ToolResult, Usage
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
 
 __all__ = [

@@ -28,7 +28,7 @@ from typing import Any, Literal
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message, SamplingOptions, Usage
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
 from ._base import Member, MemberLike, Pattern, Provenance, Result, as_member

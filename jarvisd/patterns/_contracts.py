@@ -16,7 +16,7 @@ import typing
 from typing import Any, TypeVar, get_args, get_origin
 
 from .._errors import PatternError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ._base import Member, MemberLike, Pattern, Result, as_member
 

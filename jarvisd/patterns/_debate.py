@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .._errors import PatternError
 from .._events import EventType
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ._base import (
     Member,

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Generation, Message, Role, ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, ToolUsingAgent
 from ..agents._toolloop import Dialect, LoopState, Step, run_tool_loop
 from ..tools import BaseTool, ToolExecutor

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from .._events import Event, EventBus, EventType
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ._base import Member, MemberLike, Pattern, Result, as_member
 from ._selfcorrect import SelfCorrecting

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from .._errors import PatternError
 from .._messages import ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ..engines import Engine
 from ..tools import BaseTool, current_run

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from .._errors import PatternError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ._base import (
     Member,

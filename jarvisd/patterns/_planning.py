@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message, SamplingOptions
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
 from ._base import AgentMember, MemberLike, Pattern, Provenance, Result, as_member, total_usage

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from .._events import EventType
 from .._messages import Message, SamplingOptions
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
 from ._base import Member, MemberLike, Pattern, Provenance, Result, as_member

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ._base import Member, MemberLike, Pattern, Result, as_member, total_usage
 

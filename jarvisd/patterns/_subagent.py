@@ -13,7 +13,7 @@ import re
 from typing import Any, ClassVar
 
 from .._messages import ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ..tools import BaseTool, current_run
 from ._base import Member, MemberLike, as_member, call_member, current_context

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext
 from ..engines import Engine
 from ..tools import BaseTool

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from .._config import Config
 from .._errors import UsageError
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..engines import Engine
 from ._base import Member, as_member

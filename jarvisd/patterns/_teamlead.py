@@ -17,7 +17,7 @@ from typing import Literal
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message, SamplingOptions
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
 from ._base import (

@@ -26,7 +26,7 @@ from typing import Any
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message, SamplingOptions, ToolCall, ToolResult
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, ToolExecutor

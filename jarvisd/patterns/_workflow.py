@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from .._errors import PatternError
 from .._events import EventType
 from .._messages import Message, ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..agents import AgentContext, ToolUsingAgent
 from ..tools import BaseTool
 from ._base import Member, MemberLike, Pattern, Provenance, Result, as_member, total_usage

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from .._config import Config
 from .._errors import JarvisError, NoAnswer
-from .._run import RunContext, RunStopped, watch_wall
+from .._runcontext import RunContext, RunStopped, watch_wall
 from ..agents import AgentContext, AgentResult
 from ..engines import Engine, engine_for_agent, select_engine
 from ._build import (

@@ -43,7 +43,7 @@ from .._errors import (
     UsageError,
     WorkspaceError,
 )
-from .._run import BudgetExceeded, Cancelled
+from .._runcontext import BudgetExceeded, Cancelled
 
 __all__ = ["CODES", "Code", "exit_code", "from_wire", "to_wire"]
 

@@ -14,7 +14,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
-from .._run import RunContext
+from .._runcontext import RunContext
 from ._outcome import Failure, RunOutcome
 from ._spec import AgentSpec
 

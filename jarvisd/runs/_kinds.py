@@ -18,7 +18,7 @@ from .._plugins import import_from_string
 
 if TYPE_CHECKING:
     from .._config import Config
-    from .._run import RunContext
+    from .._runcontext import RunContext
     from ..agents import AgentContext
     from ..engines import Engine
     from ..tools import BaseTool

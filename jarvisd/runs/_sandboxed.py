@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
-from .._run import Budget, RunContext
+from .._runcontext import Budget, RunContext
 from ..agents import AgentContext, AgentRegistry, AgentResult, BaseAgent
 from ..bridge import FrameSession, Outcome
 from ..engines import Engine

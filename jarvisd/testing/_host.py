@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .._run import RunContext
+from .._runcontext import RunContext
 from ..runs._hosts import Host
 from ..runs._outcome import RunOutcome
 from ..runs._spec import AgentSpec

@@ -43,7 +43,7 @@ class VendorStandIn:
         self._gateway: Gateway | None = None
 
     async def __aenter__(self) -> VendorStandIn:
-        from .._run import RunContext
+        from .._runcontext import RunContext
         from ..gateway import Gateway
 
         gateway = Gateway(self.engine, RunContext(), "vendor-model", max_tokens=self.max_tokens)

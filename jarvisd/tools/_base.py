@@ -17,7 +17,7 @@ from collections.abc import Awaitable
 from typing import Any, ClassVar
 
 from .._messages import ToolResult, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 
 __all__ = ["BaseTool", "current_run"]
 

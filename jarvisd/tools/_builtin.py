@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ToolError
 from .._messages import Message, SamplingOptions, ToolSpec
-from .._run import RunContext
+from .._runcontext import RunContext
 from ._base import BaseTool, current_run
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
 from .._messages import ToolCall, ToolResult, ToolSpec, Usage
-from .._run import BudgetExceeded, RunContext, RunStopped
+from .._runcontext import BudgetExceeded, RunContext, RunStopped
 from ._args import ArgumentError, parse_arguments, validate_arguments
 from ._base import _CURRENT_RUN, BaseTool
 

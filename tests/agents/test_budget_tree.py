@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from jarvisd._events import Event, EventType
 from jarvisd._messages import Generation, Message, Role, ToolCall, ToolSpec, Usage
-from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext, RunStopped
+from jarvisd._runcontext import Budget, BudgetExceeded, Cancelled, RunContext, RunStopped
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.executors import SubprocessExecutor
 from jarvisd.testing import MeteredEngine

@@ -23,7 +23,7 @@ from jarvisd._config import Config, parse_config
 from jarvisd._events import EventType
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external._claude_code import ClaudeCodeAgent, key_mode
 from jarvisd.external._claude_code_install import NodeUnavailable, find_node
@@ -184,7 +184,7 @@ _OFFLINE = r"""
 import asyncio, json, os, sys
 from pathlib import Path
 from jarvisd._config import Config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, run_spec
 

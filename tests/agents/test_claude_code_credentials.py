@@ -23,7 +23,7 @@ import pytest
 
 from jarvisd._config import CredentialConfig
 from jarvisd._messages import Generation, Message, Role, ToolSpec, Usage
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from jarvisd.testing import VendorStandIn

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from jarvisd._messages import ToolResult
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.agents._toolloop import drops_results
 from jarvisd.engines import Engine, ScriptedEngine, reply

@@ -20,7 +20,7 @@ from jarvisd._config import Config
 from jarvisd._events import EventType
 from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external._openhands_venv import NoPython312, find_python312, venv_dir
 from jarvisd.runs import AgentSpec, run_spec
@@ -371,7 +371,7 @@ _OFFLINE = r"""
 import asyncio, json, sys
 from pathlib import Path
 from jarvisd._config import Config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, run_spec
 

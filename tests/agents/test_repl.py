@@ -197,7 +197,7 @@ def test_cell_results_are_read_once_from_the_wire() -> None:
 
 
 def test_a_resumed_codeact_run_rebuilds_its_session_from_the_cells_in_its_history() -> None:
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.agents import AgentRegistry
     from jarvisd.engines import ScriptedEngine, reply
 

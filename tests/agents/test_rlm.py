@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.executors import SubprocessExecutor
@@ -290,7 +290,7 @@ def test_cancel_stops_the_repl() -> None:
         asyncio.get_running_loop().call_later(0.5, run.cancel.cancel, "stop")
         await rlm(scripted).arun("x", AgentContext(metadata={"context": "c"}), run=run)
 
-    from jarvisd._run import Cancelled
+    from jarvisd._runcontext import Cancelled
 
     started = time.perf_counter()
     with pytest.raises(Cancelled):

@@ -12,7 +12,7 @@ import pytest
 
 from jarvisd._events import EventBus, EventType
 from jarvisd._messages import Generation, Message, SamplingOptions, StreamChunk, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.agents._base import ThinkFilter
 from jarvisd.agents._parsing import final_before_code_so_far, react_answer_so_far

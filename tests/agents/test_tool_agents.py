@@ -11,7 +11,7 @@ import pytest
 
 from jarvisd._events import Event, EventBus, EventType
 from jarvisd._messages import Message, Role, ToolCall, ToolSpec
-from jarvisd._run import Cancelled, RunContext
+from jarvisd._runcontext import Cancelled, RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.agents._toolloop import LoopState, estimate_tokens, fit_messages
 from jarvisd.engines import Engine, ScriptedEngine, reply
@@ -360,7 +360,7 @@ def test_cancellation_during_a_tool_leaves_no_call_without_a_result() -> None:
 
 
 def test_budget_applies_to_the_loop() -> None:
-    from jarvisd._run import Budget, BudgetExceeded
+    from jarvisd._runcontext import Budget, BudgetExceeded
 
     scripted = ScriptedEngine([CALL["orchestrator"](f"{i}") for i in range(5)])
     with pytest.raises(BudgetExceeded):

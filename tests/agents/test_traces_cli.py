@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import SandboxUnavailable
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.cli import cli
 from jarvisd.engines import ScriptedEngine, reply
@@ -73,7 +73,7 @@ def test_every_run_is_traced_even_when_it_fails() -> None:
 
     from jarvisd import EngineResponseError
     from jarvisd._config import Config
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
     from jarvisd.runs import AgentSpec, run_spec
     from jarvisd.traces import TraceStore

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import pytest
 
 from jarvisd._messages import ToolSpec
-from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext
+from jarvisd._runcontext import Budget, BudgetExceeded, Cancelled, RunContext
 from jarvisd.bridge import FrameSession, HostTools, Outcome
 from jarvisd.bridge._session import MAX_CONCURRENT_TOOLS
 from jarvisd.bridge._tools import ANSWER_MARGIN_S, MAX_RESULT_BYTES

@@ -13,7 +13,7 @@ import pytest
 
 from jarvisd._errors import ProtocolError
 from jarvisd._messages import Message
-from jarvisd._run import Budget, BudgetExceeded, RunContext
+from jarvisd._runcontext import Budget, BudgetExceeded, RunContext
 from jarvisd.bridge import FrameSession, Outcome
 from jarvisd.engines import RunEngine, ScriptedEngine
 from jarvisd.executors import ExecRequest, SubprocessExecutor

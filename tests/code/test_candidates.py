@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.cli import cli
 from jarvisd.code import CodeStore, Workspace
 from jarvisd.code._candidates import failure_count, group_of, prepare_group, rank

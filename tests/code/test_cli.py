@@ -64,7 +64,7 @@ def test_the_none_backend_is_refused_with_a_clear_failure(project: Path) -> None
     import asyncio
 
     from jarvisd._config import Config, SandboxConfig
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.runs import AgentSpec, run_spec
 
     ws = prepare(str(project), store=CodeStore(paths().state / "code.db"),

@@ -15,7 +15,7 @@ from jarvisd._config import parse_config
 from jarvisd._events import Event
 from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.code import CodeStore, apply, prepare
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external import BUILTIN, installed

@@ -16,7 +16,7 @@ from jarvisd._config import Config, SandboxConfig
 from jarvisd._events import Event, EventType
 from jarvisd._messages import Role
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.cli import cli
 from jarvisd.code import Workspace, prepare
 from jarvisd.engines import ScriptedEngine

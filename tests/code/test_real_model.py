@@ -16,7 +16,7 @@ import pytest
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.cli._code import _render
 from jarvisd.code import CodeStore, prepare
 from jarvisd.runs import AgentSpec, run_spec

@@ -14,7 +14,7 @@ import pytest
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import WorkspaceError
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.code import CodeStore, Workspace, apply, discard, prepare
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec

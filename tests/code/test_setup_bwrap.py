@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._paths import paths
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.cli import cli
 from jarvisd.code import CodeStore, prepare
 from jarvisd.engines import ScriptedEngine

@@ -22,7 +22,7 @@ import pytest
 from jarvisd._errors import DaemonError
 from jarvisd._messages import Generation, Message
 from jarvisd._paths import ENV_VARS
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.daemon import DaemonHost
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, RunOutcome

@@ -12,7 +12,7 @@ import pytest
 
 from jarvisd._errors import EngineUnavailable
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec, Usage
-from jarvisd._run import Budget, BudgetExceeded, Cancelled, RunContext
+from jarvisd._runcontext import Budget, BudgetExceeded, Cancelled, RunContext
 from jarvisd.engines import RunEngine, ScriptedEngine, reply
 from jarvisd.engines._tokens import prompt_tokens
 from jarvisd.testing import MeteredEngine

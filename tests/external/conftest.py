@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jarvisd._events import Event
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.executors import Channel
 from jarvisd.external import AcpClient, PermissionPolicy, Workspace
 from jarvisd.external._host import start_on_host

@@ -13,7 +13,7 @@ import pytest
 
 from jarvisd._config import Config, parse_config
 from jarvisd._events import Event
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._config import parse_config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.external._registry import BUILTIN
 from jarvisd.runs import AgentSpec, run_spec
 from tests.conftest import real_model_path

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jarvisd._errors import ProtocolError, ToolError
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.external import AcpClient, PermissionPolicy, Workspace, map_update
 from jarvisd.external._mapping import MAX_EVENT_CHARS
 from jarvisd.external._transport import check_message

@@ -14,7 +14,7 @@ import tempfile
 import psutil
 import pytest
 
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, run_spec
 from jarvisd.sandbox._policy import SANDBOX_GID, SANDBOX_UID

@@ -19,7 +19,7 @@ from jarvisd._config import Config, parse_config
 from jarvisd._errors import UsageError
 from jarvisd._events import Event
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external import BUILTIN, installed
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec, validate_spec

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from jarvisd._config import parse_config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors._subprocess import SubprocessChannel
 from jarvisd.runs import AgentSpec, run_spec

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._errors import ToolError
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.external._workspace import Workspace
 from jarvisd.runs import AgentSpec, run_spec

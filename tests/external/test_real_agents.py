@@ -17,7 +17,7 @@ import pytest
 from jarvisd._config import Config, parse_config
 from jarvisd._events import Event
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import Engine, ScriptedEngine, reply
 from jarvisd.engines._base import DEFAULT_OPTIONS
 from jarvisd.external import BUILTIN, installed

@@ -19,7 +19,7 @@ import pytest
 
 from jarvisd._config import parse_config
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import WrapperEngine
 from jarvisd.engines._base import DEFAULT_OPTIONS
 from jarvisd.runs import AgentSpec, run_spec

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from jarvisd._config import parse_config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec, run_spec
 

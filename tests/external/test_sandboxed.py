@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._config import Config, parse_config
-from jarvisd._run import Cancelled
+from jarvisd._runcontext import Cancelled
 from jarvisd.external import converse
 from jarvisd.external._registry import AgentDefinition, GatewayAccess, Launch
 from jarvisd.external._sandbox import start_in_sandbox

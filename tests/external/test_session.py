@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from jarvisd._errors import ExternalAgentError, ProtocolError
-from jarvisd._run import Cancelled
+from jarvisd._runcontext import Cancelled
 from jarvisd.external import PermissionRequest, converse
 
 from .conftest import MARKER, fake_agent, make_client, of_type, sync

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from jarvisd import Message, SamplingOptions, ToolSpec
 from jarvisd._messages import Generation, StreamChunk
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import Engine
 from jarvisd.gateway import Gateway
 

@@ -7,7 +7,7 @@ from google import genai
 from google.genai import errors, types
 
 from jarvisd import Role
-from jarvisd._run import Budget, RunContext
+from jarvisd._runcontext import Budget, RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.gateway import Gateway
 

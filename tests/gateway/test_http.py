@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.gateway import Gateway
 from jarvisd.http import _server as _http

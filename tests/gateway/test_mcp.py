@@ -15,7 +15,7 @@ import pytest
 
 from jarvisd._events import EventType
 from jarvisd._messages import ToolSpec
-from jarvisd._run import BudgetExceeded, Cancelled, RunContext
+from jarvisd._runcontext import BudgetExceeded, Cancelled, RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.gateway import Gateway
 from jarvisd.gateway import _mcp as wire

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from jarvisd import Role
-from jarvisd._run import Budget, RunContext
+from jarvisd._runcontext import Budget, RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.gateway import Gateway
 

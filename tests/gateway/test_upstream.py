@@ -21,7 +21,7 @@ from jarvisd._config import CredentialConfig, parse_config
 from jarvisd._errors import ConfigError, UsageError
 from jarvisd._events import EventType
 from jarvisd._messages import Usage
-from jarvisd._run import Budget, BudgetExceeded, RunContext
+from jarvisd._runcontext import Budget, BudgetExceeded, RunContext
 from jarvisd.engines import CredentialEngine, ScriptedEngine, build_engine, reply
 from jarvisd.gateway import Gateway
 from jarvisd.gateway import _upstream as upstream_module

@@ -17,7 +17,7 @@ import pytest
 from jarvisd._config import Config, parse_config
 from jarvisd._errors import ConfigError
 from jarvisd._messages import Generation, Message, ToolCall, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.mcp import McpError, McpToolset, acp_mcp_servers
 from jarvisd.runs import AgentSpec, run_spec

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.runs import AgentSpec, run_spec
 from tests.conftest import real_model_path
 from tests.mcp.test_mcp import demo_config, demo_servers

@@ -7,7 +7,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from jarvisd._events import Event, EventBus, EventType
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import OrchestratorAgent, SimpleAgent
 from jarvisd.engines import ScriptedEngine
 from jarvisd.engines._scripted import Script

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from jarvisd._errors import PatternError
 from jarvisd._messages import Generation, Message, Role, ToolSpec
-from jarvisd._run import Budget, BudgetExceeded, RunContext
+from jarvisd._runcontext import Budget, BudgetExceeded, RunContext
 from jarvisd.agents import OrchestratorAgent, SimpleAgent
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.patterns import AgentMember, Member, Network, Parallel, Reflective

@@ -19,7 +19,7 @@ import pytest
 
 from jarvisd._config import parse_config
 from jarvisd._events import Event, EventBus, EventType
-from jarvisd._run import Cancelled, RunContext
+from jarvisd._runcontext import Cancelled, RunContext
 from jarvisd.agents import AgentContext
 from jarvisd.executors._subprocess import SubprocessChannel
 from jarvisd.external._kinds import external_agent_class

@@ -10,7 +10,7 @@ import pytest
 from jarvisd._errors import PatternError
 from jarvisd._events import EventType
 from jarvisd._messages import ToolResult, ToolSpec
-from jarvisd._run import Budget, BudgetExceeded
+from jarvisd._runcontext import Budget, BudgetExceeded
 from jarvisd.agents import SimpleAgent
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.patterns import (
@@ -216,7 +216,7 @@ def test_hierarchy_executive_departments_workers() -> None:
 
 
 def test_a_stop_signal_in_one_member_cancels_its_siblings_before_it_propagates() -> None:
-    from jarvisd._run import Cancelled
+    from jarvisd._runcontext import Cancelled
     from jarvisd.patterns import Provenance as P
     from jarvisd.patterns import Result
     from jarvisd.patterns._base import gather_all

@@ -8,7 +8,7 @@ import pytest
 
 from jarvisd._errors import PatternError
 from jarvisd._events import EventType
-from jarvisd._run import Budget, BudgetExceeded
+from jarvisd._runcontext import Budget, BudgetExceeded
 from jarvisd.engines import ScriptedEngine
 from jarvisd.patterns import Plan, PlanItem, Planned, PlanningConfig, complexity
 
@@ -192,7 +192,7 @@ always = true
 def test_a_team_file_turns_planning_on_for_a_member() -> None:
     from jarvisd._config import Config
     from jarvisd._errors import UsageError
-    from jarvisd._run import RunContext
+    from jarvisd._runcontext import RunContext
     from jarvisd.patterns import build_team, parse_team
     from jarvisd.runs import AgentSpec, run_spec
 

@@ -12,7 +12,7 @@ import pytest
 
 from jarvisd._config import Config
 from jarvisd._errors import UsageError
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.patterns import Router, TeamAgent, build_team, parse_team
 from jarvisd.runs import AgentSpec, run_spec, validate_spec

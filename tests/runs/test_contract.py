@@ -14,7 +14,7 @@ from jarvisd import _errors
 from jarvisd._config import AgentConfig, Config
 from jarvisd._events import EventType
 from jarvisd._messages import ToolResult, Usage
-from jarvisd._run import BudgetExceeded, Cancelled, RunContext
+from jarvisd._runcontext import BudgetExceeded, Cancelled, RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.cli import _ask as ask_cli
 from jarvisd.cli import cli

@@ -12,7 +12,7 @@ import pytest
 
 from jarvisd import _errors
 from jarvisd._config import Config
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import (
     AgentSpec,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from jarvisd._config import Config, SandboxConfig
-from jarvisd._run import Cancelled, RunContext
+from jarvisd._runcontext import Cancelled, RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import CodeExecutor, SubprocessExecutor, executor_for

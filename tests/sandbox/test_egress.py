@@ -36,7 +36,7 @@ import pytest
 
 from jarvisd._config import SandboxConfig
 from jarvisd._events import Event, EventType
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.sandbox._bwrap import bwrap_path
 from jarvisd.traces import TraceStore

@@ -15,7 +15,7 @@ import pytest
 from jarvisd._config import parse_config
 from jarvisd._errors import ConfigError, UsageError
 from jarvisd._events import Event, EventType
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.runs import AgentSpec, _execute, validate_spec
 from jarvisd.sandbox._egress import SOCKET_INSIDE, forward_args, proxy_env
 from jarvisd.sandbox._netrun import NetSummary, network_policy, split_hosts

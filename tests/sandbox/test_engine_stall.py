@@ -24,7 +24,7 @@ import pytest
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import SandboxUnavailable
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.agents import AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import ExecRequest

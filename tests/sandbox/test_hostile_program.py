@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from jarvisd._messages import Generation, Message, SamplingOptions, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.executors import Clock
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec

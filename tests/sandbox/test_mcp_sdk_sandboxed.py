@@ -20,7 +20,7 @@ import pytest
 from packaging.requirements import Requirement
 
 from jarvisd._config import Config, McpConfig, McpServerConfig
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, run_spec
 from jarvisd.sandbox import MountPolicy

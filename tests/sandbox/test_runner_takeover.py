@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, run_spec
 

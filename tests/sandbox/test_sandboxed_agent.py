@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import Budget, RunContext
+from jarvisd._runcontext import Budget, RunContext
 from jarvisd.agents import AgentContext, AgentRegistry
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, RunOutcome, SandboxedAgent, run_spec

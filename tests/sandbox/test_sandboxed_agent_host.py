@@ -11,7 +11,7 @@ import pytest
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import SandboxError, SandboxUnavailable
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import Channel, CodeExecutor, ExecRequest
 from jarvisd.runs import AgentSpec, SandboxedAgent

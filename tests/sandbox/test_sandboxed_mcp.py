@@ -26,7 +26,7 @@ import pytest
 
 from jarvisd._config import Config, McpConfig, McpServerConfig
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec, RunOutcome, run_spec
 from jarvisd.sandbox import connect

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jarvisd._messages import Generation, Message, ToolSpec
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.memory import MemoryStore
 from jarvisd.runs import AgentSpec, run_spec

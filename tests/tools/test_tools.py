@@ -10,7 +10,7 @@ from jarvisd._config import Config, ToolsConfig
 from jarvisd._errors import UsageError
 from jarvisd._events import EventBus, EventType
 from jarvisd._messages import ToolCall
-from jarvisd._run import RunContext
+from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.memory import MemoryStore
 from jarvisd.tools import (

@@ -112,7 +112,7 @@ def run_jarvis(
 ) -> BugResult:
     """``bug`` through ``jarvis code`` as ``run_config`` says, judged."""
     from ..._paths import paths
-    from ..._run import RunContext
+    from ..._runcontext import RunContext
     from ...code import CodeStore, discard, prepare
     from ...code._candidates import group_of, prepare_group
     from ...runs import AgentSpec, LocalHost

@@ -53,7 +53,7 @@ from ...gateway._common import BadRequest
 
 if TYPE_CHECKING:
     from ..._config import Config
-    from ..._run import RunContext
+    from ..._runcontext import RunContext
     from ...engines import Engine
     from ...runs import AgentSpec, RunOutcome
 
@@ -364,7 +364,7 @@ class ServedAgents:
     ) -> tuple[RunContext, Outbox, asyncio.Task[RunOutcome]]:
         """Start a run on the running loop (its own task: a handler that is cancelled
         stops it through its token, and waits for it, :func:`wait_out`)."""
-        from ..._run import RunContext
+        from ..._runcontext import RunContext
         from ...runs import run_spec
 
         run = RunContext()

@@ -23,7 +23,7 @@ from .._server import Hangup, Response
 from . import _agents as served
 
 if TYPE_CHECKING:
-    from ..._run import RunContext
+    from ..._runcontext import RunContext
     from ...engines import Engine
     from ...runs import RunOutcome
 
