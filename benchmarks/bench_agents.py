@@ -1,7 +1,7 @@
 """Agent runtime benchmarks, side by side with OpenJarvis 1.0.4 in the same run.
 
 Rows:
-* tool dispatch: one calculator call through the ToolExecutor (events on a bus);
+* tool dispatch: one calculator call through the ToolDispatcher (events on a bus);
 * 10-turn loop: an orchestrator run of 10 model turns with 9 tool calls, on a scripted
   engine with no latency (pure loop overhead); the request gives the numbers the calls
   use (``LOOP_TASK``): a call on numbers nobody gave is held, not run;
@@ -35,7 +35,7 @@ import asyncio, json, sys, time
 from openjarvis.core.events import EventBus
 from openjarvis.core.types import ToolCall
 from openjarvis.engine._stubs import InferenceEngine
-from openjarvis.tools._stubs import ToolExecutor
+from openjarvis.tools._stubs import ToolDispatcher
 from openjarvis.tools.calculator import CalculatorTool
 from openjarvis.agents.orchestrator import OrchestratorAgent
 from openjarvis.agents.rlm import RLMAgent
@@ -44,7 +44,7 @@ N = int(sys.argv[1])
 LOOP_TASK = sys.argv[2]
 out = {}
 
-ex = ToolExecutor([CalculatorTool()], bus=EventBus())
+ex = ToolDispatcher([CalculatorTool()], bus=EventBus())
 call = ToolCall(id="c1", name="calculator", arguments='{"expression": "2+3*4"}')
 for _ in range(200):
     ex.execute(call)
@@ -128,12 +128,12 @@ async def _ours(n: int) -> dict[str, float]:
     from jarvisd.agents import AgentContext, OrchestratorAgent, RLMAgent
     from jarvisd.engines import Engine, reply
     from jarvisd.executors import SubprocessExecutor
-    from jarvisd.tools import CalculatorTool, ToolExecutor
+    from jarvisd.tools import CalculatorTool, ToolDispatcher
 
     out: dict[str, float] = {}
     run = RunContext()
     run.bus.subscribe(lambda e: None)
-    ex = ToolExecutor([CalculatorTool()])
+    ex = ToolDispatcher([CalculatorTool()])
     call = ToolCall("calculator", '{"expression": "2+3*4"}', id="c1")
     for _ in range(200):
         await ex.execute(call, run)

@@ -45,7 +45,7 @@ async def _plan_once() -> tuple[float, float]:
     from jarvisd._messages import ToolSpec
     from jarvisd._runcontext import RunContext
     from jarvisd.patterns import ToolPlan, execute_plan
-    from jarvisd.tools import BaseTool, ToolExecutor
+    from jarvisd.tools import BaseTool, ToolDispatcher
 
     class Sleep(BaseTool):
         @property
@@ -57,7 +57,7 @@ async def _plan_once() -> tuple[float, float]:
             await asyncio.sleep(float(params["s"]))
             return "done"
 
-    executor = ToolExecutor([Sleep()])
+    executor = ToolDispatcher([Sleep()])
     slowest = ToolPlan.from_json({"steps": [{"id": "s", "tool": "sleep",
                                              "arguments": {"s": max(STEPS)}}]})  # fmt: skip
     start = time.perf_counter()

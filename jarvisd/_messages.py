@@ -69,7 +69,7 @@ def new_call_id() -> str:
 @dataclass(slots=True)
 class ToolCall:
     """A model's request to run a tool. ``arguments`` is the raw JSON text the model
-    wrote: parsing (and repairing) it is the ToolExecutor's job, so nothing is lost."""
+    wrote: parsing (and repairing) it is the ToolDispatcher's job, so nothing is lost."""
 
     name: str
     arguments: str = "{}"

@@ -22,7 +22,7 @@ from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._runcontext import RunContext
 from .._toolcalls import recover_tool_calls, starts_like_a_call
 from ..executors import CodeExecutor
-from ..tools import BaseTool, ToolExecutor
+from ..tools import BaseTool, ToolDispatcher
 from ._base import AgentContext, strip_think_tags
 from ._parsing import (
     code_blocks,
@@ -111,13 +111,13 @@ class CodeActDialect(Dialect):
     #: Whether the session has the file helpers (named in the prompt).
     file_helpers: bool = False
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         specs = [s for s in executor.specs if s.name != "python"]
         tools = f"  Tools:\n{tool_descriptions(specs)}\n" if specs else ""
         helpers = f"- In the session, {FILE_HELPERS_PROMPT}\n" if self.file_helpers else ""
         return CODEACT_PROMPT.format(tools=tools, helpers=helpers)
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         content = strip_think_tags(generation.content)
         answer = final_before_code(content)
         if answer is not None:
@@ -243,7 +243,7 @@ class SessionDialect(CodeActDialect):
         self.acted = False
         self.reasked = False
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         step = super().parse(generation, executor)
         if step.kind == "calls" and self.reask_unacted and self.file_helpers:
             root = getattr(self.session, "cwd", "")

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from .._messages import Generation, Message, ToolCall, ToolResult, Usage
 from .._runcontext import RunContext
-from ..tools import LoopGuard, ToolExecutor
+from ..tools import LoopGuard, ToolDispatcher
 
 __all__ = ["STATE_VERSION", "Dialect", "LoopSetup", "LoopState", "Step"]
 
@@ -40,17 +40,17 @@ class Dialect(abc.ABC):
     #: tool foreign to the request: see ``_grounding``) and ask for the answer instead.
     holds_ungrounded: bool = False
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         return None
 
-    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None] | None:
+    def stop_when(self, executor: ToolDispatcher) -> Callable[[str], int | None] | None:
         """Where a reply is complete because it holds its whole tool calls (see
         ``SamplingOptions.stop_when``): generation stops there, and the calls run
         without waiting for what the model would write after them. None: never."""
         return None
 
     @abc.abstractmethod
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step: ...
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step: ...
 
     def assistant_message(self, generation: Generation, step: Step) -> Message:
         """The reply as kept in history (text protocols keep plain text)."""
@@ -142,7 +142,7 @@ class LoopSetup:
     """Everything one run of the loop needs; ``close`` releases per-run resources."""
 
     dialect: Dialect
-    executor: ToolExecutor
+    executor: ToolDispatcher
     messages: list[Message]
     close: Callable[[], Awaitable[None]] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)

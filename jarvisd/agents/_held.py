@@ -9,7 +9,7 @@ from typing import TypedDict
 
 from .._grounding import Sources, invented, unrelated
 from .._messages import ToolCall, ToolSpec
-from ..tools import ToolExecutor
+from ..tools import ToolDispatcher
 
 __all__ = ["HeldCall", "find_held", "held_message", "held_note", "retry_note"]
 
@@ -27,7 +27,7 @@ class HeldCall(TypedDict, total=False):
 
 def find_held(
     calls: Sequence[ToolCall],
-    executor: ToolExecutor,
+    executor: ToolDispatcher,
     sources: Sources,
     withheld: Collection[str] = (),
 ) -> list[HeldCall]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from .._errors import UsageError
 from .._messages import Generation, Message, ToolCall, ToolResult
 from .._toolcalls import calls_end, extract_json_objects, recover_tool_calls
-from ..tools import ToolExecutor
+from ..tools import ToolDispatcher
 from ._base import strip_think_tags
 from ._parsing import tool_descriptions
 from ._toolloop import Dialect, Step, ToolUsingAgent
@@ -79,18 +79,18 @@ class FunctionCallingDialect(Dialect):
     def __init__(self, prompt: ToolPrompt | None = None) -> None:
         self.prompt = prompt  # the model family's (see catalog), else the generic one
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         if self.prompt is None:
             return FUNCTION_PROMPT + "\nTools:\n" + tool_descriptions(executor.specs)
         if self.prompt.template_lists_tools:
             return self.prompt.system
         return self.prompt.system + "\nTools:\n" + tool_descriptions(executor.specs)
 
-    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None]:
+    def stop_when(self, executor: ToolDispatcher) -> Callable[[str], int | None]:
         names = executor.names
         return lambda text: calls_end(text, names)
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         content = strip_think_tags(generation.content)
         if generation.tool_calls:
             return Step("calls", content, generation.tool_calls)
@@ -126,10 +126,10 @@ Tools:
 
 
 class StructuredDialect(Dialect):
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         return STRUCTURED_PROMPT.format(tools=tool_descriptions(executor.specs))
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         content = strip_think_tags(generation.content)
         if generation.tool_calls:
             return Step("calls", content, generation.tool_calls)

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 from .._messages import Generation, ToolCall
 from .._toolcalls import calls_end, recover_tool_calls
-from ..tools import ToolExecutor
+from ..tools import ToolDispatcher
 from ._base import strip_think_tags
 from ._parsing import parse_react, react_answer_so_far, react_call_end, tool_descriptions
 from ._toolloop import Dialect, Step, ToolUsingAgent
@@ -47,12 +47,12 @@ class ReActDialect(Dialect):
     # The first of Action and Final Answer wins: the answer streams from its marker on.
     answer_so_far = staticmethod(react_answer_so_far)
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         return REACT_PROMPT.format(
             tools=tool_descriptions(executor.specs), names=", ".join(executor.names)
         )
 
-    def stop_when(self, executor: ToolExecutor) -> Callable[[str], int | None]:
+    def stop_when(self, executor: ToolDispatcher) -> Callable[[str], int | None]:
         names = executor.names
 
         def complete(text: str) -> int | None:
@@ -64,7 +64,7 @@ class ReActDialect(Dialect):
 
         return complete
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         content = strip_think_tags(generation.content)
         parsed = parse_react(content)
         if parsed.action is not None:

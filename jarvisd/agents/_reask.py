@@ -13,7 +13,7 @@ from .._messages import Message, ToolResult
 from .._runcontext import RunContext
 from .._toolcalls import starts_like_a_call
 from ..engines import RunEngine
-from ..tools import ToolExecutor
+from ..tools import ToolDispatcher
 from ._answer import AnswerGate
 from ._dialect import Dialect, LoopState
 
@@ -57,7 +57,7 @@ async def answer_turn(
     run: RunContext,
     state: LoopState,
     dialect: Dialect,
-    executor: ToolExecutor,
+    executor: ToolDispatcher,
     why: str = "",
     gate: AnswerGate | None = None,
 ) -> tuple[str, dict[str, Any]]:
@@ -179,7 +179,7 @@ async def grounded(
     run: RunContext,
     state: LoopState,
     dialect: Dialect,
-    executor: ToolExecutor,
+    executor: ToolDispatcher,
     gate: AnswerGate | None,
     answer: str,
 ) -> tuple[str, dict[str, Any]]:

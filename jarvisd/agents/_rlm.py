@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from .._messages import Generation, Message, ToolCall, ToolResult, ToolSpec
 from .._runcontext import RunContext
 from ..executors import CodeExecutor
-from ..tools import BaseTool, ToolExecutor
+from ..tools import BaseTool, ToolDispatcher
 from ._base import AgentContext, strip_think_tags
 from ._parsing import code_blocks, final_answer, tool_descriptions
 from ._repl import ReplSession
@@ -85,7 +85,7 @@ class RLMDialect(Dialect):
         self.chunk = chunk
         self.session = session
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         specs = [s for s in executor.specs if s.name != "repl"]
         tools = (
             f"\nOther tools (call them as functions is NOT possible; describe needs in llm_query):\n{tool_descriptions(specs)}"
@@ -94,7 +94,7 @@ class RLMDialect(Dialect):
         )
         return RLM_PROMPT.format(length=self.context_chars, chunk=self.chunk, tools=tools)
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         content = strip_think_tags(generation.content)
         blocks = code_blocks(content, bare=True)
         if blocks:

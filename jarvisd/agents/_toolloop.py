@@ -62,7 +62,7 @@ from .._grounding import Sources
 from .._messages import Generation, Message, Role, ToolResult, ToolSpec
 from .._runcontext import RunContext
 from ..engines import Engine, RunEngine
-from ..tools import BaseTool, LoopGuard, ToolExecutor, cancelled_result
+from ..tools import BaseTool, LoopGuard, ToolDispatcher, cancelled_result
 from ._answer import AnswerGate
 from ._base import AgentContext, AgentResult, BaseAgent
 from ._dialect import Dialect, LoopSetup, LoopState, Step
@@ -119,13 +119,13 @@ class ToolUsingAgent(BaseAgent):
         self.tool_timeout = tool_timeout
         # Built here so that a bad tool list (two tools of one name) fails at once, and
         # reused by every run while the tool list stays the same.
-        self._default_executor: ToolExecutor | None = None
+        self._default_executor: ToolDispatcher | None = None
         self._default_executor = self._executor()
 
     @abc.abstractmethod
     def dialect(self) -> Dialect: ...
 
-    def _executor(self, extra: Sequence[BaseTool] = ()) -> ToolExecutor:
+    def _executor(self, extra: Sequence[BaseTool] = ()) -> ToolDispatcher:
         cached = self._default_executor
         if (
             not extra
@@ -134,7 +134,7 @@ class ToolUsingAgent(BaseAgent):
             and cached.timeout == self.tool_timeout
         ):
             return cached
-        return ToolExecutor([*self.tools, *extra], bus=self.bus, timeout=self.tool_timeout)
+        return ToolDispatcher([*self.tools, *extra], bus=self.bus, timeout=self.tool_timeout)
 
     def _system(self, dialect_prompt: str | None) -> str | None:
         parts = [p for p in (dialect_prompt, self.system_prompt) if p]

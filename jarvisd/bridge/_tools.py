@@ -25,7 +25,7 @@ __all__ = ["ANSWER_MARGIN_S", "MAX_RESULT_BYTES", "HostTools"]
 
 #: The most of one result's text (UTF-8) that goes back to the program.
 MAX_RESULT_BYTES = 64 * 1024
-#: A tool's timeout when it sets none (the tool executor's default).
+#: A tool's timeout when it sets none (the tool dispatcher's default).
 DEFAULT_TIMEOUT_S = 30.0
 #: How much longer the program waits for an answer than the host lets the tool run.
 ANSWER_MARGIN_S = 10.0

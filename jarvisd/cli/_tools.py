@@ -87,7 +87,7 @@ def run_tool(name: str, arguments: str, as_json: bool) -> None:
 
     from .._config import load_config
     from .._messages import ToolCall, ToolResult
-    from ..tools import ToolExecutor, build_tools
+    from ..tools import ToolDispatcher, build_tools
 
     config = load_config()
     engine = None
@@ -104,7 +104,7 @@ def run_tool(name: str, arguments: str, as_json: bool) -> None:
                 tool_list = await toolset.tools([name])
             else:
                 tool_list = build_tools([name], config, engine)
-            executor = ToolExecutor(tool_list, timeout=config.tools.timeout)
+            executor = ToolDispatcher(tool_list, timeout=config.tools.timeout)
             return await executor.execute(ToolCall(name, arguments))
 
     result = asyncio.run(run())

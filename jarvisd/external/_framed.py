@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from .._config import Config
     from .._events import EventBus
     from ..executors import Channel
-    from ..tools import BaseTool, ToolExecutor
+    from ..tools import BaseTool, ToolDispatcher
 
 __all__ = ["RUNNER_TIMEOUT_S", "FramedAgent", "Runtime", "workspace_dir"]
 
@@ -202,13 +202,13 @@ class FramedAgent(BaseAgent):
         result.metadata["sandboxed"] = self.sandboxed
         return result
 
-    def _tool_executor(self) -> ToolExecutor | None:
+    def _tool_executor(self) -> ToolDispatcher | None:
         """The run's tools, for the gateway's MCP endpoint (None: it has none)."""
         if not self.tools:
             return None
-        from ..tools import ToolExecutor
+        from ..tools import ToolDispatcher
 
-        return ToolExecutor(self.tools)
+        return ToolDispatcher(self.tools)
 
     @contextlib.asynccontextmanager
     async def _on_host(
@@ -217,7 +217,7 @@ class FramedAgent(BaseAgent):
         runtime: Runtime,
         workspace: str,
         payload: Payload,
-        tools: ToolExecutor | None,
+        tools: ToolDispatcher | None,
     ) -> AsyncIterator[Channel]:
         from ..executors import ExecRequest
         from ..executors._subprocess import Limits, SubprocessExecutor
@@ -243,7 +243,7 @@ class FramedAgent(BaseAgent):
         runtime: Runtime,
         workspace: str,
         payload: Payload,
-        tools: ToolExecutor | None,
+        tools: ToolDispatcher | None,
     ) -> AsyncIterator[Channel]:
         from .._config import Config
         from ._sandbox import FORWARD_PORT, sandbox_gateway, start_in_sandbox

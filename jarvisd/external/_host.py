@@ -23,7 +23,7 @@ from ._transport import MAX_LINE_BYTES
 if TYPE_CHECKING:
     from .._runcontext import RunContext
     from ..engines import Engine
-    from ..tools import ToolExecutor
+    from ..tools import ToolDispatcher
 
 __all__ = ["host_gateway", "start_on_host"]
 
@@ -50,7 +50,7 @@ async def host_gateway(
     model: str,
     *,
     max_tokens: int,
-    tools: ToolExecutor | None = None,
+    tools: ToolDispatcher | None = None,
     temperature: float | None = None,
     max_turns: int | None = None,
 ) -> AsyncIterator[GatewayAccess]:

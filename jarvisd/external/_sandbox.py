@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .._runcontext import RunContext
     from ..engines import Engine
     from ..sandbox import DockerExecutor
-    from ..tools import ToolExecutor
+    from ..tools import ToolDispatcher
 
 __all__ = [
     "AGENT_DIR",
@@ -214,7 +214,7 @@ async def sandbox_gateway(
     max_tokens: int,
     name: str = "gateway.sock",
     default_model: str = "local",
-    tools: ToolExecutor | None = None,
+    tools: ToolDispatcher | None = None,
     temperature: float | None = None,
     max_turns: int | None = None,
 ) -> AsyncIterator[GatewayAccess]:

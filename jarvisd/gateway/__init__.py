@@ -6,7 +6,7 @@ per run, on a private Unix socket or on loopback with a per-run token::
         env = {"OPENAI_BASE_URL": gw.url + "/v1", "OPENAI_API_KEY": gw.token}
 
 Each dialect is a module of pure translate functions (``Dialect``); ``jarvis
-serve-model`` uses the same ones. Given the run's tools (a ``ToolExecutor``), the
+serve-model`` uses the same ones. Given the run's tools (a ``ToolDispatcher``), the
 gateway serves them too, as an MCP server at ``MCP_PATH`` (``_mcp``).
 """
 

@@ -15,7 +15,7 @@ cancel, budget) ends the stream with the dialect's own error event.
 On a Unix socket, a :class:`PeerBinding` ties the token to one container: a peer
 outside the run's container is closed on, token or not (``_peer``).
 
-Given a :class:`ToolExecutor`, the gateway also serves the run's tools as an MCP server
+Given a :class:`ToolDispatcher`, the gateway also serves the run's tools as an MCP server
 at ``POST /mcp`` (``_mcp``): every call goes through the executor with the run, so the
 run's ledger holds it as it holds a built-in agent's (tool-call cap, TOOL_CALL_START and
 END on the run's bus, cancel, argument repair and schema checks). Its errors are
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ..engines import Engine
-    from ..tools import ToolExecutor
+    from ..tools import ToolDispatcher
 
 __all__ = ["Gateway"]
 
@@ -108,7 +108,7 @@ class Gateway:
         socket_path: Path | str | None = None,
         *,
         max_tokens: int = DEFAULT_MAX_TOKENS,
-        tools: ToolExecutor | None = None,
+        tools: ToolDispatcher | None = None,
         peers: PeerBinding | None = None,
         temperature: float | None = None,
         max_turns: int | None = None,

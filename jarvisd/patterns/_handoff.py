@@ -24,7 +24,7 @@ from .._messages import Generation, Message, Role, ToolResult, ToolSpec
 from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, ToolUsingAgent
 from ..agents._toolloop import Dialect, LoopState, Step, run_tool_loop
-from ..tools import BaseTool, ToolExecutor
+from ..tools import BaseTool, ToolDispatcher
 from ._base import Member, MemberLike, Pattern, Provenance, Result, as_member
 from ._contracts import ContractError, describe, parse_as
 from ._subagent import tool_name
@@ -111,10 +111,10 @@ class EndingDialect(Dialect):
         self.stop = inner.stop
         self.answer_so_far = inner.answer_so_far
 
-    def system_prompt(self, executor: ToolExecutor) -> str | None:
+    def system_prompt(self, executor: ToolDispatcher) -> str | None:
         return self.inner.system_prompt(executor)
 
-    def parse(self, generation: Generation, executor: ToolExecutor) -> Step:
+    def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         return self.inner.parse(generation, executor)
 
     def assistant_message(self, generation: Generation, step: Step) -> Message:

@@ -29,7 +29,7 @@ from .._messages import Message, SamplingOptions, ToolCall, ToolResult
 from .._runcontext import RunContext
 from ..agents import AgentContext, strip_think_tags
 from ..engines import Engine, RunEngine
-from ..tools import BaseTool, ToolExecutor
+from ..tools import BaseTool, ToolDispatcher
 from ._base import Pattern, Provenance, Result
 from ._contracts import ContractError, _json_value
 
@@ -138,7 +138,7 @@ class ToolPlan:
 
 async def execute_plan(
     plan: ToolPlan,
-    executor: ToolExecutor,
+    executor: ToolDispatcher,
     run: RunContext,
     *,
     pattern: str = "tool_plan",
@@ -236,7 +236,7 @@ class ToolPlanner(Pattern):
         self.engine = engine
         self.model = model
         self.max_tokens = max_tokens
-        self.executor = ToolExecutor(tools)
+        self.executor = ToolDispatcher(tools)
 
     def _tools_text(self) -> str:
         return "\n".join(

@@ -5,7 +5,7 @@ from ._args import ArgumentError, parse_arguments, validate_arguments
 from ._base import BaseTool, current_run
 from ._builtin import FileReadTool, LLMTool, RetrievalTool
 from ._calculator import CalculatorError, CalculatorTool, evaluate
-from ._executor import LoopGuard, ToolExecutor, cancelled_result
+from ._dispatch import LoopGuard, ToolDispatcher, cancelled_result
 from ._registry import BUILTIN_TOOLS, ToolRegistry, build_tools
 from ._think import ThinkTool
 
@@ -20,7 +20,7 @@ __all__ = [
     "LoopGuard",
     "RetrievalTool",
     "ThinkTool",
-    "ToolExecutor",
+    "ToolDispatcher",
     "ToolRegistry",
     "build_tools",
     "cancelled_result",

@@ -236,9 +236,9 @@ def test_what_is_committed_of_a_reply_is_a_prefix_of_its_answer(text: str) -> No
     from jarvisd._messages import Generation
     from jarvisd.agents._codeact import CodeActDialect
     from jarvisd.agents._react import ReActDialect
-    from jarvisd.tools import ToolExecutor
+    from jarvisd.tools import ToolDispatcher
 
-    executor = ToolExecutor([CalculatorTool()])
+    executor = ToolDispatcher([CalculatorTool()])
     for dialect, so_far in (
         (ReActDialect(), react_answer_so_far),
         (CodeActDialect(), final_before_code_so_far),
@@ -319,9 +319,9 @@ def test_committed_text_is_a_prefix_of_the_answer_for_many_generated_replies() -
 
     from jarvisd.agents._codeact import CodeActDialect
     from jarvisd.agents._react import ReActDialect
-    from jarvisd.tools import ToolExecutor
+    from jarvisd.tools import ToolDispatcher
 
-    executor = ToolExecutor([CalculatorTool()])
+    executor = ToolDispatcher([CalculatorTool()])
     rng = random.Random(10)
     committed = 0
     for _ in range(1500):

@@ -27,7 +27,7 @@ from jarvisd.gateway._common import loads
 from jarvisd.gateway._gemini import DIALECT as GEMINI
 from jarvisd.gateway._openai_chat import DIALECT as OPENAI
 from jarvisd.gateway._openai_responses import DIALECT as RESPONSES
-from jarvisd.tools import CalculatorTool, ToolExecutor
+from jarvisd.tools import CalculatorTool, ToolDispatcher
 
 from .conftest import BackgroundGateway
 
@@ -359,7 +359,7 @@ def test_mcp_bytes_that_are_not_json_are_a_parse_error(raw: bytes) -> None:
 
 @pytest.fixture(scope="module")
 def tool_gateway() -> Iterator[Gateway]:
-    tools = ToolExecutor([CalculatorTool()])
+    tools = ToolDispatcher([CalculatorTool()])
     with BackgroundGateway(ScriptedEngine(fallback=reply("ok")), tools=tools) as gw:
         yield gw
 

@@ -19,7 +19,7 @@ from jarvisd._runcontext import BudgetExceeded, Cancelled, RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.gateway import Gateway
 from jarvisd.gateway import _mcp as wire
-from jarvisd.tools import BaseTool, CalculatorTool, ToolExecutor
+from jarvisd.tools import BaseTool, CalculatorTool, ToolDispatcher
 
 from .conftest import serve
 
@@ -53,8 +53,8 @@ class SlowTool(BaseTool):
         return "unreachable"
 
 
-def tools() -> ToolExecutor:
-    return ToolExecutor([CalculatorTool(), AddTool(), SlowTool()])
+def tools() -> ToolDispatcher:
+    return ToolDispatcher([CalculatorTool(), AddTool(), SlowTool()])
 
 
 def events_of(run: RunContext) -> list[tuple[EventType, dict[str, Any]]]:

@@ -21,7 +21,7 @@ from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.mcp import McpError, McpToolset, acp_mcp_servers
 from jarvisd.runs import AgentSpec, run_spec
-from jarvisd.tools import ToolExecutor
+from jarvisd.tools import ToolDispatcher
 
 SERVER = str(Path(__file__).with_name("demo_server.py"))
 
@@ -151,7 +151,7 @@ def test_a_sandboxed_run_never_starts_its_servers_as_host_processes() -> None:
 
 async def _call_while(config: Config, action: str) -> tuple[str, bool, list[psutil.Process]]:
     async with McpToolset(config) as toolset:
-        executor = ToolExecutor(await toolset.tools(["demo.*"]))
+        executor = ToolDispatcher(await toolset.tools(["demo.*"]))
         call = asyncio.ensure_future(
             executor.execute(ToolCall.from_arguments("demo.pause", {"seconds": 60}))
         )
@@ -247,7 +247,7 @@ def test_tools_a_model_could_not_call_back_are_skipped() -> None:
     async def go() -> list[ToolSpec]:
         async with McpToolset(config) as toolset:
             tools = await toolset.tools(["odd.*"])
-            ToolExecutor(tools)  # two tools of one name would be refused here
+            ToolDispatcher(tools)  # two tools of one name would be refused here
             return [tool.spec for tool in tools]
 
     (spec,) = asyncio.run(go())

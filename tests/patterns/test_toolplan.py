@@ -13,7 +13,7 @@ from jarvisd._events import EventType
 from jarvisd._messages import ToolResult, ToolSpec
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.patterns import ToolPlan, ToolPlanner, execute_plan
-from jarvisd.tools import BaseTool, CalculatorTool, ToolExecutor
+from jarvisd.tools import BaseTool, CalculatorTool, ToolDispatcher
 
 from ._helpers import Recorder, go
 
@@ -49,7 +49,7 @@ def test_waves_follow_the_references() -> None:
              ("b", "echo", {"text": "y"}))  # fmt: skip
     assert [[s.id for s in wave] for wave in p.waves()] == [["a", "b"], ["c"]]
     echo = Echo()
-    results = go(execute_plan(p, ToolExecutor([echo]), Recorder().run()))
+    results = go(execute_plan(p, ToolDispatcher([echo]), Recorder().run()))
     assert results["c"].content == "X Y"
     assert list(results) == ["c", "a", "b"]  # plan order
 
@@ -74,7 +74,7 @@ def test_a_step_that_depends_on_a_failed_step_is_skipped() -> None:
              ("c", "echo", {"text": "[$ref:b]"}), ("d", "echo", {"text": "free"}))  # fmt: skip
     echo = Echo()
     rec = Recorder()
-    results = go(execute_plan(p, ToolExecutor([echo]), rec.run()))
+    results = go(execute_plan(p, ToolDispatcher([echo]), rec.run()))
     assert echo.seen == ["fail now", "free"]  # b and c never ran
     assert results["b"].metadata["skipped"] and results["c"].metadata["skipped"]
     assert "step 'a'" in results["b"].content and "step 'b'" in results["c"].content
@@ -107,7 +107,7 @@ def test_ref_substitution_is_bounded() -> None:
     p = plan(("a", "echo", {"text": big}), ("b", "echo", {"text": " ".join(["$ref:a"] * 10)}),
              ("c", "echo", {"text": "$ref:b"}))  # fmt: skip
     echo = Echo()
-    results = go(execute_plan(p, ToolExecutor([echo]), Recorder().run()))
+    results = go(execute_plan(p, ToolDispatcher([echo]), Recorder().run()))
     assert len(echo.seen) == 1  # b never ran, c was skipped
     assert f"at most {MAX_ARGUMENT_CHARS}" in results["b"].content
     assert results["c"].metadata["skipped"]

@@ -21,7 +21,7 @@ from jarvisd.tools import (
     LoopGuard,
     RetrievalTool,
     ThinkTool,
-    ToolExecutor,
+    ToolDispatcher,
     ToolRegistry,
     build_tools,
     evaluate,
@@ -150,7 +150,7 @@ def test_calculator_errors_say_how_to_rewrite(expr: str, message: str) -> None:
 
 def test_calculator_refusal_reaches_the_model_as_a_failed_result() -> None:
     result = run(
-        ToolExecutor([CalculatorTool()]).execute(
+        ToolDispatcher([CalculatorTool()]).execute(
             ToolCall("calculator", '{"expression": "9**9**9"}')
         )
     )
@@ -214,7 +214,7 @@ def test_schema_keywords_copied_into_the_arguments_are_dropped() -> None:
 
 
 def test_executor_reports_unknown_tools_and_bad_arguments() -> None:
-    ex = ToolExecutor([CalculatorTool()])
+    ex = ToolDispatcher([CalculatorTool()])
     unknown = run(ex.execute(ToolCall("weather", "{}")))
     assert (
         not unknown.success
@@ -232,7 +232,7 @@ def test_executor_publishes_events_and_latency() -> None:
     seen: list[EventType] = []
     bus.subscribe(lambda e: seen.append(e.type))
     result = run(
-        ToolExecutor([ThinkTool()]).execute(
+        ToolDispatcher([ThinkTool()]).execute(
             ToolCall("think", '{"thought": "hm"}'), RunContext(bus=bus)
         )
     )
@@ -241,7 +241,7 @@ def test_executor_publishes_events_and_latency() -> None:
 
 
 def test_loop_guard_blocks_identical_calls_after_the_limit() -> None:
-    ex = ToolExecutor([CalculatorTool()])
+    ex = ToolDispatcher([CalculatorTool()])
     guard = LoopGuard(max_repeats=2)
     results = [
         run(ex.execute(ToolCall("calculator", '{"expression": "1+1"}'), None, guard))
@@ -273,7 +273,7 @@ def test_executor_timeout_and_exceptions_become_results() -> None:
         def execute(self, **params: object) -> str:
             raise RuntimeError("kaput")
 
-    ex = ToolExecutor([Slow(), Broken()], timeout=0.1)
+    ex = ToolDispatcher([Slow(), Broken()], timeout=0.1)
     slow, broken = run(ex.execute_all([ToolCall("slow"), ToolCall("broken")]))
     assert not slow.success and "timed out" in slow.content
     assert not broken.success and "kaput" in broken.content
@@ -299,7 +299,7 @@ def test_independent_calls_of_one_turn_run_concurrently() -> None:
             return str(params.get("n"))
 
     async def go() -> list[str]:
-        results = await ToolExecutor([Nap()]).execute_all(
+        results = await ToolDispatcher([Nap()]).execute_all(
             [ToolCall("nap", f'{{"n": {i}}}') for i in range(4)]
         )
         return [r.content for r in results]
@@ -320,7 +320,7 @@ def test_file_read_allows_roots_and_refuses_outside_and_symlinks(tmp_path: Path)
     (root / "link.txt").symlink_to(secret)
     (root / "dirlink").symlink_to(tmp_path)
     tool = FileReadTool([root], max_bytes=3)
-    ex = ToolExecutor([tool])
+    ex = ToolDispatcher([tool])
 
     def read(path: str) -> tuple[bool, str]:
         r = run(ex.execute(ToolCall("file_read", f'{{"path": "{path}"}}')))
@@ -350,12 +350,14 @@ def test_file_read_refuses_fifos_and_directories_without_blocking(tmp_path: Path
     tool = FileReadTool([tmp_path])
     tool.timeout = 5
     for name in ("pipe", "sub"):
-        result = run(ToolExecutor([tool]).execute(ToolCall("file_read", f'{{"path": "{name}"}}')))
+        result = run(ToolDispatcher([tool]).execute(ToolCall("file_read", f'{{"path": "{name}"}}')))
         assert not result.success and "not a regular file" in result.content, result.content
 
 
 def read_with(tool: FileReadTool, path: str) -> str:
-    return run(ToolExecutor([tool]).execute(ToolCall("file_read", f'{{"path": "{path}"}}'))).content
+    return run(
+        ToolDispatcher([tool]).execute(ToolCall("file_read", f'{{"path": "{path}"}}'))
+    ).content
 
 
 # -- memory, retrieval, llm, registry -----------------------------------------------------
@@ -369,7 +371,9 @@ def test_memory_store_and_retrieval_tool(tmp_path: Path) -> None:
     assert hits and "4417" in hits[0].text
     assert store.search("...") == []
     out = run(
-        ToolExecutor([RetrievalTool(store)]).execute(ToolCall("retrieval", '{"query": "bananas"}'))
+        ToolDispatcher([RetrievalTool(store)]).execute(
+            ToolCall("retrieval", '{"query": "bananas"}')
+        )
     )
     assert out.success and "yellow" in out.content
     with pytest.raises(UsageError):
@@ -381,7 +385,7 @@ def test_llm_tool_uses_the_runs_budget() -> None:
     tools = build_tools(["llm"], Config(), engine)
     ctx = RunContext()
     result = run(
-        ToolExecutor(tools).execute(ToolCall("llm", '{"prompt": "Capital of France?"}'), ctx)
+        ToolDispatcher(tools).execute(ToolCall("llm", '{"prompt": "Capital of France?"}'), ctx)
     )
     assert result.success and result.content == "Paris"
     assert ctx.budget.calls == 1
@@ -424,7 +428,7 @@ def test_a_sync_tool_runs_in_a_thread_under_the_timeout_unless_declared_cheap() 
             return threading.current_thread().name
 
     main = threading.current_thread().name
-    slow = run(ToolExecutor([Sleepy()], timeout=0.2).execute(ToolCall("sleepy")))
+    slow = run(ToolDispatcher([Sleepy()], timeout=0.2).execute(ToolCall("sleepy")))
     assert not slow.success and "timed out after 0.2 s" in slow.content
-    assert run(ToolExecutor([Where()]).execute(ToolCall("where"))).content != main
+    assert run(ToolDispatcher([Where()]).execute(ToolCall("where"))).content != main
     assert CalculatorTool.blocking is False and ThinkTool.blocking is False  # inline: cheap

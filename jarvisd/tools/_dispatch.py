@@ -1,4 +1,4 @@
-"""The ToolExecutor: one call in, one :class:`ToolResult` out, whatever happens.
+"""The ToolDispatcher: one call in, one :class:`ToolResult` out, whatever happens.
 
 For each call: look the tool up, parse and repair the arguments, validate them against
 the schema, ask the loop guard, publish TOOL_CALL_START, run (inline, in a thread, or
@@ -24,7 +24,7 @@ from .._runcontext import BudgetExceeded, RunContext, RunStopped
 from ._args import ArgumentError, parse_arguments, validate_arguments
 from ._base import _CURRENT_RUN, BaseTool
 
-__all__ = ["LoopGuard", "ToolExecutor"]
+__all__ = ["LoopGuard", "ToolDispatcher"]
 
 MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
@@ -81,7 +81,7 @@ def _fail(call: ToolCall, message: str, start: float, **meta: object) -> ToolRes
     )
 
 
-class ToolExecutor:
+class ToolDispatcher:
     def __init__(
         self,
         tools: Sequence[BaseTool],
