@@ -245,10 +245,12 @@ def main() -> int:
             raise ProtocolError(f"unknown task {start.task!r} (this runner runs: agent)")
         reply = asyncio.run(run_agent_task(start, link, launcher))
     except (JarvisError, RunStopped) as exc:
-        reply = ErrorFrame(*to_wire(exc))
+        code, message = to_wire(exc)
+        reply = ErrorFrame(code=code, message=message)
     except Exception as exc:
         traceback.print_exc()
-        reply = ErrorFrame(*to_wire(exc))
+        code, message = to_wire(exc)
+        reply = ErrorFrame(code=code, message=message)
     link.send(reply)
     return 0 if isinstance(reply, ResultFrame) else 1
 

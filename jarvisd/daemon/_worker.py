@@ -160,7 +160,8 @@ async def _run(host: _Host, start: Start) -> None:
         spec = AgentSpec.from_dict(payload.get("spec") or {})
         config = parse_config(payload.get("config") or {}, str(payload.get("config_source") or ""))
     except JarvisError as exc:
-        host.send(ErrorFrame(*to_wire(exc)))
+        code, message = to_wire(exc)
+        host.send(ErrorFrame(code=code, message=message))
         host.barrier()
         return
     resume = payload.get("resume")

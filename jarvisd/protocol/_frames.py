@@ -95,7 +95,7 @@ _text = string()
 _object = mapping(absent="falsy")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Frame(Message):
     kind: ClassVar[str] = ""
     _error: ClassVar[type[Exception]] = FrameError
@@ -107,7 +107,7 @@ class Frame(Message):
         return f"frame field {key!r}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Start(Frame):
     """What to run: ``task`` names the job (e.g. "agent", "exec", "repl"); ``payload``
     is its input. Secrets travel here, never in argv or the environment."""
@@ -117,7 +117,7 @@ class Start(Frame):
     payload: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Infer(Frame):
     """Ask the host to run one generation. ``request`` holds messages/tools/options as
     the ``to_dict`` forms of jarvisd._messages."""
@@ -126,7 +126,7 @@ class Infer(Frame):
     request: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InferResult(Frame):
     """The host's answer to ``infer`` (same id): a generation, or an error message."""
 
@@ -141,7 +141,7 @@ class InferResult(Frame):
         return {"generation": dict(self.generation or {}) or None, "error": self.error}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolFrame(Frame):
     """Ask the host to run ``tool``, one of the tools it offered the program, with
     ``arguments`` (a JSON object: never a list, nor a falsy stand-in)."""
@@ -151,7 +151,7 @@ class ToolFrame(Frame):
     arguments: Mapping[str, Any] = wire(factory=dict, read=mapping(label="tool.arguments"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultFrame(Frame):
     """The host's answer to ``tool`` (same id): the result's text, and whether the tool
     succeeded (a refusal or a failure is ``success`` false, its text says why)."""
@@ -161,20 +161,20 @@ class ToolResultFrame(Frame):
     success: bool = wire(False, read=boolean(required=True, label="tool_result.success"))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cancel(Frame):
     kind: ClassVar[str] = "cancel"
     reason: str = wire("", read=loose(""))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EventFrame(Frame):
     kind: ClassVar[str] = "event"
     type: str = wire("", read=_text)
     data: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResultFrame(Frame):
     """The program's final answer (for agents: an AgentResult's ``to_dict``)."""
 
@@ -182,7 +182,7 @@ class ResultFrame(Frame):
     result: Mapping[str, Any] = wire(factory=dict, read=_object)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorFrame(Frame):
     """The program failed: ``code`` is a short machine-readable word."""
 
@@ -191,14 +191,14 @@ class ErrorFrame(Frame):
     message: str = wire("", read=loose(""))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Log(Frame):
     kind: ClassVar[str] = "log"
     level: str = wire("info", read=loose("info"))
     message: str = wire("", read=loose(""))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Approve(Frame):
     """Ask whoever answers for the run whether a tool may run: its title, its ACP kind
     and arguments (shown to the person, never acted on by the host)."""
@@ -209,7 +209,7 @@ class Approve(Frame):
     arguments: Any = wire(None, read=raw)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Approval(Frame):
     """The answer to ``approve`` (same id): allowed or not, and who or what decided."""
 
@@ -218,12 +218,12 @@ class Approval(Frame):
     reason: str = wire("", read=_text)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Ping(Frame):
     kind: ClassVar[str] = "ping"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pong(Frame):
     kind: ClassVar[str] = "pong"
 

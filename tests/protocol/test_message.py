@@ -76,3 +76,28 @@ def test_hostile_fields_are_refused_with_the_family_error(
         return
     with pytest.raises(Bad, match=message):
         Outer.from_dict(data)
+
+
+def test_frames_take_their_fields_by_name_only() -> None:
+    """``ErrorFrame(*to_wire(exc))`` once put the code in the frame's id and the message
+    in its code, so the host showed an internal error: every frame is keyword-only, and
+    such a call fails at once (and in mypy) instead of sending the wrong fields."""
+    import inspect
+
+    from jarvisd.protocol import ErrorFrame, _frames
+
+    with pytest.raises(TypeError):
+        ErrorFrame("usage", "bad spec")  # type: ignore[misc]
+    assert ErrorFrame(code="usage", message="bad spec").body() == {
+        "code": "usage",
+        "message": "bad spec",
+    }
+    frames = [
+        cls
+        for cls in vars(_frames).values()
+        if isinstance(cls, type) and issubclass(cls, _frames.Frame)
+    ]
+    assert len(frames) > 10
+    for cls in frames:
+        kinds = {p.kind for p in inspect.signature(cls).parameters.values()}
+        assert kinds <= {inspect.Parameter.KEYWORD_ONLY}, cls.__name__
