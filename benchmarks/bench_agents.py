@@ -35,7 +35,7 @@ import asyncio, json, sys, time
 from openjarvis.core.events import EventBus
 from openjarvis.core.types import ToolCall
 from openjarvis.engine._stubs import InferenceEngine
-from openjarvis.tools._stubs import ToolDispatcher
+from openjarvis.tools._stubs import ToolExecutor
 from openjarvis.tools.calculator import CalculatorTool
 from openjarvis.agents.orchestrator import OrchestratorAgent
 from openjarvis.agents.rlm import RLMAgent
@@ -44,7 +44,7 @@ N = int(sys.argv[1])
 LOOP_TASK = sys.argv[2]
 out = {}
 
-ex = ToolDispatcher([CalculatorTool()], bus=EventBus())
+ex = ToolExecutor([CalculatorTool()], bus=EventBus())
 call = ToolCall(id="c1", name="calculator", arguments='{"expression": "2+3*4"}')
 for _ in range(200):
     ex.execute(call)
