@@ -32,7 +32,7 @@ from typing import Any
 
 from ._messages import ToolCall, ToolSpec
 
-__all__ = ["Sources", "invented", "unrelated"]
+__all__ = ["Sources", "assess", "invented", "unrelated"]
 
 #: A longer string is composed text (a task, a question), not a name the user gave.
 MAX_NAME_WORDS = 6
@@ -49,6 +49,16 @@ _COMPOSED = re.compile(r"[=(){}\[\]<>;|&$*+^%#@~\\/\n]|\w\.\w")
 _DATE = re.compile(r"\d{4}-\d{1,2}(?:-\d{1,2})?(?:[T ][\d:.]+Z?)?|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4}")
 _CODE = re.compile(r"[A-Z]{2,5}")
 _OPERATOR = re.compile(r"[-+*/^%\u00d7\u00f7]")
+_GROUPED = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")
+_LIST_COMMA = re.compile(r"(?<=\d),(?=\d)")
+_SCALE_AFTER = re.compile(r"\s*(k|thousand|m|million|bn|billion)\b")
+_DIGITS = re.compile(r"\d+")
+_DIGIT = re.compile(r"\d")
+_DECIMAL = re.compile(r"\d+(?:\.\d+)?")
+_LETTERS = re.compile(r"[^\W\d_]+")
+#: Texts up to this long are remembered once indexed: a tool result or a reply seen
+#: again ("2", "done") adds nothing, and indexing is the loop's costliest step.
+_MEMO_CHARS = 4096
 #: The words an arithmetic expression may hold besides numbers and operators.
 _MATH_WORDS = frozenset(
     (
@@ -181,6 +191,8 @@ _MONTHS = {
 
 
 _RESCALES = (1.0, 1e-2, 1e2, 1e-3, 1e3, 1e-6)
+#: The words that bring a number with them (written out, a unit, a month).
+_NUMBER_WORDS = frozenset(_WORD_NUMBERS) | frozenset(_UNITS) | frozenset(_MONTHS)
 
 
 def _key(number: float) -> float:
@@ -195,10 +207,16 @@ class Sources:
     def __init__(self, texts: Iterable[str] = ()) -> None:
         self.words: set[str] = set()
         self.numbers: set[float] = set()
+        self._values: set[float] = set()  # numbers indexed, before their rescaled forms
+        self._texts: set[str] = set()  # short texts indexed (see _MEMO_CHARS)
         for text in texts:
             self.add(text)
 
     def add(self, text: str) -> None:
+        if len(text) <= _MEMO_CHARS:
+            if text in self._texts:
+                return  # indexing is idempotent: the same text adds nothing
+            self._texts.add(text)
         if len(text) > MAX_SOURCE_CHARS:
             half = MAX_SOURCE_CHARS // 2
             text = text[:half] + "\n" + text[-half:]
@@ -207,37 +225,41 @@ class Sources:
         for i, word in enumerate(words):
             if word.isdigit():
                 self._number(float(word))
-            elif word in _WORD_NUMBERS:
-                self._number(_WORD_NUMBERS[word])
-            self._number_set(_UNITS.get(word, ()))
-            if word in _MONTHS:
-                self._number(_MONTHS[word])
-            if word.isdigit() and i + 1 < len(words) and words[i + 1] in _SCALES:
-                self._number(float(word) * _SCALES[words[i + 1]])
+                if i + 1 < len(words) and words[i + 1] in _SCALES:
+                    self._number(float(word) * _SCALES[words[i + 1]])
+            elif word in _NUMBER_WORDS:  # most words name no number: one lookup for them
+                if word in _WORD_NUMBERS:
+                    self._number(_WORD_NUMBERS[word])
+                self._number_set(_UNITS.get(word, ()))
+                if word in _MONTHS:
+                    self._number(_MONTHS[word])
         for match in _NUMBER.finditer(text):
             self._numeral(match.group(0), text[match.end() : match.end() + 12].lower())
 
     def _numeral(self, raw: str, after: str) -> None:
         """A number as written: 1,234 and 1.5 as one number, "200,300,400" as three."""
-        forms = (
-            [raw.replace(",", "")] if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", raw) else []
-        )
-        forms += re.split(r"(?<=\d),(?=\d)", raw)
+        forms = [raw.replace(",", "")] if _GROUPED.fullmatch(raw) else []
+        forms += _LIST_COMMA.split(raw) if "," in raw else [raw]
         for form in forms:
             try:
                 value = float(form)
             except ValueError:
                 continue
             self._number(value)
-            scale = re.match(r"\s*(k|thousand|m|million|bn|billion)\b", after)
+            scale = _SCALE_AFTER.match(after)
             if scale:
                 self._number(value * _SCALES[scale.group(1)])
 
     def _number(self, value: float) -> None:
+        if value in self._values:
+            return  # a text names its numbers again and again (as a word, as a numeral)
+        self._values.add(value)
         if math.isfinite(value):
             # A percentage is called as a fraction and a fraction as a percentage; a
             # quantity with an SI prefix (50 mH, 100 µF, 2 km) in the base unit.
-            self.numbers.update(_key(value * scale) for scale in _RESCALES)
+            numbers = self.numbers
+            for scale in _RESCALES:
+                numbers.add(round(abs(value * scale), 9))  # _key, inlined: a hot path
 
     def _number_set(self, values: Iterable[float]) -> None:
         for value in values:
@@ -307,22 +329,22 @@ def _given(value: float | str, sources: Sources) -> bool:
     if isinstance(value, float):
         return sources.has_number(value)
     if _DATE.fullmatch(value):
-        parts = re.findall(r"\d+", value.split("T")[0])
+        parts = _DIGITS.findall(value.split("T")[0])
         return all(
             sources.has_number(float(p)) or sources.has_number(float(p) + 2000) for p in parts
         )
     if _arithmetic(value):
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
-        return any(sources.has_number(float(n)) for n in re.findall(r"\d+(?:\.\d+)?", value))
+        return any(sources.has_number(float(n)) for n in _DECIMAL.findall(value))
     words = _name_words(value)
     return words is None or any(sources.has_word(word) for word in words)
 
 
 def _arithmetic(text: str) -> bool:
-    if not (_OPERATOR.search(text) and re.search(r"\d", text)):
+    if not (_OPERATOR.search(text) and _DIGIT.search(text)):
         return False
-    return all(word in _MATH_WORDS for word in re.findall(r"[^\W\d_]+", text.lower()))
+    return all(word in _MATH_WORDS for word in _LETTERS.findall(text.lower()))
 
 
 def _name_words(text: str) -> list[str] | None:
@@ -343,27 +365,28 @@ def _is_name(value: float | str) -> bool:
     return words is not None and not all(word.isdigit() for word in words)
 
 
-def _judged(call: ToolCall, spec: ToolSpec) -> Iterator[tuple[str, Any, Mapping[str, Any]]]:
+_Judged = list[tuple[str, Any, Mapping[str, Any]]]
+
+
+def _judged(call: ToolCall, spec: ToolSpec) -> _Judged:
     """The required arguments of ``call`` that a user would give: name, value, schema."""
     parameters = _schema(spec.parameters)
     properties = _schema(parameters.get("properties"))
     required = parameters.get("required")
     if not isinstance(required, list):
-        return
+        return []
     arguments = call.arguments_dict()
-    for name in required:
-        if isinstance(name, str) and name in arguments and not _model_written(name):
-            yield name, arguments[name], _schema(properties.get(name))
+    return [
+        (name, arguments[name], _schema(properties.get(name)))
+        for name in required
+        if isinstance(name, str) and name in arguments and not _model_written(name)
+    ]
 
 
 def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, object]:
     """The required arguments of ``call`` whose values ``sources`` never gave, by name;
     empty when every one was given (or is the model's to choose)."""
-    return {
-        name: value
-        for name, value, schema in _judged(call, spec)
-        if not all(_given(leaf, sources) for leaf in _leaves(value, schema))
-    }
+    return _invented(_judged(call, spec), sources)
 
 
 def unrelated(call: ToolCall, spec: ToolSpec, sources: Sources) -> bool:
@@ -372,11 +395,27 @@ def unrelated(call: ToolCall, spec: ToolSpec, sources: Sources) -> bool:
     their choices all foreign to the request ("How many sides does a hexagon have?" ->
     ``calculate_boiling_point(substance="hexagon")``). Calls on numbers and arithmetic
     alone are never judged: "What is 2+2?" shares no word with a calculator."""
-    names = any(
-        _is_name(leaf)
-        for _, value, schema in _judged(call, spec)
-        for leaf in _leaves(value, schema)
-    )
+    return _unrelated(_judged(call, spec), spec, sources)
+
+
+def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, object], bool]:
+    """:func:`invented` and, when nothing is, :func:`unrelated`, reading the call's
+    arguments once (the loop asks both of every call)."""
+    judged = _judged(call, spec)
+    values = _invented(judged, sources)
+    return values, not values and _unrelated(judged, spec, sources)
+
+
+def _invented(judged: _Judged, sources: Sources) -> dict[str, object]:
+    return {
+        name: value
+        for name, value, schema in judged
+        if not all(_given(leaf, sources) for leaf in _leaves(value, schema))
+    }
+
+
+def _unrelated(judged: _Judged, spec: ToolSpec, sources: Sources) -> bool:
+    names = any(_is_name(leaf) for _, value, schema in judged for leaf in _leaves(value, schema))
     return names and not any(sources.has_word(word) for word in _tool_words(spec))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TypedDict
 
-from .._grounding import Sources, invented, unrelated
+from .._grounding import Sources, assess
 from .._messages import ToolCall, ToolSpec
 from ..tools import ToolDispatcher
 
@@ -44,10 +44,10 @@ def find_held(
         if call.name in withheld:
             held.append({"tool": call.name, "withheld": True})
             continue
-        values = invented(call, tool.spec, sources)
+        values, foreign = assess(call, tool.spec, sources)
         if values:
             held.append({"tool": call.name, "invented": values})
-        elif unrelated(call, tool.spec, sources):
+        elif foreign:
             held.append({"tool": call.name, "unrelated": True})
     return held
 
