@@ -25,6 +25,7 @@ differ from its request.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -52,6 +53,7 @@ _OPERATOR = re.compile(r"[-+*/^%\u00d7\u00f7]")
 _GROUPED = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")
 _LIST_COMMA = re.compile(r"(?<=\d),(?=\d)")
 _SCALE_AFTER = re.compile(r"\s*(k|thousand|m|million|bn|billion)\b")
+_SCALE_INITIALS = frozenset("ktmb")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
@@ -199,6 +201,14 @@ def _key(number: float) -> float:
     return round(abs(number), 9)
 
 
+@functools.lru_cache(maxsize=4096)
+def _forms(value: float) -> tuple[float, ...]:
+    """The keys a number is indexed under. A percentage is called as a fraction and a
+    fraction as a percentage; a quantity with an SI prefix (50 mH, 100 µF, 2 km) in the
+    base unit. Cached: the same small numbers come back in every run."""
+    return tuple(_key(value * scale) for scale in _RESCALES)
+
+
 class Sources:
     """What the run was given, indexed: each word (lower case) and each number, with
     the forms a call may write it in (a percentage as a fraction, 3 million, a month
@@ -234,19 +244,27 @@ class Sources:
                 if word in _MONTHS:
                     self._number(_MONTHS[word])
         for match in _NUMBER.finditer(text):
-            self._numeral(match.group(0), text[match.end() : match.end() + 12].lower())
+            end = match.end()
+            # A scale word may follow ("3.5 million"); most numerals have none, and
+            # their next character says so without reading on.
+            following = text[end : end + 1]
+            scaled = following.isspace() or following.lower()[:1] in _SCALE_INITIALS
+            self._numeral(match.group(0), text[end : end + 12].lower() if scaled else "")
 
     def _numeral(self, raw: str, after: str) -> None:
         """A number as written: 1,234 and 1.5 as one number, "200,300,400" as three."""
-        forms = [raw.replace(",", "")] if _GROUPED.fullmatch(raw) else []
-        forms += _LIST_COMMA.split(raw) if "," in raw else [raw]
+        if raw.isdigit():  # the common case: one plain number
+            forms = [raw]
+        else:
+            forms = [raw.replace(",", "")] if _GROUPED.fullmatch(raw) else []
+            forms += _LIST_COMMA.split(raw) if "," in raw else [raw]
+        scale = _SCALE_AFTER.match(after) if after else None
         for form in forms:
             try:
                 value = float(form)
             except ValueError:
                 continue
             self._number(value)
-            scale = _SCALE_AFTER.match(after)
             if scale:
                 self._number(value * _SCALES[scale.group(1)])
 
@@ -255,11 +273,7 @@ class Sources:
             return  # a text names its numbers again and again (as a word, as a numeral)
         self._values.add(value)
         if math.isfinite(value):
-            # A percentage is called as a fraction and a fraction as a percentage; a
-            # quantity with an SI prefix (50 mH, 100 µF, 2 km) in the base unit.
-            numbers = self.numbers
-            for scale in _RESCALES:
-                numbers.add(round(abs(value * scale), 9))  # _key, inlined: a hot path
+            self.numbers.update(_forms(value))
 
     def _number_set(self, values: Iterable[float]) -> None:
         for value in values:
