@@ -249,7 +249,10 @@ class Sources:
             # their next character says so without reading on.
             following = text[end : end + 1]
             scaled = following.isspace() or following.lower()[:1] in _SCALE_INITIALS
-            self._numeral(match.group(0), text[end : end + 12].lower() if scaled else "")
+            raw = match.group(0)
+            if not scaled and raw.isdigit():
+                continue  # a plain run of digits: indexed above, as a word
+            self._numeral(raw, text[end : end + 12].lower() if scaled else "")
 
     def _numeral(self, raw: str, after: str) -> None:
         """A number as written: 1,234 and 1.5 as one number, "200,300,400" as three."""
@@ -315,6 +318,8 @@ def _neutral(value: object, schema: Mapping[str, Any]) -> bool:
 def _schema(value: object) -> Mapping[str, Any]:
     """A schema as found in a tool's parameters: a mapping, else none (a hostile or
     sloppy tool may put anything there)."""
+    if type(value) is dict:  # the usual case, without the slower abstract-class check
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
