@@ -345,19 +345,27 @@ def _leaves(value: object, schema: Mapping[str, Any], depth: int = 0) -> Iterato
 
 
 def _given(value: float | str, sources: Sources) -> bool:
+    return _judge_leaf(value, sources)[0]
+
+
+def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
+    """Whether ``value`` was given, and whether it is a name (see :func:`_is_name`):
+    both from one reading of it (the loop judges every call it runs)."""
     if isinstance(value, float):
-        return sources.has_number(value)
+        return sources.has_number(value), False
     if _DATE.fullmatch(value):
         parts = _DIGITS.findall(value.split("T")[0])
         return all(
             sources.has_number(float(p)) or sources.has_number(float(p) + 2000) for p in parts
-        )
+        ), False
     if _arithmetic(value):
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
-        return any(sources.has_number(float(n)) for n in _DECIMAL.findall(value))
-    words = _name_words(value)
-    return words is None or any(sources.has_word(word) for word in words)
+        return any(sources.has_number(float(n)) for n in _DECIMAL.findall(value)), False
+    words = _plain_name_words(value)
+    if words is None:
+        return True, False
+    return any(sources.has_word(word) for word in words), not all(w.isdigit() for w in words)
 
 
 def _arithmetic(text: str) -> bool:
@@ -370,9 +378,14 @@ def _name_words(text: str) -> list[str] | None:
     """The words of ``text`` when it reads as a name a user gives (a place, a team, a
     unit: at most :data:`MAX_NAME_WORDS` words); None for a code, a date, arithmetic
     or composed text (code, a path, a sentence)."""
-    if _CODE.fullmatch(text) or _DATE.fullmatch(text) or _arithmetic(text):
+    if _DATE.fullmatch(text) or _arithmetic(text):
         return None
-    if _COMPOSED.search(text):
+    return _plain_name_words(text)
+
+
+def _plain_name_words(text: str) -> list[str] | None:
+    """:func:`_name_words` of a text already read as neither a date nor arithmetic."""
+    if _CODE.fullmatch(text) or _COMPOSED.search(text):
         return None
     words = [w for w in _WORD.findall(text.lower()) if w not in _STOP]
     return words if words and len(words) <= MAX_NAME_WORDS else None
@@ -419,10 +432,19 @@ def unrelated(call: ToolCall, spec: ToolSpec, sources: Sources) -> bool:
 
 def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, object], bool]:
     """:func:`invented` and, when nothing is, :func:`unrelated`, reading the call's
-    arguments once (the loop asks both of every call)."""
-    judged = _judged(call, spec)
-    values = _invented(judged, sources)
-    return values, not values and _unrelated(judged, spec, sources)
+    arguments once and each of their values once (the loop asks both of every call)."""
+    values: dict[str, object] = {}
+    names = False
+    for name, value, schema in _judged(call, spec):
+        for leaf in _leaves(value, schema):
+            given, is_name = _judge_leaf(leaf, sources)
+            names = names or is_name
+            if not given:
+                values[name] = value
+                break
+    if values:
+        return values, False
+    return values, names and not any(sources.has_word(word) for word in _tool_words(spec))
 
 
 def _invented(judged: _Judged, sources: Sources) -> dict[str, object]:
