@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jarvisd._grounding import MAX_SOURCE_CHARS, Sources, invented, unrelated
+from jarvisd._grounding import MAX_SOURCE_CHARS, Sources, assess, invented, unrelated
 from jarvisd._messages import ToolCall, ToolSpec
 
 
@@ -137,6 +137,25 @@ def test_flags_defaults_choices_codes_and_optional_arguments_are_the_model_s_to_
         city="Atlantis",
     ) == {}  # fmt: skip
     assert held("How warm is it?", tool, unit="kelvin") == {"unit": "kelvin"}
+
+
+def test_indexing_is_the_same_in_any_order_and_however_often_a_text_comes() -> None:
+    # The index skips what it has seen (a number, a short text): never what it has not.
+    texts = [request_ for request_, _, _ in GIVEN + MADE_UP]
+    once, twice = Sources(texts), Sources([*reversed(texts), *texts])
+    apart = [Sources([text]) for text in texts]
+    assert once.numbers == twice.numbers == set().union(*(s.numbers for s in apart))
+    assert once.words == twice.words == set().union(*(s.words for s in apart))
+
+
+@pytest.mark.parametrize(("request_", "name", "value"), GIVEN + MADE_UP)
+def test_assess_answers_both_questions_as_they_are_asked_apart(
+    request_: str, name: str, value: Any
+) -> None:
+    tool = spec(name, **({name: {"type": "array"}} if isinstance(value, list) else {}))
+    call, sources = ToolCall.from_arguments(tool.name, {name: value}), Sources([request_])
+    values = invented(call, tool, sources)
+    assert assess(call, tool, sources) == (values, not values and unrelated(call, tool, sources))
 
 
 def test_values_from_any_source_count_and_sources_grow() -> None:
