@@ -167,11 +167,15 @@ class AskPool:
             self._free.notify()
 
     async def ask(
-        self, spec: AgentSpec, cancel: CancelToken
+        self, spec: AgentSpec, cancel: CancelToken, *, gone: Callable[[], bool] = lambda: False
     ) -> AsyncIterator[EventFrame | RunOutcome]:
         """Answer ``spec`` in a worker: its events as they come, then the outcome.
-        Cancelling ``cancel`` stops the run (the worker survives it)."""
+        Cancelling ``cancel`` stops the run (the worker survives it). ``gone`` says
+        whether the asker has left; it is asked once a worker is free, right before the
+        question would be sent (the caller's own check runs only once a second)."""
         worker = await self._take_ready()
+        if not cancel.cancelled and gone():
+            cancel.cancel("the client disconnected")
         if cancel.cancelled:
             # Its client went away while it waited for a worker: nothing is sent.
             await self._release(worker)

@@ -72,9 +72,14 @@ async def stream_ask(
     if request.id:
         running[request.id] = cancel
 
+    peer = _peer.get()
+
+    def gone() -> bool:
+        return peer is not None and peer_closed(peer)
+
     async def go() -> None:
         try:
-            async for item in pool.ask(request.spec, cancel):
+            async for item in pool.ask(request.spec, cancel, gone=gone):
                 if isinstance(item, RunOutcome):
                     queue.put_nowait(ResultReply(id=request.id, result=item.to_dict()))
                 elif item.type == "inference_delta":
@@ -95,7 +100,6 @@ async def stream_ask(
             queue.put_nowait(None)
 
     worker = asyncio.create_task(go())
-    peer = _peer.get()
     quiet = 0.0
     try:
         while True:
