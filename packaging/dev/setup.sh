@@ -206,7 +206,8 @@ case "$MODE" in
         # Both passes always run; the first failing one's status is the result.
         status=0
         "$PY" -m pytest -q -p no:cacheprovider -n 2 -m parallel || status=$?
-        "$PY" -m pytest -q -p no:cacheprovider -m "not parallel" || status=$?
+        # The serial pass names its 25 slowest tests: where CI's time goes, in every log.
+        "$PY" -m pytest -q -p no:cacheprovider -m "not parallel" --durations=25 || status=$?
         exit "$status"
         ;;
     *) say "unknown mode $MODE (use --demo or --test)"; exit 2 ;;
