@@ -70,7 +70,9 @@ def excerpt(rel: str, text: str, texts: list[str]) -> str:
         return text
     try:
         tree = ast.parse(text)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # The agent writes these files: a deep expression (100,000 unary minuses)
+        # makes CPython's parser raise MemoryError; the file is then shown whole.
         return text
     words = {w for t in texts for w in _WORD.findall(t)}
     spans = _spans(tree, words, _cited_lines(rel, texts))

@@ -72,3 +72,10 @@ def test_a_cited_line_outside_every_definition_is_shown_with_its_neighbours() ->
     shown = excerpt("pkg/mod.py", module, [f'File "/ws/pkg/mod.py", line {line}, in <module>'])
     assert f"[lines {line - 3}-{line + 3}]" in shown and "VALUE = undefined_name" in shown
     assert "dasherize" not in shown
+
+
+def test_a_file_the_parser_cannot_hold_is_shown_whole() -> None:
+    # The agent writes the files a failure names: 100,000 unary minuses make CPython's
+    # parser raise MemoryError, which must not end the run's next prompt.
+    hostile = "def f():\n    return 1\n" + "x = " + "-" * 100_000 + "1\n"
+    assert excerpt("m.py", hostile, ["f failed"]) == hostile
