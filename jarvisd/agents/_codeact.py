@@ -155,6 +155,11 @@ class CodeActDialect(Dialect):
         )
 
 
+#: What CPython's parser raises on a deep expression (3,000 unary minuses: RecursionError;
+#: 10,000: MemoryError), as a small model's degenerate reply can hold: not code to read.
+_UNPARSABLE = (RecursionError, MemoryError)
+
+
 def _only_defines(step: Step) -> bool:
     """Whether the step runs one Python block that only defines functions or classes
     (and imports): it shows code, it changes no file."""
@@ -165,7 +170,7 @@ def _only_defines(step: Step) -> bool:
     try:
         code = str(step.calls[0].arguments_dict().get("code") or "")
         tree = ast.parse(code)
-    except (SyntaxError, ValueError, AttributeError):
+    except (SyntaxError, ValueError, AttributeError, *_UNPARSABLE):
         return False
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
     return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
@@ -182,7 +187,7 @@ def _block_defines_only(code: str) -> bool:
 
     try:
         tree = ast.parse(code)
-    except SyntaxError:
+    except (SyntaxError, ValueError, *_UNPARSABLE):
         return False
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
     return any(not isinstance(n, ast.Import | ast.ImportFrom) for n in tree.body) and all(

@@ -165,3 +165,19 @@ def test_a_relative_file_name_resolves_in_the_work_dir(tmp_path: Path) -> None:
     rootless = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
     code = rootless.parse(Generation(content=shown), _Tools()).calls[0].arguments_dict()["code"]  # type: ignore[arg-type]
     assert "define_in(" not in code  # no root: a relative name means nothing
+
+
+@pytest.mark.parametrize("depth", [3_000, 10_000])
+def test_a_block_the_parser_cannot_hold_is_run_not_a_crash(depth: int) -> None:
+    """A small model's degenerate reply (thousands of unary minuses) makes CPython's
+    parser raise RecursionError or MemoryError; reading the block for what it defines
+    must not end the run: the block goes to the session, whose error the model sees."""
+    from jarvisd._messages import ToolResult
+
+    deep = "x = " + "-" * depth + "1"
+    for shown in (f"```python\n{deep}\n```", f"```python\n# /ws/calc.py\n{deep}\n```"):
+        dialect = SessionDialect(_Session(), reask_unacted=True)  # type: ignore[arg-type]
+        step = dialect.parse(Generation(content=shown), _Tools())  # type: ignore[arg-type]
+        assert step.kind == "calls"
+        (message,) = dialect.result_messages(step, [ToolResult("python", "RecursionError")])
+        assert "no file changed" not in message.content
