@@ -213,6 +213,8 @@ def run(env: BenchEnv) -> list[Row]:
     agents = [a for a in AGENTS if installed(BUILTIN[a])]
     rows = [_skip(_name(a), f"{a} is not installed (jarvis agents install {a})")
             for a in AGENTS if a not in agents]  # fmt: skip
+    if not agents:
+        return rows
     with OllamaStandIn(ScriptedEngine(fallback=reply("done"))) as standin:
         environ = _daemon_env(root, standin.url, image)
         log = open(root / "jarvisd.log", "ab")  # noqa: SIM115 - closed below
