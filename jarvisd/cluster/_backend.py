@@ -1,0 +1,65 @@
+"""The task backend seam and the local backend (see the package docstring)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
+    from jarvisd.runs import AgentSpec
+
+__all__ = ["LocalBackend", "TaskBackend", "backend_for"]
+
+#: The worker's module: ``python -m`` it, on whichever machine runs the task.
+WORKER_MODULE = "jarvisd.daemon._worker"
+
+
+class TaskBackend(Protocol):
+    """Where a task's worker runs."""
+
+    #: What ``task show`` says while the task has no node yet ("local", "ray").
+    name: str
+
+    async def spawn(
+        self, python: str, spec: AgentSpec, config: Config, limit: int
+    ) -> asyncio.subprocess.Process:
+        """Start a child process that speaks the worker's frames on stdin/stdout
+        (lines up to ``limit`` bytes): the worker itself, or a stand-in for it."""
+        ...
+
+    def check(self, spec: AgentSpec, config: Config) -> None:
+        """Refuse (``UsageError``) a task no worker could run, at submit. Optional:
+        a backend with nothing to check passes."""
+        ...
+
+
+class LocalBackend:
+    """The worker as a child process of the daemon, on this machine."""
+
+    name = "local"
+
+    async def spawn(
+        self, python: str, spec: AgentSpec, config: Config, limit: int
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            python,
+            "-m",
+            WORKER_MODULE,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
+            limit=limit,
+        )
+
+    def check(self, spec: AgentSpec, config: Config) -> None:
+        return None
+
+
+def backend_for(config: Config) -> TaskBackend:
+    """The backend ``[cluster] backend`` names."""
+    if config.cluster.backend == "ray":
+        from ._ray import RayBackend
+
+        return RayBackend()
+    return LocalBackend()

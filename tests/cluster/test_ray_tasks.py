@@ -1,0 +1,96 @@
+"""Daemon tasks on a real Ray cluster (``[cluster] backend = "ray"``), through a real
+jarvisd on a real socket whose scripted engine is a real Ollama-protocol server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvisd.daemon import TaskInfo
+from jarvisd.engines import ScriptedEngine
+from jarvisd.runs import AgentSpec
+from jarvisd.testing import OllamaStandIn
+
+from ..daemon.conftest import DaemonProcess, script
+from .conftest import RayCluster, ray_config
+
+pytestmark = pytest.mark.slow
+
+#: The prompts, each with and without a tool call: cycled over the 30 tasks.
+PROMPTS = ("what is red", "use calc on 2+2", "what is blue", "use calc here", "name a tree")
+TASKS = 30
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[OllamaStandIn]:
+    with OllamaStandIn(ScriptedEngine(fallback=script)) as server:
+        yield server
+
+
+def started(root: Path, standin: OllamaStandIn, extra: str = "") -> DaemonProcess:
+    daemon = DaemonProcess(root, standin.url)
+    daemon.write_config("max_concurrent = 6", extra)
+    return daemon.start()
+
+
+def run_all(daemon: DaemonProcess, prompts: list[str]) -> list[TaskInfo]:
+    ids = [
+        daemon.client.submit(AgentSpec(input=p, agent="orchestrator", tools=("calculator",))).id
+        for p in prompts
+    ]
+    return [daemon.client.wait(task_id, timeout=300) for task_id in ids]
+
+
+def comparable(info: TaskInfo) -> dict[str, Any]:
+    """What a run's result says, less what differs from run to run: durations and
+    tool call ids."""
+    result = dict(info.result or {})
+    result.pop("duration_s", None)
+    result["tool_results"] = [
+        {k: v for k, v in r.items() if k not in ("call_id", "latency_s")}
+        for r in result.get("tool_results", [])
+    ]
+    return {"state": info.state, "reason": info.reason, "result": result}
+
+
+def event_types(daemon: DaemonProcess, task_id: str) -> list[str]:
+    return [e.event for e in daemon.client.logs(task_id)]
+
+
+def test_tasks_spread_over_both_nodes_as_they_run_locally(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    local = started(isolated_dirs, standin)
+    try:
+        expected = {
+            p: (comparable(i), event_types(local, i.id))
+            for p, i in zip(PROMPTS, run_all(local, list(PROMPTS)), strict=True)
+        }
+        assert all(i.node == "local" for i in local.client.list_tasks())
+    finally:
+        local.terminate()
+
+    remote = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(TASKS)]
+        began = time.monotonic()
+        done = run_all(remote, prompts)
+        wall = time.monotonic() - began
+        for prompt, info in zip(prompts, done, strict=True):
+            want_result, want_events = expected[prompt]
+            assert comparable(info) == want_result, remote.log_text()
+            # The same events in the same order, with where it ran said once.
+            types = event_types(remote, info.id)
+            assert types.count("task_placed") == 1
+            types.remove("task_placed")
+            assert types == want_events
+        nodes = {info.node for info in done}
+        assert nodes <= {ray_cluster.node_a, ray_cluster.node_b}, nodes
+        assert nodes == {ray_cluster.node_a, ray_cluster.node_b}, "both nodes ran tasks"
+        print(f"{TASKS} tasks on the Ray cluster in {wall:.1f} s")
+    finally:
+        remote.terminate()
