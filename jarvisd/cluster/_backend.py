@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -57,9 +58,16 @@ class LocalBackend:
 
 
 def backend_for(config: Config) -> TaskBackend:
-    """The backend ``[cluster] backend`` names."""
-    if config.cluster.backend == "ray":
+    """The backend ``[cluster]`` names: one per cluster setting, so what it caches
+    (the ray backend's listing of nodes) outlives a task, and a config reload that
+    changes the section takes effect at the next task."""
+    return _backend(config.cluster.backend, config.cluster.address)
+
+
+@functools.lru_cache(maxsize=4)
+def _backend(kind: str, address: str) -> TaskBackend:
+    if kind == "ray":
         from ._ray import RayBackend
 
-        return RayBackend()
+        return RayBackend(address)
     return LocalBackend()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from jarvisd._config import Config
     from jarvisd.runs import AgentSpec
@@ -36,7 +36,7 @@ def needs(spec: AgentSpec, config: Config) -> dict[str, float]:
     return wanted
 
 
-def unmet(wanted: Mapping[str, float], nodes: list[Mapping[str, float]]) -> str:
+def unmet(wanted: Mapping[str, float], nodes: Sequence[Mapping[str, float]]) -> str:
     """Why no node of ``nodes`` (each its total resources) can ever run a task that
     wants ``wanted``; "" when one can."""
     if any(all(node.get(k, 0.0) >= v for k, v in wanted.items()) for node in nodes):

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import subprocess
+import sys
+import threading
+import time
 from typing import TYPE_CHECKING
 
-from ._placement import needs
+from jarvisd._errors import UsageError
+
+from ._placement import needs, unmet
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -16,7 +23,13 @@ if TYPE_CHECKING:
 
 __all__ = ["RayBackend"]
 
+log = logging.getLogger(__name__)
+
 RELAY_MODULE = "jarvisd.cluster._relay"
+PROBE_MODULE = "jarvisd.cluster._probe"
+#: Seconds a listing of the cluster's nodes is reused; and one may take at most.
+_PROBE_TTL_S = 10.0
+_PROBE_TIMEOUT_S = 60.0
 
 
 class RayBackend:
@@ -31,7 +44,7 @@ class RayBackend:
             python,
             "-m",
             RELAY_MODULE,
-            config.cluster.address,
+            self.address,
             json.dumps(needs(spec, config), sort_keys=True),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -39,5 +52,44 @@ class RayBackend:
             limit=limit,
         )
 
+    def __init__(self, address: str = "auto") -> None:
+        self.address = address
+        self._nodes: list[dict[str, float]] | None = None
+        self._probed = 0.0
+        self._lock = threading.Lock()
+
     def check(self, spec: AgentSpec, config: Config) -> None:
-        return None
+        """Refuse a task no live node has the resources for. A cluster that cannot be
+        reached refuses nothing: the task waits in the queue, and its run says why."""
+        nodes = self._live_nodes(config)
+        if nodes is None:
+            return
+        why = unmet(needs(spec, config), nodes)
+        if why:
+            raise UsageError(
+                f"{why}: start a node that has them (ray start --resources ...), or ask for less"
+            )
+
+    def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
+        """The live nodes' resources, asked of the cluster at most every few seconds
+        (a burst of submits costs one probe)."""
+        with self._lock:
+            if self._nodes is not None and time.monotonic() - self._probed < _PROBE_TTL_S:
+                return self._nodes
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-m", PROBE_MODULE, self.address],
+                    capture_output=True,
+                    text=True,
+                    timeout=_PROBE_TIMEOUT_S,
+                    check=False,
+                )
+                nodes = json.loads(done.stdout) if done.returncode == 0 else None
+            except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+                log.warning("cannot list the Ray cluster's nodes: %s", exc)
+                return None
+            if nodes is None:
+                log.warning("cannot list the Ray cluster's nodes: %s", done.stderr.strip()[-500:])
+                return None
+            self._nodes, self._probed = nodes, time.monotonic()
+            return self._nodes

@@ -54,6 +54,16 @@ def _fail(out: IO[bytes], code: str, message: str) -> NoReturn:
     _leave(1)
 
 
+def keep_loopback(address: str) -> None:
+    """Before Ray is imported: connect to a loopback ``address`` on loopback."""
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    if host in _LOOPBACK:
+        # Ray's driver swaps a loopback address for this machine's outward one, where a
+        # cluster started on loopback (one machine, a test) does not listen; this flag
+        # is the one thing that makes it keep loopback (it means no more than that).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
 def _forward_stdin(actor: Any) -> None:
     """The daemon's frames (start, pong, cancel, approval) to the worker, one at a time
     so their order holds; its end closes the worker's stdin."""
@@ -76,12 +86,7 @@ def main(argv: list[str]) -> NoReturn:
         format="%(asctime)s relay[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     address, wanted = argv[0], json.loads(argv[1])
-    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
-    if host in _LOOPBACK:
-        # Ray's driver swaps a loopback address for this machine's outward one, where a
-        # cluster started on loopback (one machine, a test) does not listen; this flag
-        # is the one thing that makes it keep loopback (it means no more than that).
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    keep_loopback(address)
     try:
         import ray
     except ImportError:

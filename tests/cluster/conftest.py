@@ -9,10 +9,10 @@ every address on loopback. Under CI a missing ``ray`` is a failure (``require``)
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import psutil
 import pytest
 
 from jarvisd._paths import ENV_VARS
@@ -31,6 +31,21 @@ class RayCluster:
     node_a: str
     node_b: str
     handle: object  # ray.cluster_utils.Cluster
+    #: The data directory its nodes' processes were given (JARVIS_DATA_DIR).
+    data_dir: str
+
+    def workers(self) -> list[int]:
+        """Task workers running on its nodes (found by the data directory they have)."""
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if "jarvisd.daemon._worker" not in (proc.info["cmdline"] or []):
+                    continue
+                if proc.environ().get("JARVIS_DATA_DIR") == self.data_dir:
+                    found.append(proc.pid)
+            except psutil.Error:
+                continue
+        return found
 
 
 @pytest.fixture(scope="module")
@@ -58,13 +73,17 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         b = cluster.add_node(**common, resources=NODE_B)
         cluster.wait_for_nodes()
     try:
-        yield RayCluster(cluster.address, cluster.head_node.node_id, a.node_id, b.node_id, cluster)
+        yield RayCluster(
+            cluster.address,
+            cluster.head_node.node_id,
+            a.node_id,
+            b.node_id,
+            cluster,
+            str(root / "data"),
+        )
     finally:
         cluster.shutdown()
 
 
 def ray_config(cluster: RayCluster) -> str:
     return f'[cluster]\nbackend = "ray"\naddress = "{cluster.address}"\n'
-
-
-__all__ = ["NODE_A", "NODE_B", "RayCluster", "os", "ray_config"]

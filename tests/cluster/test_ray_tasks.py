@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from jarvisd._errors import UsageError
 from jarvisd.daemon import TaskInfo
-from jarvisd.engines import ScriptedEngine
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
 
-from ..daemon.conftest import DaemonProcess, script
+from ..daemon.conftest import DaemonProcess, SlowOnCue, script
 from .conftest import RayCluster, ray_config
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,7 @@ TASKS = 30
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[OllamaStandIn]:
-    with OllamaStandIn(ScriptedEngine(fallback=script)) as server:
+    with OllamaStandIn(SlowOnCue(fallback=script)) as server:
         yield server
 
 
@@ -92,5 +92,31 @@ def test_tasks_spread_over_both_nodes_as_they_run_locally(
         assert nodes <= {ray_cluster.node_a, ray_cluster.node_b}, nodes
         assert nodes == {ray_cluster.node_a, ray_cluster.node_b}, "both nodes ran tasks"
         print(f"{TASKS} tasks on the Ray cluster in {wall:.1f} s")
+
+        # A task no node can run is refused at submit, saying what it asked for.
+        with pytest.raises(UsageError, match=r"no node of the Ray cluster \(3 live\) has"):
+            remote.client.submit(AgentSpec(input="x", engine="llamacpp", model="absent-1b"))
     finally:
         remote.terminate()
+
+
+def test_cancel_reaches_the_worker_on_its_node(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        task = daemon.client.submit(AgentSpec(input="a slow one"))
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+        daemon.wait_for(lambda: daemon.client.show(task.id).node in placed, 120, "placement")
+        daemon.wait_for(lambda: bool(ray_cluster.workers()), 60, "its worker on the node")
+        daemon.wait_for(
+            lambda: "inference_start" in event_types(daemon, task.id), 60, "its model call"
+        )
+        daemon.client.cancel(task.id)
+        info = daemon.client.wait(task.id, timeout=120)
+        assert info.state == "cancelled", info
+        assert info.node in placed
+        # Its worker on the node has ended with it.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote worker to end")
+    finally:
+        daemon.terminate()
