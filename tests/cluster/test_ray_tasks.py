@@ -3,14 +3,17 @@ jarvisd on a real socket whose scripted engine is a real Ollama-protocol server.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from jarvisd._errors import UsageError
+from jarvisd._messages import Generation, Message, Role
 from jarvisd.daemon import TaskInfo
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
@@ -25,9 +28,21 @@ PROMPTS = ("what is red", "use calc on 2+2", "what is blue", "use calc here", "n
 TASKS = 30
 
 
+class HeldOnCue(SlowOnCue):
+    """As :class:`SlowOnCue`; and "held" questions are answered once ``release`` is set."""
+
+    release = threading.Event()
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        if any("held" in m.content for m in messages if m.role is Role.USER):
+            # Waited in a thread: the server's other requests go on meanwhile.
+            await asyncio.to_thread(self.release.wait, 600)
+        return await super().generate(messages, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def standin() -> Iterator[OllamaStandIn]:
-    with OllamaStandIn(SlowOnCue(fallback=script)) as server:
+    with OllamaStandIn(HeldOnCue(fallback=script)) as server:
         yield server
 
 
@@ -119,4 +134,51 @@ def test_cancel_reaches_the_worker_on_its_node(
         # Its worker on the node has ended with it.
         daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote worker to end")
     finally:
+        daemon.terminate()
+
+
+# Last in the module: it takes a node away.
+def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    from ray.cluster_utils import Cluster
+
+    cluster = ray_cluster.handle
+    assert isinstance(cluster, Cluster)
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        ids = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+
+        def all_asking() -> bool:
+            return all(
+                daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
+                for i in ids
+            )
+
+        daemon.wait_for(all_asking, 180, "every task on a node, asking its model")
+        on_a = [i for i in ids if daemon.client.show(i).node == ray_cluster.node_a]
+        assert on_a, "tasks are spread over both nodes"
+        [node_a] = [n for n in cluster.worker_nodes if n.node_id == ray_cluster.node_a]
+        cluster.remove_node(node_a)
+        # Each of its tasks is settled as interrupted, resumed, and placed again on B.
+        daemon.wait_for(
+            lambda: all(daemon.client.show(i).node == ray_cluster.node_b for i in on_a),
+            180,
+            "its tasks on the node left",
+        )
+        HeldOnCue.release.set()
+        done = [daemon.client.wait(i, timeout=180) for i in ids]
+        assert [d.state for d in done] == ["succeeded"] * 4, [(d.state, d.reason) for d in done]
+        for info in done:
+            types = event_types(daemon, info.id)
+            # Lost on A: resumed once, from before its model call; never a tool run twice.
+            expected_attempts = 2 if info.id in on_a else 1
+            assert info.attempts == expected_attempts, (info.id, types)
+            assert types.count("task_resumed") == expected_attempts - 1, types
+            assert types.count("task_end") == 1
+            assert info.result is not None and info.result["answer"].startswith("answer to held")
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "no worker left on any node")
+    finally:
+        HeldOnCue.release.set()
         daemon.terminate()
