@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.harness import BenchEnv, Row, percentile
 
@@ -41,7 +42,7 @@ def run(env: BenchEnv) -> list[Row]:
     saved = dict(os.environ)
     os.environ.update(_env(root / "ray"))  # what the nodes' processes inherit
     try:
-        common = {"node_ip_address": "127.0.0.1", "num_cpus": 1}
+        common: dict[str, Any] = {"node_ip_address": "127.0.0.1", "num_cpus": 1}
         cluster = Cluster(
             initialize_head=True,
             head_node_args={**common, "num_cpus": 0, "include_dashboard": False},
@@ -90,7 +91,7 @@ def run(env: BenchEnv) -> list[Row]:
         for proc, _ in daemons.values():
             proc.terminate()
             proc.wait(60)
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]
     local, ray = percentile(times["local"], 50) * 1000, percentile(times["ray"], 50) * 1000
     return [
         Row(
