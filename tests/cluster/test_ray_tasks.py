@@ -18,13 +18,22 @@ from jarvisd.daemon import TaskInfo
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
 
+from ..conftest import require
 from ..daemon.conftest import DaemonProcess, SlowOnCue, script
+from ..sandbox.conftest import engine_problem
 from .conftest import RayCluster, ray_config
 
 pytestmark = pytest.mark.slow
 
 #: The prompts, each with and without a tool call: cycled over the 30 tasks.
-PROMPTS = ("what is red", "use calc on 2+2", "what is blue", "use calc here", "name a tree")
+PROMPTS = (
+    "what is red",
+    "use calc on 2+2",
+    "in a box: what is blue",
+    "use calc here",
+    "name a tree",
+    "in a box: use calc",
+)
 TASKS = 30
 
 
@@ -52,23 +61,30 @@ def started(root: Path, standin: OllamaStandIn, extra: str = "") -> DaemonProces
     return daemon.start()
 
 
+def spec(prompt: str) -> AgentSpec:
+    """The task of ``prompt``: in a sandbox when it says "in a box"."""
+    isolation = "sandbox" if "in a box" in prompt else "default"
+    return AgentSpec(input=prompt, agent="orchestrator", tools=("calculator",), isolation=isolation)
+
+
 def run_all(daemon: DaemonProcess, prompts: list[str]) -> list[TaskInfo]:
-    ids = [
-        daemon.client.submit(AgentSpec(input=p, agent="orchestrator", tools=("calculator",))).id
-        for p in prompts
-    ]
+    ids = [daemon.client.submit(spec(p)).id for p in prompts]
     return [daemon.client.wait(task_id, timeout=300) for task_id in ids]
 
 
 def comparable(info: TaskInfo) -> dict[str, Any]:
-    """What a run's result says, less what differs from run to run: durations and
-    tool call ids."""
+    """What a run's result says, less what differs from run to run: durations
+    (the run's, its tool calls', its sandbox's) and tool call ids."""
     result = dict(info.result or {})
     result.pop("duration_s", None)
     result["tool_results"] = [
         {k: v for k, v in r.items() if k not in ("call_id", "latency_s")}
         for r in result.get("tool_results", [])
     ]
+    metadata = dict(result.get("metadata") or {})
+    if "sandbox" in metadata:
+        metadata["sandbox"] = {k: v for k, v in metadata["sandbox"].items() if k != "duration_s"}
+    result["metadata"] = metadata
     return {"state": info.state, "reason": info.reason, "result": result}
 
 
@@ -76,9 +92,11 @@ def event_types(daemon: DaemonProcess, task_id: str) -> list[str]:
     return [e.event for e in daemon.client.logs(task_id)]
 
 
+@pytest.mark.docker
 def test_tasks_spread_over_both_nodes_as_they_run_locally(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
 ) -> None:
+    require(not engine_problem(), engine_problem())  # some of the tasks are sandboxed
     local = started(isolated_dirs, standin)
     try:
         expected = {
@@ -103,6 +121,9 @@ def test_tasks_spread_over_both_nodes_as_they_run_locally(
             assert types.count("task_placed") == 1
             types.remove("task_placed")
             assert types == want_events
+        # Sandboxed tasks ask for a docker engine: only node B has one.
+        boxed = {info.node for p, info in zip(prompts, done, strict=True) if "in a box" in p}
+        assert boxed == {ray_cluster.node_b}, boxed
         nodes = {info.node for info in done}
         assert nodes <= {ray_cluster.node_a, ray_cluster.node_b}, nodes
         assert nodes == {ray_cluster.node_a, ray_cluster.node_b}, "both nodes ran tasks"
