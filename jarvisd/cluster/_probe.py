@@ -6,24 +6,29 @@ imports Ray; the ray backend caches its answer (``RayBackend.check``)."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 
-from ._relay import keep_loopback
+from ._relay import connect, keep_loopback
+
+#: A submit waits for this probe (once per few seconds): it gives up sooner than a run.
+PROBE_CONNECT_S = 10.0
 
 
 def main(argv: list[str]) -> int:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # Ray's own output is not the answer
     keep_loopback(argv[0])
-    try:
-        import ray
+    why = connect(argv[0], PROBE_CONNECT_S)
+    if why:
+        print(why, file=sys.stderr)
+        return 1
+    import ray
 
-        ray.init(address=argv[0], logging_level=logging.WARNING, log_to_driver=False)
+    try:
         nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:
-        print(f"the Ray cluster at {argv[0]} cannot be reached: {exc}", file=sys.stderr)
+        print(f"the Ray cluster at {argv[0]} did not list its nodes: {exc}", file=sys.stderr)
         return 1
     out.write(json.dumps(nodes))
     out.flush()

@@ -29,7 +29,8 @@ RELAY_MODULE = "jarvisd.cluster._relay"
 PROBE_MODULE = "jarvisd.cluster._probe"
 #: Seconds a listing of the cluster's nodes is reused; and one may take at most.
 _PROBE_TTL_S = 10.0
-_PROBE_TIMEOUT_S = 60.0
+#: (A submit waits for it: bounded well below a client's patience.)
+_PROBE_TIMEOUT_S = 15.0
 
 
 class RayBackend:
@@ -71,25 +72,29 @@ class RayBackend:
             )
 
     def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
-        """The live nodes' resources, asked of the cluster at most every few seconds
-        (a burst of submits costs one probe)."""
+        """The live nodes' resources (None: the cluster did not answer), asked of the
+        cluster at most every few seconds: a burst of submits costs one probe."""
         with self._lock:
-            if self._nodes is not None and time.monotonic() - self._probed < _PROBE_TTL_S:
-                return self._nodes
-            try:
-                done = subprocess.run(
-                    [sys.executable, "-m", PROBE_MODULE, self.address],
-                    capture_output=True,
-                    text=True,
-                    timeout=_PROBE_TIMEOUT_S,
-                    check=False,
-                )
-                nodes = json.loads(done.stdout) if done.returncode == 0 else None
-            except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
-                log.warning("cannot list the Ray cluster's nodes: %s", exc)
-                return None
-            if nodes is None:
-                log.warning("cannot list the Ray cluster's nodes: %s", done.stderr.strip()[-500:])
-                return None
-            self._nodes, self._probed = nodes, time.monotonic()
+            if self._probed and time.monotonic() - self._probed < _PROBE_TTL_S:
+                return self._nodes  # None too: an unreachable cluster is not asked again
+            self._nodes = self._probe()
+            self._probed = time.monotonic()
             return self._nodes
+
+    def _probe(self) -> list[dict[str, float]] | None:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", PROBE_MODULE, self.address],
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode == 0:
+                nodes: list[dict[str, float]] = json.loads(done.stdout)
+                return nodes
+            why = done.stderr.strip()[-500:]
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            why = str(exc)
+        log.warning("cannot list the Ray cluster's nodes: %s", why)
+        return None

@@ -37,6 +37,8 @@ log = logging.getLogger("jarvisd.cluster.relay")
 #: The event that says where the task runs (``task show``'s ``node``).
 PLACED_EVENT = "task_placed"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Seconds the cluster has to accept this process as a driver.
+CONNECT_TIMEOUT_S = 30.0
 #: Seconds one fetch of the worker's frames waits on the node before asking again.
 _FETCH_WAIT_S = 1.0
 
@@ -62,6 +64,34 @@ def keep_loopback(address: str) -> None:
         # cluster started on loopback (one machine, a test) does not listen; this flag
         # is the one thing that makes it keep loopback (it means no more than that).
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
+    """Connect this process to the cluster; "" or why it could not within ``timeout``
+    seconds (Ray itself retries an address nothing answers for minutes)."""
+    import ray
+
+    errors: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(
+                address=address,
+                namespace="jarvis",
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    attempt = threading.Thread(target=init, name="ray-connect", daemon=True)
+    attempt.start()
+    attempt.join(timeout)
+    if attempt.is_alive():
+        return f"the Ray cluster at {address} did not answer within {timeout:g} s"
+    if errors:
+        return f"the Ray cluster at {address} cannot be reached: {errors[0]}"
+    return ""
 
 
 def _forward_stdin(actor: Any) -> None:
@@ -93,15 +123,9 @@ def main(argv: list[str]) -> NoReturn:
         _fail(out, "usage", "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'")
     from ._host import WorkerHost
 
-    try:
-        ray.init(
-            address=address,
-            namespace="jarvis",
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
-    except Exception as exc:
-        _fail(out, "failed", f"the Ray cluster at {address} cannot be reached: {exc}")
+    why = connect(address)
+    if why:
+        _fail(out, "failed", why)
     try:
         nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:

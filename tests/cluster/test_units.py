@@ -3,6 +3,7 @@ of a node, and that Ray is never imported unless the backend is ``ray``."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 
@@ -13,6 +14,8 @@ from jarvisd._errors import ConfigError
 from jarvisd.cluster import LocalBackend, RayBackend, backend_for, needs
 from jarvisd.cluster._placement import unmet
 from jarvisd.runs import AgentSpec
+
+from ..conftest import require
 
 
 def test_the_cluster_section_is_checked_with_clear_errors() -> None:
@@ -58,3 +61,19 @@ def test_ray_is_imported_by_neither_the_cli_nor_the_daemon() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_cluster_that_does_not_answer_is_said_so_within_the_bound() -> None:
+    """Ray retries an address nothing answers for minutes; the relay and the submit
+    probe give up at their bound, saying where and why."""
+    require(importlib.util.find_spec("ray") is not None, "ray is not installed")
+    code = (
+        "from jarvisd.cluster._relay import connect, keep_loopback\n"
+        "keep_loopback('127.0.0.1:9')\n"
+        "print(connect('127.0.0.1:9', 3.0))\n"
+        "import os, sys; sys.stdout.flush(); os._exit(0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "the Ray cluster at 127.0.0.1:9 did not answer within 3 s"
