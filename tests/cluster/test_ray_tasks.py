@@ -158,6 +158,38 @@ def test_cancel_reaches_the_worker_on_its_node(
         daemon.terminate()
 
 
+def test_a_daemon_killed_mid_run_ends_its_remote_workers_and_resumes_their_tasks(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    HeldOnCue.release.clear()
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        ids = [daemon.client.submit(AgentSpec(input=f"held again {i}")).id for i in range(2)]
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+        daemon.wait_for(
+            lambda: all(
+                daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
+                for i in ids
+            ),
+            180,
+            "both tasks on a node, asking their model",
+        )
+        daemon.kill9()
+        # Its relays lose their stdin: the workers on the nodes end, none runs on alone.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 60, "the remote workers to end")
+        daemon.start()
+        HeldOnCue.release.set()
+        done = [daemon.client.wait(i, timeout=180) for i in ids]
+        assert [d.state for d in done] == ["succeeded"] * 2, [(d.state, d.reason) for d in done]
+        for info in done:
+            types = event_types(daemon, info.id)
+            assert info.attempts == 2 and types.count("task_resumed") == 1, types
+            assert info.node in placed
+    finally:
+        HeldOnCue.release.set()
+        daemon.terminate()
+
+
 # Last in the module: it takes a node away.
 def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
@@ -166,6 +198,7 @@ def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
 
     cluster = ray_cluster.handle
     assert isinstance(cluster, Cluster)
+    HeldOnCue.release.clear()
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
     try:
         ids = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
