@@ -4,6 +4,9 @@ jarvisd on a real socket whose scripted engine is a real Ollama-protocol server.
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -127,6 +130,11 @@ def test_tasks_spread_over_both_nodes_as_they_run_locally(
         nodes = {info.node for info in done}
         assert nodes <= {ray_cluster.node_a, ray_cluster.node_b}, nodes
         assert nodes == {ray_cluster.node_a, ray_cluster.node_b}, "both nodes ran tasks"
+        shown = subprocess.run(
+            [sys.executable, "-m", "jarvisd", "task", "show", "--json", done[0].id],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert json.loads(shown.stdout)["node"] == done[0].node
         print(f"{TASKS} tasks on the Ray cluster in {wall:.1f} s")
 
         # A task no node can run is refused at submit, saying what it asked for.
