@@ -13,8 +13,8 @@ local task (events stored before the barrier is answered, cancel, resume) holds 
 
 from __future__ import annotations
 
-from ._backend import LocalBackend, TaskBackend, backend_for
+from ._backend import LocalBackend, TaskBackend, backend_for, check_placement
 from ._placement import needs
 from ._ray import RayBackend
 
-__all__ = ["LocalBackend", "RayBackend", "TaskBackend", "backend_for", "needs"]
+__all__ = ["LocalBackend", "RayBackend", "TaskBackend", "backend_for", "check_placement", "needs"]

@@ -10,14 +10,15 @@ if TYPE_CHECKING:
     from jarvisd._config import Config
     from jarvisd.runs import AgentSpec
 
-__all__ = ["LocalBackend", "TaskBackend", "backend_for"]
+__all__ = ["LocalBackend", "TaskBackend", "backend_for", "check_placement"]
 
 #: The worker's module: ``python -m`` it, on whichever machine runs the task.
 WORKER_MODULE = "jarvisd.daemon._worker"
 
 
 class TaskBackend(Protocol):
-    """Where a task's worker runs."""
+    """Where a task's worker runs: ``spawn`` is the one required method; a backend
+    may also refuse tasks at submit with ``check(spec, config)`` (:func:`check_placement`)."""
 
     #: What ``task show`` says while the task has no node yet ("local", "ray").
     name: str
@@ -29,10 +30,13 @@ class TaskBackend(Protocol):
         (lines up to ``limit`` bytes): the worker itself, or a stand-in for it."""
         ...
 
-    def check(self, spec: AgentSpec, config: Config) -> None:
-        """Refuse (``UsageError``) a task no worker could run, at submit. Optional:
-        a backend with nothing to check passes."""
-        ...
+
+def check_placement(backend: TaskBackend, spec: AgentSpec, config: Config) -> None:
+    """Refuse (``UsageError``) at submit a task no worker of ``backend`` could run,
+    through its optional ``check(spec, config)``; a backend without one refuses none."""
+    check = getattr(backend, "check", None)
+    if check is not None:
+        check(spec, config)
 
 
 class LocalBackend:
@@ -52,9 +56,6 @@ class LocalBackend:
             start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
             limit=limit,
         )
-
-    def check(self, spec: AgentSpec, config: Config) -> None:
-        return None
 
 
 def backend_for(config: Config) -> TaskBackend:
