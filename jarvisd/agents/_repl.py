@@ -8,6 +8,10 @@ host to answer ``llm_query`` is not counted). When it runs out the host sends
 ``Cancel``: the REPL kills just that cell and goes on with the state from before it.
 Only when the REPL does not answer that (or dies) is the session restarted, which
 loses earlier variables; the cell's result then says so.
+
+A run resumed after a crash gets a new session too: no earlier cell is run again (a
+cell's effects, files written, messages sent, would happen twice). The model is told
+so instead (:func:`note_restart`).
 """
 
 from __future__ import annotations
@@ -16,17 +20,21 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, ProtocolError
+from .._messages import Message, Role
 from .._runcontext import RunStopped
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, receive_frame, send_frame
 from ..protocol import Cancel, ErrorFrame, Frame, FrameError, Infer, InferResult, ResultFrame, Start
 
-__all__ = ["CellResult", "ReplSession"]
+if TYPE_CHECKING:
+    from ._dialect import LoopState
+
+__all__ = ["CellResult", "ReplSession", "note_restart", "restart_note"]
 
 log = logging.getLogger(__name__)
 
@@ -284,3 +292,28 @@ class ReplSession:
             f"cells are gone{kept}."
         )
         return CellResult(error=error, stopped=True, restarted=True)
+
+
+def restart_note(kept: Sequence[str] = ()) -> str:
+    """What the model is told when its run resumes in a new session after jarvis
+    stopped: plainly, what is gone and what is not. ``kept`` names the variables the
+    new session sets again (rlm's ``context`` and ``question``)."""
+    again = f" ({', '.join(kept)} {'is' if len(kept) == 1 else 'are'} set again)" if kept else ""
+    return (
+        "[Note: jarvis stopped while this task ran, and the task resumed from its last "
+        "checkpoint in a NEW session. Variables, imports and functions from earlier cells "
+        f"are gone{again}: define again what you still need. No earlier cell was run "
+        "again. Files in the workspace are as the earlier cells left them; files in the "
+        "session's /tmp may be gone.]"
+    )
+
+
+def note_restart(state: LoopState, kept: Sequence[str] = ()) -> None:
+    """Tell the model in ``state``'s history that its session restarted: on the last
+    message when it is the user's (the last cell's output), else as one of its own."""
+    note = restart_note(kept)
+    messages = state.messages
+    if messages and messages[-1].role is Role.USER:
+        messages[-1] = Message.user(f"{messages[-1].content}\n\n{note}")
+    else:
+        messages.append(Message.user(note))
