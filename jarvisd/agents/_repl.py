@@ -1,7 +1,10 @@
 """The host side of the persistent REPL (``runners.repl``) that code agents share: one
 REPL process per run, started through the code-executor seam (a sandbox container, a
-bwrap sandbox or a host process), lazily at the first cell and removed at the end of the
-run (``close``), on cancel, and by the sandbox's orphan sweep.
+bwrap sandbox or a host process) and removed at the end of the run (``close``), on
+cancel, and by the sandbox's orphan sweep. A sandbox's is started at the first cell; a
+plain process's (the sandboxed runner's, whose container is the sandbox) while the
+model writes the first cell: its start is then not spent inside a cell, where a crash
+of the daemon would leave the cell's effect unverified.
 
 Each cell has a timeout on its own running time (time the cell spends waiting for the
 host to answer ``llm_query`` is not counted). When it runs out the host sends
@@ -105,6 +108,8 @@ class ReplSession:
         self.variables = dict(variables or {})
         self.answer = answer
         self.channel: Channel | None = None
+        #: The process started ahead by ``prepare`` (a plain process only).
+        self._opening: asyncio.Future[Channel] | None = None
         self.noise: list[str] = []
         self._write_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_SUB_CALLS)
@@ -126,10 +131,18 @@ class ReplSession:
         """Let the backend get the session's sandbox ready while the model writes the
         first cell (the warm pool: ``sandbox.warm_pool``)."""
         await self.executor.prepare(self._request())
+        if not self.executor.isolated and self.channel is None and self._opening is None:
+            self._opening = asyncio.ensure_future(self._start())
 
     async def _open(self) -> Channel:
+        opening, self._opening = self._opening, None
+        if opening is not None:  # (its channel is set before the REPL has answered)
+            return await opening
         if self.channel is not None:
             return self.channel
+        return await self._start()
+
+    async def _start(self) -> Channel:
         channel = await self.executor.open(self._request())
         self.channel = channel
         init = Start(
@@ -167,6 +180,10 @@ class ReplSession:
 
     async def close(self) -> None:
         """End the session: the REPL's process (its container) is removed."""
+        opening, self._opening = self._opening, None
+        if opening is not None:  # started ahead, never used: stopped as it comes
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
         channel, self.channel = self.channel, None
         if channel is not None:
             result = await channel.stop("closed")
