@@ -33,7 +33,7 @@ from jarvisd.daemon import TaskInfo
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
-from tests.conftest import require
+from tests.conftest import link_real_models, require
 from tests.sandbox.conftest import engine_problem
 
 from .conftest import DaemonProcess, owned_by, still_alive
@@ -219,6 +219,63 @@ def test_sandboxed_codeact_tasks_resume_after_kill_9(
     assert from_checkpoint <= scripted.told | {ids[t] for t in ids if states[t] != "succeeded"}
     # No worker process and no sandbox container is left behind.
     daemon.terminate()
+    assert still_alive(sorted(workers), within=30) == []
+    deadline = time.monotonic() + 60
+    while (left := owned_by(workers | pids)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == []
+
+
+@pytest.mark.model
+def test_a_sandboxed_codeact_task_on_the_real_model_resumes_after_kill_9(
+    isolated_dirs: Path,
+) -> None:
+    # The same path on the real engine (qwen2.5-coder-0.5b in the task's worker): one
+    # task, killed once its first turn (a cell) is done. It goes on from that
+    # checkpoint (or, with a cell in flight, is interrupted with the reason); no call
+    # runs twice; nothing is left behind.
+    problem = engine_problem()
+    require(not problem, problem)
+    link_real_models("qwen2.5-coder-0.5b")
+    ws = isolated_dirs / "workspace"
+    ws.mkdir()
+    ws.chmod(0o777)
+    daemon = DaemonProcess(isolated_dirs, "http://127.0.0.1:9")
+    daemon.config_file.write_text(
+        '[engine]\ndefault = "llamacpp"\nmodel = "qwen2.5-coder-0.5b"\n'
+        "[daemon]\nmax_concurrent = 1\n"
+        f'[sandbox]\nbackend = "docker"\nmemory = "256m"\nallowed_roots = ["{ws}:rw"]\n'
+    )
+    daemon.start()
+    pids = {daemon.proc.pid} if daemon.proc is not None else set()
+    try:
+        task = f"Write the text hello to the file {ws}/out.txt with Python."
+        spec = AgentSpec(input=task, agent="native_openhands", isolation="sandbox",
+                         mounts=(f"{ws}:rw",), temperature=0.0, max_tokens=256,
+                         max_turns=4)  # fmt: skip
+        task_id = daemon.client.submit(spec).id
+        daemon.wait_for(
+            lambda: daemon.client.show(task_id).checkpoint_turns > 0, 900, "a turn done"
+        )
+        daemon.kill9()
+        daemon.start()
+        assert daemon.proc is not None
+        pids.add(daemon.proc.pid)
+        info = daemon.client.wait(task_id, timeout=900)
+        events = list(daemon.client.logs(task_id))
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.terminate()
+    print(f"{info.state} {info.reason} {(info.result or {}).get('answer')!r}")
+    assert info.state == "succeeded" or (info.state == "interrupted" and info.reason), info
+    resumed = [e for e in events if e.event == "task_resumed"]
+    assert resumed and int(resumed[0].data.get("from_turn") or 0) > 0, resumed
+    started = [e.data for e in events if e.event == "tool_call_start"]
+    print("cells:", [str(c.get("arguments"))[:200] for c in started])
+    calls = [c["call_id"] for c in started]
+    assert calls and len(calls) == len(set(calls))
+    workers = {int(e.data["worker_pid"]) for e in events
+               if e.event == "task_start" and e.data.get("worker_pid")}  # fmt: skip
     assert still_alive(sorted(workers), within=30) == []
     deadline = time.monotonic() + 60
     while (left := owned_by(workers | pids)) and time.monotonic() < deadline:
