@@ -77,11 +77,12 @@ class TwoCells(ScriptedEngine):
     async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
         if any(CANARY in m.content for m in messages):
             await asyncio.sleep(3600)  # killed long before, with its daemon
-        await asyncio.sleep(THINK_S)
         first = next(m.content for m in messages if m.role is Role.USER)
         found = _TASK.search(first)
         assert found is not None, first
         n, workspace = int(found.group(1)), found.group(2)
+        # Not in lockstep: as with a real model, replies take longer or shorter.
+        await asyncio.sleep(THINK_S * (0.75 + 0.125 * (n % 5)))
         if any("NEW session" in m.content for m in messages):
             self.told.add(n)
         done = sum(m.role is Role.USER and m.content.startswith("Observation") for m in messages)
