@@ -346,7 +346,12 @@ async def _rounds(
     prompt = task_prompt(ws, spec.input, before, helpers=helpers)
     number, turns, usage = 1, 0, None
     while True:
-        outcome = await run_spec(dataclasses.replace(inner, input=prompt), run, code_config, engine)
+        # The code run keeps its own checkpoint: its agent's (a sandboxed run's) go
+        # nowhere.
+        agent_run = dataclasses.replace(run, checkpoint=None)
+        outcome = await run_spec(
+            dataclasses.replace(inner, input=prompt), agent_run, code_config, engine
+        )
         own = outcome.turns  # this round's
         turns += outcome.turns
         usage = outcome.usage if usage is None else usage + outcome.usage
