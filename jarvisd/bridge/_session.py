@@ -181,6 +181,11 @@ class FrameSession:
         self.tools = HostTools(tools, run, budget=budget)
         self._tool_slots = asyncio.Semaphore(max(1, max_concurrent_tools))
         self.on_checkpoint = on_checkpoint
+        #: Inference calls answered, and checkpoints recorded: a program records at most
+        #: one checkpoint per answered call (and one more), so a flood of them cannot
+        #: make the host rewrite its store without end (each is up to a frame's size).
+        self.answered = 0
+        self.checkpoints = 0
 
     async def run(self, start: Start) -> Outcome:
         """Send ``start``, serve the program until it ends, and say how it ended.
@@ -252,8 +257,7 @@ class FrameSession:
             elif isinstance(frame, EventFrame):
                 self._publish(frame)
             elif isinstance(frame, Checkpoint):
-                if self.on_checkpoint is not None and self.stopped is None:
-                    self.on_checkpoint(frame.state)
+                self._checkpoint(frame)
             elif isinstance(frame, ResultFrame | ErrorFrame):
                 return frame
             elif isinstance(frame, Ping):
@@ -262,6 +266,15 @@ class FrameSession:
                 # Cut, and shown as a literal: it goes to the host's log (a file, for the
                 # daemon), where neither a flood nor escape sequences belong.
                 log.info("%s: %r", self.name, frame.message[:_LOG_CHARS])
+
+    def _checkpoint(self, frame: Checkpoint) -> None:
+        if self.on_checkpoint is None or self.stopped is not None:
+            return
+        if self.checkpoints > self.answered:
+            log.debug("%s: a checkpoint with no inference since the last one: dropped", self.name)
+            return
+        self.checkpoints += 1
+        self.on_checkpoint(frame.state)
 
     def _publish(self, frame: EventFrame) -> None:
         event = vet_event(frame, self.run_ctx.depth, self.event_tags)
@@ -303,6 +316,7 @@ class FrameSession:
             if hold is not None:
                 hold.settle(generation.usage)
             reply = InferResult(id=frame.id, generation=generation.to_dict())
+            self.answered += 1
         except RunStopped as exc:
             self.stopped = exc
             await self.channel.kill("cancelled")

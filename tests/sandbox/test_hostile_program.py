@@ -202,6 +202,29 @@ def test_max_tokens_of_an_infer_request_is_clamped_to_the_agents(
     assert engine.calls[0].options.max_tokens == 300
 
 
+def test_a_checkpoint_flood_is_recorded_once_per_answered_inference(
+    roots: tuple[Path, Path], hostile: Any
+) -> None:
+    """Each checkpoint may be a frame's size (8 MiB) and the daemon writes each one to
+    its store: a program gets one per answered inference call (and one more)."""
+    hostile("""
+        from jarvisd.protocol import Checkpoint
+        big = "x" * (1024 * 1024)
+        for i in range(100):
+            send(Checkpoint(state={"n": i, "pad": big}))
+        send(Infer(request={"messages": MESSAGES, "options": {"max_tokens": 10}}))
+        reply = reader.read()
+        for i in range(100, 200):
+            send(Checkpoint(state={"n": i, "pad": big}))
+        finish(reply.generation["content"])
+    """)
+    recorded: list[int] = []
+    run = RunContext(checkpoint=lambda state: recorded.append(state["program"]["n"]))
+    outcome = ask(roots, ScriptedEngine.from_replies(["answered"]), run)
+    assert outcome.answer == "answered", outcome.failure
+    assert recorded == [0, 100]
+
+
 def test_holding_an_inference_does_not_keep_a_busy_program_alive(
     roots: tuple[Path, Path], hostile: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
