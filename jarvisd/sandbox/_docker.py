@@ -10,7 +10,9 @@ hosts gets its egress proxy's socket and a forwarder to it, never an interface:
 tmpfs /tmp, ``cap_drop ALL``, no-new-privileges, a non-root user, pids/memory/CPU
 limits, an init process, logging off (output never lands on the host's disk), checked
 non-recursive bind mounts, the ``jarvis.sandbox`` label. It is created (never pulled)
-and attached before it starts; the program's stdin is the attach socket.
+and attached before it starts; the program's stdin is the attach socket. A request with
+nothing of its own (:func:`poolable`) takes a container of the warm pool instead
+(``_pool``), started earlier and attached only now.
 
 Mounts hold against swaps between the check and the engine's bind (the engine resolves
 path strings itself): as root, with the engine in our mount namespace, the engine is
@@ -41,6 +43,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import tempfile
 import threading
 import uuid
@@ -289,12 +292,7 @@ class DockerExecutor(CodeExecutor):
         return warm_pool(self.address, self.flavor, size, self._connect)
 
     async def prepare(self, request: ExecRequest) -> None:
-        if (
-            request.files
-            or request.mounts
-            or request.proxy_socket
-            or self.config.sandbox.warm_pool == 0
-        ):
+        if not poolable(request) or self.config.sandbox.warm_pool == 0:
             return  # only requests that need nothing of their own can use the pool
         await asyncio.to_thread(self._prime, request)
 
@@ -308,6 +306,36 @@ class DockerExecutor(CodeExecutor):
                 pool.prime(self._configure(request, (), (), None))
         except (SandboxError, docker.errors.DockerException) as exc:
             log.warning("warm pool: not filled (%s)", exc)
+
+    def _attach_running(self, container_id: str) -> Any:
+        """The attach socket of a pooled container that still runs, or None (it is
+        removed: the caller starts its own). Attached first, then looked at: an attach
+        to a container that has exited waits for ever, while one that exits after the
+        attach ends the stream."""
+        import docker.errors
+        import requests.exceptions
+
+        api = self.client().api
+        sock = None
+        try:
+            sock = api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            if (api.inspect_container(container_id).get("State") or {}).get("Running"):
+                return sock
+            log.info("warm pool: container %s had ended; starting another", container_id[:12])
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("warm pool: cannot attach to %s (%s)", container_id[:12], exc)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            api.remove_container(container_id, force=True)
+        return None
 
     def _start(
         self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
@@ -326,26 +354,26 @@ class DockerExecutor(CodeExecutor):
                 try:
                     config = self._configure(request, mounts, sources, inputs, cover_binds)
                     # A pooled container fits only a request with nothing of its own.
-                    pool = (
-                        self.pool()
-                        if not mounts
-                        and inputs is None
-                        and not request.system_binds
-                        and not request.proxy_socket
-                        else None
-                    )
-                    container_id = pool.take(config) if pool is not None else None
-                    if container_id is None:
-                        # Named first: a create the engine finishes after we gave up on
-                        # it can still be found and removed.
-                        name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
-                        try:
-                            container_id = api.create_container_from_config(config, name)["Id"]
-                        except Exception as exc:
-                            if _no_answer(exc):
-                                self.engine.remove_later(name)
-                                raise self.engine.stalled("create a container") from exc
-                            raise
+                    pool = self.pool() if poolable(request) and not mounts else None
+                    taken = pool.take(config) if pool is not None else None
+                    if taken is not None:
+                        sock = self._attach_running(taken)
+                        if sock is not None:
+                            channel = DockerChannel(
+                                loop, api, taken, sock, request.timeout, None, policy, self.engine
+                            )
+                            channel.scratch = cover_dir
+                            return channel
+                    # Named first: a create the engine finishes after we gave up on
+                    # it can still be found and removed.
+                    name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
+                    try:
+                        container_id = api.create_container_from_config(config, name)["Id"]
+                    except Exception as exc:
+                        if _no_answer(exc):
+                            self.engine.remove_later(name)
+                            raise self.engine.stalled("create a container") from exc
+                        raise
                 except docker.errors.ImageNotFound as exc:
                     raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
                 except docker.errors.DockerException as exc:
@@ -374,6 +402,20 @@ class DockerExecutor(CodeExecutor):
         )
         channel.scratch = cover_dir
         return channel
+
+
+def poolable(request: ExecRequest) -> bool:
+    """Whether ``request`` may run in a pooled container: it needs nothing of its own
+    (files, mounts, binds, egress, environment), so an idle container made before the
+    run holds nothing of it, no secret in its environment among them."""
+    return not (
+        request.files
+        or request.mounts
+        or request.system_binds
+        or request.proxy_socket
+        or request.env
+        or request.separate_code
+    )
 
 
 def _write_inputs(files: Mapping[str, str], policy: SandboxPolicy) -> Path:

@@ -1,14 +1,19 @@
-"""Warm start: a pool of pre-created (never started) sandbox containers, so that a
-session's first cell skips the engine's create step.
+"""Warm start: a pool of started sandbox containers, their program (the code agents'
+REPL) already imported and waiting on stdin, so that a session's first cell costs an
+attach and two frames instead of a container's create and start and Python's imports.
 
 Config ``sandbox.warm_pool = N`` (0, the default, turns it off). Containers are created
-for one exact container configuration (image, command, environment, limits, the
-read-only mounts of jarvis's own code): a request that needs nothing else (no files, no
-mounts: the code agents' REPL session) takes one, and a background thread creates the
-next. A taken container is the run's like any other: removed at the end of the run,
-never handed out again. Pooled containers carry the sandbox label and the owner label,
-so the orphan sweep removes them once their process is gone; a process removes its own
-at exit.
+and started for one exact container configuration (image, command, environment, limits,
+the read-only mounts of jarvis's own code): a request that needs nothing else (no
+files, no mounts, no environment of its own: the code agents' REPL session, whose
+run-specific input all arrives in its ``start`` frame) takes one, and a background
+thread starts the next. Idle containers are never attached: the program must write
+nothing before its first frame (output before the taker's attach is lost), and
+``StdinOnce`` closes its stdin when the taker's attach ends. A taken container is the
+run's like any other: removed at the end of the run, never handed out again, so a run
+sees nothing of an earlier one. Pooled containers carry the sandbox label and the owner
+label, so the orphan sweep removes them once their process is gone; a process removes
+its own at exit.
 
 Pools outlive the executors (one per run), so each process keeps one pool per engine
 here, created on first use.
@@ -42,7 +47,7 @@ def _key(config: Mapping[str, Any]) -> str:
 
 
 class WarmPool:
-    """Up to ``size`` created, not started, containers per configuration."""
+    """Up to ``size`` started, never attached, containers per configuration."""
 
     def __init__(self, api: Any, size: int) -> None:
         self.api = api
@@ -51,6 +56,7 @@ class WarmPool:
         self._configs: dict[str, Mapping[str, Any]] = {}  # oldest first
         self._ready: dict[str, list[str]] = {}
         self._filling = False
+        self._filler: threading.Thread | None = None
         self._closed = False
 
     def ready(self) -> list[str]:
@@ -59,7 +65,7 @@ class WarmPool:
             return [cid for ids in self._ready.values() for cid in ids]
 
     def prime(self, config: Mapping[str, Any]) -> None:
-        """Keep containers of ``config`` ready (created in the background)."""
+        """Keep containers of ``config`` ready (started in the background)."""
         self._want(_key(config), config)
         self._refill()
 
@@ -90,7 +96,8 @@ class WarmPool:
             if self._filling or self._closed:
                 return
             self._filling = True
-        threading.Thread(target=self._fill, name="sandbox-pool", daemon=True).start()
+            self._filler = threading.Thread(target=self._fill, name="sandbox-pool", daemon=True)
+            self._filler.start()
 
     def _fill(self) -> None:
         import docker.errors
@@ -106,10 +113,16 @@ class WarmPool:
                         return
                     key, config = short[0], self._configs[short[0]]
                 labelled = {**config, "Labels": {**config.get("Labels", {}), POOL_LABEL: "1"}}
+                created = ""
                 try:
                     created = self.api.create_container_from_config(labelled, None)["Id"]
+                    # Started, not attached: the taker attaches (``_docker``).
+                    self.api.start(created)
                 except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-                    log.warning("warm pool: cannot pre-create a sandbox container: %s", exc)
+                    # Only a head start lost: a run then starts its own container.
+                    log.warning("warm pool: cannot start a sandbox container: %s", exc)
+                    if created:
+                        self._remove([created])
                     break
                 with self._lock:
                     keep = not self._closed and key in self._configs
@@ -131,13 +144,19 @@ class WarmPool:
             ):
                 self.api.remove_container(cid, force=True)
 
-    def close(self) -> None:
-        """Remove the containers still waiting; the pool creates no more."""
+    def close(self, wait: float = 30.0) -> None:
+        """Remove the containers still waiting; the pool creates no more. A container
+        being started meanwhile is removed by its filler, waited for up to ``wait``
+        seconds (each of its engine calls is bounded): a process that leaves right after
+        leaves none behind."""
         with self._lock:
             self._closed = True
             ids = [cid for ready in self._ready.values() for cid in ready]
             self._ready.clear()
+            filler = self._filler
         self._remove(ids)
+        if filler is not None and filler is not threading.current_thread():
+            filler.join(wait)
 
 
 def warm_pool(address: str, flavor: str, size: int, connect: Any) -> WarmPool:
