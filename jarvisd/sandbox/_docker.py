@@ -12,7 +12,7 @@ limits, an init process, logging off (output never lands on the host's disk), ch
 non-recursive bind mounts, the ``jarvis.sandbox`` label. It is created (never pulled)
 and attached before it starts; the program's stdin is the attach socket. A request with
 nothing of its own (:func:`poolable`) takes a container of the warm pool instead
-(``_pool``), started earlier and attached only now.
+(``_pool``): started and attached earlier, its program waiting for its first frame.
 
 Mounts hold against swaps between the check and the engine's bind (the engine resolves
 path strings itself): as root, with the engine in our mount namespace, the engine is
@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import tempfile
 import threading
 import uuid
@@ -307,36 +306,6 @@ class DockerExecutor(CodeExecutor):
         except (SandboxError, docker.errors.DockerException) as exc:
             log.warning("warm pool: not filled (%s)", exc)
 
-    def _attach_running(self, container_id: str) -> Any:
-        """The attach socket of a pooled container that still runs, or None (it is
-        removed: the caller starts its own). Attached first, then looked at: an attach
-        to a container that has exited waits for ever, while one that exits after the
-        attach ends the stream."""
-        import docker.errors
-        import requests.exceptions
-
-        api = self.client().api
-        sock = None
-        try:
-            sock = api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            if (api.inspect_container(container_id).get("State") or {}).get("Running"):
-                return sock
-            log.info("warm pool: container %s had ended; starting another", container_id[:12])
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            log.warning("warm pool: cannot attach to %s (%s)", container_id[:12], exc)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                getattr(sock, "_sock", sock).shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(OSError):
-                sock.close()
-        with contextlib.suppress(
-            docker.errors.DockerException, requests.exceptions.RequestException
-        ):
-            api.remove_container(container_id, force=True)
-        return None
-
     def _start(
         self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
     ) -> DockerChannel:
@@ -356,14 +325,13 @@ class DockerExecutor(CodeExecutor):
                     # A pooled container fits only a request with nothing of its own.
                     pool = self.pool() if poolable(request) and not mounts else None
                     taken = pool.take(config) if pool is not None else None
-                    if taken is not None:
-                        sock = self._attach_running(taken)
-                        if sock is not None:
-                            channel = DockerChannel(
-                                loop, api, taken, sock, request.timeout, None, policy, self.engine
-                            )
-                            channel.scratch = cover_dir
-                            return channel
+                    if taken is not None:  # started and attached: the run's from now on
+                        channel = DockerChannel(
+                            loop, api, taken.id, taken.sock, request.timeout, None, policy,
+                            self.engine,
+                        )  # fmt: skip
+                        channel.scratch = cover_dir
+                        return channel
                     # Named first: a create the engine finishes after we gave up on
                     # it can still be found and removed.
                     name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"

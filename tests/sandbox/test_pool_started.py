@@ -17,7 +17,7 @@ import pytest
 from jarvisd._config import Config, SandboxConfig
 from jarvisd.agents._repl import ReplSession
 from jarvisd.sandbox import DockerExecutor, connect
-from jarvisd.sandbox._pool import close_pools
+from jarvisd.sandbox._pool import Pooled, close_pools
 
 from .test_escape import our_containers
 
@@ -149,7 +149,7 @@ def test_a_pooled_container_is_never_handed_out_twice() -> None:
     assert pool is not None
     config = executor._configure(session(executor)._request(), (), (), None)
     ready = set(wait_ready(executor, 2))
-    got: list[str | None] = []
+    got: list[Pooled | None] = []
     barrier = threading.Barrier(6)
 
     def take() -> None:
@@ -161,8 +161,9 @@ def test_a_pooled_container_is_never_handed_out_twice() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    handed = [cid for cid in got if cid is not None]
-    assert len(handed) == len(set(handed)) and set(handed) <= ready
+    handed = [p for p in got if p is not None]
+    ids = [p.id for p in handed]
+    assert len(ids) == len(set(ids)) and set(ids) <= ready
     pool._remove(handed)  # taken by the test: its to remove
 
 
@@ -200,3 +201,29 @@ def test_idle_pooled_containers_are_removed_when_their_process_exits() -> None:
     left = done.stdout.split()
     assert len(left) == 2
     assert not any(state(c) for c in left)
+
+
+def test_a_pooled_container_that_ended_while_idle_is_dropped_not_handed_out() -> None:
+    executor = pooled(1)
+    asyncio.run(session(executor).prepare())
+    dead = wait_ready(executor, 1)[0]
+    client = connect(Config())
+    try:
+        client.api.kill(dead)  # its program is gone (as after an engine hiccup or a kill)
+        client.api.wait(dead, timeout=60)
+        time.sleep(0.5)  # and its stream has ended
+    finally:
+        client.close()
+
+    async def run() -> tuple[str, str]:
+        repl = session(executor)
+        try:
+            result = await repl.execute("print(6 * 7)")
+            assert repl.channel is not None
+            return repl.channel.id, result.stdout.strip()  # type: ignore[attr-defined]
+        finally:
+            await repl.close()
+
+    taken, out = asyncio.run(run())
+    assert out == "42" and taken != dead
+    assert not state(dead)  # removed, not left behind
