@@ -67,6 +67,7 @@ from ._engine import (
     engine_named,
     sweep_orphans,
 )
+from ._handout import claim, handout_dir, kept
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
@@ -81,7 +82,7 @@ from ._policy import (
     ensure_bytecode,
     prelude_argv,
 )
-from ._pool import WarmPool, warm_pool
+from ._pool import Pooled, WarmPool, warm_pool
 from ._staging import can_stage, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -301,10 +302,51 @@ class DockerExecutor(CodeExecutor):
         # Only a head start: when it cannot be had, the session creates its own container.
         try:
             pool = self.pool()
-            if pool is not None:
-                pool.prime(self._configure(request, (), (), None))
+            config = self._configure(request, (), (), None)
+            if pool is not None and not kept(handout_dir(self.address, config)):
+                pool.prime(config)  # no jarvisd keeps one: this process does
         except (SandboxError, docker.errors.DockerException) as exc:
             log.warning("warm pool: not filled (%s)", exc)
+
+    def _take_pooled(self, config: Mapping[str, Any]) -> Pooled | None:
+        """A started container of ``config``, attached: from jarvisd's pool when it keeps
+        one (``_handout``), else from this process's; None: start one."""
+        if not self.config.sandbox.warm_pool:
+            return None
+        shared = handout_dir(self.address, config)
+        taken = self._claim_shared(shared)
+        if taken is not None or kept(shared):
+            return taken
+        pool = self.pool()
+        return pool.take(config) if pool is not None else None
+
+    def _claim_shared(self, directory: Path) -> Pooled | None:
+        import docker.errors
+        import requests.exceptions
+
+        container_id = claim(directory)
+        if container_id is None:
+            return None
+        api = self.client().api
+        sock = None
+        try:
+            # Attached first, then looked at: an attach to a container that has ended
+            # waits for ever, while one that ends after the attach ends the stream.
+            sock = api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            if (api.inspect_container(container_id).get("State") or {}).get("Running"):
+                return Pooled(container_id, sock)
+            log.info("warm pool: container %s had ended; starting another", container_id[:12])
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("warm pool: cannot attach to %s (%s)", container_id[:12], exc)
+        if sock is not None:
+            Pooled(container_id, sock).close()
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            api.remove_container(container_id, force=True)
+        return None
 
     def _start(
         self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
@@ -323,8 +365,7 @@ class DockerExecutor(CodeExecutor):
                 try:
                     config = self._configure(request, mounts, sources, inputs, cover_binds)
                     # A pooled container fits only a request with nothing of its own.
-                    pool = self.pool() if poolable(request) and not mounts else None
-                    taken = pool.take(config) if pool is not None else None
+                    taken = self._take_pooled(config) if poolable(request) else None
                     if taken is not None:  # started and attached: the run's from now on
                         channel = DockerChannel(
                             loop, api, taken.id, taken.sock, request.timeout, None, policy,
