@@ -178,6 +178,10 @@ class SandboxConfig:
     # "none": a host process, not isolated (jarvis says so on every run).
     backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
+    # A tcp:// engine's TLS client certificates: a directory with ca.pem, cert.pem and
+    # key.pem (empty: DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set). A tcp:// engine
+    # without them is refused unless it listens on loopback.
+    docker_tls: str = ""
     image: str = "jarvis-sandbox:latest"
     # The roots a mount may lie under, read-only unless :rw; none: every mount refused.
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"

@@ -83,6 +83,7 @@ from ._policy import (
     prelude_argv,
 )
 from ._pool import Pooled, WarmPool, warm_pool
+from ._remote import is_remote, transport
 from ._staging import can_stage, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -162,6 +163,14 @@ class DockerExecutor(CodeExecutor):
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
+        if is_remote(self.address):
+            transport(self.config, self.address)  # an engine it must not talk to: that first
+            raise SandboxUnavailable(
+                f"the container engine at {self.address} may be on another machine: a "
+                "sandbox bind-mounts jarvis's own code (and its mounts) from this machine, "
+                "which such an engine cannot see. Use an engine on this machine (a unix "
+                "socket, or tcp:// on loopback); engines elsewhere are not supported yet"
+            )
         mounts = self.mounts.check_all(request.mounts)
         loop = asyncio.get_running_loop()
         channel = await asyncio.to_thread(self._start, loop, request, mounts)
@@ -289,7 +298,7 @@ class DockerExecutor(CodeExecutor):
         size = self.config.sandbox.warm_pool
         if not size:
             return None
-        return warm_pool(self.address, self.flavor, size, self._connect)
+        return warm_pool(self.address, self.flavor, size, self._connect, attach_streams)
 
     async def prepare(self, request: ExecRequest) -> None:
         if not poolable(request) or self.config.sandbox.warm_pool == 0:
@@ -328,20 +337,18 @@ class DockerExecutor(CodeExecutor):
         if container_id is None:
             return None
         api = self.client().api
-        sock = None
+        sock = stdin_sock = None
         try:
             # Attached first, then looked at: an attach to a container that has ended
             # waits for ever, while one that ends after the attach ends the stream.
-            sock = api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
+            sock, stdin_sock = attach_streams(api, container_id)
             if (api.inspect_container(container_id).get("State") or {}).get("Running"):
-                return Pooled(container_id, sock)
+                return Pooled(container_id, sock, stdin_sock)
             log.info("warm pool: container %s had ended; starting another", container_id[:12])
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             log.warning("warm pool: cannot attach to %s (%s)", container_id[:12], exc)
         if sock is not None:
-            Pooled(container_id, sock).close()
+            Pooled(container_id, sock, stdin_sock).close()
         with contextlib.suppress(
             docker.errors.DockerException, requests.exceptions.RequestException
         ):
@@ -369,7 +376,7 @@ class DockerExecutor(CodeExecutor):
                     if taken is not None:  # started and attached: the run's from now on
                         channel = DockerChannel(
                             loop, api, taken.id, taken.sock, request.timeout, None, policy,
-                            self.engine,
+                            self.engine, taken.stdin_sock,
                         )  # fmt: skip
                         channel.scratch = cover_dir
                         return channel
@@ -388,9 +395,7 @@ class DockerExecutor(CodeExecutor):
                 except docker.errors.DockerException as exc:
                     raise _translate(exc, "create the sandbox container") from exc
                 try:
-                    sock = api.attach_socket(
-                        container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                    )
+                    sock, stdin_sock = attach_streams(api, container_id)
                     # The container's mounts are made here: staged ones may go after.
                     api.start(container_id)
                 except Exception as exc:
@@ -407,7 +412,7 @@ class DockerExecutor(CodeExecutor):
             _remove_tree(cover_dir)
             raise
         channel = DockerChannel(
-            loop, api, container_id, sock, request.timeout, inputs, policy, self.engine
+            loop, api, container_id, sock, request.timeout, inputs, policy, self.engine, stdin_sock
         )
         channel.scratch = cover_dir
         return channel
@@ -425,6 +430,24 @@ def poolable(request: ExecRequest) -> bool:
         or request.env
         or request.separate_code
     )
+
+
+def attach_streams(api: Any, container_id: str) -> tuple[Any, Any]:
+    """The container's attach stream, and its stdin's own when it needs one (else None).
+
+    Over TLS (a tcp:// engine) the program's end of input cannot be a half-close of the
+    one stream: Python's ``SSLSocket.shutdown`` drops the TLS state, and the output can
+    no longer be read. So its stdin gets a stream of its own, closed whole at the end of
+    input (``StdinOnce``: the engine closes the program's stdin when it goes)."""
+    if not api.base_url.startswith("https://"):
+        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        return api.attach_socket(container_id, params=params), None
+    out = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
+    try:
+        return out, api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
+    except BaseException:
+        out.close()
+        raise
 
 
 def _write_inputs(files: Mapping[str, str], policy: SandboxPolicy) -> Path:

@@ -31,7 +31,7 @@ import logging
 import select
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,8 @@ class Pooled:
 
     id: str
     sock: Any
+    #: Its stdin's own stream, over TLS (``_docker.attach_streams``), else None.
+    stdin_sock: Any = None
 
     @property
     def raw(self) -> socket.socket:
@@ -80,13 +82,21 @@ class Pooled:
                 response.close()
         with contextlib.suppress(OSError):
             self.sock.close()
+        if self.stdin_sock is not None:
+            with contextlib.suppress(OSError):
+                self.stdin_sock.close()
+
+
+#: Attaches to a created container: (its stream, its stdin's own stream or None).
+Attach = Callable[[Any, str], tuple[Any, Any]]
 
 
 class WarmPool:
     """Up to ``size`` started (and attached) containers per configuration."""
 
-    def __init__(self, api: Any, size: int) -> None:
+    def __init__(self, api: Any, size: int, attach: Attach) -> None:
         self.api = api
+        self.attach = attach
         self.size = size
         self._lock = threading.Lock()
         self._configs: dict[str, Mapping[str, Any]] = {}  # oldest first
@@ -158,27 +168,25 @@ class WarmPool:
                         return
                     key, config = short[0], self._configs[short[0]]
                 labelled = {**config, "Labels": {**config.get("Labels", {}), POOL_LABEL: "1"}}
-                created, sock = "", None
+                created, sock, stdin_sock = "", None, None
                 try:
                     created = self.api.create_container_from_config(labelled, None)["Id"]
                     # Attached before the start, as any sandbox container: its first
                     # attach is the one StdinOnce ties the program's stdin to.
-                    sock = self.api.attach_socket(
-                        created, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                    )
+                    sock, stdin_sock = self.attach(self.api, created)
                     self.api.start(created)
                 except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
                     # Only a head start lost: a run then starts its own container.
                     log.warning("warm pool: cannot start a sandbox container: %s", exc)
                     if created:
-                        self._remove([Pooled(created, sock)])
+                        self._remove([Pooled(created, sock, stdin_sock)])
                     break
                 with self._lock:
                     keep = not self._closed and key in self._configs
                     if keep:
-                        self._ready.setdefault(key, []).append(Pooled(created, sock))
+                        self._ready.setdefault(key, []).append(Pooled(created, sock, stdin_sock))
                 if not keep:
-                    self._remove([Pooled(created, sock)])
+                    self._remove([Pooled(created, sock, stdin_sock)])
         finally:
             with self._lock:
                 self._filling = False
@@ -210,7 +218,7 @@ class WarmPool:
             filler.join(wait)
 
 
-def warm_pool(address: str, flavor: str, size: int, connect: Any) -> WarmPool:
+def warm_pool(address: str, flavor: str, size: int, connect: Any, attach: Attach) -> WarmPool:
     """This process's pool for the engine at ``address`` (``connect()`` gives it its own
     client the first time)."""
     with _pools_lock:
@@ -218,7 +226,7 @@ def warm_pool(address: str, flavor: str, size: int, connect: Any) -> WarmPool:
         if pool is None:
             if not _pools:
                 atexit.register(close_pools)
-            pool = _pools[(address, flavor)] = WarmPool(connect().api, size)
+            pool = _pools[(address, flavor)] = WarmPool(connect().api, size, attach)
         pool.size = size
         return pool
 
