@@ -263,13 +263,19 @@ class Daemon:
     async def _keep_warm_pool(self) -> None:
         """Keep ``sandbox.warm_pool`` started containers for the workers' code agents
         (off the loop: the engine may be slow to answer)."""
+        if not self.config.sandbox.warm_pool:
+            return
         from ._warmpool import start_keeper
 
         def start() -> Any:
             # After the first sweep: it imports the docker SDK, whose import is not safe
             # in two threads at once, and removes a previous daemon's containers first.
             self._swept.wait(self.config.sandbox.engine_timeout * 2)
-            return start_keeper(self.config)
+            keeper = start_keeper(self.config)
+            if keeper is not None and self._stop.is_set():  # the daemon stopped meanwhile
+                keeper.stop()
+                return None
+            return keeper
 
         self._pool_keeper = await asyncio.to_thread(start)
 
