@@ -106,6 +106,7 @@ class PoolKeeper:
         self.size = size
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False
 
     def start(self) -> None:
         for sub in ("ready", "taken"):
@@ -162,10 +163,14 @@ class PoolKeeper:
             created = self.api.create_container_from_config(self.config, None)["Id"]
             self.api.start(created)  # not attached: its taker attaches, in its own process
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
-            log.warning("warm pool: cannot start a sandbox container: %s", exc)
+            # Said once, not every few seconds, while the engine stays away.
+            log.log(logging.DEBUG if self._failing else logging.WARNING,
+                    "warm pool: cannot start a sandbox container: %s", exc)  # fmt: skip
+            self._failing = True
             if created:
                 self._remove([created])
             return False
+        self._failing = False
         if self._stop.is_set():
             self._remove([created])
             return True

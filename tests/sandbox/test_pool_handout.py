@@ -77,3 +77,14 @@ def test_claims_across_processes_and_a_dead_takers_container(tmp_path: Path) -> 
         keeper.stop()
     assert not any(exists(c) for c in waiting)
     assert not our_containers()
+
+
+def test_a_daemon_whose_engine_is_away_keeps_no_pool_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from jarvisd.daemon._warmpool import start_keeper
+
+    missing = f"unix://{tmp_path}/no-engine.sock"
+    config = Config(sandbox=SandboxConfig(warm_pool=1, backend="docker", docker_host=missing))
+    assert start_keeper(config) is None
+    assert "warm pool: not kept" in caplog.text and "no-engine.sock" in caplog.text
