@@ -20,8 +20,11 @@ from .test_escape import our_containers
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("engine")]
 
+#: Claims once the go file exists (all claimers at once), prints what it got.
 CLAIM = (
-    "import sys\nfrom pathlib import Path\nfrom jarvisd.sandbox._handout import claim\n"
+    "import sys, time\nfrom pathlib import Path\nfrom jarvisd.sandbox._handout import claim\n"
+    "print('waiting', flush=True)\n"
+    "while not Path(sys.argv[2]).exists(): time.sleep(0.005)\n"
     "print(claim(Path(sys.argv[1])) or '', flush=True)\n"
 )
 
@@ -59,15 +62,22 @@ def test_claims_across_processes_and_a_dead_takers_container(tmp_path: Path) -> 
         ready = set(keeper.ready())
         # Four processes claim at once from two ready containers; each claimer then
         # dies without removing what it took (a worker killed before its run ended).
+        go = tmp_path / "go"
         claimers = [
             subprocess.Popen(
-                [sys.executable, "-c", CLAIM, str(directory)], stdout=subprocess.PIPE, text=True
+                [sys.executable, "-c", CLAIM, str(directory), str(go)],
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for _ in range(4)
         ]
+        for claimer in claimers:
+            assert claimer.stdout is not None and claimer.stdout.readline() == "waiting\n"
+        go.touch()
         got = [p.communicate(timeout=120)[0].strip() for p in claimers]
         taken = [cid for cid in got if cid]
-        assert len(taken) == len(set(taken)) and set(taken) <= ready and taken
+        assert len(taken) == len(set(taken))  # never one container to two processes
+        assert ready <= set(taken)  # and both that waited went to someone
         # Their takers are gone: the keeper removes them, and refills.
         wait(lambda: not any(exists(c) for c in taken), "the dead takers' containers removed")
         wait(lambda: len(keeper.ready()) == 2, "the keeper to refill")
