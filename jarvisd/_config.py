@@ -196,7 +196,7 @@ class SandboxConfig:
     # A mounted tree with more entries is refused: too large to check for secrets.
     # (jarvis code raises it for its workspace.)
     max_mount_entries: int = _num(20_000, 1)
-    # Containers kept created (not started) for the code agents' sessions; 0: off.
+    # Containers kept started (the REPL waiting) for the code agents' sessions; 0: off.
     warm_pool: int = _num(0, 0, 32)
     # Seconds the container engine has to answer one short API call (create, start,
     # remove, a ping): past that it "stopped answering" and the run fails with

@@ -129,6 +129,8 @@ class Daemon:
         self._sweeping = threading.Lock()
         self._sweep_failed = False
         self.console: Any = None  # the web console's server (jarvisd.ui), once started
+        self._pool_keeper: Any = None  # the sandbox warm pool's keeper, when kept
+        self._swept = threading.Event()  # the first orphan sweep is over
 
     # -- lifecycle ------------------------------------------------------------------
 
@@ -200,6 +202,7 @@ class Daemon:
             self._start_sweep()
             self._in_background(self._sweep_periodically())
             await self.asks.start()
+            self._in_background(self._keep_warm_pool())
             await self._start_console()
             # Watching before serving: a config change made as soon as the daemon
             # answers (by a script, a test) must not be missed.
@@ -233,6 +236,8 @@ class Daemon:
         finally:
             self.watcher.stop()
             await self.asks.stop()
+            if self._pool_keeper is not None:  # its idle containers go with the daemon
+                await asyncio.to_thread(self._pool_keeper.stop)
             if self.console is not None:
                 await self.console.aclose()
             if self._server is not None:
@@ -256,6 +261,25 @@ class Daemon:
         if await console.start():
             self.console = console
 
+    async def _keep_warm_pool(self) -> None:
+        """Keep ``sandbox.warm_pool`` started containers for the workers' code agents
+        (off the loop: the engine may be slow to answer)."""
+        if not self.config.sandbox.warm_pool:
+            return
+        from ._warmpool import start_keeper
+
+        def start() -> Any:
+            # After the first sweep: it imports the docker SDK, whose import is not safe
+            # in two threads at once, and removes a previous daemon's containers first.
+            self._swept.wait(self.config.sandbox.engine_timeout * 2)
+            keeper = start_keeper(self.config)
+            if keeper is not None and self._stop.is_set():  # the daemon stopped meanwhile
+                keeper.stop()
+                return None
+            return keeper
+
+        self._pool_keeper = await asyncio.to_thread(start)
+
     def _start_sweep(self) -> None:
         """Sweep in a thread of its own (a daemon thread: an engine that hangs holds up
         neither the loop nor shutdown); never two at once."""
@@ -275,6 +299,7 @@ class Daemon:
             self._sweep_orphans()
         finally:
             self._sweeping.release()
+            self._swept.set()
 
     def _sweep_orphans(self) -> None:
         """Remove sandbox containers whose owning process is gone: those a previous

@@ -10,7 +10,9 @@ hosts gets its egress proxy's socket and a forwarder to it, never an interface:
 tmpfs /tmp, ``cap_drop ALL``, no-new-privileges, a non-root user, pids/memory/CPU
 limits, an init process, logging off (output never lands on the host's disk), checked
 non-recursive bind mounts, the ``jarvis.sandbox`` label. It is created (never pulled)
-and attached before it starts; the program's stdin is the attach socket.
+and attached before it starts; the program's stdin is the attach socket. A request with
+nothing of its own (:func:`poolable`) takes a container of the warm pool instead
+(``_pool``): started and attached earlier, its program waiting for its first frame.
 
 Mounts hold against swaps between the check and the engine's bind (the engine resolves
 path strings itself): as root, with the engine in our mount namespace, the engine is
@@ -65,6 +67,7 @@ from ._engine import (
     engine_named,
     sweep_orphans,
 )
+from ._handout import claim, handout_dir, kept
 from ._mounts import Mount, MountPolicy
 from ._policy import (
     CODE_ROOT,
@@ -79,7 +82,7 @@ from ._policy import (
     ensure_bytecode,
     prelude_argv,
 )
-from ._pool import WarmPool, warm_pool
+from ._pool import Pooled, WarmPool, warm_pool
 from ._remote import is_remote, transport
 from ._staging import can_stage, staged
 
@@ -295,15 +298,10 @@ class DockerExecutor(CodeExecutor):
         size = self.config.sandbox.warm_pool
         if not size:
             return None
-        return warm_pool(self.address, self.flavor, size, self._connect)
+        return warm_pool(self.address, self.flavor, size, self._connect, attach_streams)
 
     async def prepare(self, request: ExecRequest) -> None:
-        if (
-            request.files
-            or request.mounts
-            or request.proxy_socket
-            or self.config.sandbox.warm_pool == 0
-        ):
+        if not poolable(request) or self.config.sandbox.warm_pool == 0:
             return  # only requests that need nothing of their own can use the pool
         await asyncio.to_thread(self._prime, request)
 
@@ -313,10 +311,49 @@ class DockerExecutor(CodeExecutor):
         # Only a head start: when it cannot be had, the session creates its own container.
         try:
             pool = self.pool()
-            if pool is not None:
-                pool.prime(self._configure(request, (), (), None))
+            config = self._configure(request, (), (), None)
+            if pool is not None and not kept(handout_dir(self.address, config)):
+                pool.prime(config)  # no jarvisd keeps one: this process does
         except (SandboxError, docker.errors.DockerException) as exc:
             log.warning("warm pool: not filled (%s)", exc)
+
+    def _take_pooled(self, config: Mapping[str, Any]) -> Pooled | None:
+        """A started container of ``config``, attached: from jarvisd's pool when it keeps
+        one (``_handout``), else from this process's; None: start one."""
+        if not self.config.sandbox.warm_pool:
+            return None
+        shared = handout_dir(self.address, config)
+        taken = self._claim_shared(shared)
+        if taken is not None or kept(shared):
+            return taken
+        pool = self.pool()
+        return pool.take(config) if pool is not None else None
+
+    def _claim_shared(self, directory: Path) -> Pooled | None:
+        import docker.errors
+        import requests.exceptions
+
+        container_id = claim(directory)
+        if container_id is None:
+            return None
+        api = self.client().api
+        sock = stdin_sock = None
+        try:
+            # Attached first, then looked at: an attach to a container that has ended
+            # waits for ever, while one that ends after the attach ends the stream.
+            sock, stdin_sock = attach_streams(api, container_id)
+            if (api.inspect_container(container_id).get("State") or {}).get("Running"):
+                return Pooled(container_id, sock, stdin_sock)
+            log.info("warm pool: container %s had ended; starting another", container_id[:12])
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("warm pool: cannot attach to %s (%s)", container_id[:12], exc)
+        if sock is not None:
+            Pooled(container_id, sock, stdin_sock).close()
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            api.remove_container(container_id, force=True)
+        return None
 
     def _start(
         self, loop: asyncio.AbstractEventLoop, request: ExecRequest, mounts: Sequence[Mount]
@@ -335,26 +372,24 @@ class DockerExecutor(CodeExecutor):
                 try:
                     config = self._configure(request, mounts, sources, inputs, cover_binds)
                     # A pooled container fits only a request with nothing of its own.
-                    pool = (
-                        self.pool()
-                        if not mounts
-                        and inputs is None
-                        and not request.system_binds
-                        and not request.proxy_socket
-                        else None
-                    )
-                    container_id = pool.take(config) if pool is not None else None
-                    if container_id is None:
-                        # Named first: a create the engine finishes after we gave up on
-                        # it can still be found and removed.
-                        name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
-                        try:
-                            container_id = api.create_container_from_config(config, name)["Id"]
-                        except Exception as exc:
-                            if _no_answer(exc):
-                                self.engine.remove_later(name)
-                                raise self.engine.stalled("create a container") from exc
-                            raise
+                    taken = self._take_pooled(config) if poolable(request) else None
+                    if taken is not None:  # started and attached: the run's from now on
+                        channel = DockerChannel(
+                            loop, api, taken.id, taken.sock, request.timeout, None, policy,
+                            self.engine, taken.stdin_sock,
+                        )  # fmt: skip
+                        channel.scratch = cover_dir
+                        return channel
+                    # Named first: a create the engine finishes after we gave up on
+                    # it can still be found and removed.
+                    name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
+                    try:
+                        container_id = api.create_container_from_config(config, name)["Id"]
+                    except Exception as exc:
+                        if _no_answer(exc):
+                            self.engine.remove_later(name)
+                            raise self.engine.stalled("create a container") from exc
+                        raise
                 except docker.errors.ImageNotFound as exc:
                     raise SandboxUnavailable(_NO_IMAGE.format(image=policy.image)) from exc
                 except docker.errors.DockerException as exc:
@@ -381,6 +416,20 @@ class DockerExecutor(CodeExecutor):
         )
         channel.scratch = cover_dir
         return channel
+
+
+def poolable(request: ExecRequest) -> bool:
+    """Whether ``request`` may run in a pooled container: it needs nothing of its own
+    (files, mounts, binds, egress, environment), so an idle container made before the
+    run holds nothing of it, no secret in its environment among them."""
+    return not (
+        request.files
+        or request.mounts
+        or request.system_binds
+        or request.proxy_socket
+        or request.env
+        or request.separate_code
+    )
 
 
 def attach_streams(api: Any, container_id: str) -> tuple[Any, Any]:
