@@ -163,7 +163,7 @@ class SandboxedAgent(BaseAgent):
         context: AgentContext | None,
         run: RunContext,
         host_tools: Sequence[OfferedTool] = (),
-        resume: Mapping[str, Any] | None = None,
+        resume: Mapping[str, object] | None = None,
     ) -> dict[str, object]:
         # The MCP tools go as host tools: inside, the config names no server.
         mcp_names = {*self._mcp_names(), *self._host_side()}
@@ -276,7 +276,7 @@ class SandboxedAgent(BaseAgent):
         )
 
 
-def _program_state(resume: Mapping[str, Any] | None, agent_id: str) -> Mapping[str, Any] | None:
+def _program_state(resume: Mapping[str, object] | None, agent_id: str) -> Mapping[str, Any] | None:
     """The program's own state in ``resume`` (what :func:`_recorder` recorded), or None
     to start afresh. A state that says it cannot be resumed is refused with its reason."""
     if resume is None:
