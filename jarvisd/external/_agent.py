@@ -61,6 +61,11 @@ NO_LOAD_SESSION = (
     "the agent does not advertise loadSession (ACP), so its run cannot be resumed "
     "(resubmit to run again)"
 )
+#: Why an agent that worked on a copy of a private workspace is not resumed.
+ON_A_COPY = (
+    "the agent worked on a copy of the workspace, written back only at the end of its "
+    "run, so its run cannot be resumed (resubmit to run again)"
+)
 #: The model name agents are given when the run names none (the gateway serves the
 #: run's model whatever name an agent asks for).
 DEFAULT_MODEL_NAME = "local"
@@ -272,7 +277,9 @@ class ExternalAgent(BaseAgent):
                     mcp_servers=self.mcp_servers,
                     terminal=not self.sandboxed,
                     resume=None if resumed is None else Resume(resumed.session_id),
-                    on_session=self._checkpointer(run, client, home, workspace, resumed),
+                    on_session=self._checkpointer(
+                        run, client, home, workspace, resumed, copied=copy is not None
+                    ),
                 )
         return self._answer(client, stop_reason, workspace, _minus(run.budget.used, used_before))
 
@@ -283,9 +290,14 @@ class ExternalAgent(BaseAgent):
         home: Path,
         workspace: Workspace,
         resumed: AcpCheckpoint | None,
+        *,
+        copied: bool = False,
     ) -> Callable[[str, bool], None] | None:
         """What checkpoints the run once its session is open (and, for an agent that
-        can load sessions, after each tool call it ends); None: nothing to checkpoint."""
+        can load sessions, after each tool call it ends); None: nothing to checkpoint.
+        ``copied``: the agent works on a copy of the workspace, written back only when
+        the run ends (``_mirror``): a crash loses the copy, so its session is not
+        resumed against a workspace that lacks what it did."""
         save = run.checkpoint
         if save is None:
             return None
@@ -293,8 +305,9 @@ class ExternalAgent(BaseAgent):
         done = resumed.tool_calls if resumed is not None else 0
 
         def on_session(session_id: str, loads: bool) -> None:
-            if not loads:
-                save({"agent": agent, "resumable": False, "reason": NO_LOAD_SESSION})
+            if not loads or copied:
+                why = NO_LOAD_SESSION if not loads else ON_A_COPY
+                save({"agent": agent, "resumable": False, "reason": why})
                 return
             state = AcpCheckpoint(agent, session_id, str(home), str(workspace.root), done)
             save(state.to_dict())

@@ -12,24 +12,36 @@ SIGKILL at seeded random points, then restarted, until every task has settled. T
 * the rest are ``interrupted`` with a reason;
 * no agent process, container or HOME is left behind.
 
-An agent that does not advertise ``loadSession`` is still not resumed (as before).
+An agent that does not advertise ``loadSession`` is still not resumed (as before). And
+the real opencode (installed by ``setup.sh --test``), on a scripted engine through the
+gateway, is resumed after a kill that lands between its tool call and its answer: the
+file it wrote is written once, and the model is told jarvis restarted rather than sent
+the task again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd.daemon import Client
 from jarvisd.daemon._protocol import TaskInfo
+from jarvisd.engines import ScriptedEngine, reply
+from jarvisd.external import BUILTIN, installed
+from jarvisd.external._session import RESUME_NOTE
 from jarvisd.runs import AgentSpec
 from tests.conftest import require
+from tests.external.test_real_agents import real_agents_dir  # noqa: F401 - fixture
 from tests.sandbox.conftest import engine_problem
 
 from .conftest import DaemonProcess
@@ -44,14 +56,14 @@ SEED = 36
 KILLS = 2
 
 
-def _config(jarvisd: DaemonProcess, root: Path) -> None:
-    argv = ["python3", "-m", "jarvisd.testing.acp_steps", str(STEPS), str(THINK_S)]
+def _config(jarvisd: DaemonProcess, root: Path, memory: str = "256m", steps: int = STEPS) -> None:
+    argv = ["python3", "-m", "jarvisd.testing.acp_steps", str(steps), str(THINK_S)]
     command, no_load = json.dumps(argv), json.dumps([*argv, "--no-load"])
     jarvisd.write_config(
         f"max_concurrent = {TASKS}",
         f"[agents.external.steps]\ncommand = {command}\n"
         f"[agents.external.forgetful]\ncommand = {no_load}\n"
-        f'[sandbox]\nbackend = "docker"\nmemory = "256m"\n'
+        f'[sandbox]\nbackend = "docker"\nmemory = "{memory}"\n'
         f'allowed_roots = ["{root}:rw"]\n',
     )
 
@@ -188,28 +200,141 @@ def test_acp_tasks_resume_after_kill9(jarvisd: DaemonProcess, isolated_dirs: Pat
     jarvisd.terminate()
 
 
-def test_an_agent_without_load_session_is_not_resumed(
+def test_an_agent_without_load_session_or_on_a_copy_is_not_resumed(
+    jarvisd: DaemonProcess, isolated_dirs: Path
+) -> None:
+    problem = engine_problem()
+    require(not problem, problem)
+    require(os.geteuid() == 0, "a private workspace is copied for the sandbox user as root")
+    root = isolated_dirs / "work"
+    root.mkdir()
+    _config(jarvisd, root)
+    jarvisd.start()
+    c = jarvisd.client
+    forgetful = c.submit(_spec("forgetful", _workspace(root, "ws")))
+    # A workspace the sandbox user cannot enter: the agent works on a copy of it,
+    # written back only at the end (lost with a crash).
+    private = root / "private"
+    private.mkdir(mode=0o700)
+    copied = c.submit(_spec("steps", private))
+    ids = [forgetful.id, copied.id]
+    jarvisd.wait_for(
+        lambda: all(any(k == "tool_call_end" for k, _ in events_of(c, i)) for i in ids),
+        timeout=180,
+        what="a step done in each",
+    )
+    jarvisd.kill9()
+    jarvisd.start()
+    final = c.wait(forgetful.id, timeout=60)
+    assert final.state == "interrupted", final
+    assert "does not advertise loadSession" in (final.reason or ""), final.reason
+    final = c.wait(copied.id, timeout=60)
+    assert final.state == "interrupted", final
+    assert "worked on a copy of the workspace" in (final.reason or ""), final.reason
+    jarvisd.wait_for(lambda: not _agents() and _homes(isolated_dirs) == [], timeout=60,
+                     what="its agent and HOME gone")  # fmt: skip
+    jarvisd.terminate()
+
+
+def test_a_task_the_daemon_died_under_three_times_is_interrupted(
     jarvisd: DaemonProcess, isolated_dirs: Path
 ) -> None:
     problem = engine_problem()
     require(not problem, problem)
     root = isolated_dirs / "work"
     root.mkdir()
-    _config(jarvisd, root)
+    _config(jarvisd, root, steps=40)
     jarvisd.start()
     c = jarvisd.client
     ws = _workspace(root, "ws")
-    info = c.submit(_spec("forgetful", ws))
-    jarvisd.wait_for(
-        lambda: any(k == "tool_call_end" for k, _ in events_of(c, info.id)),
-        timeout=120,
-        what="a step done",
-    )
-    jarvisd.kill9()
-    jarvisd.start()
+    info = c.submit(_spec("steps", ws))
+    for _ in range(3):
+        jarvisd.wait_for(lambda: _conversing(c, info.id), timeout=180, what="a step done")
+        jarvisd.kill9()
+        jarvisd.start()
     final = c.wait(info.id, timeout=60)
     assert final.state == "interrupted", final
-    assert "does not advertise loadSession" in (final.reason or ""), final.reason
+    assert "the daemon died 3 times while it ran" in (final.reason or ""), final.reason
+    lines = (ws / "log.txt").read_text().splitlines()
+    assert len(lines) == len(set(lines))  # resumed twice, no step twice
     jarvisd.wait_for(lambda: not _agents() and _homes(isolated_dirs) == [], timeout=60,
                      what="its agent and HOME gone")  # fmt: skip
     jarvisd.terminate()
+
+
+class WriteThenStall(ScriptedEngine):
+    """opencode's script: a title for calls without tools; a ``write`` of ``target``;
+    after its result, a stall (the daemon is killed meanwhile); once told jarvis
+    restarted, the answer."""
+
+    def __init__(self, target: Path) -> None:
+        super().__init__()
+        self.target = target
+        self.stalled = asyncio.Event()
+        self.seen: list[Sequence[Message]] = []
+
+    async def generate(
+        self, messages: Sequence[Message], *, tools: Sequence[ToolSpec] = (), **kwargs: Any
+    ) -> Generation:
+        self.seen.append(messages)
+        users = [m.content for m in messages if m.role is Role.USER]
+        if not tools:
+            return reply("Writing a file")
+        if users and RESUME_NOTE[:40] in users[-1]:
+            return reply("Done: out.txt is written")
+        if messages[-1].role is Role.TOOL:
+            self.stalled.set()
+            await asyncio.sleep(600)  # the daemon is killed long before
+        content = {"filePath": str(self.target), "content": "written once\n"}
+        return reply("", ("write", content))
+
+
+@pytest.mark.timeout(1200)
+def test_real_opencode_resumes_with_session_load(isolated_dirs: Path) -> None:
+    from jarvisd.testing import OllamaStandIn
+
+    problem = engine_problem()
+    require(not problem, problem)
+    require(installed(BUILTIN["opencode"]), "needs `jarvis agents install opencode`")
+    root = isolated_dirs / "work"
+    root.mkdir()
+    ws = _workspace(root, "ws")
+    engine = WriteThenStall(ws / "out.txt")
+    with OllamaStandIn(engine) as standin:
+        jarvisd = DaemonProcess(isolated_dirs, standin.url)
+        _config(jarvisd, root, memory="1g")  # opencode's runtime needs more than 256m
+        jarvisd.start()
+        try:
+            c = jarvisd.client
+            spec = AgentSpec(
+                input="Write out.txt", agent="opencode", options={"workspace": str(ws)}
+            )
+            info = c.submit(spec)
+            jarvisd.wait_for(
+                lambda: (
+                    any(k == "tool_call_end" for k, _ in events_of(c, info.id))
+                    and engine.stalled.is_set()
+                ),
+                timeout=300,
+                what="opencode's write done and its next turn asked",
+            )
+            jarvisd.kill9()
+            jarvisd.start()
+            final = c.wait(info.id, timeout=300)
+            events = events_of(c, info.id)
+        finally:
+            if jarvisd.proc is not None and jarvisd.proc.poll() is None:
+                jarvisd.terminate()
+    assert final.state == "succeeded", (final, jarvisd.log_text())
+    assert final.result is not None and "out.txt is written" in final.result["answer"]
+    assert "task_resumed" in [k for k, _ in events]
+    assert (ws / "out.txt").read_text() == "written once\n"
+    # The tool was called once, and the task sent once: the resumed turn saw the
+    # conversation so far and the note, not the prompt again as a new message.
+    writes = [d for k, d in events if k == "tool_call_start"]
+    assert len(writes) == 1, writes
+    last = engine.seen[-1]
+    users = [m.content for m in last if m.role is Role.USER]
+    assert sum("Write out.txt" in u for u in users) == 1, users
+    assert RESUME_NOTE[:40] in users[-1]
+    assert _homes(isolated_dirs) == []
