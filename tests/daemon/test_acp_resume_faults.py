@@ -262,6 +262,18 @@ def test_a_task_the_daemon_died_under_three_times_is_interrupted(
     jarvisd.terminate()
 
 
+def test_homes_of_ended_tasks_are_swept_at_start(
+    jarvisd: DaemonProcess, isolated_dirs: Path
+) -> None:
+    # A daemon that died between a task's end and its HOME's removal leaves it behind.
+    from jarvisd.external._homes import task_home
+
+    task_home("0123456789ab", fresh=True)
+    jarvisd.start()
+    assert _homes(isolated_dirs) == []
+    jarvisd.terminate()
+
+
 class WriteThenStall(ScriptedEngine):
     """opencode's script: a title for calls without tools; a ``write`` of ``target``;
     after its result, a stall (the daemon is killed meanwhile); once told jarvis

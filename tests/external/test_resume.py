@@ -119,3 +119,29 @@ async def test_an_agent_that_cannot_load_is_not_resumed(workspace: Path, tmp_pat
     with pytest.raises(ExternalAgentError, match="no longer advertises loadSession"):
         await converse(channel, client, cwd=workspace, prompt="go", run=run, resume=Resume("s-1"))
     assert not (workspace / "log.txt").exists()
+
+
+def test_task_homes_are_private_fresh_on_demand_and_swept(isolated_dirs: Path) -> None:
+    import socket
+    import stat
+
+    from jarvisd.external._homes import discard_home, homes_root, sweep_homes, task_home
+
+    home = task_home("abc123", fresh=True)
+    assert home == homes_root() / "abc123"
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE(homes_root().stat().st_mode) == 0o700
+    (home / "sessions").mkdir()
+    # A gateway socket a killed run left: gone when the HOME is taken again.
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(home / "gateway.sock"))
+    assert task_home("abc123", fresh=False) == home
+    assert (home / "sessions").is_dir() and not (home / "gateway.sock").exists()
+    assert not (task_home("abc123", fresh=True) / "sessions").exists()
+    task_home("other1", fresh=True)
+    assert sweep_homes({"abc123"}) == ["other1"]
+    discard_home("abc123")
+    discard_home("../escape")  # not a task id: nothing happens
+    assert sorted(p.name for p in homes_root().iterdir()) == []
+    with pytest.raises(ValueError):
+        task_home("../x", fresh=True)
