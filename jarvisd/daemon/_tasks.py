@@ -128,7 +128,19 @@ class TaskManager:
             )
         for task_id in self.store.ids_in("queued"):
             self._queue.append(task_id)
+        self._sweep_agent_homes()
         self._wake.set()
+
+    def _sweep_agent_homes(self) -> None:
+        """External agents' durable HOMEs of tasks that ended while no daemon could
+        remove them (``jarvisd.external._homes``); those of tasks to resume stay."""
+        from jarvisd.external._homes import sweep_homes
+
+        live = {*self.store.ids_in("running"), *self.store.ids_in("queued")}
+        try:
+            sweep_homes(live)
+        except OSError as exc:
+            log.warning("cannot sweep the agents' homes: %s", exc)
 
     def _settle_interrupted(self, task_id: str, why: str, *, crashed: bool) -> None:
         """A task stopped mid-run, by a daemon crash or an orderly shutdown: resume it
@@ -288,6 +300,9 @@ class TaskManager:
     ) -> None:
         self.store.finish(task_id, state, reason, result, cpu_seconds=cpu, memory_bytes=mem)
         self.store.append_event(task_id, "task_end", {"state": state, "reason": reason})
+        from jarvisd.external._homes import discard_home
+
+        discard_home(task_id)  # an external agent's HOME, kept while it could resume
         self._notify(task_id)
         if self.on_finished is not None:
             self.on_finished(task_id)

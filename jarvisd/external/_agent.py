@@ -8,8 +8,15 @@ is started in the sandbox (default) or on the host (``--no-sandbox``, with a war
 every run), and one ACP conversation (:func:`converse`) carries the question. The
 answer is the text it streamed; its tool calls are the run's tool results.
 
-A run of an external agent does not checkpoint (its state lives in the agent's
-process): after a crash, its task is marked as not resumable.
+Resuming (a daemon task): an ACP agent's state lives in its process and its HOME. A
+task's HOME is durable (:mod:`._homes`), and once the agent's session is open, before
+anything is prompted, the run checkpoints it (:class:`AcpCheckpoint`); after each tool
+call the agent ends, again. When the daemon dies under the run, the task is resumed in
+a new agent process (sandboxed as before) with the same HOME and ``session/load``
+(:class:`~._session.Resume`), when the agent advertises ``loadSession``. An agent that
+does not is marked not resumable, as is a frames agent: their state lived only in the
+process. A crash before the session opened restarts the run from nothing (nothing was
+asked of the agent yet).
 """
 
 from __future__ import annotations
@@ -20,7 +27,8 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,14 +41,14 @@ from ._client import AcpClient
 from ._install import install, install_dir, installed, node_missing
 from ._permissions import Approver, PermissionPolicy
 from ._registry import AgentDefinition, GatewayAccess, Launch, Setup
-from ._session import McpServer, converse
+from ._session import McpServer, Resume, converse
 from ._workspace import Workspace
 
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
 
-__all__ = ["NOT_RESUMABLE", "ExternalAgent"]
+__all__ = ["NOT_RESUMABLE", "AcpCheckpoint", "ExternalAgent"]
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +56,64 @@ NOT_RESUMABLE = (
     "an external agent keeps its state in its own process and does not checkpoint, so "
     "its run cannot be resumed (resubmit to run again)"
 )
+#: Why an ACP agent that cannot load a session is not resumed.
+NO_LOAD_SESSION = (
+    "the agent does not advertise loadSession (ACP), so its run cannot be resumed "
+    "(resubmit to run again)"
+)
+#: Why an agent that worked on a copy of a private workspace is not resumed.
+ON_A_COPY = (
+    "the agent worked on a copy of the workspace, written back only at the end of its "
+    "run, so its run cannot be resumed (resubmit to run again)"
+)
 #: The model name agents are given when the run names none (the gateway serves the
 #: run's model whatever name an agent asks for).
 DEFAULT_MODEL_NAME = "local"
+
+
+@dataclass(frozen=True, slots=True)
+class AcpCheckpoint:
+    """A resumable ACP run's checkpoint: the agent's session, where its HOME and
+    workspace are, and how many tool calls it had ended. It is taken before the
+    prompt is sent, so a resume always assumes the prompt may have arrived (the
+    session's replay says whether it did)."""
+
+    agent: str
+    session_id: str
+    home: str
+    cwd: str
+    tool_calls: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "agent": self.agent,
+            "session_id": self.session_id,
+            "home": self.home,
+            "cwd": self.cwd,
+            "prompt_sent": True,
+            "tool_calls": self.tool_calls,
+            "resumable": True,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, object], agent: str) -> AcpCheckpoint:
+        """Parse a stored state; raises ExternalAgentError (why) when it is not one
+        this agent can resume from."""
+        if state.get("resumable") is not True:
+            raise ExternalAgentError(str(state.get("reason") or NOT_RESUMABLE))
+        session_id, stored = state.get("session_id"), state.get("agent")
+        if not isinstance(session_id, str) or not session_id or stored != agent:
+            raise ExternalAgentError(
+                f"the checkpoint is not one of agent {agent}'s sessions: not resumed"
+            )
+        tool_calls = state.get("tool_calls")
+        return cls(
+            agent,
+            session_id,
+            str(state.get("home") or ""),
+            str(state.get("cwd") or ""),
+            tool_calls if isinstance(tool_calls, int) else 0,
+        )
 
 
 class ExternalAgent(BaseAgent):
@@ -148,14 +211,16 @@ class ExternalAgent(BaseAgent):
 
     async def _converse(self, input: str, run: RunContext) -> AgentResult:
         run.cancel.raise_if_cancelled()
-        if run.resume is not None:
-            raise ExternalAgentError(str(run.resume.get("reason") or NOT_RESUMABLE))
-        if run.checkpoint is not None:
-            run.checkpoint(
-                {"agent": self.definition.name, "resumable": False, "reason": NOT_RESUMABLE}
-            )
-        workspace = self._workspace()
         agent = self.definition
+        resumed = None
+        if agent.protocol == "frames":
+            if run.resume is not None:
+                raise ExternalAgentError(str(run.resume.get("reason") or NOT_RESUMABLE))
+            if run.checkpoint is not None:
+                run.checkpoint({"agent": agent.name, "resumable": False, "reason": NOT_RESUMABLE})
+        elif run.resume is not None:
+            resumed = AcpCheckpoint.from_state(run.resume, agent.name)
+        workspace = self._workspace()
         self._check_credential(agent)
         if agent.builtin:
             where = await self._ensure_installed()
@@ -184,11 +249,13 @@ class ExternalAgent(BaseAgent):
             # Sized for the agent before it starts, rather than grown (a reload) when
             # its first prompt does not fit.
             await self.engine.reserve_context(agent.context)
-        async with _temporary_home() as home, self._mirror(workspace) as copy:
+        async with self._home(run, fresh=resumed is None) as home, self._mirror(workspace) as copy:
             if not self.sandboxed:
                 from ._terminals import Terminals
 
                 client.terminals = Terminals(home)
+            if resumed is not None:
+                await self._end_earlier_agent()
             async with self._gateway(run, home) as access:
                 channel = await self._start(
                     agent,
@@ -213,8 +280,83 @@ class ExternalAgent(BaseAgent):
                     run=run,
                     mcp_servers=self.mcp_servers,
                     terminal=not self.sandboxed,
+                    resume=None if resumed is None else Resume(resumed.session_id),
+                    on_session=self._checkpointer(
+                        run, client, home, workspace, resumed, copied=copy is not None
+                    ),
                 )
         return self._answer(client, stop_reason, workspace, _minus(run.budget.used, used_before))
+
+    def _checkpointer(
+        self,
+        run: RunContext,
+        client: AcpClient,
+        home: Path,
+        workspace: Workspace,
+        resumed: AcpCheckpoint | None,
+        *,
+        copied: bool = False,
+    ) -> Callable[[str, bool], None] | None:
+        """What checkpoints the run once its session is open (and, for an agent that
+        can load sessions, after each tool call it ends); None: nothing to checkpoint.
+        ``copied``: the agent works on a copy of the workspace, written back only when
+        the run ends (``_mirror``): a crash loses the copy, so its session is not
+        resumed against a workspace that lacks what it did."""
+        save = run.checkpoint
+        if save is None:
+            return None
+        agent = self.definition.name
+        done = resumed.tool_calls if resumed is not None else 0
+
+        def on_session(session_id: str, loads: bool) -> None:
+            if not loads or copied:
+                why = NO_LOAD_SESSION if not loads else ON_A_COPY
+                save({"agent": agent, "resumable": False, "reason": why})
+                return
+            state = AcpCheckpoint(agent, session_id, str(home), str(workspace.root), done)
+            save(state.to_dict())
+
+            def on_tool_end() -> None:
+                nonlocal state
+                state = AcpCheckpoint(
+                    agent, session_id, str(home), str(workspace.root), state.tool_calls + 1
+                )
+                save(state.to_dict())
+
+            client.on_tool_end = on_tool_end
+
+        return on_session
+
+    @contextlib.asynccontextmanager
+    async def _home(self, run: RunContext, *, fresh: bool) -> AsyncIterator[Path]:
+        """The agent's HOME: a daemon task's durable one (kept for a resume, removed
+        by the daemon when the task ends: :mod:`._homes`), else a temporary one."""
+        if run.checkpoint is None or not run.run_id:
+            async with _temporary_home() as home:
+                yield home
+            return
+        from ._homes import task_home
+
+        yield await asyncio.to_thread(task_home, run.run_id, fresh=fresh)
+
+    async def _end_earlier_agent(self) -> None:
+        """Before a resumed session is loaded, the agent that had it must be gone: a
+        container whose worker died keeps running until the orphan sweep removes it,
+        and two agents on one session would both act. (A host agent went with its
+        worker: ``exit_host_gone``.)"""
+        if not self.sandboxed:
+            return
+        from ..sandbox import sweep_orphans
+
+        try:
+            removed = await asyncio.to_thread(sweep_orphans, self.config)
+        except Exception as exc:
+            raise ExternalAgentError(
+                f"cannot make sure the agent's earlier container is gone, so its session "
+                f"is not resumed: {exc}"
+            ) from exc
+        if removed:
+            log.info("removed %d orphaned sandbox containers before resuming", len(removed))
 
     def _answer(
         self, client: AcpClient, stop_reason: str, workspace: Workspace, usage: Usage
@@ -412,7 +554,12 @@ class ExternalAgent(BaseAgent):
         launch = self._launch(agent, where, home, access)
         write_home(home, launch, for_sandbox=False)
 
-        return await start_on_host(launch.argv, launch.env, cwd=workspace.root, home=home)
+        from ._homes import homes_root
+
+        durable = home.parent == homes_root()
+        return await start_on_host(
+            launch.argv, launch.env, cwd=workspace.root, home=home, keep_home=durable
+        )
 
     def _launch(
         self, agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess

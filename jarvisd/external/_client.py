@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ToolError
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 
     from ._terminals import Terminals
 
-__all__ = ["MAX_ANSWER_CHARS", "AcpClient"]
+__all__ = ["MAX_ANSWER_CHARS", "AcpClient", "Replay"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,29 @@ def _request_error(message: str) -> Exception:
     from acp import RequestError
 
     return RequestError.invalid_params({"details": message})
+
+
+@dataclass(slots=True)
+class Replay:
+    """What a session's replay (``session/load``) showed: whether it holds a message of
+    the user's (the prompt reached the agent before jarvis stopped), and the tool calls
+    it started and never ended (their effect is unverified)."""
+
+    prompted: bool = False
+    open_calls: dict[str, str] = field(default_factory=dict)
+
+    def see(self, update: object) -> None:
+        kind = getattr(update, "session_update", None)
+        if kind == "user_message_chunk":
+            self.prompted = True
+        elif kind in ("tool_call", "tool_call_update"):
+            call_id = str(getattr(update, "tool_call_id", "") or "")
+            status = getattr(update, "status", None)
+            if status in ("completed", "failed"):
+                self.open_calls.pop(call_id, None)
+            elif kind == "tool_call" and len(self.open_calls) < MAX_TOOL_RESULTS:
+                title = getattr(update, "title", None) or "tool"
+                self.open_calls[call_id] = clip(str(title), 200)
 
 
 class AcpClient:
@@ -108,6 +133,12 @@ class AcpClient:
         self.stopped: BudgetExceeded | None = None
         self.stop = asyncio.Event()
         self._titles = ToolTitles()
+        #: Called after each tool call the agent ends (the run checkpoints there, so
+        #: that no completed call stands between its last checkpoint and a crash).
+        self.on_tool_end: Callable[[], None] | None = None
+        #: Set while ``session/load`` replays a session: its updates are history, not
+        #: news (no events, no answer), only looked at (:class:`Replay`).
+        self.replay: Replay | None = None
 
     # -- checks ----------------------------------------------------------------------
 
@@ -120,6 +151,9 @@ class AcpClient:
     async def session_update(self, session_id: str, update: object, **kwargs: Any) -> None:
         if self.session_id is None or session_id != self.session_id:
             return  # a notification has no reply: ignore what is not ours
+        if self.replay is not None:
+            self.replay.see(update)
+            return
         for item in map_update(update, self._titles):
             self._apply(item)
 
@@ -168,6 +202,8 @@ class AcpClient:
                 self.tool_results.append(
                     ToolResult(item.title, item.content, item.success, item.call_id)
                 )
+            if self.on_tool_end is not None:
+                self.on_tool_end()
         elif isinstance(item, PlanChanged):
             run.bus.publish(
                 EventType.AGENT_PLAN,

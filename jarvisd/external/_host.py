@@ -33,14 +33,21 @@ HOST_TIMEOUT_S = 24 * 3600.0
 
 
 async def start_on_host(
-    argv: Sequence[str], env: Mapping[str, str], *, cwd: Path, home: Path
+    argv: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    cwd: Path,
+    home: Path,
+    keep_home: bool = False,
 ) -> Channel:
-    """Start ``argv`` in its own session; ``home`` is removed when the channel ends."""
+    """Start ``argv`` in its own session; ``home`` is removed when the channel ends
+    (``keep_home``: only its ``tmp``, for a HOME a resumed run needs again)."""
     try:
         process = await spawn_reaped(argv, cwd=cwd, env=env, limit=MAX_LINE_BYTES + 2)
     except OSError as exc:
         raise AgentNotInstalled(f"cannot start {argv[0]}: {exc.strerror or exc}") from exc
-    return SubprocessChannel(process, home, HOST_TIMEOUT_S, reaper=True)
+    scratch = home / "tmp" if keep_home else home
+    return SubprocessChannel(process, scratch, HOST_TIMEOUT_S, reaper=True)
 
 
 @contextlib.asynccontextmanager

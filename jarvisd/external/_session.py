@@ -1,6 +1,15 @@
 """One ACP conversation with a started agent: initialize, ``session/new``,
 ``session/prompt``, and ``session/cancel`` when the run is cancelled.
 
+A conversation jarvis lost when it stopped (a daemon killed mid-run) is taken up again
+with ``session/load`` instead of ``session/new`` (:class:`Resume`), in a new agent
+process with the same HOME: the agent replays the session's history as updates, which
+are looked at (:class:`~._client.Replay`) but are not the run's events. When the
+history shows the prompt arrived, the agent is told that jarvis restarted and to carry
+on (the prompt is not sent again as new); when it does not, the prompt is sent. A tool
+call the history shows started and never ended may or may not have had its effect: the
+conversation stops there (an ExternalAgentError that says so) rather than guess.
+
 The agent runs on a :class:`~jarvisd.executors.Channel` (a host process in its own
 process group, or a container), which is always killed at the end, however the
 conversation ended: agents that ignore stdin's end (codex-acp) or leave helpers behind
@@ -14,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -22,7 +31,7 @@ from typing import TYPE_CHECKING, TypeVar
 from .._errors import ExternalAgentError, ProtocolError
 from .._runcontext import Cancelled, RunContext, RunStopped
 from ..executors import Channel
-from ._client import AcpClient
+from ._client import AcpClient, Replay
 from ._mapping import clip
 from ._transport import ChannelTransport
 
@@ -30,7 +39,14 @@ if TYPE_CHECKING:
     from acp import ClientSideConnection
     from acp.schema import McpServerStdio, PromptResponse
 
-__all__ = ["CANCEL_GRACE_S", "HANDSHAKE_TIMEOUT_S", "McpServer", "converse"]
+__all__ = [
+    "CANCEL_GRACE_S",
+    "HANDSHAKE_TIMEOUT_S",
+    "RESUME_NOTE",
+    "McpServer",
+    "Resume",
+    "converse",
+]
 
 #: How long an agent has to answer initialize and ``session/new`` (they start a
 #: runtime, some load plugins: up to 13 s measured; a loaded machine needs more).
@@ -39,6 +55,23 @@ HANDSHAKE_TIMEOUT_S = 120.0
 CANCEL_GRACE_S = 3.0
 
 _T = TypeVar("_T")
+
+#: What a resumed agent is told in place of its prompt, when its history shows the
+#: prompt arrived before jarvis stopped.
+RESUME_NOTE = (
+    "jarvis, the program that runs you, stopped while you were working on the task "
+    "above and has restarted; your session was reloaded. Files in the workspace are "
+    "as you left them. Continue the task from where you stopped: do not redo steps "
+    "that already completed, and check the effect of any step you are unsure of."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """The session a conversation continues (``session/load``), rather than a new one."""
+
+    session_id: str
+    note: str = RESUME_NOTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +104,16 @@ async def converse(
     mcp_servers: Sequence[McpServer] = (),
     terminal: bool = False,
     handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+    resume: Resume | None = None,
+    on_session: Callable[[str, bool], None] | None = None,
 ) -> str:
     """Run one prompt to its end; returns the agent's stop reason. Raises Cancelled
     (the run's cancel token), BudgetExceeded (spent by the agent's tool calls),
-    ExternalAgentError or ProtocolError. The channel is killed before this returns."""
+    ExternalAgentError or ProtocolError. The channel is killed before this returns.
+
+    ``resume``: load that session instead of making one (see the module docstring).
+    ``on_session(session_id, loads)`` is called once the session is open, before
+    anything is prompted; ``loads``: whether the agent advertises ``loadSession``."""
     import acp
 
     transport = ChannelTransport(channel)
@@ -83,8 +122,14 @@ async def converse(
     try:
         run.cancel.raise_if_cancelled()
         async with asyncio.timeout(handshake_timeout):
-            session_id = await _handshake(conn, at, run, client, cwd, mcp_servers, terminal)
+            session_id, loads = await _handshake(
+                conn, at, run, client, cwd, mcp_servers, terminal, resume
+            )
         client.session_id = session_id
+        if on_session is not None:
+            on_session(session_id, loads)
+        if resume is not None:
+            prompt = _after_replay(client, resume, prompt)
         at.step = "session/prompt"
         return await _prompt(conn, at, run, client, session_id, prompt)
     except TimeoutError:
@@ -134,8 +179,10 @@ async def _handshake(
     cwd: Path,
     mcp_servers: Sequence[McpServer],
     terminal: bool,
-) -> str:
-    """``initialize`` and ``session/new``; the new session's id."""
+    resume: Resume | None,
+) -> tuple[str, bool]:
+    """``initialize`` and ``session/new`` (or ``session/load`` of ``resume``); the
+    session's id, and whether the agent advertises ``loadSession``."""
     import acp
     from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
@@ -144,7 +191,7 @@ async def _handshake(
     capabilities = ClientCapabilities(
         fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=terminal
     )
-    await _until_stopped(
+    hello = await _until_stopped(
         conn.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
             client_capabilities=capabilities,
@@ -154,12 +201,44 @@ async def _handshake(
         run,
         client,
     )
-    at.step = "session/new"
+    agent_capabilities = getattr(hello, "agent_capabilities", None)
+    loads = bool(getattr(agent_capabilities, "load_session", False))
     servers = [s.to_acp() for s in mcp_servers]
+    if resume is not None:
+        if not loads:
+            raise ExternalAgentError(
+                "the agent no longer advertises loadSession: its session cannot be resumed"
+            )
+        at.step = "session/load"
+        # Its replay names the session: it must be ours before the first update.
+        client.session_id = resume.session_id
+        client.replay = Replay()
+        await _until_stopped(
+            conn.load_session(cwd=str(cwd), session_id=resume.session_id, mcp_servers=servers),
+            at.stop,
+            run,
+            client,
+        )
+        return resume.session_id, loads
+    at.step = "session/new"
     session = await _until_stopped(
         conn.new_session(cwd=str(cwd), mcp_servers=servers), at.stop, run, client
     )
-    return str(session.session_id)
+    return str(session.session_id), loads
+
+
+def _after_replay(client: AcpClient, resume: Resume, prompt: str) -> str:
+    """What a loaded session is prompted with: the note when its history holds the
+    prompt, else the prompt (it never arrived). Raises ExternalAgentError when the
+    history holds a tool call that never ended."""
+    replay, client.replay = client.replay or Replay(), None
+    if replay.open_calls:
+        names = ", ".join(f"{t} ({c})" for c, t in list(replay.open_calls.items())[:5])
+        raise ExternalAgentError(
+            f"the agent's session shows tool call {names} started and never ended when "
+            "jarvis stopped: effect unverified, not resumed (check its effect, then resubmit)"
+        )
+    return resume.note if replay.prompted else prompt
 
 
 async def _prompt(

@@ -70,6 +70,9 @@ def test_cancel_and_kill9_recovery(jarvisd: DaemonProcess, tmp_path: Path) -> No
         lambda: c.show(cancelled.id).state == "running" and c.show(crashed.id).state == "running"
         and len(_fake_agents()) == 2, timeout=60, what="both agents running",
     )  # fmt: skip
+    # Prompted (its checkpoint says it cannot be resumed): a crash before its session
+    # was open would restart it from nothing.
+    jarvisd.wait_for(lambda: c.show(crashed.id).checkpoint_turns > 0, what="its prompt")
     assert c.cancel(cancelled.id).state == "cancelled"
     jarvisd.wait_for(lambda: len(_fake_agents()) == 1, what="the cancelled agent gone")
     jarvisd.kill9()
