@@ -58,6 +58,11 @@ _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_ASCII_LETTER = re.compile(r"[a-zA-Z]")
+#: What the numeral pass of :meth:`Sources.add` adds to its word pass: a decimal part, a
+#: thousands group, an exponent. A text without any ("1+1, 2+1", a plain "42") has only
+#: plain runs of digits, which the word pass indexes already, with their scale words.
+_NOT_PLAIN = re.compile(r"[.,]\d|\d[eE]")
 #: Texts up to this long are remembered once indexed: a tool result or a reply seen
 #: again ("2", "done") adds nothing, and indexing is the loop's costliest step.
 _MEMO_CHARS = 4096
@@ -230,10 +235,14 @@ class Sources:
         if len(text) > MAX_SOURCE_CHARS:
             half = MAX_SOURCE_CHARS // 2
             text = text[:half] + "\n" + text[-half:]
+        if text.isdigit() and text.isascii():  # a tool's result, often: one number
+            self.words.add(text)
+            self._number(float(text))
+            return
         words = _WORD.findall(text.lower())
         self.words.update(words)
         for i, word in enumerate(words):
-            if word.isdigit():
+            if word.isdecimal():  # not isdigit: "²" is a digit that float() refuses
                 self._number(float(word))
                 if i + 1 < len(words) and words[i + 1] in _SCALES:
                     self._number(float(word) * _SCALES[words[i + 1]])
@@ -243,6 +252,8 @@ class Sources:
                 self._number_set(_UNITS.get(word, ()))
                 if word in _MONTHS:
                     self._number(_MONTHS[word])
+        if _NOT_PLAIN.search(text) is None:
+            return
         for match in _NUMBER.finditer(text):
             end = match.end()
             # A scale word may follow ("3.5 million"); most numerals have none, and
@@ -371,6 +382,8 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
 def _arithmetic(text: str) -> bool:
     if not (_OPERATOR.search(text) and _DIGIT.search(text)):
         return False
+    if text.isascii() and not _ASCII_LETTER.search(text):  # "3+1": no word to look up
+        return True
     return all(word in _MATH_WORDS for word in _LETTERS.findall(text.lower()))
 
 
@@ -478,6 +491,7 @@ def _tool_words(spec: ToolSpec) -> set[str]:
     return words
 
 
+@functools.lru_cache(maxsize=1024)
 def _model_written(name: str) -> bool:
     """``search_query``, ``userPrompt``, ``task``, ``file_path``: a parameter whose
     value the model writes or places itself."""

@@ -21,7 +21,7 @@ from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
 from .._messages import ToolCall, ToolResult, ToolSpec, Usage
 from .._runcontext import BudgetExceeded, RunContext, RunStopped
-from ._args import ArgumentError, parse_arguments, validate_arguments
+from ._args import ArgumentChecker, ArgumentError, parse_arguments
 from ._base import _CURRENT_RUN, BaseTool
 
 __all__ = ["LoopGuard", "ToolDispatcher"]
@@ -30,6 +30,8 @@ MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
 _T = TypeVar("_T")
 _FATAL = (RunStopped, SandboxUnavailable)
+#: What a tool call charges the ledger's tokens: nothing (read only by Budget).
+_NO_TOKENS = Usage()
 
 
 @dataclass(slots=True)
@@ -104,6 +106,7 @@ class ToolDispatcher:
         self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         self._schemas = {s.name: s.parameters for s in self.specs}
+        self._checkers = {s.name: ArgumentChecker(s.parameters) for s in self.specs}
         self.bus = bus
         self.timeout = timeout
         self.max_result_chars = max_result_chars
@@ -135,9 +138,10 @@ class ToolDispatcher:
                 call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start
             )
         tool = self.tools[resolved]
-        schema = self._schemas[resolved]
         try:
-            params = validate_arguments(parse_arguments(call.arguments, schema), schema)
+            params = self._checkers[resolved](
+                parse_arguments(call.arguments, self._schemas[resolved])
+            )
         except ArgumentError as exc:
             return _fail(call, f"Error: invalid arguments for {resolved}: {exc}", start)
         key = ""
@@ -186,7 +190,7 @@ class ToolDispatcher:
         finally:
             _CURRENT_RUN.reset(token)
             if hold is not None:  # it started, so it counts, however it ended
-                hold.settle(Usage())
+                hold.settle(_NO_TOKENS)
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:
@@ -245,9 +249,10 @@ class ToolDispatcher:
                 latency_s=latency,
                 metadata={**value.metadata, "arguments": params},
             )
-        return ToolResult(
-            name, self._clip(str(value)), True, call.id, latency, {"arguments": params}
-        )
+        content = value if type(value) is str else str(value)
+        if len(content) > self.max_result_chars:
+            content = self._clip(content)
+        return ToolResult(name, content, True, call.id, latency, {"arguments": params})
 
     def _clip(self, content: str) -> str:
         if len(content) <= self.max_result_chars:
