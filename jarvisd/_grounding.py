@@ -26,6 +26,7 @@ differ from its request.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -372,7 +373,11 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
     if _arithmetic(value):
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
-        return any(sources.has_number(float(n)) for n in _DECIMAL.findall(value)), False
+        numbers = sources.numbers
+        for n in _DECIMAL.findall(value):
+            if _key(float(n)) in numbers:
+                return True, False
+        return False, False
     words = _plain_name_words(value)
     if words is None:
         return True, False
@@ -415,17 +420,57 @@ _Judged = list[tuple[str, Any, Mapping[str, Any]]]
 
 def _judged(call: ToolCall, spec: ToolSpec) -> _Judged:
     """The required arguments of ``call`` that a user would give: name, value, schema."""
+    plan = _plan(spec)
+    if not plan:
+        return []  # nothing to judge: the arguments need not even be read
+    arguments = _arguments(call)
+    return [(name, arguments[name], schema) for name, schema in plan if name in arguments]
+
+
+_Plan = tuple[tuple[str, Mapping[str, Any]], ...]
+#: Each spec's judged parameters (see :func:`_plan`), by identity. An entry holds its
+#: spec, so that no other object can take its id while it is here; bounded.
+_PLANS: dict[int, tuple[ToolSpec, _Plan]] = {}
+_MAX_PLANS = 512
+
+
+def _plan(spec: ToolSpec) -> _Plan:
+    """The parameters of ``spec`` judged in its calls: the required ones a user would
+    give (not :func:`_model_written`), each with its schema. Read once per spec: the
+    loop judges every call, and its tools' specs do not change."""
+    entry = _PLANS.get(id(spec))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
     parameters = _schema(spec.parameters)
     properties = _schema(parameters.get("properties"))
     required = parameters.get("required")
-    if not isinstance(required, list):
-        return []
-    arguments = call.arguments_dict()
-    return [
-        (name, arguments[name], _schema(properties.get(name)))
-        for name in required
-        if isinstance(name, str) and name in arguments and not _model_written(name)
-    ]
+    plan: _Plan = ()
+    if isinstance(required, list):
+        plan = tuple(
+            (name, _schema(properties.get(name)))
+            for name in dict.fromkeys(n for n in required if isinstance(n, str))
+            if not _model_written(name)
+        )
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(spec)] = (spec, plan)
+    return plan
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    """``call.arguments_dict()``, with the usual well-formed object read in one step."""
+    text = call.arguments
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except ValueError:
+            return {}
+        if end == len(text) or not text[end:].strip():
+            return value if isinstance(value, dict) else {}
+    return call.arguments_dict()
 
 
 def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, object]:
@@ -449,7 +494,13 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     values: dict[str, object] = {}
     names = False
     for name, value, schema in _judged(call, spec):
-        for leaf in _leaves(value, schema):
+        leaves: Iterable[float | str]
+        if type(value) is str:  # the usual argument: one leaf, read here at once
+            stripped = value.strip()
+            leaves = (stripped,) if stripped and not _neutral(value, schema) else ()
+        else:
+            leaves = _leaves(value, schema)
+        for leaf in leaves:
             given, is_name = _judge_leaf(leaf, sources)
             names = names or is_name
             if not given:

@@ -321,8 +321,13 @@ class RunEngine(WrapperEngine):
             charged = self._interrupted(hold, exc, "", (messages, tools, model))
             _failed(bus, self.name, model, start, exc, charged)
             raise
-        self._settle(hold, generation, (messages, tools, model))
-        return _timed(generation, _ended(bus, self.name, model, start, generation))
+        usage = generation.usage
+        if usage.prompt_tokens or usage.completion_tokens:  # the engine counted: charge it
+            hold.settle(usage)
+        else:
+            self._settle(hold, generation, (messages, tools, model))
+        latency = _ended(bus, self.name, model, start, generation)
+        return generation if generation.latency_s else replace(generation, latency_s=latency)
 
     async def stream(
         self,

@@ -124,14 +124,12 @@ class ToolDispatcher:
             return name
         return self._lower.get(name.strip().lower())
 
-    def _is_inline(self, name: str) -> bool:
-        return self._inline.get(name, False)
-
     async def execute(
         self, call: ToolCall, run: RunContext | None = None, guard: LoopGuard | None = None
     ) -> ToolResult:
         start = time.perf_counter()
-        resolved = self.resolve(call.name)
+        name = call.name
+        resolved = name if name in self.tools else self.resolve(name)
         if resolved is None:
             available = ", ".join(self.tools) or "none"
             return _fail(
@@ -269,7 +267,11 @@ class ToolDispatcher:
         """Run the calls of one turn, concurrently, results in call order. Calls to cheap
         inline tools run directly (there is nothing to overlap); the rest as tasks that
         race the run's cancel token. On cancellation every call still gets a result."""
-        if all(self._is_inline(self.resolve(c.name) or "") for c in calls):
+        inline = self._inline
+        for c in calls:
+            if not inline.get(c.name if c.name in inline else self.resolve(c.name) or ""):
+                break
+        else:  # every call is to a cheap inline tool: one after the other, in this task
             return [await self.execute(c, run, guard) for c in calls]
         tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
         # Its outcome may go unread when this call is cancelled while a tool fails: it
