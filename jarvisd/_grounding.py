@@ -29,7 +29,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._messages import ToolCall, ToolSpec
@@ -241,18 +241,21 @@ class Sources:
             self._number(float(text))
             return
         words = _WORD.findall(text.lower())
-        self.words.update(words)
-        for i, word in enumerate(words):
+        # Each word's numbers once: a word already in the index brought them before.
+        for word in set(words).difference(self.words):
             if word.isdecimal():  # not isdigit: "²" is a digit that float() refuses
                 self._number(float(word))
-                if i + 1 < len(words) and words[i + 1] in _SCALES:
-                    self._number(float(word) * _SCALES[words[i + 1]])
             elif word in _NUMBER_WORDS:  # most words name no number: one lookup for them
                 if word in _WORD_NUMBERS:
                     self._number(_WORD_NUMBERS[word])
                 self._number_set(_UNITS.get(word, ()))
                 if word in _MONTHS:
                     self._number(_MONTHS[word])
+        self.words.update(words)
+        if not _SCALES.keys().isdisjoint(words):  # "3 million", "5k": rare
+            for i, word in enumerate(words[1:]):
+                if word in _SCALES and words[i].isdecimal():
+                    self._number(float(words[i]) * _SCALES[word])
         if _NOT_PLAIN.search(text) is None:
             return
         for match in _NUMBER.finditer(text):
@@ -457,7 +460,8 @@ def _plan(spec: ToolSpec) -> _Plan:
     return plan
 
 
-_DECODER = json.JSONDecoder()
+#: json's scanner, called without raw_decode's Python wrapper.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _arguments(call: ToolCall) -> dict[str, Any]:
@@ -465,8 +469,8 @@ def _arguments(call: ToolCall) -> dict[str, Any]:
     text = call.arguments
     if isinstance(text, str) and text.startswith("{"):
         try:
-            value, end = _DECODER.raw_decode(text)
-        except ValueError:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
             return {}
         if end == len(text) or not text[end:].strip():
             return value if isinstance(value, dict) else {}

@@ -230,7 +230,7 @@ class Budget:
             if not hold.open:
                 return
             hold.open = False
-            self.held_tokens -= hold.tokens
+            self.held_tokens -= hold.prompt_tokens + hold.completion_tokens
             if usage is None:  # it never ran: nothing to charge, nothing counted
                 self.calls -= hold.calls
                 self.tool_calls -= hold.tool_calls

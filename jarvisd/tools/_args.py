@@ -13,7 +13,8 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._messages import JSONObject
 
@@ -47,10 +48,14 @@ _DECODER = json.JSONDecoder()
 _WRAPPERS = frozenset(("arguments", "parameters", "args", "input"))
 
 
+#: raw_decode's scanner, called without its Python wrapper (every call is read here).
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
 def _try_json(text: str) -> JSONObject | None:
     try:
-        value, end = _DECODER.raw_decode(text)
-    except ValueError:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
         return None
     if end != len(text) and text[end:].strip():
         return None
@@ -205,12 +210,13 @@ class ArgumentChecker:
         self._closed = schema.get("additionalProperties", True) is False
 
     def __call__(self, params: Mapping[str, object]) -> dict[str, object]:
-        missing = [r for r in self._required if r not in params]
-        if missing:
-            raise ArgumentError(
-                f"missing required parameter(s) {', '.join(map(repr, missing))}; "
-                f"send {_example(self._schema)}"
-            )
+        for name in self._required:
+            if name not in params:
+                missing = [r for r in self._required if r not in params]
+                raise ArgumentError(
+                    f"missing required parameter(s) {', '.join(map(repr, missing))}; "
+                    f"send {_example(self._schema)}"
+                )
         props, types, enums = self._props, self._types, self._enums
         out: dict[str, object] = {}
         for key, value in params.items():
@@ -226,8 +232,8 @@ class ArgumentChecker:
                 out[key] = value
                 continue
             wanted = types.get(key)
-            if wanted is not None:
-                value = _coerce(key, value, wanted)
+            if wanted is not None and type(value) not in _TYPES.get(wanted, (type(value),)):
+                value = _coerce(key, value, wanted)  # not already of its exact type
             enum = enums.get(key)
             if enum is not None and value not in enum:
                 raise ArgumentError(f"parameter {key!r} must be one of {list(enum)}, got {value!r}")

@@ -231,6 +231,9 @@ class ToolDispatcher:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
+        if type(value) is str and len(value) <= self.max_result_chars:  # the usual result
+            latency = time.perf_counter() - start
+            return ToolResult(name, value, True, call.id, latency, {"arguments": params})
         return self._result(value, params, call, name, start)
 
     def _result(
