@@ -79,7 +79,14 @@ class EventBus:
 
     def publish(self, event_type: EventType, /, **data: object) -> Event:
         event = Event(event_type, data, time.time())
-        self.deliver(event)
+        # deliver()'s loop, here: publish runs several times a turn.
+        for wanted, callback in self._subscribers:
+            if wanted is not None and wanted is not event_type:
+                continue
+            try:
+                callback(event)
+            except Exception:
+                log.exception("event subscriber %r failed on %s", callback, event_type.value)
         return event
 
     def deliver(self, event: Event) -> None:

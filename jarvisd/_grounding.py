@@ -26,9 +26,10 @@ differ from its request.
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ._messages import ToolCall, ToolSpec
@@ -58,6 +59,11 @@ _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_ASCII_LETTER = re.compile(r"[a-zA-Z]")
+#: What the numeral pass of :meth:`Sources.add` adds to its word pass: a decimal part, a
+#: thousands group, an exponent. A text without any ("1+1, 2+1", a plain "42") has only
+#: plain runs of digits, which the word pass indexes already, with their scale words.
+_NOT_PLAIN = re.compile(r"[.,]\d|\d[eE]")
 #: Texts up to this long are remembered once indexed: a tool result or a reply seen
 #: again ("2", "done") adds nothing, and indexing is the loop's costliest step.
 _MEMO_CHARS = 4096
@@ -230,19 +236,28 @@ class Sources:
         if len(text) > MAX_SOURCE_CHARS:
             half = MAX_SOURCE_CHARS // 2
             text = text[:half] + "\n" + text[-half:]
+        if text.isdigit() and text.isascii():  # a tool's result, often: one number
+            self.words.add(text)
+            self._number(float(text))
+            return
         words = _WORD.findall(text.lower())
-        self.words.update(words)
-        for i, word in enumerate(words):
-            if word.isdigit():
+        # Each word's numbers once: a word already in the index brought them before.
+        for word in set(words).difference(self.words):
+            if word.isdecimal():  # not isdigit: "²" is a digit that float() refuses
                 self._number(float(word))
-                if i + 1 < len(words) and words[i + 1] in _SCALES:
-                    self._number(float(word) * _SCALES[words[i + 1]])
             elif word in _NUMBER_WORDS:  # most words name no number: one lookup for them
                 if word in _WORD_NUMBERS:
                     self._number(_WORD_NUMBERS[word])
                 self._number_set(_UNITS.get(word, ()))
                 if word in _MONTHS:
                     self._number(_MONTHS[word])
+        self.words.update(words)
+        if not _SCALES.keys().isdisjoint(words):  # "3 million", "5k": rare
+            for i, word in enumerate(words[1:]):
+                if word in _SCALES and words[i].isdecimal():
+                    self._number(float(words[i]) * _SCALES[word])
+        if _NOT_PLAIN.search(text) is None:
+            return
         for match in _NUMBER.finditer(text):
             end = match.end()
             # A scale word may follow ("3.5 million"); most numerals have none, and
@@ -361,7 +376,11 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
     if _arithmetic(value):
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
-        return any(sources.has_number(float(n)) for n in _DECIMAL.findall(value)), False
+        numbers = sources.numbers
+        for n in _DECIMAL.findall(value):
+            if _key(float(n)) in numbers:
+                return True, False
+        return False, False
     words = _plain_name_words(value)
     if words is None:
         return True, False
@@ -371,6 +390,8 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
 def _arithmetic(text: str) -> bool:
     if not (_OPERATOR.search(text) and _DIGIT.search(text)):
         return False
+    if text.isascii() and not _ASCII_LETTER.search(text):  # "3+1": no word to look up
+        return True
     return all(word in _MATH_WORDS for word in _LETTERS.findall(text.lower()))
 
 
@@ -402,17 +423,58 @@ _Judged = list[tuple[str, Any, Mapping[str, Any]]]
 
 def _judged(call: ToolCall, spec: ToolSpec) -> _Judged:
     """The required arguments of ``call`` that a user would give: name, value, schema."""
+    plan = _plan(spec)
+    if not plan:
+        return []  # nothing to judge: the arguments need not even be read
+    arguments = _arguments(call)
+    return [(name, arguments[name], schema) for name, schema in plan if name in arguments]
+
+
+_Plan = tuple[tuple[str, Mapping[str, Any]], ...]
+#: Each spec's judged parameters (see :func:`_plan`), by identity. An entry holds its
+#: spec, so that no other object can take its id while it is here; bounded.
+_PLANS: dict[int, tuple[ToolSpec, _Plan]] = {}
+_MAX_PLANS = 512
+
+
+def _plan(spec: ToolSpec) -> _Plan:
+    """The parameters of ``spec`` judged in its calls: the required ones a user would
+    give (not :func:`_model_written`), each with its schema. Read once per spec: the
+    loop judges every call, and its tools' specs do not change."""
+    entry = _PLANS.get(id(spec))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
     parameters = _schema(spec.parameters)
     properties = _schema(parameters.get("properties"))
     required = parameters.get("required")
-    if not isinstance(required, list):
-        return []
-    arguments = call.arguments_dict()
-    return [
-        (name, arguments[name], _schema(properties.get(name)))
-        for name in required
-        if isinstance(name, str) and name in arguments and not _model_written(name)
-    ]
+    plan: _Plan = ()
+    if isinstance(required, list):
+        plan = tuple(
+            (name, _schema(properties.get(name)))
+            for name in dict.fromkeys(n for n in required if isinstance(n, str))
+            if not _model_written(name)
+        )
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(spec)] = (spec, plan)
+    return plan
+
+
+#: json's scanner, called without raw_decode's Python wrapper.
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _arguments(call: ToolCall) -> dict[str, Any]:
+    """``call.arguments_dict()``, with the usual well-formed object read in one step."""
+    text = call.arguments
+    if isinstance(text, str) and text.startswith("{"):
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            return {}
+        if end == len(text) or not text[end:].strip():
+            return value if isinstance(value, dict) else {}
+    return call.arguments_dict()
 
 
 def invented(call: ToolCall, spec: ToolSpec, sources: Sources) -> dict[str, object]:
@@ -436,7 +498,13 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     values: dict[str, object] = {}
     names = False
     for name, value, schema in _judged(call, spec):
-        for leaf in _leaves(value, schema):
+        leaves: Iterable[float | str]
+        if type(value) is str:  # the usual argument: one leaf, read here at once
+            stripped = value.strip()
+            leaves = (stripped,) if stripped and not _neutral(value, schema) else ()
+        else:
+            leaves = _leaves(value, schema)
+        for leaf in leaves:
             given, is_name = _judge_leaf(leaf, sources)
             names = names or is_name
             if not given:
@@ -478,6 +546,7 @@ def _tool_words(spec: ToolSpec) -> set[str]:
     return words
 
 
+@functools.lru_cache(maxsize=1024)
 def _model_written(name: str) -> bool:
     """``search_query``, ``userPrompt``, ``task``, ``file_path``: a parameter whose
     value the model writes or places itself."""

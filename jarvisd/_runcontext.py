@@ -59,6 +59,9 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        # The flag as a plain attribute, set under the lock before the event: the loop
+        # reads it several times a turn, and a bool is cheaper to read than is_set().
+        self._set = False
         self.reason = ""
         self.stop: type[RunStopped] = Cancelled
         self._callbacks: list[Callable[[], None]] = []
@@ -66,7 +69,7 @@ class CancelToken:
 
     @property
     def cancelled(self) -> bool:
-        return self._event.is_set()
+        return self._set
 
     def cancel(self, reason: str = "cancelled", *, stop: type[RunStopped] = Cancelled) -> None:
         with self._lock:
@@ -74,6 +77,7 @@ class CancelToken:
                 return
             self.reason = reason
             self.stop = stop
+            self._set = True
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
@@ -99,7 +103,7 @@ class CancelToken:
                 self._callbacks.remove(callback)
 
     def raise_if_cancelled(self) -> None:
-        if self._event.is_set():
+        if self._set:
             raise self.error()
 
     async def wait(self) -> None:
@@ -182,7 +186,8 @@ class Budget:
         completion token no longer fit."""
         prompt_tokens = max(prompt_tokens, 0)
         with self._lock:
-            self._check_wall()
+            if self.max_wall is not None:
+                self._check_wall()
             if self.max_calls is not None and self.calls >= self.max_calls:
                 raise BudgetExceeded(f"call budget of {self.max_calls} engine calls spent")
             completion = max(max_new_tokens, 0)
@@ -199,30 +204,40 @@ class Budget:
                 completion = min(completion, left - prompt_tokens)
             self.calls += 1
             self.held_tokens += prompt_tokens + completion
+            if self.max_calls is None:  # nothing to warn about: the usual, uncapped run
+                return Hold(self, prompt_tokens, completion, 1)
             warning = self._crossed("calls", self.calls, self.max_calls)
         self._warn(warning)
-        return Hold(self, prompt_tokens, completion, calls=1)
+        return Hold(self, prompt_tokens, completion, 1)
 
     def reserve_tool_call(self) -> Hold:
         """Hold one tool call about to run (raises when the tool-call cap is reached)."""
         with self._lock:
-            self._check_wall()
-            if self.max_tool_calls is not None and self.tool_calls >= self.max_tool_calls:
+            if self.max_wall is not None:
+                self._check_wall()
+            if self.max_tool_calls is None:
+                self.tool_calls += 1
+                return Hold(self, 0, 0, 0, 1)
+            if self.tool_calls >= self.max_tool_calls:
                 raise BudgetExceeded(f"tool-call budget of {self.max_tool_calls} calls spent")
             self.tool_calls += 1
             warning = self._crossed("tool_calls", self.tool_calls, self.max_tool_calls)
         self._warn(warning)
-        return Hold(self, tool_calls=1)
+        return Hold(self, 0, 0, 0, 1)
 
     def _end(self, hold: Hold, usage: Usage | None) -> None:
         with self._lock:
             if not hold.open:
                 return
             hold.open = False
-            self.held_tokens -= hold.tokens
+            self.held_tokens -= hold.prompt_tokens + hold.completion_tokens
             if usage is None:  # it never ran: nothing to charge, nothing counted
                 self.calls -= hold.calls
                 self.tool_calls -= hold.tool_calls
+                return
+            if self.max_tokens is None:  # nothing to warn about: add what there is
+                if usage.prompt_tokens or usage.completion_tokens:  # (a tool call: none)
+                    self.used = self.used + usage
                 return
             # The truth, even past the hold: an engine that ignores max_tokens is
             # charged what it did, and later calls see less.

@@ -289,7 +289,8 @@ class _Loop:
                 result = self._invalid(step, generation)
             else:
                 state.reprompts = 0
-                step = _unique_calls(step)
+                if len(step.calls) > 1:
+                    step = _unique_calls(step)
                 held = (
                     find_held(step.calls, self.executor, self.sources, self.withheld)
                     if self.dialect.holds_ungrounded
@@ -399,18 +400,21 @@ class _Loop:
             self.save()
             raise
         no_progress = True
+        known = self.known
         for r in results:
-            if not (r.metadata.get("blocked") or (r.success and r.content in self.known)):
+            if not (r.metadata.get("blocked") or (r.success and r.content in known)):
                 no_progress = False
-        self.known.update(r.content for r in results if r.success)
+        for r in results:
+            if r.success:
+                known.add(r.content)
         state.tool_results.extend(results)
         state.messages.extend(self.dialect.result_messages(step, results))
         final = self.dialect.final_from_results(results)
         if final is not None and not run.cancel.cancelled:
             return self.finish(final, final_from_tool=True)  # saved once, as the answer
-        self.save()
-        if run.cancel.cancelled:
-            raise run.cancel.error()
+        if run.checkpoint is not None:
+            self.save()
+        run.cancel.raise_if_cancelled()
         if not no_progress or state.turns >= self.agent.max_turns:
             return None  # the loop goes on, or ends on max_turns
         return await self._no_progress(results)

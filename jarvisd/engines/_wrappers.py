@@ -311,18 +311,35 @@ class RunEngine(WrapperEngine):
     ) -> Generation:
         model = model or self.inner.default_model()
         hold, options = self._reserve(messages, tools, model, options)
-        bus = self.run.bus
-        start = _started(bus, self.name, model, len(messages))
+        bus, name = self.run.bus, self.name
+        # _started and _ended, written out: this runs every turn of every run.
+        bus.publish(EventType.INFERENCE_START, engine=name, model=model, messages=len(messages))
+        start = time.perf_counter()
         try:
             generation = await self._race(
                 self.inner.generate(messages, model=model, tools=tools, options=options), hold
             )
         except BaseException as exc:
             charged = self._interrupted(hold, exc, "", (messages, tools, model))
-            _failed(bus, self.name, model, start, exc, charged)
+            _failed(bus, name, model, start, exc, charged)
             raise
-        self._settle(hold, generation, (messages, tools, model))
-        return _timed(generation, _ended(bus, self.name, model, start, generation))
+        usage = generation.usage
+        if usage.prompt_tokens or usage.completion_tokens:  # the engine counted: charge it
+            hold.settle(usage)
+        else:
+            self._settle(hold, generation, (messages, tools, model))
+            usage = generation.usage
+        latency = time.perf_counter() - start
+        bus.publish(
+            EventType.INFERENCE_END,
+            engine=name,
+            model=generation.model or model,
+            latency_s=latency,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            tool_calls=len(generation.tool_calls),
+        )
+        return generation if generation.latency_s else replace(generation, latency_s=latency)
 
     async def stream(
         self,

@@ -13,11 +13,12 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._messages import JSONObject
 
-__all__ = ["ArgumentError", "parse_arguments", "validate_arguments"]
+__all__ = ["ArgumentChecker", "ArgumentError", "parse_arguments", "validate_arguments"]
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z_]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -47,10 +48,14 @@ _DECODER = json.JSONDecoder()
 _WRAPPERS = frozenset(("arguments", "parameters", "args", "input"))
 
 
+#: raw_decode's scanner, called without its Python wrapper (every call is read here).
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
 def _try_json(text: str) -> JSONObject | None:
     try:
-        value, end = _DECODER.raw_decode(text)
-    except ValueError:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
         return None
     if end != len(text) and text[end:].strip():
         return None
@@ -177,34 +182,63 @@ def validate_arguments(
     params: Mapping[str, object], schema: Mapping[str, object]
 ) -> dict[str, object]:
     """Check ``params`` against the (flat) JSON schema; returns coerced values."""
-    props = _properties(schema)
-    missing = [r for r in _required(schema) if r not in params]
-    if missing:
-        raise ArgumentError(
-            f"missing required parameter(s) {', '.join(map(repr, missing))}; send {_example(schema)}"
-        )
-    out: dict[str, object] = {}
-    for key, value in params.items():
-        prop = props.get(key)
-        if prop is None and props and key in _SCHEMA_KEYWORDS:
-            # The schema's own words copied into the call (``"required": [...]``, seen
-            # from 0.5B models): not a value the tool declares, and one a Python
-            # function would fail on.
-            continue
-        if prop is None:
-            if schema.get("additionalProperties", True) is False:
-                known = ", ".join(props) or "none"
-                raise ArgumentError(f"unknown parameter {key!r} (parameters: {known})")
+    return ArgumentChecker(schema)(params)
+
+
+class ArgumentChecker:
+    """:func:`validate_arguments` for one schema, which it reads once: the dispatcher
+    checks every call of a tool against the same schema, and reading it (its required
+    names, each property's type and choices) cost more than checking a call."""
+
+    __slots__ = ("_closed", "_enums", "_props", "_required", "_schema", "_types")
+
+    def __init__(self, schema: Mapping[str, object]) -> None:
+        self._schema = schema
+        self._props = props = _properties(schema)
+        self._required = tuple(_required(schema))
+        self._types: dict[object, str] = {}
+        self._enums: dict[object, list[object] | tuple[object, ...]] = {}
+        for key, prop in props.items():
+            if not isinstance(prop, Mapping):
+                continue
+            wanted = prop.get("type")
+            if isinstance(wanted, str):
+                self._types[key] = wanted
+            enum = prop.get("enum")
+            if isinstance(enum, list | tuple):
+                self._enums[key] = enum
+        self._closed = schema.get("additionalProperties", True) is False
+
+    def __call__(self, params: Mapping[str, object]) -> dict[str, object]:
+        for name in self._required:
+            if name not in params:
+                missing = [r for r in self._required if r not in params]
+                raise ArgumentError(
+                    f"missing required parameter(s) {', '.join(map(repr, missing))}; "
+                    f"send {_example(self._schema)}"
+                )
+        props, types, enums = self._props, self._types, self._enums
+        out: dict[str, object] = {}
+        for key, value in params.items():
+            if props.get(key) is None:
+                if props and key in _SCHEMA_KEYWORDS:
+                    # The schema's own words copied into the call (``"required": [...]``,
+                    # seen from 0.5B models): not a value the tool declares, and one a
+                    # Python function would fail on.
+                    continue
+                if self._closed:
+                    known = ", ".join(props) or "none"
+                    raise ArgumentError(f"unknown parameter {key!r} (parameters: {known})")
+                out[key] = value
+                continue
+            wanted = types.get(key)
+            if wanted is not None and type(value) not in _TYPES.get(wanted, (type(value),)):
+                value = _coerce(key, value, wanted)  # not already of its exact type
+            enum = enums.get(key)
+            if enum is not None and value not in enum:
+                raise ArgumentError(f"parameter {key!r} must be one of {list(enum)}, got {value!r}")
             out[key] = value
-            continue
-        wanted = prop.get("type") if isinstance(prop, Mapping) else None
-        if isinstance(wanted, str):
-            value = _coerce(key, value, wanted)
-        enum = prop.get("enum") if isinstance(prop, Mapping) else None
-        if isinstance(enum, list | tuple) and value not in enum:
-            raise ArgumentError(f"parameter {key!r} must be one of {list(enum)}, got {value!r}")
-        out[key] = value
-    return out
+        return out
 
 
 def _example(schema: Mapping[str, object]) -> str:

@@ -21,7 +21,7 @@ from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
 from .._messages import ToolCall, ToolResult, ToolSpec, Usage
 from .._runcontext import BudgetExceeded, RunContext, RunStopped
-from ._args import ArgumentError, parse_arguments, validate_arguments
+from ._args import ArgumentChecker, ArgumentError, parse_arguments
 from ._base import _CURRENT_RUN, BaseTool
 
 __all__ = ["LoopGuard", "ToolDispatcher"]
@@ -30,6 +30,8 @@ MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
 _T = TypeVar("_T")
 _FATAL = (RunStopped, SandboxUnavailable)
+#: What a tool call charges the ledger's tokens: nothing (read only by Budget).
+_NO_TOKENS = Usage()
 
 
 @dataclass(slots=True)
@@ -104,6 +106,7 @@ class ToolDispatcher:
         self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         self._schemas = {s.name: s.parameters for s in self.specs}
+        self._checkers = {s.name: ArgumentChecker(s.parameters) for s in self.specs}
         self.bus = bus
         self.timeout = timeout
         self.max_result_chars = max_result_chars
@@ -121,23 +124,22 @@ class ToolDispatcher:
             return name
         return self._lower.get(name.strip().lower())
 
-    def _is_inline(self, name: str) -> bool:
-        return self._inline.get(name, False)
-
     async def execute(
         self, call: ToolCall, run: RunContext | None = None, guard: LoopGuard | None = None
     ) -> ToolResult:
         start = time.perf_counter()
-        resolved = self.resolve(call.name)
+        name = call.name
+        resolved = name if name in self.tools else self.resolve(name)
         if resolved is None:
             available = ", ".join(self.tools) or "none"
             return _fail(
                 call, f"Error: unknown tool {call.name!r}. Available tools: {available}.", start
             )
         tool = self.tools[resolved]
-        schema = self._schemas[resolved]
         try:
-            params = validate_arguments(parse_arguments(call.arguments, schema), schema)
+            params = self._checkers[resolved](
+                parse_arguments(call.arguments, self._schemas[resolved])
+            )
         except ArgumentError as exc:
             return _fail(call, f"Error: invalid arguments for {resolved}: {exc}", start)
         key = ""
@@ -186,7 +188,7 @@ class ToolDispatcher:
         finally:
             _CURRENT_RUN.reset(token)
             if hold is not None:  # it started, so it counts, however it ended
-                hold.settle(Usage())
+                hold.settle(_NO_TOKENS)
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:
@@ -229,6 +231,9 @@ class ToolDispatcher:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
+        if type(value) is str and len(value) <= self.max_result_chars:  # the usual result
+            latency = time.perf_counter() - start
+            return ToolResult(name, value, True, call.id, latency, {"arguments": params})
         return self._result(value, params, call, name, start)
 
     def _result(
@@ -245,9 +250,10 @@ class ToolDispatcher:
                 latency_s=latency,
                 metadata={**value.metadata, "arguments": params},
             )
-        return ToolResult(
-            name, self._clip(str(value)), True, call.id, latency, {"arguments": params}
-        )
+        content = value if type(value) is str else str(value)
+        if len(content) > self.max_result_chars:
+            content = self._clip(content)
+        return ToolResult(name, content, True, call.id, latency, {"arguments": params})
 
     def _clip(self, content: str) -> str:
         if len(content) <= self.max_result_chars:
@@ -264,7 +270,11 @@ class ToolDispatcher:
         """Run the calls of one turn, concurrently, results in call order. Calls to cheap
         inline tools run directly (there is nothing to overlap); the rest as tasks that
         race the run's cancel token. On cancellation every call still gets a result."""
-        if all(self._is_inline(self.resolve(c.name) or "") for c in calls):
+        inline = self._inline
+        for c in calls:
+            if not inline.get(c.name if c.name in inline else self.resolve(c.name) or ""):
+                break
+        else:  # every call is to a cheap inline tool: one after the other, in this task
             return [await self.execute(c, run, guard) for c in calls]
         tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
         # Its outcome may go unread when this call is cancelled while a tool fails: it

@@ -128,6 +128,16 @@ def test_a_value_a_tool_returned_may_be_used_by_the_next_call() -> None:
     assert "held_calls" not in result.metadata
 
 
+def test_a_superscript_digit_in_the_request_is_read_not_a_crash() -> None:
+    # "²" is a digit to str.isdigit() but not to float(): indexing the request for the
+    # held-call check raised ValueError and ended the run before its first turn.
+    call = ("calculator", {"expression": "5**2"})
+    scripted = ScriptedEngine([reply("", call), reply("25.")])
+    result, _ = run(scripted, "What is 5 ² (5 to the power 2)?")
+    assert [r.content for r in result.tool_results] == ["25"]
+    assert result.content == "25."
+
+
 def test_the_hold_can_be_turned_off() -> None:
     scripted = ScriptedEngine([reply("", MADE_UP), reply("Germany won 7.")])
     result, stats = run(scripted, QUESTION, hold_ungrounded=False)
