@@ -28,7 +28,7 @@ from .._runcontext import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
 from ._prompt import asks_no_change, claims_change, round_prompt, task_prompt
 from ._record import Limits
-from ._resume import RESUMED_NOTE, Phases, Progress, check_resumable, test_of
+from ._resume import RESUMED_NOTE, Phases, Progress, check_resumable, paused, test_of
 from ._runenv import _check_image, _reachable_under_bwrap, _setup
 from ._store import CodeStore, Workspace, this_process
 from ._testrun import TestRun, run_test
@@ -297,7 +297,10 @@ async def _run_code(
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-        ws, problem, dishonest = _record(store, phases.ws, spec, run, config, done)
+        if not paused(run):  # a daemon shutdown leaves the run to be resumed
+            ws, problem, dishonest = _record(store, phases.ws, spec, run, config, done)
+    if paused(run):
+        return RunOutcome(agent=spec.agent, failure=Failure("cancelled", run.cancel.reason))
     outcome = done.outcome
     assert outcome is not None  # the rounds ran (or their error went up)
     metadata = {**dict(outcome.metadata), "code": _summary(ws)}
@@ -375,6 +378,7 @@ async def _rounds(
         done.before = before = test_of(p.before)
     else:
         done.before = before = await _test(executor, ws, run, timeout)
+        _hold_if_paused(run)
         phases.save(before_done=True, before=None if before is None else before.to_dict())
     # CodeAct with its file helpers is told how to change a file with them.
     declared = _declared(inner, code_config)
@@ -384,6 +388,7 @@ async def _rounds(
         number = p.number
         if p.outcome is None:
             ran = await _agent_round(spec, inner, phases, run, code_config, engine, helpers)
+            _hold_if_paused(run)
             usage = ran.usage if p.usage is None else Usage.from_dict(p.usage) + ran.usage
             total = dataclasses.replace(ran, turns=p.turns + ran.turns, usage=usage)
             phases.save(
@@ -398,6 +403,7 @@ async def _rounds(
         assert p.outcome is not None
         done.outcome = outcome = RunOutcome.from_dict(p.outcome)
         done.after = after = await _test(executor, ws, run, timeout) if outcome.ok else None
+        _hold_if_paused(run)
         own = dataclasses.replace(outcome, turns=p.own_turns)
         done.rounds.append(_round(run, ws, number, own, after))
         go_on = after is not None and _go_on(before, after, number, ws.rounds, run)
@@ -409,6 +415,13 @@ async def _rounds(
             ws, spec.input, after, outcome.answer, number + 1, ws.rounds, helpers=helpers
         )
         phases.save(rounds=list(done.rounds), number=number + 1, outcome=None, prompt=prompt)
+
+
+def _hold_if_paused(run: RunContext) -> None:
+    """Stop here, recording nothing more, when a daemon shutdown stopped the run: what
+    the phase under way did is not its outcome (the task resumes it at the next start)."""
+    if paused(run):
+        raise run.cancel.error()
 
 
 async def _agent_round(

@@ -33,7 +33,15 @@ if TYPE_CHECKING:
     from .._runcontext import RunContext
     from ._store import CodeStore, Workspace
 
-__all__ = ["RESUMED_NOTE", "Phases", "Progress", "check_resumable", "test_of"]
+__all__ = [
+    "RESUMED_NOTE",
+    "SHUTDOWN_REASON",
+    "Phases",
+    "Progress",
+    "check_resumable",
+    "paused",
+    "test_of",
+]
 
 #: What the agent of a round that was running is told when it starts again.
 RESUMED_NOTE = (
@@ -44,6 +52,15 @@ RESUMED_NOTE = (
     "with the task."
 )
 _VERSION = 1
+#: The cancel reason of an orderly daemon shutdown (``daemon/_taskrun.py``'s, which sits
+#: above this layer; a test keeps the two in step): the task is resumed at the next
+#: start, so its run is left where it got to, not recorded as failed.
+SHUTDOWN_REASON = "daemon shutdown"
+
+
+def paused(run: RunContext) -> bool:
+    """Whether ``run`` was stopped by a daemon shutdown (to be resumed, not ended)."""
+    return run.cancel.cancelled and run.cancel.reason == SHUTDOWN_REASON
 
 
 def test_of(data: object) -> TestRun | None:

@@ -91,8 +91,9 @@ def test_code_runs_as_a_daemon_task(jarvisd: DaemonProcess, project: Path) -> No
     assert (project / "calc.py").read_text() == FIXED
 
 
-def test_a_daemon_killed_mid_run_resumes_the_run_on_its_workspace(
-    jarvisd: DaemonProcess, engine: ScriptedEngine, project: Path
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+def test_a_daemon_stopped_mid_run_resumes_the_run_on_its_workspace(
+    jarvisd: DaemonProcess, engine: ScriptedEngine, project: Path, stop: str
 ) -> None:
     """Issue 36 (it was left interrupted): the task resumes from its phase, and the
     agent of the round that was running is told that it was interrupted."""
@@ -103,7 +104,10 @@ def test_a_daemon_killed_mid_run_resumes_the_run_on_its_workspace(
         (task,) = jarvisd.client.list_tasks(("running",))
         assert isinstance(engine, SlowOnce)
         engine.slow = False
-        jarvisd.kill9()
+        if stop == "kill -9":
+            jarvisd.kill9()
+        else:
+            assert jarvisd.terminate() == 0
         jarvisd.start()
         info = jarvisd.client.wait(task.id, 120)
         assert info.state == "succeeded", info.reason
@@ -150,3 +154,10 @@ def test_candidates_run_as_one_daemon_task(jarvisd: DaemonProcess, project: Path
     lead = next(ws for ws in listed if ws["candidate"] == 1)
     assert jarvis("code", "apply", lead["id"]).returncode == 0
     assert (project / "calc.py").read_text() == FIXED
+
+
+def test_the_shutdown_reason_is_the_daemons() -> None:
+    from jarvisd.code._resume import SHUTDOWN_REASON
+    from jarvisd.daemon._taskrun import SHUTDOWN_REASON as DAEMONS
+
+    assert SHUTDOWN_REASON == DAEMONS

@@ -26,7 +26,7 @@ from jarvisd.code import CodeStore, prepare
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec
 from jarvisd.testing import OllamaStandIn
-from tests.conftest import require
+from tests.conftest import real_model_path, require
 from tests.daemon.conftest import DaemonProcess, owned_by
 from tests.sandbox.conftest import engine_problem
 
@@ -299,3 +299,59 @@ def test_a_kill_during_a_cell_leaves_the_run_interrupted_and_not_resumable(
     gone = psutil.wait_procs([p for p in map(_process, pids) if p is not None], timeout=20)[1]
     assert not gone, f"workers left: {gone}"
     jarvisd.wait_for(lambda: owned_by(pids) == [], 30, "the cell's container removed")
+
+
+@pytest.mark.model
+def test_a_real_model_run_resumes_after_kill_9(isolated_dirs: Path, project: Path) -> None:
+    """The real engine (Qwen2.5-Coder-0.5B in the worker, llama.cpp): jarvisd killed
+    while the model generates, the run resumes and ends with its record. Whether the
+    model fixes the bug is not asserted, only that the run went on where it was."""
+    from .test_run import TEST_COMMAND
+
+    problem = engine_problem()
+    require(not problem, problem)
+    model = real_model_path("qwen2.5-coder-0.5b")
+    daemon = DaemonProcess(isolated_dirs, "")
+    daemon.config_file.write_text(
+        f'[engine]\ndefault = "llamacpp"\n[engine.llamacpp]\nmodel = "{model}"\n'
+        "n_ctx = 4096\n[daemon]\nmax_concurrent = 1\n"
+    )
+    daemon.start()
+    try:
+        store = CodeStore(paths().state / "code.db")
+        ws = prepare(str(project), store=store, state_dir=paths().state, task="fix add",
+                     test=TEST_COMMAND)  # fmt: skip
+        store.close()
+        spec = AgentSpec(
+            input="The function add in calc.py returns a - b instead of a + b. Fix that line.",
+            agent="native_openhands", temperature=0.0, max_tokens=160, max_turns=2,
+            workspace=ws.id,
+        ).at_edge()  # fmt: skip
+        task_id = daemon.client.submit(spec).id
+        daemon.wait_for(
+            lambda: any(e.event == "inference_start" for e in daemon.client.logs(task_id)),
+            300,
+            "the model generating",
+        )
+        deadline = time.monotonic() + 60
+        while open_calls(daemon, [task_id]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon.kill9()
+        daemon.start()
+        info = daemon.client.wait(task_id, 900)
+        events = [e.event for e in daemon.client.logs(task_id)]
+        assert "task_resumed" in events, (info.state, info.reason)
+        assert info.state in ("succeeded", "failed"), info.reason
+        record = workspace(ws.id)
+        assert record["state"] in ("done", "failed") and record["progress"]["resumed"] == 1
+        outcome = record["outcome"]
+        assert isinstance(outcome, dict) and outcome["test_before"]["verdict"] == "failed"
+        pids = worker_pids(daemon, [task_id])
+        gone = psutil.wait_procs([p for p in map(_process, pids) if p is not None], timeout=20)
+        assert not gone[1], f"workers left: {gone[1]}"
+        assert owned_by(pids) == [], "containers left behind"
+        print(f"\n0.5B resumed: {record['state']}, changed {outcome['changed']}")
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(10)
