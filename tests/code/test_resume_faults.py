@@ -95,11 +95,13 @@ class Held(ScriptedEngine):
     """Answers after ``latency_s``; a task that says "hold" waits for ``released``."""
 
     released = threading.Event()
+    waiting = threading.Event()
 
     async def generate(self, messages: Sequence[Message], **kwargs: object) -> Generation:
         import asyncio
 
         if HOLD in _task(messages):
+            self.waiting.set()
             await asyncio.to_thread(self.released.wait, 300)
         return await super().generate(messages, **kwargs)  # type: ignore[arg-type]
 
@@ -114,6 +116,7 @@ def engine() -> Iterator[Held]:
     held = Held(fallback=agent)
     held.latency_s = 0.3
     held.released = threading.Event()
+    held.waiting = threading.Event()
     yield held
     held.released.set()
 
@@ -252,7 +255,7 @@ def _process(pid: int) -> psutil.Process | None:
         return None
 
 
-def test_a_run_jarvisd_died_under_three_times_is_interrupted_then_resumed_by_hand(
+def test_a_run_jarvisd_died_under_three_times_is_interrupted_then_resumed_as_a_task(
     jarvisd: DaemonProcess, engine: Held, tmp_path: Path
 ) -> None:
     path = project(tmp_path, "held")
@@ -269,8 +272,9 @@ def test_a_run_jarvisd_died_under_three_times_is_interrupted_then_resumed_by_han
     assert "the daemon died 3 times" in info.reason, info.reason
     assert workspace(ws_id)["shown_state"] == "interrupted"
     engine.released.set()
-    done = jarvis("code", "resume", ws_id, "--no-daemon", "--json")
+    done = jarvis("code", "resume", ws_id, "--json")  # as a jarvisd task
     assert done.returncode == 0, done.stderr
+    assert "running as jarvisd task" in done.stderr
     ws = json.loads(done.stdout)
     assert ws["state"] == "done" and ws["progress"]["resumed"] >= 1
     lines = (Path(ws["path"]) / "LOG").read_text().splitlines()
@@ -280,6 +284,34 @@ def test_a_run_jarvisd_died_under_three_times_is_interrupted_then_resumed_by_han
     assert "is done, not interrupted" in again.stderr
     unknown = jarvis("code", "resume", "abcdef123456")
     assert unknown.returncode != 0 and "no workspace" in unknown.stderr
+
+
+def test_an_in_process_run_killed_resumes_in_process(
+    jarvisd: DaemonProcess, engine: Held, tmp_path: Path
+) -> None:
+    """`jarvis code --no-daemon` killed with -9 while its agent waits on the model:
+    `jarvis code resume ID --no-daemon` finishes it, no cell run twice."""
+    path = project(tmp_path, "inproc")
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "jarvisd", "code", str(path), f"{HOLD}: write the steps",
+         "--test", TEST, "--no-daemon"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        jarvisd.wait_for(engine.waiting.is_set, 120, "the agent's first inference")
+    finally:
+        cli.kill()
+        cli.communicate(timeout=10)
+    (listed,) = json.loads(jarvis("code", "list", "--json").stdout)
+    assert listed["shown_state"] == "interrupted", listed
+    engine.released.set()
+    done = jarvis("code", "resume", listed["id"], "--no-daemon", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "running as jarvisd task" not in done.stderr
+    ws = json.loads(done.stdout)
+    assert ws["state"] == "done" and ws["progress"]["resumed"] == 1
+    lines = (Path(ws["path"]) / "LOG").read_text().splitlines()
+    assert lines == [f"step {k}" for k in range(1, STEPS + 1)]
 
 
 def test_a_kill_during_a_cell_leaves_the_run_interrupted_and_not_resumable(
