@@ -314,6 +314,29 @@ def test_an_in_process_run_killed_resumes_in_process(
     assert lines == [f"step {k}" for k in range(1, STEPS + 1)]
 
 
+def test_candidates_resume_together(jarvisd: DaemonProcess, engine: Held, tmp_path: Path) -> None:
+    """`--candidates 2` is one task: killed while both agents wait on the model, it
+    resumes both, each on its own workspace."""
+    from jarvisd.code._candidates import group_of, prepare_group
+
+    store = CodeStore(paths().state / "code.db")
+    task = f"{HOLD}: write the steps"
+    lead = prepare_group(str(project(tmp_path, "group")), store=store, state_dir=paths().state,
+                         task=task, agents=["native_openhands"] * 2, test=TEST)  # fmt: skip
+    task_id = jarvisd.client.submit(AgentSpec(input=task, workspace=lead.id).at_edge()).id
+    jarvisd.wait_for(engine.waiting.is_set, 120, "the agents' first inference")
+    jarvisd.kill9()
+    jarvisd.start()
+    engine.released.set()
+    info = jarvisd.client.wait(task_id, 120)
+    assert info.state == "succeeded", info.reason
+    for member in group_of(store, store.get(lead.id)):
+        assert member.state == "done" and member.progress["resumed"] == 1, member.id
+        lines = (Path(member.path) / "LOG").read_text().splitlines()
+        assert lines == [f"step {k}" for k in range(1, STEPS + 1)], member.id
+    store.close()
+
+
 def test_a_kill_during_a_cell_leaves_the_run_interrupted_and_not_resumable(
     jarvisd: DaemonProcess, tmp_path: Path
 ) -> None:
