@@ -282,7 +282,7 @@ async def _run_code(
     )
     # Checked before the workspace is taken: a refused spec leaves it ready.
     inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
-    ws = store.update(ws, state="running", runner=this_process(), run_id=ws.run_id or run.run_id)
+    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id or ws.run_id)
     phases = Phases(store, ws, run, progress)
     phases.save()  # the daemon may resume the run from here on
     executor = executor_for_backend(config.sandbox.backend, code_config)

@@ -379,7 +379,7 @@ def test_a_real_model_run_resumes_after_kill_9(isolated_dirs: Path, project: Pat
         store.close()
         spec = AgentSpec(
             input="The function add in calc.py returns a - b instead of a + b. Fix that line.",
-            agent="native_openhands", temperature=0.0, max_tokens=160, max_turns=2,
+            agent="native_openhands", temperature=0.0, max_tokens=128, max_turns=1,
             workspace=ws.id,
         ).at_edge()  # fmt: skip
         task_id = daemon.client.submit(spec).id
