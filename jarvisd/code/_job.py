@@ -152,6 +152,9 @@ async def run_code(
             return RunOutcome(agent=spec.agent, failure=Failure.of(exc))
         if lead.members:
             return await _run_group(spec, run, config, engine, store, lead, started)
+        if run.resume is not None and lead.state in ("done", "failed"):
+            # Resumed by the daemon after the run ended, before its end was stored.
+            return await _finished(lead, spec)
         return await _guarded(spec, run, config, engine, store, started)
     finally:
         store.close()

@@ -312,6 +312,18 @@ def test_an_in_process_run_killed_resumes_in_process(
     assert ws["state"] == "done" and ws["progress"]["resumed"] == 1
     lines = (Path(ws["path"]) / "LOG").read_text().splitlines()
     assert lines == [f"step {k}" for k in range(1, STEPS + 1)]
+    # The daemon resuming a run that ended before its task's end was stored: the
+    # recorded outcome, nothing run again.
+    import asyncio
+
+    from jarvisd._config import Config
+    from jarvisd._runcontext import RunContext
+    from jarvisd.code import run_code
+
+    spec = AgentSpec.from_dict(ws["progress"]["spec"])
+    again = asyncio.run(run_code(spec, RunContext(resume={"agent": "code"}), Config()))
+    assert again.ok and again.metadata["code"]["workspace"] == ws["id"], again.failure
+    assert workspace(ws["id"])["outcome"] == ws["outcome"]
 
 
 def test_candidates_resume_together(jarvisd: DaemonProcess, engine: Held, tmp_path: Path) -> None:
