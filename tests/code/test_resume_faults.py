@@ -145,10 +145,10 @@ def project(root: Path, name: str) -> Path:
     return path
 
 
-def submit(daemon: DaemonProcess, path: Path, task: str) -> tuple[str, str]:
+def submit(daemon: DaemonProcess, path: Path, task: str, test: str = TEST) -> tuple[str, str]:
     """A `jarvis code` task on a new workspace of ``path``: (task id, workspace id)."""
     store = CodeStore(paths().state / "code.db")
-    ws = prepare(str(path), store=store, state_dir=paths().state, task=task, test=TEST)
+    ws = prepare(str(path), store=store, state_dir=paths().state, task=task, test=test)
     store.close()
     spec = AgentSpec(input=task, workspace=ws.id).at_edge()
     return daemon.client.submit(spec).id, ws.id
@@ -200,7 +200,11 @@ def test_code_tasks_resume_after_kill_9_with_the_uninterrupted_diff(
     assert f"+step {STEPS}" in diff
 
     projects = [project(tmp_path, f"p{n}") for n in range(TASKS)]
-    tasks = [submit(jarvisd, path, "write the steps") for path in projects]
+    # Half with the test command (its runs before and after are phases), half without.
+    tasks = [
+        submit(jarvisd, path, "write the steps", TEST if n % 2 else "")
+        for n, path in enumerate(projects)
+    ]
     ids = [t for t, _ in tasks]
     # Two kills, each at a seeded random point: every task lives through at most two
     # (a third would give it up, by the daemon's rule). A point where a cell is running
