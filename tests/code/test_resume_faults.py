@@ -114,7 +114,7 @@ def _task(messages: Sequence[Message]) -> str:
 @pytest.fixture
 def engine() -> Iterator[Held]:
     held = Held(fallback=agent)
-    held.latency_s = 0.3
+    held.latency_s = 0.2
     held.released = threading.Event()
     held.waiting = threading.Event()
     yield held
