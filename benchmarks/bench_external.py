@@ -1,11 +1,44 @@
-"""External agents: from `jarvis ask --agent codex` to the agent's first inference
-request, against codex-acp started by hand (the same binary, the same config, driven by
-three JSON-RPC lines written at once, on the host, no sandbox, no jarvis).
+"""Sandboxed external agents: from `jarvis ask --agent NAME` to the agent's first
+inference request, against the same agent started by hand on the host (the same
+program, the same config, driven by JSON-RPC lines, no sandbox, no jarvis).
 
-Ours: the whole CLI (imports, config, the agent's HOME, the inference gateway, the
-sandbox container with the forwarder, the ACP handshake) until the first request
-reaches the engine (an Ollama stand-in). Baseline: the binary alone until its first
-request reaches a gateway on loopback. Both answer from a scripted engine.
+Ours is the whole command until the first request reaches the engine (an Ollama
+stand-in): the CLI, the question to jarvisd (its warm ask worker) or, with
+``--no-daemon``, every import in a fresh process, the agent's HOME, the inference
+gateway, the sandbox container with the forwarder, the ACP handshake, and the gateway's
+call into the engine. The baseline is the agent alone, until its first request reaches
+a gateway on loopback. Runs are interleaved, one run of each in turn.
+
+Profile (2026-11-29, the 2-core machine loaded by other jobs, load 4 to 10: read the
+shares, not the absolute times). Each step timed with wrappers; the container's own
+steps with timestamps its forwarder wrote. Seconds, codex, before this change:
+
+| step | `--no-daemon` | warm worker |
+|---|---|---|
+| Python start, CLI imports, config, the agent picked | 0.30 | - |
+| `import acp` (the ACP SDK: hundreds of pydantic models) | 0.60 | - |
+| HOME, gateway start, mount checks (MountPolicy), covers | 0.006 | 0.007 |
+| docker client, mount staging, container config | 0.030 | 0.031 |
+| container create / attach / start | 0.031 / 0.002 / 0.112 | 0.051 / 0.015 / 0.111 |
+| prelude (mounts verified), gateway bound to the container | 0.017 | 0.026 |
+| forwarder: Python start, its imports, the agent spawned | 0.057 | 0.072 |
+| codex-acp: spawned to `initialize` answered | 0.17 | 0.29 |
+| `session/new`, the prompt, to the gateway's first request | 0.14 | 0.17 |
+| gateway to the engine (first call: client, `/api/show`) | 0.10 | 0.001 |
+| total | 1.56 | 0.81 |
+
+"warm worker" is a second run in one process, as jarvisd's ask worker runs it: the
+imports are paid once per worker. What changed: the ACP SDK is imported in a thread
+while the gateway and the container start (`--no-daemon` and a fresh worker: up to
+the container's 0.2 s hidden); the agent's launch (argv, environment, config files)
+travels in a start frame on stdin, so the container's command is the same for every
+run; the forwarder spawns the agent with ``posix_spawn`` instead of importing
+``subprocess`` (its start in the container: 63 to 49 ms at best of 21, loaded; 14 ms
+is Python's own). The rest is the container's create and start (0.15 s) and the
+agent itself: the pool (created and started ahead, its forwarder waiting for the start
+frame) would take the first off, measured by hand at 0.23 s of 1.18 s at p50 under
+load; it needs the run's mounts (HOME with the gateway's socket, the workspace) to
+exist before the run, which a pooled container cannot have yet.
 """
 
 from __future__ import annotations
@@ -14,48 +47,65 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from .harness import BenchEnv, Row, median
+from .harness import BenchEnv, Row, median, percentile
 
-NAME = "external agent: `jarvis ask --agent codex` to its first inference request"
-
-
-def _skip(reason: str) -> list[Row]:
-    return [Row(NAME, float("nan"), "s", baseline_name="codex-acp started by hand",
-                notes=f"skipped: {reason}")]  # fmt: skip
-
-
-def _ours(env: BenchEnv, workspace: Path, config_file: Path) -> float:
-    from jarvisd.engines import ScriptedEngine, reply
-    from jarvisd.testing import OllamaStandIn
-
-    engine = ScriptedEngine(fallback=reply("done"))
-    standin = OllamaStandIn(engine)
-    with standin:
-        environ = dict(os.environ, OLLAMA_HOST=standin.url, JARVIS_CONFIG=str(config_file))
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            [env.jarvis_bin(), "ask", "--no-daemon", "--agent", "codex", "--engine", "ollama",
-             "--model", "scripted", "Say done."],
-            cwd=workspace, env=environ, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            while not any(path == "/api/chat" for _, path, _ in standin.requests):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"jarvis ask exited ({proc.returncode}) before inference")
-                time.sleep(0.005)
-            return time.perf_counter() - start
-        finally:
-            proc.wait(timeout=120)
+#: The agents measured, with how many interleaved runs (opencode's own start takes
+#: seconds: fewer of them).
+AGENTS = {"codex": (7, 3), "opencode": (3, 2)}
+#: Issue 36's target for a sandboxed agent's start, at p50.
+TARGET_S = 0.4
+NO_DAEMON = "external agent: `jarvis ask --agent codex` to its first inference request"
 
 
-async def _by_hand(binary: Path, workspace: Path) -> float:
+def _name(agent: str) -> str:
+    return (
+        f"sandboxed external agent: `jarvis ask --agent {agent}` (jarvisd) to its first "
+        "inference request (p50)"
+    )
+
+
+def _skip(name: str, reason: str) -> Row:
+    return Row(name, float("nan"), "s", baseline_name="the agent started by hand on the host",
+               notes=f"skipped: {reason}")  # fmt: skip
+
+
+def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
+          standin: object, *, daemon: bool) -> float:  # fmt: skip
+    """One `jarvis ask --agent AGENT` until the stand-in sees its first chat request."""
+    requests: list[tuple[str, str, object]] = standin.requests  # type: ignore[attr-defined]
+    seen = len(requests)
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [env.jarvis_bin(), "ask", *([] if daemon else ["--no-daemon"]), "--agent", agent,
+         "Say done."],
+        cwd=workspace, env=dict(environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        while not any(path == "/api/chat" for _, path, _ in requests[seen:]):
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                raise RuntimeError(
+                    f"jarvis ask exited ({proc.returncode}) before inference: {err[-300:]}"
+                )
+            time.sleep(0.003)
+        return time.perf_counter() - start
+    finally:
+        proc.communicate(timeout=120)
+
+
+async def _by_hand(agent: str, workspace: Path) -> float:
+    """The agent alone on the host: initialize, session/new, then the prompt, until
+    its first request reaches a gateway on loopback."""
     from jarvisd._messages import Generation
     from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.external._install import install_dir
     from jarvisd.external._registry import BUILTIN, GatewayAccess, Setup
     from jarvisd.gateway import Gateway
 
@@ -65,14 +115,16 @@ async def _by_hand(binary: Path, workspace: Path) -> float:
         first.set()
         return reply("done")
 
+    definition = BUILTIN[agent]
     engine = ScriptedEngine(fallback=answer)
-    with tempfile.TemporaryDirectory(prefix="bench-codex-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"bench-{agent}-") as tmp:
         home = Path(tmp)
+        (home / "tmp").mkdir()
         async with Gateway(engine, RunContext(), "scripted") as gw:
-            assert gw.url is not None and BUILTIN["codex"].prepare is not None
+            assert gw.url is not None and definition.prepare is not None
             access = GatewayAccess(gw.url.rstrip("/"), gw.token, "scripted")
-            launch = BUILTIN["codex"].prepare(
-                Setup(binary.parents[3].parent, home, access, sandboxed=False)
+            launch = definition.prepare(
+                Setup(install_dir(definition), home, access, sandboxed=False)
             )
             for name, text in launch.files.items():
                 (home / name).parent.mkdir(parents=True, exist_ok=True)
@@ -88,13 +140,17 @@ async def _by_hand(binary: Path, workspace: Path) -> float:
                 *launch.argv, cwd=workspace, env=dict(launch.env),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                limit=16 * 2**20,
             )  # fmt: skip
             assert proc.stdin is not None and proc.stdout is not None
             try:
                 proc.stdin.write("".join(json.dumps(m) + "\n" for m in lines).encode())
                 session = ""
                 while not session:  # session/new's reply names the session to prompt
-                    reply_line = json.loads(await proc.stdout.readline())
+                    line = await proc.stdout.readline()
+                    if not line:
+                        raise RuntimeError(f"{agent} exited before session/new")
+                    reply_line = json.loads(line)
                     if reply_line.get("id") == 1:
                         session = reply_line["result"]["sessionId"]
                 prompt = {
@@ -114,39 +170,230 @@ async def _by_hand(binary: Path, workspace: Path) -> float:
                 await proc.wait()
 
 
-def run(env: BenchEnv) -> list[Row]:
-    from jarvisd.external._install import install_dir, installed
-    from jarvisd.external._registry import BUILTIN
+def _daemon_env(root: Path, url: str, image: str) -> dict[str, str]:
+    """jarvis's directories under ``root`` (the agents stay where they are installed),
+    a config that points at the stand-in and allows the workspace."""
+    from jarvisd.external._install import agents_dir
 
-    codex = BUILTIN["codex"]
-    if not installed(codex):
-        return _skip("codex is not installed (jarvis agents install codex)")
+    environ = dict(os.environ, JARVIS_AGENTS_DIR=str(agents_dir()))
+    for key in ("config", "data", "cache", "state", "runtime"):
+        (root / key).mkdir(parents=True, exist_ok=True, mode=0o700)
+        environ[f"JARVIS_{key.upper()}_DIR"] = str(root / key)
+    environ.pop("JARVIS_CONFIG", None)
+    (root / "config" / "config.toml").write_text(
+        f'[engine]\ndefault = "ollama"\nmodel = "scripted"\n[engine.ollama]\nhost = "{url}"\n'
+        f'[sandbox]\nimage = "{image}"\nallowed_roots = ["{root}:rw"]\n'
+    )
+    return environ
+
+
+def _wait_for_daemon(environ: Mapping[str, str], daemon: subprocess.Popen[bytes]) -> None:
+    probe = [sys.executable, "-c", "from jarvisd.daemon import Client; Client(timeout=5).ping()"]
+    for _ in range(400):
+        if daemon.poll() is not None:
+            raise RuntimeError(f"jarvisd exited ({daemon.returncode})")
+        if subprocess.run(probe, env=dict(environ), capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("jarvisd did not answer")
+
+
+def run(env: BenchEnv) -> list[Row]:
+    from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.external._install import installed
+    from jarvisd.external._registry import BUILTIN
+    from jarvisd.testing import OllamaStandIn
+
     image = os.environ.get("JARVIS_BENCH_AGENT_IMAGE", "jarvis-sandbox:latest")
-    binary = install_dir(codex) / codex.binary
-    workspace = env.tmp / "codex-ws"
-    workspace.mkdir(parents=True, exist_ok=True)
-    os.chmod(workspace, 0o777)
-    config_file = env.tmp / "codex-bench.toml"
-    config_file.write_text(f'[sandbox]\nimage = "{image}"\nallowed_roots = ["{env.tmp}:rw"]\n')
+    root = Path(tempfile.mkdtemp(prefix="jx", dir=env.tmp))  # short: sockets live here
+    workspace = root / "ws"
+    workspace.mkdir()
+    for path in (root, workspace):
+        os.chmod(path, 0o777 if path == workspace else 0o755)
+    agents = [a for a in AGENTS if installed(BUILTIN[a])]
+    rows = [_skip(_name(a), f"{a} is not installed (jarvis agents install {a})")
+            for a in AGENTS if a not in agents]  # fmt: skip
+    if not agents:
+        return rows
+    with OllamaStandIn(ScriptedEngine(fallback=reply("done"))) as standin:
+        environ = _daemon_env(root, standin.url, image)
+        log = open(root / "jarvisd.log", "ab")  # noqa: SIM115 - closed below
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "jarvisd.daemon", "--log-level", "WARNING"],
+            env=environ, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            _wait_for_daemon(environ, daemon)
+            for agent in agents:
+                rows.append(_row(env, agent, workspace, environ, standin, image))
+            if "codex" in agents:
+                rows.append(_no_daemon_row(env, workspace, environ, standin, image))
+                rows.append(_pool_row(env, root, workspace, image))
+        except Exception as exc:  # a benchmark row says why it could not run
+            if env.smoke:  # ...but the smoke run exists to see a module break
+                raise
+            rows.append(_skip(NO_DAEMON, f"{type(exc).__name__}: {exc}"))
+        finally:
+            daemon.terminate()
+            daemon.wait(60)
+            log.close()
+    return rows
+
+
+def _row(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
+         standin: object, image: str) -> Row:  # fmt: skip
+    ours: list[float] = []
+    base: list[float] = []
+    for _ in range(env.warmups()):  # the ask worker's imports, the page cache
+        _ours(env, agent, workspace, environ, standin, daemon=True)
+        asyncio.run(_by_hand(agent, workspace))
+    runs = env.runs(*AGENTS[agent])
+    for _ in range(runs):
+        ours.append(_ours(env, agent, workspace, environ, standin, daemon=True))
+        base.append(asyncio.run(_by_hand(agent, workspace)))
+    p50, host = median(ours), median(base)
+    # codex starts in ~0.2 s on the host: the target is the whole start. opencode's own
+    # start takes seconds anywhere: what jarvis adds to it is held to the same 0.4 s.
+    budget = TARGET_S if agent == "codex" else host + TARGET_S
+    return Row(
+        _name(agent), p50, "s", baseline=host,
+        baseline_name=f"{agent} started by hand (host, no sandbox, same config)",
+        target=f"<= {TARGET_S} s at p50" if agent == "codex"
+        else f"<= {TARGET_S} s more than on the host at p50",
+        passed=p50 <= budget,
+        notes=f"{runs} runs interleaved; +{p50 - host:.2f} s at p50; p95 "
+        f"{percentile(ours, 95):.2f} vs {percentile(base, 95):.2f} s; jarvisd's warm ask "
+        f"worker, container from {image}, forwarder, ACP handshake, gateway, engine",
+        extra={"ours_min": min(ours), "baseline_min": min(base)},
+    )  # fmt: skip
+
+
+def _no_daemon_row(env: BenchEnv, workspace: Path, environ: Mapping[str, str],
+                   standin: object, image: str) -> Row:  # fmt: skip
     ours: list[float] = []
     base: list[float] = []
     runs = env.runs(5, 2)
+    for _ in range(runs):
+        ours.append(_ours(env, "codex", workspace, environ, standin, daemon=False))
+        base.append(asyncio.run(_by_hand("codex", workspace)))
+    return Row(
+        NO_DAEMON, median(ours), "s", baseline=median(base),
+        baseline_name="codex-acp started by hand (host, no sandbox, same config)",
+        notes=f"--no-daemon: median of {runs}, interleaved; ours includes every import in a "
+        f"fresh process, the gateway, the sandbox container ({image}) and the forwarder",
+        extra={"ours_min": min(ours), "baseline_min": min(base)},
+    )  # fmt: skip
+
+
+async def _in_a_container(root: Path, workspace: Path, image: str, *, ahead: bool) -> float:
+    """codex in jarvis's sandbox container, in process (as a warm ask worker starts it),
+    until its first request reaches the gateway. ``ahead``: the container is created
+    and started before the clock starts, its forwarder waiting for the start frame (what
+    a pool of agent containers would hand a run); else it is started on the clock."""
+    import dataclasses
+
+    from jarvisd._config import parse_config
+    from jarvisd._messages import Generation
+    from jarvisd._runcontext import RunContext
+    from jarvisd.engines import ScriptedEngine, reply
+    from jarvisd.executors import ExecRequest
+    from jarvisd.external import _sandbox as box
+    from jarvisd.external._install import install_dir
+    from jarvisd.external._registry import BUILTIN, GatewayAccess, Setup
+    from jarvisd.external._workspace import Workspace
+
+    first = asyncio.Event()
+
+    def answer(messages: object, tools: object) -> Generation:
+        first.set()
+        return reply("done")
+
+    codex = BUILTIN["codex"]
+    assert codex.prepare is not None
+    config = parse_config({"sandbox": {"image": image, "allowed_roots": [f"{root}:rw"]}})
+    home = Path(tempfile.mkdtemp(prefix="h", dir=root))
+    engine = ScriptedEngine(fallback=answer)
     try:
-        _ours(env, workspace, config_file)  # warm-up: page cache, bytecode
-        asyncio.run(_by_hand(binary, workspace))
-        for _ in range(runs):
-            ours.append(_ours(env, workspace, config_file))
-            base.append(asyncio.run(_by_hand(binary, workspace)))
-    except Exception as exc:  # a benchmark row says why it could not run
-        if env.smoke:  # ...but the smoke run exists to see a module break
-            raise
-        return _skip(f"{type(exc).__name__}: {exc}")
-    return [
-        Row(
-            NAME, median(ours), "s", baseline=median(base),
-            baseline_name="codex-acp started by hand (host, no sandbox, same config)",
-            notes=f"median of {runs}, interleaved; ours includes the CLI, the gateway, the "
-            f"sandbox container ({image}) and the forwarder",
-            extra={"ours_min": min(ours), "baseline_min": min(base)},
-        )
-    ]  # fmt: skip
+        async with box.sandbox_gateway(engine, RunContext(), "scripted", home,
+                                       max_tokens=256) as access:  # fmt: skip
+            executor = await box._executor(codex, Workspace(workspace), config, copied=False)
+            inside = GatewayAccess(f"http://127.0.0.1:{box.FORWARD_PORT}", access.token, "m")
+            launch = codex.prepare(
+                Setup(Path(box.AGENT_DIR), Path(box.HOME_DIR), inside, root=os.geteuid() == 0)
+            )
+            box.write_home(home, dataclasses.replace(launch, files={}), for_sandbox=True)
+            socket_inside = f"{box.HOME_DIR}/{Path(access.url.removeprefix('unix:')).name}"
+            request = ExecRequest(
+                argv=("python3", "-S", "-B", "-c",
+                      "from runners.acp_forward import entry; entry()", socket_inside,
+                      str(box.FORWARD_PORT)),
+                timeout=600.0, mounts=(f"{workspace}:rw",),
+                system_binds=tuple(box._binds(codex, install_dir(codex), home, (), None,
+                                              workspace)),
+            )  # fmt: skip
+            launched = dataclasses.replace(launch, env=dict(launch.env, PATH=box.SANDBOX_PATH))
+            frame = box.start_frame(launched, workspace)
+            start = time.perf_counter()
+            if ahead:
+                channel = await executor.open(request)
+                if access.peers is not None:
+                    access.peers.bind(await asyncio.to_thread(box._container_pid, channel))
+                await asyncio.sleep(0.5)  # idle in the pool
+                start = time.perf_counter()
+            else:
+                channel = await executor.open(request)
+                if access.peers is not None:
+                    access.peers.bind(await asyncio.to_thread(box._container_pid, channel))
+            try:
+                await channel.write(frame)
+                await channel.write(
+                    "".join(json.dumps(m) + "\n" for m in (
+                        {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                         "params": {"protocolVersion": 1, "clientCapabilities": {}}},
+                        {"jsonrpc": "2.0", "id": 1, "method": "session/new",
+                         "params": {"cwd": str(workspace), "mcpServers": []}},
+                    )).encode()
+                )  # fmt: skip
+                session = ""
+                while not session:
+                    line = await channel.readline(16 * 2**20)
+                    if not line:
+                        raise RuntimeError("codex's container ended before session/new")
+                    reply_line = json.loads(line)
+                    if reply_line.get("id") == 1:
+                        session = reply_line["result"]["sessionId"]
+                prompt = {"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                          "params": {"sessionId": session,
+                                     "prompt": [{"type": "text", "text": "Say done."}]}}  # fmt: skip
+                await channel.write((json.dumps(prompt) + "\n").encode())
+                await first.wait()
+                return time.perf_counter() - start
+            finally:
+                await channel.kill("done")
+                await channel.wait()
+                executor.close()
+    finally:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _pool_row(env: BenchEnv, root: Path, workspace: Path, image: str) -> Row:
+    """What a pool of started agent containers would save: the same run, its container
+    started ahead against started on the clock (in process, interleaved)."""
+    ahead: list[float] = []
+    fresh: list[float] = []
+    for i in range(env.warmups() + env.runs(7, 3)):
+        for pooled, into in ((False, fresh), (True, ahead)):
+            took = asyncio.run(_in_a_container(root, workspace, image, ahead=pooled))
+            if i >= env.warmups():
+                into.append(took)
+    return Row(
+        "codex in a container started ahead (a pool's), its start frame to its first "
+        "inference request (p50)", median(ahead), "s", baseline=median(fresh),
+        baseline_name="the same, its container created and started on the clock",
+        notes=f"{len(ahead)} runs interleaved, in process (as a warm ask worker); "
+        f"{median(fresh) - median(ahead):.2f} s saved at p50; p95 "
+        f"{percentile(ahead, 95):.2f} vs {percentile(fresh, 95):.2f} s",
+        extra={"ours_min": min(ahead), "baseline_min": min(fresh)},
+    )  # fmt: skip

@@ -28,6 +28,7 @@ __all__ = [
     "AgentsConfig",
     "Bounds",
     "ClaudeCodeConfig",
+    "ClusterConfig",
     "CodeConfig",
     "Config",
     "CredentialConfig",
@@ -178,6 +179,10 @@ class SandboxConfig:
     # "none": a host process, not isolated (jarvis says so on every run).
     backend: Literal["docker", "podman", "bwrap", "none"] = "docker"
     docker_host: str = ""  # empty: DOCKER_HOST, else the engine's default socket
+    # A tcp:// engine's TLS client certificates: a directory with ca.pem, cert.pem and
+    # key.pem (empty: DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set). A tcp:// engine
+    # without them is refused unless it listens on loopback.
+    docker_tls: str = ""
     image: str = "jarvis-sandbox:latest"
     # The roots a mount may lie under, read-only unless :rw; none: every mount refused.
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"
@@ -287,6 +292,18 @@ class CodeConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """``[cluster]``: where a daemon task's worker runs. "local": a process on this
+    machine (the default); "ray": on a node of a Ray cluster, placed by the resources
+    its spec needs (``jarvisd.cluster``). The store, the socket and approvals stay here."""
+
+    backend: Literal["local", "ray"] = "local"
+    # "auto" (a cluster started on this machine with `ray start`), "HOST:PORT" (its
+    # GCS) or "ray://HOST:PORT" (a Ray client server).
+    address: str = "auto"
+
+
+@dataclass(frozen=True, slots=True)
 class UiConfig:
     """``[ui]``: the web console jarvisd serves on a loopback port (``jarvis ui``)."""
 
@@ -317,6 +334,9 @@ class CredentialConfig:
     timeout: float = _num(600.0, 0, above=True)
 
 
+#: Where a Ray cluster answers: "auto", its GCS as HOST:PORT, or a client server.
+CLUSTER_ADDRESS = re.compile(r"auto|(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}")
+
 #: A server's name is the first half of its tools' names (``NAME.tool``).
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
@@ -332,6 +352,7 @@ class Config:
     mcp: McpConfig = field(default_factory=McpConfig)
     claude_code: ClaudeCodeConfig = field(default_factory=ClaudeCodeConfig)
     code: CodeConfig = field(default_factory=CodeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     ui: UiConfig = field(default_factory=UiConfig)
     credentials: Mapping[str, CredentialConfig] = field(default_factory=dict)
     #: The file this was read from (None: defaults only).
@@ -391,6 +412,10 @@ def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> Non
     """Checks beyond a value's type, for the few keys that need them."""
     if cls is NetworkConfig or (cls is AgentsConfig and key == "network"):
         _check_network(cls, key, value, file, dotted)
+    if cls is ClusterConfig and key == "address" and not CLUSTER_ADDRESS.fullmatch(value):
+        raise ConfigError(
+            file, dotted, '"auto", "HOST:PORT" or "ray://HOST:PORT" (a Ray cluster)', value
+        )
     if cls is Config and key == "credentials":
         _check_credentials(value, file, dotted)
     if cls is McpConfig and key == "servers":

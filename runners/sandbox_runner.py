@@ -13,7 +13,8 @@ import path.
 
        {"spec": AgentSpec.to_dict() (sandbox false), "config": Config.to_dict(),
         "context": {"conversation": [Message...], "metadata": {...}} | null,
-        "depth": int, "run_id": str, "host_tools": [OfferedTool.to_dict()...]}
+        "depth": int, "run_id": str, "host_tools": [OfferedTool.to_dict()...],
+        "checkpoints": bool, "resume": state | null}
 
    Secrets, if any, travel only here: never in argv or the environment.
    ``host_tools`` are the run's MCP tools: their servers run on the host's side (in a
@@ -25,6 +26,11 @@ import path.
    and cancel token; several ``infer`` frames may be in flight at once.
 3. The agent's events go to the host as ``event`` frames (inference events excepted:
    the host publishes those itself); ``cancel`` from the host cancels the run.
+   With ``checkpoints`` true (a daemon task), the loop's state goes to the host as a
+   ``checkpoint`` frame after each completed turn, and after it, as after each
+   ``tool_call_start``, the runner pings the host and waits for its ``pong``: the host
+   has recorded what came before, so no cell or tool call runs unrecorded. ``resume``
+   is such a state: the run continues from it (in a new session: nothing is replayed).
 4. The runner ends with one ``result`` frame (``RunOutcome.to_dict()``: the answer, or
    the run's failure with its code) or, when it could not run at all, one ``error``
    frame (a code from the one table, ``jarvisd.runs._failures``).
@@ -58,6 +64,7 @@ from jarvisd.executors._launcher import drop_privileges
 from jarvisd.executors._privsep import PrivsepError
 from jarvisd.protocol import (
     Cancel,
+    Checkpoint,
     ChildLink,
     ErrorFrame,
     EventFrame,
@@ -67,6 +74,7 @@ from jarvisd.protocol import (
     InferRequest,
     InferResult,
     OfferedTool,
+    Ping,
     ResultFrame,
     Start,
     ToolFrame,
@@ -121,6 +129,17 @@ class FrameLink:
         if self.run is not None:
             self.run.cancel.cancel(reason)
 
+    def barrier(self) -> None:
+        """Block until the host has handled every frame sent so far (it answers pings
+        in order). No deadline: a host that went away ends the stream, which cancels
+        the run, and its container is removed."""
+        self.link.exchange(Ping())
+
+    def checkpoint(self, state: Mapping[str, Any]) -> None:
+        """Send the loop's state to the host, and wait until it is recorded."""
+        self.send(Checkpoint(state=jsonable(dict(state))))
+        self.barrier()
+
     async def call(self, frame: Infer | ToolFrame) -> Frame:
         """Send ``frame`` and wait for the host's answer (same id)."""
         return await self.link.call(frame)
@@ -151,10 +170,12 @@ class ProxyEngine(Engine):
         return Generation.from_dict(reply.generation)
 
 
-def _forward_events(link: FrameLink, event: Event) -> None:
+def _forward_events(link: FrameLink, event: Event, recorded: bool = False) -> None:
     if event.type in _HOST_EVENTS:
         return
     link.send(EventFrame(type=event.type.value, data=jsonable(dict(event.data))))
+    if recorded and event.type is EventType.TOOL_CALL_START:
+        link.barrier()  # the host has it on record before the call runs
 
 
 def _in_container_extra(
@@ -203,8 +224,15 @@ async def run_agent_task(start: Start, link: FrameLink, launcher: Launcher | Non
         from runners.host_tools import HostTool
 
         host_tools = [HostTool(link, OfferedTool.from_dict(t)) for t in payload["host_tools"]]
-    run = RunContext(run_id=str(payload.get("run_id") or ""), depth=int(payload.get("depth") or 0))
-    run.bus.subscribe(lambda event: _forward_events(link, event))
+    recorded = payload.get("checkpoints") is True
+    resume = payload.get("resume")
+    run = RunContext(
+        run_id=str(payload.get("run_id") or ""),
+        depth=int(payload.get("depth") or 0),
+        checkpoint=link.checkpoint if recorded else None,
+        resume=resume if isinstance(resume, Mapping) else None,
+    )
+    run.bus.subscribe(lambda event: _forward_events(link, event, recorded))
     link.start(run)
     outcome = await run_spec(
         spec,

@@ -223,6 +223,13 @@ LAYERS: tuple[tuple[str, dict[str, str]], ...] = (
         },
     ),
     (
+        "cluster",
+        {
+            "cluster": "where a daemon task's worker runs: this machine or a Ray node "
+            "(Ray imported only in the relay process)",
+        },
+    ),
+    (
         "serving",
         {
             "code": "jarvis code: workspaces whose runs are runs (registered as a run kind)",

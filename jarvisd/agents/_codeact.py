@@ -31,7 +31,7 @@ from ._parsing import (
     parse_react,
     tool_descriptions,
 )
-from ._repl import ReplSession
+from ._repl import ReplSession, note_restart
 from ._toolloop import Dialect, LoopSetup, LoopState, Step, ToolUsingAgent
 
 __all__ = ["CodeActDialect", "NativeOpenHandsAgent", "PythonTool", "prefetch_urls"]
@@ -235,7 +235,7 @@ _UNACTED = "claimed work without acting"
 
 
 class SessionDialect(CodeActDialect):
-    """CodeAct with its session: a resumed run rebuilds the session's variables.
+    """CodeAct with its session: a resumed run is told its session is new.
 
     With ``reask_unacted``, a reply that ends the run claiming a change ("I changed the
     function...") when no code has run in the session is asked once to act: small
@@ -290,22 +290,9 @@ class SessionDialect(CodeActDialect):
         )
 
     async def resume(self, state: LoopState, run: RunContext) -> None:
-        # The session's memory is not saved with the checkpoint: the cells that ran
-        # before it run again, read back out of the history as ``parse`` read them.
-        for cell in self.cells_of(state.messages):
-            await self.session.execute(cell)
-
-    def cells_of(self, messages: Sequence[Message]) -> list[str]:
-        cells = []
-        for message in messages:
-            if message.role != "assistant":
-                continue
-            content = strip_think_tags(message.content)
-            if final_before_code(content) is None:
-                blocks = [b for b in code_blocks(content, bare=True) if not _is_json(b)]
-                if blocks:
-                    cells.append("\n\n".join(blocks))
-        return cells
+        # The session's memory is not saved with the checkpoint, and no cell runs again
+        # to rebuild it (its effects would happen twice): the model is told instead.
+        note_restart(state)
 
 
 async def prefetch_urls(

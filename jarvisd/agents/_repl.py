@@ -1,13 +1,20 @@
 """The host side of the persistent REPL (``runners.repl``) that code agents share: one
 REPL process per run, started through the code-executor seam (a sandbox container, a
-bwrap sandbox or a host process), lazily at the first cell and removed at the end of the
-run (``close``), on cancel, and by the sandbox's orphan sweep.
+bwrap sandbox or a host process) and removed at the end of the run (``close``), on
+cancel, and by the sandbox's orphan sweep. A sandbox's is started at the first cell; a
+plain process's (the sandboxed runner's, whose container is the sandbox) while the
+model writes the first cell: its start is then not spent inside a cell, where a crash
+of the daemon would leave the cell's effect unverified.
 
 Each cell has a timeout on its own running time (time the cell spends waiting for the
 host to answer ``llm_query`` is not counted). When it runs out the host sends
 ``Cancel``: the REPL kills just that cell and goes on with the state from before it.
 Only when the REPL does not answer that (or dies) is the session restarted, which
 loses earlier variables; the cell's result then says so.
+
+A run resumed after a crash gets a new session too: no earlier cell is run again (a
+cell's effects, files written, messages sent, would happen twice). The model is told
+so instead (:func:`note_restart`).
 """
 
 from __future__ import annotations
@@ -16,17 +23,21 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, ProtocolError
+from .._messages import Message, Role
 from .._runcontext import RunStopped
 from ..executors import Channel, Clock, CodeExecutor, ExecRequest, receive_frame, send_frame
 from ..protocol import Cancel, ErrorFrame, Frame, FrameError, Infer, InferResult, ResultFrame, Start
 
-__all__ = ["CellResult", "ReplSession"]
+if TYPE_CHECKING:
+    from ._dialect import LoopState
+
+__all__ = ["CellResult", "ReplSession", "note_restart", "restart_note"]
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +108,8 @@ class ReplSession:
         self.variables = dict(variables or {})
         self.answer = answer
         self.channel: Channel | None = None
+        #: The process started ahead by ``prepare`` (a plain process only).
+        self._opening: asyncio.Future[Channel] | None = None
         self.noise: list[str] = []
         self._write_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_SUB_CALLS)
@@ -118,10 +131,18 @@ class ReplSession:
         """Let the backend get the session's sandbox ready while the model writes the
         first cell (the warm pool: ``sandbox.warm_pool``)."""
         await self.executor.prepare(self._request())
+        if not self.executor.isolated and self.channel is None and self._opening is None:
+            self._opening = asyncio.ensure_future(self._start())
 
     async def _open(self) -> Channel:
+        opening, self._opening = self._opening, None
+        if opening is not None:  # (its channel is set before the REPL has answered)
+            return await opening
         if self.channel is not None:
             return self.channel
+        return await self._start()
+
+    async def _start(self) -> Channel:
         channel = await self.executor.open(self._request())
         self.channel = channel
         init = Start(
@@ -159,6 +180,10 @@ class ReplSession:
 
     async def close(self) -> None:
         """End the session: the REPL's process (its container) is removed."""
+        opening, self._opening = self._opening, None
+        if opening is not None:  # started ahead, never used: stopped as it comes
+            opening.cancel()
+            await asyncio.gather(opening, return_exceptions=True)
         channel, self.channel = self.channel, None
         if channel is not None:
             result = await channel.stop("closed")
@@ -284,3 +309,28 @@ class ReplSession:
             f"cells are gone{kept}."
         )
         return CellResult(error=error, stopped=True, restarted=True)
+
+
+def restart_note(kept: Sequence[str] = ()) -> str:
+    """What the model is told when its run resumes in a new session after jarvis
+    stopped: plainly, what is gone and what is not. ``kept`` names the variables the
+    new session sets again (rlm's ``context`` and ``question``)."""
+    again = f" ({', '.join(kept)} {'is' if len(kept) == 1 else 'are'} set again)" if kept else ""
+    return (
+        "[Note: jarvis stopped while this task ran, and the task resumed from its last "
+        "checkpoint in a NEW session. Variables, imports and functions from earlier cells "
+        f"are gone{again}: define again what you still need. No earlier cell was run "
+        "again. Files in the workspace are as the earlier cells left them; files in the "
+        "session's /tmp may be gone.]"
+    )
+
+
+def note_restart(state: LoopState, kept: Sequence[str] = ()) -> None:
+    """Tell the model in ``state``'s history that its session restarted: on the last
+    message when it is the user's (the last cell's output), else as one of its own."""
+    note = restart_note(kept)
+    messages = state.messages
+    if messages and messages[-1].role is Role.USER:
+        messages[-1] = Message.user(f"{messages[-1].content}\n\n{note}")
+    else:
+        messages.append(Message.user(note))

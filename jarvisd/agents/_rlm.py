@@ -25,7 +25,7 @@ from ..executors import CodeExecutor
 from ..tools import BaseTool, ToolDispatcher
 from ._base import AgentContext, strip_think_tags
 from ._parsing import code_blocks, final_answer, tool_descriptions
-from ._repl import ReplSession
+from ._repl import ReplSession, note_restart
 from ._toolloop import Dialect, LoopSetup, LoopState, Step, ToolUsingAgent
 
 __all__ = ["RLMAgent", "RLMDialect"]
@@ -131,25 +131,11 @@ class RLMDialect(Dialect):
         return None
 
     async def resume(self, state: LoopState, run: RunContext) -> None:
-        # Rebuild the REPL's variables by re-running the cells that ran before the
-        # checkpoint (their sub-calls are asked again: the REPL's memory is not saved).
-        # The history keeps the model's replies as text, so the cells are read back out
-        # of them exactly as ``parse`` read them the first time.
-        if self.session is None:
-            return
-        for cell in self.cells_of(state.messages):
-            await self.session.execute(cell)
-
-    @staticmethod
-    def cells_of(messages: Sequence[Message]) -> list[str]:
-        """The code each assistant reply in ``messages`` ran, in order."""
-        cells = []
-        for message in messages:
-            if message.role == "assistant":
-                blocks = code_blocks(strip_think_tags(message.content), bare=True)
-                if blocks:
-                    cells.append("\n\n".join(blocks))
-        return cells
+        # The REPL's memory is not saved with the checkpoint, and no cell runs again to
+        # rebuild it (its sub-calls and effects would happen twice): the model is told
+        # that the session is new, with `context` and `question` set again.
+        kept = sorted(self.session.variables) if self.session is not None else []
+        note_restart(state, kept)
 
 
 class RLMAgent(ToolUsingAgent):

@@ -46,8 +46,8 @@ A state is written only after a turn's tool results are in ``messages``, so resu
 never replays a call that already ran. The answer is written once, with ``final``, as
 the run ends: a run resumed from it returns that answer at once, with no more turns
 (a crash between the answer and the task's end must neither ask the model again with
-its own answer as the last message, nor re-run rlm's cells up to a repeated FINAL). Agents with process state (rlm's REPL) rebuild it
-in ``Dialect.resume``.
+its own answer as the last message, nor re-run rlm's cells up to a repeated FINAL). Agents with process state (rlm's REPL) say it is
+gone in ``Dialect.resume``: nothing is replayed.
 """
 
 from __future__ import annotations

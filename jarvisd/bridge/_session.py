@@ -17,6 +17,12 @@ session's own ``budget`` (calls, tokens) as well as the run's; its events are ve
 The host tools it was offered (``tools``) it calls with ``tool`` frames, served by
 :class:`~jarvisd.bridge._tools.HostTools` on the same terms: a few at a time, with
 backpressure, each counted on the ledgers, none started once the run has stopped.
+
+Frames are handled in the order they come, so a ``pong`` tells the program that every
+frame before its ``ping`` was handled: its events published (the daemon's worker stores
+a ``tool_call_start`` before it returns) and its ``checkpoint`` recorded through
+``on_checkpoint``. A program that must not act before the host has a record of it
+(run a cell, a tool) pings and waits for the pong first.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +41,7 @@ from .._runcontext import Budget, Hold, RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..executors import Channel, ExecResult, receive_frame, send_frame
 from ..protocol import (
+    Checkpoint,
     ErrorFrame,
     EventFrame,
     FrameError,
@@ -140,7 +147,8 @@ class FrameSession:
     for; ``budget`` is the program's own ledger (None: only the run's applies);
     ``event_tags`` are added to every event the program publishes (e.g.
     ``{"sandboxed": True}``); ``tools`` are the host tools the program may call (its
-    start payload should offer them: :meth:`HostTools.offered` via ``self.tools``)."""
+    start payload should offer them: :meth:`HostTools.offered` via ``self.tools``);
+    ``on_checkpoint`` records the program's ``checkpoint`` frames (None: dropped)."""
 
     def __init__(
         self,
@@ -156,6 +164,7 @@ class FrameSession:
         name: str = "program",
         tools: Sequence[BaseTool] = (),
         max_concurrent_tools: int = MAX_CONCURRENT_TOOLS,
+        on_checkpoint: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.channel = channel
         self.engine = RunEngine.bind(engine, run)
@@ -171,6 +180,7 @@ class FrameSession:
         self._slots = asyncio.Semaphore(max(1, max_concurrent))
         self.tools = HostTools(tools, run, budget=budget)
         self._tool_slots = asyncio.Semaphore(max(1, max_concurrent_tools))
+        self.on_checkpoint = on_checkpoint
 
     async def run(self, start: Start) -> Outcome:
         """Send ``start``, serve the program until it ends, and say how it ended.
@@ -241,6 +251,9 @@ class FrameSession:
                 self._track(self._serve_tool(frame))
             elif isinstance(frame, EventFrame):
                 self._publish(frame)
+            elif isinstance(frame, Checkpoint):
+                if self.on_checkpoint is not None and self.stopped is None:
+                    self.on_checkpoint(frame.state)
             elif isinstance(frame, ResultFrame | ErrorFrame):
                 return frame
             elif isinstance(frame, Ping):

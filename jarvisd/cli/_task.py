@@ -106,6 +106,8 @@ def _print_info(info: TaskInfo) -> None:
         f"usage:     cpu {info.cpu_seconds:.2f} s, memory {info.memory_bytes / 2**20:.1f} MiB"
         + (f" (worker pid {info.worker_pid})" if info.worker_pid else "")
     )
+    if info.node and info.node != "local":  # a Ray node's id ([cluster] backend = "ray")
+        click.echo(f"node:      {info.node}")
     if info.watch:
         click.echo(f"watch:     {info.watch}")
     if info.rerun_of:

@@ -327,6 +327,8 @@ class TaskInfo(_Daemon):
     cpu_seconds: float = 0.0
     memory_bytes: int = 0
     worker_pid: int | None = wire(None, read=_pid)
+    #: Where it ran: "local", or the Ray node id ("ray" until the cluster placed it).
+    node: str = ""
     #: Set while the task waits for its permission request to be answered.
     waiting: Waiting | None = None
 

@@ -35,6 +35,7 @@ from jarvisd._errors import (
 from jarvisd._paths import paths
 from jarvisd._runcontext import CancelToken
 from jarvisd._version import __version__
+from jarvisd.cluster import backend_for, check_placement
 from jarvisd.runs._failures import to_wire
 
 from ._askpool import AskPool
@@ -570,6 +571,9 @@ class Daemon:
         from jarvisd.runs import validate_spec
 
         validate_spec(request.spec, self.config)  # refused now, not when it runs
+        # ...as is a task no node of the cluster could run ([cluster] backend).
+        backend = backend_for(self.config)
+        await asyncio.to_thread(check_placement, backend, request.spec, self.config)
         watch = None
         if request.watch is not None:
             limit = self.config.daemon.watch_max_dirs

@@ -79,7 +79,10 @@ CREATE TABLE IF NOT EXISTS events (
 
 _COLUMNS = (
     "id, state, spec, created_at, started_at, finished_at, reason, result, attempts, watch, "
-    "rerun_of, timeout, last_seq, checkpoint_turns, cpu_seconds, memory_bytes, worker_pid"
+    "rerun_of, timeout, last_seq, checkpoint_turns, cpu_seconds, memory_bytes, worker_pid, "
+    # Where it ran: the last task_start's backend, or the cluster node that took it.
+    "(SELECT json_extract(data, '$.node') FROM events WHERE events.task_id = tasks.id "
+    "AND type IN ('task_start', 'task_placed') ORDER BY seq DESC LIMIT 1)"
 )
 
 
@@ -533,6 +536,7 @@ def _info(row: tuple[Any, ...]) -> TaskInfo:
         cpu,
         mem,
         pid,
+        node,
     ) = row
     return TaskInfo(
         id=task_id,
@@ -552,4 +556,6 @@ def _info(row: tuple[Any, ...]) -> TaskInfo:
         cpu_seconds=cpu,
         memory_bytes=mem,
         worker_pid=pid,
+        # Tasks run before there were backends ran here.
+        node=node or ("" if started is None else "local"),
     )

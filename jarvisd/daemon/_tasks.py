@@ -35,6 +35,7 @@ from typing import Any
 from jarvisd._config import Config
 from jarvisd._errors import QueueFull, ShuttingDown, StoreError, UsageError
 from jarvisd._procs import EXIT_HOST_GONE
+from jarvisd.cluster import backend_for
 from jarvisd.protocol import Start, encode
 from jarvisd.runs import AgentSpec
 
@@ -338,15 +339,9 @@ class TaskManager:
             return
         config = self._config()
         cp = self.store.checkpoint(task_id)
-        proc = await asyncio.create_subprocess_exec(
-            self._python,
-            "-m",
-            "jarvisd.daemon._worker",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            start_new_session=True,  # the terminal's ^C is the daemon's, not the tasks'
-            limit=WORKER_FRAME_LIMIT,
-        )
+        # The worker, or on a cluster its relay: the same frames either way.
+        backend = backend_for(config)
+        proc = await backend.spawn(self._python, info.spec, config, WORKER_FRAME_LIMIT)
         assert proc.stdin is not None and proc.stdout is not None
         if self.store.get(task_id).state != "queued":  # cancelled while the worker started
             proc.kill()
@@ -377,6 +372,7 @@ class TaskManager:
             {
                 "attempt": info.attempts + 1,
                 "worker_pid": proc.pid,
+                "node": backend.name,  # until the cluster places it (a task_placed event)
                 "resume_from_turn": cp.turns if cp.state is not None else 0,
             },
         )

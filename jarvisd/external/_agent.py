@@ -168,10 +168,9 @@ class ExternalAgent(BaseAgent):
                 agent.name,
             )
         used_before = run.budget.used
-        # The ACP SDK (pydantic models) takes a while to import: before the agent
-        # starts, not while its first output waits.
-        import acp  # noqa: F401
-
+        # The ACP SDK (pydantic models) takes 0.3-0.6 s to import: in a thread while
+        # the gateway and the agent start, not before them nor while its output waits.
+        sdk = _preload("acp")
         if agent.protocol == "frames":
             return await self._frames(agent, where, input, workspace, run)
         client = AcpClient(
@@ -201,6 +200,11 @@ class ExternalAgent(BaseAgent):
                     egress=run.egress,
                     toolchain=(run.sandbox_binds, run.sandbox_env),
                 )
+                try:
+                    await sdk
+                except BaseException:  # converse would have killed it: nothing else will
+                    await channel.kill("closed")
+                    raise
                 stop_reason = await converse(
                     channel,
                     client,
@@ -432,6 +436,16 @@ class ExternalAgent(BaseAgent):
             "JARVIS_MODEL": access.model,
         }
         return Launch(agent.command, env | dict(agent.env))
+
+
+def _preload(module: str) -> asyncio.Task[Any]:
+    """``module`` imported in a worker thread; the future is awaited before its first
+    use (a run that fails before then drops it: its error is retrieved, not logged)."""
+    import importlib
+
+    future = asyncio.create_task(asyncio.to_thread(importlib.import_module, module))
+    future.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return future
 
 
 @contextlib.asynccontextmanager

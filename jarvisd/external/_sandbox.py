@@ -16,13 +16,19 @@ chosen here and never from the edge:
 
 Agents speak only TCP: ``runners.acp_forward`` listens on the container's own
 127.0.0.1 and relays to the gateway's socket, then starts the agent with the ACP
-conversation on its stdio.
+conversation on its stdio. What it starts (argv, environment, config files, working
+directory) is its start frame, the first line written to the container's stdin
+(:func:`start_frame`), not the container's settings: the gateway's token and the
+agent's config are never in ``docker inspect``, nor written before the container runs,
+and the container's command is the same for every run of every agent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import os
 import shutil
 import stat
@@ -49,6 +55,7 @@ __all__ = [
     "NODE_PATH",
     "SANDBOX_PATH",
     "sandbox_gateway",
+    "start_frame",
     "start_in_sandbox",
     "write_home",
 ]
@@ -94,7 +101,8 @@ async def start_in_sandbox(
     socket_path = Path(access.url.removeprefix("unix:"))
     inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", access.token, access.model)
     launch = prepare(agent, Path(AGENT_DIR), Path(HOME_DIR), inside)
-    write_home(home, launch, for_sandbox=True)
+    # The home only: its config files travel in the start frame.
+    write_home(home, dataclasses.replace(launch, files={}), for_sandbox=True)
     binds = _binds(agent, where, home, extra_binds, copy, workspace.root)
     binds.extend(toolchain[0])
     socket_inside = f"{HOME_DIR}/{socket_path.relative_to(home)}"
@@ -106,9 +114,6 @@ async def start_in_sandbox(
         "from runners.acp_forward import entry; entry()",
         socket_inside,
         str(FORWARD_PORT),
-        str(workspace.root),
-        "--",
-        *launch.argv,
     )
     env = dict(launch.env) | {"PATH": SANDBOX_PATH} | dict(toolchain[1])
     request = ExecRequest(
@@ -119,18 +124,35 @@ async def start_in_sandbox(
             *_git_read_only(workspace.root),
             *_besides(mounts, workspace.root),
         ),
-        env=env,
         system_binds=tuple(binds),
         proxy_socket=egress,
     )
     channel = await executor.open(request)
-    if access.peers is not None:
-        try:
-            access.peers.bind(await asyncio.to_thread(_container_pid, channel))
-        except Exception as exc:
-            await channel.kill("closed")
-            raise SandboxError(f"cannot bind the gateway to the agent's container: {exc}") from exc
+    try:
+        await channel.write(start_frame(dataclasses.replace(launch, env=env), workspace.root))
+        if access.peers is not None:
+            try:
+                access.peers.bind(await asyncio.to_thread(_container_pid, channel))
+            except Exception as exc:
+                raise SandboxError(
+                    f"cannot bind the gateway to the agent's container: {exc}"
+                ) from exc
+    except BaseException:
+        await channel.kill("closed")
+        raise
     return channel
+
+
+def start_frame(launch: Launch, cwd: Path) -> bytes:
+    """The line ``runners.acp_forward`` reads first: what to start, with what
+    environment and HOME files, where."""
+    frame = {
+        "argv": list(launch.argv),
+        "env": dict(launch.env),
+        "files": dict(launch.files),
+        "cwd": str(cwd),
+    }
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
 
 
 async def _executor(

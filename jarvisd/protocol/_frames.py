@@ -25,8 +25,9 @@ Kinds
 host -> program: ``start`` (the payload: what to run), ``infer_result``, ``cancel``,
 ``approval`` (the answer to ``approve``, same id), ``tool_result``
 program -> host: ``infer`` (ask the host's engine), ``tool`` (run a tool the host
-offered), ``event``, ``result``, ``error``, ``log``, ``approve`` (ask a person to allow
-a tool); either way: ``ping``/``pong``.
+offered), ``event``, ``checkpoint`` (its loop's state, for a resume), ``result``,
+``error``, ``log``, ``approve`` (ask a person to allow a tool); either way:
+``ping``/``pong`` (a ``pong`` says every frame before the ``ping`` was handled).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = [
     "Approval",
     "Approve",
     "Cancel",
+    "Checkpoint",
     "ErrorFrame",
     "EventFrame",
     "Frame",
@@ -175,6 +177,16 @@ class EventFrame(Frame):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint(Frame):
+    """The program's loop state after a completed turn (``RunContext.checkpoint``): the
+    host records it with the run, and the start frame of a resumed run carries it back
+    (``payload["resume"]``). The host never reads inside it: it is the program's."""
+
+    kind: ClassVar[str] = "checkpoint"
+    state: Mapping[str, Any] = wire(factory=dict, read=_object)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ResultFrame(Frame):
     """The program's final answer (for agents: an AgentResult's ``to_dict``)."""
 
@@ -238,6 +250,7 @@ KINDS: dict[str, type[Frame]] = {
         ToolResultFrame,
         Cancel,
         EventFrame,
+        Checkpoint,
         ResultFrame,
         ErrorFrame,
         Log,

@@ -23,16 +23,21 @@ host files but their checked ``mounts``), never as host processes, and stopped w
 run ends, however it ends. The start payload offers their specs; the runner's proxy
 tools call them with ``tool`` frames (``jarvisd.bridge.HostTools`` serves them).
 
-A sandboxed run does not checkpoint: its loop state lives in the container, and the
-host cannot hold its tool calls back until the daemon has recorded them. It says so
-in a checkpoint of its own (``resumable: false``), and refuses a resume.
+A sandboxed run resumes after a daemon crash. Its loop state lives in the container,
+so the runner sends it to the host as ``checkpoint`` frames after each completed turn;
+the host records it through ``run.checkpoint`` (as ``{"agent": "sandboxed", "program":
+state}``) and a resumed run's start frame carries it back (``payload["resume"]``). The
+runner waits for the host's ``pong`` after each checkpoint and after each
+``tool_call_start`` before the call runs (``payload["checkpoints"]``), so the daemon
+has a record of every cell and tool call before it can have an effect: one in flight
+at a crash is "effect unverified", never run again.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import JarvisError, ProtocolError, SandboxError, UsageError
 from .._runcontext import Budget, RunContext
@@ -51,7 +56,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALLS_PER_TURN",
-    "NOT_RESUMABLE",
     "SandboxedAgent",
     "default_budget",
     "program_budget",
@@ -70,11 +74,6 @@ HOST_SIDE_TOOLS = frozenset({"retrieval"})
 CALLS_PER_TURN = 16
 #: Prompt tokens allowed per call on top of the completion, for the default token budget.
 _PROMPT_TOKENS_PER_CALL = 8192
-#: Why a sandboxed run cannot be resumed (its checkpoint says so; see the module doc).
-NOT_RESUMABLE = (
-    "a sandboxed run keeps its state inside the container and does not checkpoint, so it "
-    "cannot be resumed (resubmit to run again)"
-)
 
 
 def default_budget(max_turns: int, max_tokens: int) -> Budget:
@@ -164,6 +163,7 @@ class SandboxedAgent(BaseAgent):
         context: AgentContext | None,
         run: RunContext,
         host_tools: Sequence[OfferedTool] = (),
+        resume: Mapping[str, Any] | None = None,
     ) -> dict[str, object]:
         # The MCP tools go as host tools: inside, the config names no server.
         mcp_names = {*self._mcp_names(), *self._host_side()}
@@ -185,6 +185,10 @@ class SandboxedAgent(BaseAgent):
             "depth": run.depth,
             "run_id": run.run_id,
             "host_tools": [tool.to_dict() for tool in host_tools],
+            # The runner checkpoints (and waits for the host's record) only when the
+            # run keeps checkpoints: a daemon task.
+            "checkpoints": run.checkpoint is not None,
+            "resume": None if resume is None else jsonable(resume),
         }
         if context is not None:
             payload["context"] = {
@@ -198,10 +202,7 @@ class SandboxedAgent(BaseAgent):
     ) -> AgentResult:
         run = self._run_context(run)
         run.cancel.raise_if_cancelled()
-        if run.resume is not None:
-            raise SandboxError(str(run.resume.get("reason") or NOT_RESUMABLE))
-        if run.checkpoint is not None:
-            run.checkpoint({"agent": self.agent_id, "resumable": False, "reason": NOT_RESUMABLE})
+        resume = _program_state(run.resume, self.agent_id)
         max_turns = self.spec.max_turns or self.config.agent.max_turns
         budget = program_budget(run.budget, max_turns, self.max_tokens)
         request = ExecRequest(
@@ -233,8 +234,9 @@ class SandboxedAgent(BaseAgent):
                 event_tags={"sandboxed": True},
                 name="sandboxed agent",
                 tools=host_tools,
+                on_checkpoint=_recorder(run, self.agent_id),
             )
-            payload = self._payload(input, context, run, session.tools.offered())
+            payload = self._payload(input, context, run, session.tools.offered(), resume)
             outcome = await session.run(Start(task="agent", payload=payload))
         return self._result(outcome, run)
 
@@ -272,6 +274,28 @@ class SandboxedAgent(BaseAgent):
             f"the sandboxed agent ended without a result (exit {process.exit_code})"
             + (f":\n{tail}" if tail else "")
         )
+
+
+def _program_state(resume: Mapping[str, Any] | None, agent_id: str) -> Mapping[str, Any] | None:
+    """The program's own state in ``resume`` (what :func:`_recorder` recorded), or None
+    to start afresh. A state that says it cannot be resumed is refused with its reason."""
+    if resume is None:
+        return None
+    if resume.get("resumable") is False:  # recorded by an older version
+        raise SandboxError(str(resume.get("reason") or "this sandboxed run cannot be resumed"))
+    program = resume.get("program")
+    if resume.get("agent") != agent_id or not isinstance(program, Mapping):
+        return None
+    return program
+
+
+def _recorder(run: RunContext, agent_id: str) -> Callable[[Mapping[str, Any]], None] | None:
+    """What records the program's ``checkpoint`` frames with the run (None: the run
+    keeps none). The program's state is its own: kept whole, under a key of ours."""
+    checkpoint = run.checkpoint
+    if checkpoint is None:
+        return None
+    return lambda state: checkpoint({"agent": agent_id, "program": dict(state)})
 
 
 def _agent_result(outcome: RunOutcome) -> AgentResult:

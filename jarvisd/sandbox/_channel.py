@@ -10,6 +10,7 @@ import logging
 import select
 import shutil
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -56,6 +57,7 @@ class DockerChannel(Channel):
         inputs: Path | None,
         policy: SandboxPolicy,
         engine: Engine | None = None,
+        stdin_sock: Any = None,
     ) -> None:
         self.loop = loop
         self.engine = engine
@@ -70,6 +72,12 @@ class DockerChannel(Channel):
         self.reason = ""
         self._sock = sock
         self._raw: socket.socket = getattr(sock, "_sock", sock)
+        #: The program's stdin when it has an attach stream of its own (a TLS engine:
+        #: see ``attach_streams``), else the output's socket, half-closed at its end.
+        self._stdin_sock = stdin_sock
+        self._stdin: socket.socket = (
+            self._raw if stdin_sock is None else getattr(stdin_sock, "_sock", stdin_sock)
+        )
         self._inputs = inputs
         #: A host directory of this container's own (its covers), removed with it.
         self.scratch: Path | None = None
@@ -126,6 +134,10 @@ class DockerChannel(Channel):
         still answers: a stalled engine sends nothing, and the stream has no timeout of
         its own. False: it stopped answering (``stalled`` is set)."""
         if self.engine is None:  # nothing to ask (a channel made by hand)
+            return True
+        # A TLS engine's stream (tcp:// with certificates): bytes already decrypted
+        # are in the SSL object, not on the socket, and select would never see them.
+        if isinstance(self._raw, ssl.SSLSocket) and self._raw.pending():
             return True
         while not select.select([self._raw], [], [], PROBE_AFTER_S)[0]:
             if self._removed:
@@ -202,6 +214,9 @@ class DockerChannel(Channel):
             # a removal with the attach stream open can hang.
             with contextlib.suppress(OSError):
                 self._raw.shutdown(socket.SHUT_RDWR)
+            if self._stdin is not self._raw:
+                with contextlib.suppress(OSError):
+                    self._stdin.shutdown(socket.SHUT_RDWR)
             if self.stalled is not None:  # no use waiting for it again
                 self._remove_later()
                 return
@@ -237,14 +252,16 @@ class DockerChannel(Channel):
 
     def _send(self, data: bytes) -> None:
         with self._send_lock:
-            self._raw.sendall(data)
+            self._stdin.sendall(data)
 
     async def close_stdin(self) -> None:
         if self._stdin_closed:
             return
         self._stdin_closed = True
         with self._send_lock, contextlib.suppress(OSError):
-            self._raw.shutdown(socket.SHUT_WR)
+            # A stream of its own ends whole (TLS cannot be half-closed and still be
+            # read: Python's SSLSocket.shutdown drops the TLS state).
+            self._stdin.shutdown(socket.SHUT_WR if self._stdin is self._raw else socket.SHUT_RDWR)
 
     async def readline(self, limit: int = MAX_FRAME_BYTES + 1) -> bytes:
         start = 0
@@ -328,14 +345,17 @@ class DockerChannel(Channel):
         self._reader.join(timeout=5)
         # The SDK keeps the attach request's HTTP response on the socket; closed after
         # the socket, it fails at garbage collection ("I/O operation on closed file").
-        response = getattr(self._sock, "_response", None)
-        if response is not None:
-            with contextlib.suppress(OSError, ValueError):
-                response.close()
-        with contextlib.suppress(OSError):
-            self._sock.close()
-        with contextlib.suppress(OSError):
-            self._raw.close()
+        for sock, raw in ((self._sock, self._raw), (self._stdin_sock, self._stdin)):
+            if sock is None:
+                continue
+            response = getattr(sock, "_response", None)
+            if response is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    response.close()
+            with contextlib.suppress(OSError):
+                sock.close()
+            with contextlib.suppress(OSError):
+                raw.close()
         _remove_tree(self._inputs)
         _remove_tree(self.scratch)
         return code, oom

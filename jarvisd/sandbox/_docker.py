@@ -80,6 +80,7 @@ from ._policy import (
     prelude_argv,
 )
 from ._pool import WarmPool, warm_pool
+from ._remote import is_remote, transport
 from ._staging import can_stage, staged
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
@@ -159,6 +160,14 @@ class DockerExecutor(CodeExecutor):
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
+        if is_remote(self.address):
+            transport(self.config, self.address)  # an engine it must not talk to: that first
+            raise SandboxUnavailable(
+                f"the container engine at {self.address} may be on another machine: a "
+                "sandbox bind-mounts jarvis's own code (and its mounts) from this machine, "
+                "which such an engine cannot see. Use an engine on this machine (a unix "
+                "socket, or tcp:// on loopback); engines elsewhere are not supported yet"
+            )
         mounts = self.mounts.check_all(request.mounts)
         loop = asyncio.get_running_loop()
         channel = await asyncio.to_thread(self._start, loop, request, mounts)
@@ -351,9 +360,7 @@ class DockerExecutor(CodeExecutor):
                 except docker.errors.DockerException as exc:
                     raise _translate(exc, "create the sandbox container") from exc
                 try:
-                    sock = api.attach_socket(
-                        container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-                    )
+                    sock, stdin_sock = attach_streams(api, container_id)
                     # The container's mounts are made here: staged ones may go after.
                     api.start(container_id)
                 except Exception as exc:
@@ -370,10 +377,28 @@ class DockerExecutor(CodeExecutor):
             _remove_tree(cover_dir)
             raise
         channel = DockerChannel(
-            loop, api, container_id, sock, request.timeout, inputs, policy, self.engine
+            loop, api, container_id, sock, request.timeout, inputs, policy, self.engine, stdin_sock
         )
         channel.scratch = cover_dir
         return channel
+
+
+def attach_streams(api: Any, container_id: str) -> tuple[Any, Any]:
+    """The container's attach stream, and its stdin's own when it needs one (else None).
+
+    Over TLS (a tcp:// engine) the program's end of input cannot be a half-close of the
+    one stream: Python's ``SSLSocket.shutdown`` drops the TLS state, and the output can
+    no longer be read. So its stdin gets a stream of its own, closed whole at the end of
+    input (``StdinOnce``: the engine closes the program's stdin when it goes)."""
+    if not api.base_url.startswith("https://"):
+        params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        return api.attach_socket(container_id, params=params), None
+    out = api.attach_socket(container_id, params={"stdout": 1, "stderr": 1, "stream": 1})
+    try:
+        return out, api.attach_socket(container_id, params={"stdin": 1, "stream": 1})
+    except BaseException:
+        out.close()
+        raise
 
 
 def _write_inputs(files: Mapping[str, str], policy: SandboxPolicy) -> Path:

@@ -17,6 +17,7 @@ from ._policy import (
     OWNER_LABEL,
 )
 from ._reaper import remove_later
+from ._remote import transport
 from ._staging import pid_alive
 
 __all__ = ["Engine", "connect", "engine_address", "engine_named", "sweep_orphans"]
@@ -92,11 +93,16 @@ def connect(config: Config, flavor: str = "docker", timeout: float = 60.0) -> An
             "development: packaging/dev/docker-up.sh, then export the DOCKER_HOST it prints) "
             'or set sandbox.backend = "bwrap"'
         )
+    how = transport(config, address)  # refuses an engine it must not talk to
     client = None
     try:
         # Negotiate the API version ourselves (what version="auto" does) so a failed
         # attempt can close its connection instead of leaking it.
-        client = docker.DockerClient(base_url=address or None, version="1.41", timeout=timeout)
+        client = docker.DockerClient(**how.client_kwargs(), version="1.41", timeout=timeout)
+        if how.tls_dir is not None:
+            # Otherwise requests lets REQUESTS_CA_BUNDLE (set system-wide on many
+            # machines) replace the engine's CA, and the engine's certificate fails.
+            client.api.trust_env = False
         client.api._version = str(client.api.version(api_version=False)["ApiVersion"])
     except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
         if client is not None:

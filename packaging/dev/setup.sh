@@ -98,6 +98,17 @@ setup_docs_cache() {
     echo "$dir" > "$("$PY" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/jarvis-docs-cache.pth"
 }
 
+setup_cluster() {
+    # The cluster extra (Ray, for [cluster] backend = "ray" and tests/cluster/): a
+    # wheel of some 70 MB, which pip's own cache (~/.cache/pip) keeps for the next run.
+    local want
+    want=$(grep -oE 'ray==[0-9.]+' pyproject.toml | cut -d= -f3)
+    "$PY" -c "import ray, sys; sys.exit(ray.__version__ != '$want')" 2>/dev/null && return 0
+    say "installing the cluster extra (ray $want)"
+    "$PY" -m pip install -q --disable-pip-version-check -e ".[cluster]" 2>&1 | grep -v '^WARNING: Location' || true
+    "$PY" -c 'import ray' || { say "installing ray failed"; exit 1; }
+}
+
 setup_bfcl() {
     # `jarvis eval bfcl` and benchmarks/bench_bfcl.py: BFCL's data and checker. Without
     # its dependencies (every API SDK, sentence-transformers, torch): the checker needs
@@ -133,6 +144,7 @@ pull_model() { "$VENV/bin/jarvis" models pull "$1" >/dev/null; }
 
 setup_python
 setup_llama
+if [ "$MODE" = --test ]; then setup_cluster; fi
 setup_bfcl
 say "fetching the default model"
 pull_model smollm2-135m

@@ -8,6 +8,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,22 +197,34 @@ def test_cell_results_are_read_once_from_the_wire() -> None:
     assert stopped.stopped and "SIGSEGV" in (stopped.error or "")
 
 
-def test_a_resumed_codeact_run_rebuilds_its_session_from_the_cells_in_its_history() -> None:
+def test_a_resumed_codeact_run_runs_no_cell_again_and_is_told_its_session_is_new(
+    tmp_path: Path,
+) -> None:
+    # Issue 36: a resume no longer replays earlier cells to rebuild the session (their
+    # effects would happen twice). The first run stops after one cell (max_turns); a new
+    # agent resumes from its checkpoint in a fresh session, where `x` is gone, and the
+    # model is told so plainly.
     from jarvisd._runcontext import RunContext
     from jarvisd.agents import AgentRegistry
     from jarvisd.engines import ScriptedEngine, reply
 
-    def codeact(replies: list[Any], **kw: Any) -> Any:
-        return AgentRegistry.create("native_openhands", ScriptedEngine(replies), "scripted",
+    def codeact(engine: ScriptedEngine, **kw: Any) -> Any:
+        return AgentRegistry.create("native_openhands", engine, "scripted",
                                     executor=SubprocessExecutor(), allow_network=False, **kw)  # fmt: skip
 
-    # The first run stops after one cell (max_turns); a new agent resumes from its
-    # checkpoint, in a fresh session that must still hold `x`.
+    log = tmp_path / "cells.log"
+    cell = f"x = 41\nopen({str(log)!r}, 'a').write('ran\\n')\nprint('set')"
     states: list[Any] = []
-    first = codeact([reply("```python\nx = 41\nprint('set')\n```")], max_turns=1)
+    first = codeact(ScriptedEngine([reply(f"```python\n{cell}\n```")]), max_turns=1)
     asyncio.run(first.arun("q", run=RunContext(checkpoint=states.append)))
-    second = codeact([reply("```python\nprint(x + 1)\n```"), reply("Final Answer: 42")])
-    result = asyncio.run(second.arun("q", run=RunContext(resume=states[-1])))
+    engine = ScriptedEngine(
+        [reply("```python\nprint('x' in dir())\n```"), reply("Final Answer: ok")]
+    )
+    result = asyncio.run(codeact(engine).arun("q", run=RunContext(resume=states[-1])))
     assert result.metadata["resumed"] is True
-    assert [r.content for r in result.tool_results][-1] == "42"
-    assert result.content == "42"
+    assert log.read_text() == "ran\n"  # the first cell ran once, not again on resume
+    assert [r.content for r in result.tool_results][-1] == "False"  # a new session
+    told = engine.calls[0].messages[-1].content
+    assert "Observation: set" in told and "NEW session" in told
+    assert "Variables, imports and functions from earlier cells are gone" in told
+    assert "Files in the workspace are as the earlier cells left them" in told

@@ -341,16 +341,20 @@ def test_jarvis_ask_gives_rlm_the_context_file(tmp_path: Path) -> None:
     assert data["metadata"]["context_chars"] == len(CONTEXT)
 
 
-def test_a_resumed_rlm_rebuilds_its_repl_from_the_cells_in_its_history() -> None:
-    # The first run stops after one cell (max_turns); a new agent resumes from its
-    # checkpoint, in a fresh REPL process that must still hold `x`.
+def test_a_resumed_rlm_runs_no_cell_again_and_is_told_its_repl_is_new() -> None:
+    # Issue 36: no replay of earlier cells (their sub-calls would be asked again). The
+    # first run stops after one cell (max_turns); a new agent resumes from its checkpoint
+    # in a fresh REPL without `x`, and the model is told so, with `context` set again.
     states: list[Any] = []
     first = rlm(ScriptedEngine([code("x = 41\nprint('set')")]), max_turns=1)
     arun(first, "q", run=RunContext(checkpoint=states.append))
-    engine = ScriptedEngine([code("FINAL(x + 1)")])
+    engine = ScriptedEngine([code("print('x' in dir())"), code("FINAL('again')")])
     result = arun(rlm(engine), "q", run=RunContext(resume=states[-1]))
-    assert result.content == "42", result.tool_results
+    assert result.content == "again", result.tool_results
     assert result.metadata["resumed"] is True
+    assert [r.content for r in result.tool_results][-2] == "False"
+    told = engine.calls[0].messages[-1].content
+    assert "NEW session" in told and "(context, question are set again)" in told
 
 
 def test_a_flood_of_sub_calls_is_bounded() -> None:

@@ -1,5 +1,5 @@
 """SandboxedAgent's host side, without a container engine: what it sends the runner,
-what budget it gives it, and why it is not resumable."""
+what budget it gives it, and how it checkpoints and resumes."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine
 from jarvisd.executors import Channel, CodeExecutor, ExecRequest
 from jarvisd.runs import AgentSpec, SandboxedAgent
-from jarvisd.runs._sandboxed import CALLS_PER_TURN, NOT_RESUMABLE, default_budget
+from jarvisd.runs._sandboxed import CALLS_PER_TURN, default_budget
 
 
 class NoEngine(CodeExecutor):
@@ -36,15 +36,31 @@ def agent(executor: CodeExecutor | None = None, **config: Any) -> SandboxedAgent
     )  # fmt: skip
 
 
-def test_a_sandboxed_run_says_it_cannot_resume_and_refuses_a_resume() -> None:
+def test_a_sandboxed_run_hands_its_program_the_state_it_resumes_from() -> None:
+    # Issue 36: a sandboxed run resumes. The program's checkpoints are recorded whole
+    # under the host's key, and a resume's start payload carries them back; a state
+    # an older version wrote as not resumable is still refused with its reason.
+    program = {"agent": "simple", "turns": 1, "messages": []}
     states: list[Any] = []
+    with_record = RunContext(checkpoint=states.append)
+    payload = agent()._payload("x", None, with_record)
+    assert payload["checkpoints"] is True and payload["resume"] is None
+    assert agent()._payload("x", None, RunContext())["checkpoints"] is False
+    from jarvisd.runs._sandboxed import _program_state, _recorder
+
+    record = _recorder(with_record, "sandboxed")
+    assert record is not None and _recorder(RunContext(), "sandboxed") is None
+    record(program)
+    assert states == [{"agent": "sandboxed", "program": program}]
+    resumed = _program_state(states[0], "sandboxed")
+    assert agent()._payload("x", None, RunContext(), resume=resumed)["resume"] == program
     executor = NoEngine()
     with pytest.raises(SandboxUnavailable):
-        asyncio.run(agent(executor).arun("x", run=RunContext(checkpoint=states.append)))
-    assert states == [{"agent": "sandboxed", "resumable": False, "reason": NOT_RESUMABLE}]
+        asyncio.run(agent(executor).arun("x", run=RunContext(resume=states[0])))
     assert executor.request is not None and executor.request.separate_code
+    old = {"agent": "sandboxed", "resumable": False, "reason": "cannot be resumed (old)"}
     with pytest.raises(SandboxError, match="cannot be resumed"):
-        asyncio.run(agent(NoEngine()).arun("x", run=RunContext(resume=states[0])))
+        asyncio.run(agent(NoEngine()).arun("x", run=RunContext(resume=old)))
 
 
 def test_the_start_payload_holds_only_the_config_the_runner_needs() -> None:

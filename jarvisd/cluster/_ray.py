@@ -1,0 +1,100 @@
+"""The ray backend, on the daemon's side: each task's worker is a relay child process
+(``_relay``) that runs the real worker on a Ray node. Ray itself is imported only in
+that child, so the daemon's start-up and memory do not carry it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import subprocess
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from jarvisd._errors import UsageError
+
+from ._placement import needs, unmet
+
+if TYPE_CHECKING:
+    from jarvisd._config import Config
+    from jarvisd.runs import AgentSpec
+
+__all__ = ["RayBackend"]
+
+log = logging.getLogger(__name__)
+
+RELAY_MODULE = "jarvisd.cluster._relay"
+PROBE_MODULE = "jarvisd.cluster._probe"
+#: Seconds a listing of the cluster's nodes is reused; and one may take at most.
+_PROBE_TTL_S = 10.0
+#: (A submit waits for it: bounded well below a client's patience.)
+_PROBE_TIMEOUT_S = 15.0
+
+
+class RayBackend:
+    """Tasks on the Ray cluster at ``[cluster] address``."""
+
+    name = "ray"
+
+    async def spawn(
+        self, python: str, spec: AgentSpec, config: Config, limit: int
+    ) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            python,
+            "-m",
+            RELAY_MODULE,
+            self.address,
+            json.dumps(needs(spec, config), sort_keys=True),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            limit=limit,
+        )
+
+    def __init__(self, address: str = "auto") -> None:
+        self.address = address
+        self._nodes: list[dict[str, float]] | None = None
+        self._probed = 0.0
+        self._lock = threading.Lock()
+
+    def check(self, spec: AgentSpec, config: Config) -> None:
+        """Refuse a task no live node has the resources for. A cluster that cannot be
+        reached refuses nothing: the task waits in the queue, and its run says why."""
+        nodes = self._live_nodes(config)
+        if nodes is None:
+            return
+        why = unmet(needs(spec, config), nodes)
+        if why:
+            raise UsageError(
+                f"{why}: start a node that has them (ray start --resources ...), or ask for less"
+            )
+
+    def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
+        """The live nodes' resources (None: the cluster did not answer), asked of the
+        cluster at most every few seconds: a burst of submits costs one probe."""
+        with self._lock:
+            if self._probed and time.monotonic() - self._probed < _PROBE_TTL_S:
+                return self._nodes  # None too: an unreachable cluster is not asked again
+            self._nodes = self._probe()
+            self._probed = time.monotonic()
+            return self._nodes
+
+    def _probe(self) -> list[dict[str, float]] | None:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", PROBE_MODULE, self.address],
+                capture_output=True,
+                text=True,
+                timeout=_PROBE_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode == 0:
+                nodes: list[dict[str, float]] = json.loads(done.stdout)
+                return nodes
+            why = done.stderr.strip()[-500:]
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            why = str(exc)
+        log.warning("cannot list the Ray cluster's nodes: %s", why)
+        return None

@@ -1,0 +1,165 @@
+"""The ray backend's stand-in for the worker: a child process of the daemon that places
+the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
+resources) and carries its frames both ways, in order.
+
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON``. Nothing secret is on
+that command line or in any Ray call's arguments that Ray's dashboard shows: the start
+frame (the config, credentials' names) travels in the frame stream, as for a local
+worker. The daemon reads this process's exit status as a worker's:
+
+* the worker's own, once it ended;
+* EXIT_HOST_GONE when the worker's node or actor died mid-run (the daemon then settles
+  the task as interrupted: resumed from its checkpoint, or marked, never run twice
+  past a tool call in flight);
+* after an error frame saying why, when the cluster cannot be reached or no node of it
+  can ever run the task.
+
+When the daemon goes away this process ends; Ray then ends the actor it owns, whose
+worker sees its stdin close and leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+from typing import IO, Any, NoReturn
+
+from jarvisd._procs import EXIT_HOST_GONE
+from jarvisd.protocol import ErrorFrame, EventFrame, encode
+
+from ._placement import unmet
+
+log = logging.getLogger("jarvisd.cluster.relay")
+
+#: The event that says where the task runs (``task show``'s ``node``).
+PLACED_EVENT = "task_placed"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Seconds the cluster has to accept this process as a driver.
+CONNECT_TIMEOUT_S = 30.0
+#: Seconds one fetch of the worker's frames waits on the node before asking again.
+_FETCH_WAIT_S = 1.0
+
+
+def _leave(code: int) -> NoReturn:
+    # No interpreter teardown: the stdin thread is blocked reading, and Ray's own
+    # shutdown is not needed (the actor dies with its owner, this process).
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _fail(out: IO[bytes], code: str, message: str) -> NoReturn:
+    log.error("%s", message)
+    out.write(encode(ErrorFrame(code=code, message=message)))
+    _leave(1)
+
+
+def keep_loopback(address: str) -> None:
+    """Before Ray is imported: connect to a loopback ``address`` on loopback."""
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    if host in _LOOPBACK:
+        # Ray's driver swaps a loopback address for this machine's outward one, where a
+        # cluster started on loopback (one machine, a test) does not listen; this flag
+        # is the one thing that makes it keep loopback (it means no more than that).
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
+    """Connect this process to the cluster; "" or why it could not within ``timeout``
+    seconds (Ray itself retries an address nothing answers for minutes)."""
+    import ray
+
+    errors: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(
+                address=address,
+                namespace="jarvis",
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    attempt = threading.Thread(target=init, name="ray-connect", daemon=True)
+    attempt.start()
+    attempt.join(timeout)
+    if attempt.is_alive():
+        return f"the Ray cluster at {address} did not answer within {timeout:g} s"
+    if errors:
+        return f"the Ray cluster at {address} cannot be reached: {errors[0]}"
+    return ""
+
+
+def _forward_stdin(actor: Any) -> None:
+    """The daemon's frames (start, pong, cancel, approval) to the worker, one at a time
+    so their order holds; its end closes the worker's stdin."""
+    import ray
+
+    try:
+        for line in iter(sys.stdin.buffer.readline, b""):
+            ray.get(actor.write.remote(line))
+        ray.get(actor.close.remote())
+    except Exception as exc:  # the actor is gone: the main loop says so
+        log.warning("relaying to the worker stopped: %s", exc)
+
+
+def main(argv: list[str]) -> NoReturn:
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # whatever Ray prints goes to stderr, never between frames
+    sys.stdout = sys.stderr
+    logging.basicConfig(
+        level=os.environ.get("JARVISD_WORKER_LOG", "WARNING"),
+        format="%(asctime)s relay[%(process)d] %(levelname)s %(name)s: %(message)s",
+    )
+    address, wanted = argv[0], json.loads(argv[1])
+    keep_loopback(address)
+    try:
+        import ray
+    except ImportError:
+        _fail(out, "usage", "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'")
+    from ._host import WorkerHost
+
+    why = connect(address)
+    if why:
+        _fail(out, "failed", why)
+    try:
+        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        _fail(out, "failed", f"the Ray cluster at {address} did not list its nodes: {exc}")
+    why = unmet(wanted, nodes)
+    if why:
+        _fail(out, "usage", f"{why}: no node can run this task")
+    actor: Any = (  # a handle: its methods are called .remote()
+        ray.remote(WorkerHost)
+        .options(
+            num_cpus=0,
+            resources=wanted,
+            # Tasks spread over the nodes that can take them (Ray would fill one first).
+            scheduling_strategy="SPREAD",
+            max_concurrency=4,  # a fetch waits while the daemon's frames go in
+            max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
+        )
+        .remote()
+    )
+    try:
+        node = ray.get(actor.start.remote())
+        out.write(encode(EventFrame(type=PLACED_EVENT, data={"node": node})))
+        threading.Thread(target=_forward_stdin, args=(actor,), daemon=True).start()
+        while (lines := ray.get(actor.read.remote(_FETCH_WAIT_S))) is not None:
+            if lines:
+                out.write(b"".join(lines))
+        code = int(ray.get(actor.wait.remote()))
+    except BrokenPipeError:  # the daemon went away: the actor ends with this process
+        _leave(EXIT_HOST_GONE)
+    except Exception as exc:  # its node or its actor died mid-run
+        log.error("the task's worker on the Ray cluster was lost: %s", exc)
+        _leave(EXIT_HOST_GONE)
+    _leave(code if code >= 0 else 128 - code)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,246 @@
+"""Daemon tasks on a real Ray cluster (``[cluster] backend = "ray"``), through a real
+jarvisd on a real socket whose scripted engine is a real Ollama-protocol server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jarvisd._errors import UsageError
+from jarvisd._messages import Generation, Message, Role
+from jarvisd.daemon import TaskInfo
+from jarvisd.runs import AgentSpec
+from jarvisd.testing import OllamaStandIn
+
+from ..conftest import require
+from ..daemon.conftest import DaemonProcess, SlowOnCue, script
+from ..sandbox.conftest import engine_problem
+from .conftest import RayCluster, ray_config
+
+pytestmark = pytest.mark.slow
+
+#: The prompts, each with and without a tool call: cycled over the 30 tasks.
+PROMPTS = (
+    "what is red",
+    "use calc on 2+2",
+    "in a box: what is blue",
+    "use calc here",
+    "name a tree",
+    "in a box: use calc",
+)
+TASKS = 30
+
+
+class HeldOnCue(SlowOnCue):
+    """As :class:`SlowOnCue`; and "held" questions are answered once ``release`` is set."""
+
+    release = threading.Event()
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        if any("held" in m.content for m in messages if m.role is Role.USER):
+            # Waited in a thread: the server's other requests go on meanwhile.
+            await asyncio.to_thread(self.release.wait, 600)
+        return await super().generate(messages, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[OllamaStandIn]:
+    with OllamaStandIn(HeldOnCue(fallback=script)) as server:
+        yield server
+
+
+def started(root: Path, standin: OllamaStandIn, extra: str = "") -> DaemonProcess:
+    daemon = DaemonProcess(root, standin.url)
+    daemon.write_config("max_concurrent = 6", extra)
+    return daemon.start()
+
+
+def spec(prompt: str) -> AgentSpec:
+    """The task of ``prompt``: in a sandbox when it says "in a box"."""
+    isolation = "sandbox" if "in a box" in prompt else "default"
+    return AgentSpec(input=prompt, agent="orchestrator", tools=("calculator",), isolation=isolation)
+
+
+def run_all(daemon: DaemonProcess, prompts: list[str]) -> list[TaskInfo]:
+    ids = [daemon.client.submit(spec(p)).id for p in prompts]
+    return [daemon.client.wait(task_id, timeout=300) for task_id in ids]
+
+
+def comparable(info: TaskInfo) -> dict[str, Any]:
+    """What a run's result says, less what differs from run to run: durations
+    (the run's, its tool calls', its sandbox's) and tool call ids."""
+    result = dict(info.result or {})
+    result.pop("duration_s", None)
+    result["tool_results"] = [
+        {k: v for k, v in r.items() if k not in ("call_id", "latency_s")}
+        for r in result.get("tool_results", [])
+    ]
+    metadata = dict(result.get("metadata") or {})
+    if "sandbox" in metadata:
+        metadata["sandbox"] = {k: v for k, v in metadata["sandbox"].items() if k != "duration_s"}
+    result["metadata"] = metadata
+    return {"state": info.state, "reason": info.reason, "result": result}
+
+
+def event_types(daemon: DaemonProcess, task_id: str) -> list[str]:
+    return [e.event for e in daemon.client.logs(task_id)]
+
+
+@pytest.mark.docker
+def test_tasks_spread_over_both_nodes_as_they_run_locally(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    require(not engine_problem(), engine_problem())  # some of the tasks are sandboxed
+    local = started(isolated_dirs, standin)
+    try:
+        expected = {
+            p: (comparable(i), event_types(local, i.id))
+            for p, i in zip(PROMPTS, run_all(local, list(PROMPTS)), strict=True)
+        }
+        assert all(i.node == "local" for i in local.client.list_tasks())
+    finally:
+        local.terminate()
+
+    remote = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        prompts = [PROMPTS[i % len(PROMPTS)] for i in range(TASKS)]
+        began = time.monotonic()
+        done = run_all(remote, prompts)
+        wall = time.monotonic() - began
+        for prompt, info in zip(prompts, done, strict=True):
+            want_result, want_events = expected[prompt]
+            assert comparable(info) == want_result, remote.log_text()
+            # The same events in the same order, with where it ran said once.
+            types = event_types(remote, info.id)
+            assert types.count("task_placed") == 1
+            types.remove("task_placed")
+            assert types == want_events
+        # Sandboxed tasks ask for a docker engine: only node B has one.
+        boxed = {info.node for p, info in zip(prompts, done, strict=True) if "in a box" in p}
+        assert boxed == {ray_cluster.node_b}, boxed
+        nodes = {info.node for info in done}
+        assert nodes <= {ray_cluster.node_a, ray_cluster.node_b}, nodes
+        assert nodes == {ray_cluster.node_a, ray_cluster.node_b}, "both nodes ran tasks"
+        shown = subprocess.run(
+            [sys.executable, "-m", "jarvisd", "task", "show", "--json", done[0].id],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert json.loads(shown.stdout)["node"] == done[0].node
+        print(f"{TASKS} tasks on the Ray cluster in {wall:.1f} s")
+
+        # A task no node can run is refused at submit, saying what it asked for.
+        with pytest.raises(UsageError, match=r"no node of the Ray cluster \(3 live\) has"):
+            remote.client.submit(AgentSpec(input="x", engine="llamacpp", model="absent-1b"))
+    finally:
+        remote.terminate()
+
+
+def test_cancel_reaches_the_worker_on_its_node(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        task = daemon.client.submit(AgentSpec(input="a slow one"))
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+        daemon.wait_for(lambda: daemon.client.show(task.id).node in placed, 120, "placement")
+        daemon.wait_for(lambda: bool(ray_cluster.workers()), 60, "its worker on the node")
+        daemon.wait_for(
+            lambda: "inference_start" in event_types(daemon, task.id), 60, "its model call"
+        )
+        daemon.client.cancel(task.id)
+        info = daemon.client.wait(task.id, timeout=120)
+        assert info.state == "cancelled", info
+        assert info.node in placed
+        # Its worker on the node has ended with it.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote worker to end")
+    finally:
+        daemon.terminate()
+
+
+def test_a_daemon_killed_mid_run_ends_its_remote_workers_and_resumes_their_tasks(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    HeldOnCue.release.clear()
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        ids = [daemon.client.submit(AgentSpec(input=f"held again {i}")).id for i in range(2)]
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+        daemon.wait_for(
+            lambda: all(
+                daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
+                for i in ids
+            ),
+            180,
+            "both tasks on a node, asking their model",
+        )
+        daemon.kill9()
+        # Its relays lose their stdin: the workers on the nodes end, none runs on alone.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 60, "the remote workers to end")
+        daemon.start()
+        HeldOnCue.release.set()
+        done = [daemon.client.wait(i, timeout=180) for i in ids]
+        assert [d.state for d in done] == ["succeeded"] * 2, [(d.state, d.reason) for d in done]
+        for info in done:
+            types = event_types(daemon, info.id)
+            assert info.attempts == 2 and types.count("task_resumed") == 1, types
+            assert info.node in placed
+    finally:
+        HeldOnCue.release.set()
+        daemon.terminate()
+
+
+# Last in the module: it takes a node away.
+def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    from ray.cluster_utils import Cluster
+
+    cluster = ray_cluster.handle
+    assert isinstance(cluster, Cluster)
+    HeldOnCue.release.clear()
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        ids = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
+        placed = (ray_cluster.node_a, ray_cluster.node_b)
+
+        def all_asking() -> bool:
+            return all(
+                daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
+                for i in ids
+            )
+
+        daemon.wait_for(all_asking, 180, "every task on a node, asking its model")
+        on_a = [i for i in ids if daemon.client.show(i).node == ray_cluster.node_a]
+        assert on_a, "tasks are spread over both nodes"
+        [node_a] = [n for n in cluster.worker_nodes if n.node_id == ray_cluster.node_a]
+        cluster.remove_node(node_a)
+        # Each of its tasks is settled as interrupted, resumed, and placed again on B.
+        daemon.wait_for(
+            lambda: all(daemon.client.show(i).node == ray_cluster.node_b for i in on_a),
+            180,
+            "its tasks on the node left",
+        )
+        HeldOnCue.release.set()
+        done = [daemon.client.wait(i, timeout=180) for i in ids]
+        assert [d.state for d in done] == ["succeeded"] * 4, [(d.state, d.reason) for d in done]
+        for info in done:
+            types = event_types(daemon, info.id)
+            # Lost on A: resumed once, from before its model call; never a tool run twice.
+            expected_attempts = 2 if info.id in on_a else 1
+            assert info.attempts == expected_attempts, (info.id, types)
+            assert types.count("task_resumed") == expected_attempts - 1, types
+            assert types.count("task_end") == 1
+            assert info.result is not None and info.result["answer"].startswith("answer to held")
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "no worker left on any node")
+    finally:
+        HeldOnCue.release.set()
+        daemon.terminate()

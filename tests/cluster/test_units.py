@@ -1,0 +1,79 @@
+"""The cluster backend's pieces that need no cluster: its config keys, what a task asks
+of a node, and that Ray is never imported unless the backend is ``ray``."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from jarvisd._config import Config, parse_config
+from jarvisd._errors import ConfigError
+from jarvisd.cluster import LocalBackend, RayBackend, backend_for, needs
+from jarvisd.cluster._placement import unmet
+from jarvisd.runs import AgentSpec
+
+from ..conftest import require
+
+
+def test_the_cluster_section_is_checked_with_clear_errors() -> None:
+    assert isinstance(backend_for(Config()), LocalBackend)
+    for address in ("auto", "127.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"):
+        config = parse_config({"cluster": {"backend": "ray", "address": address}})
+        assert isinstance(backend_for(config), RayBackend)
+        assert config.cluster.address == address
+    with pytest.raises(ConfigError, match=r"cluster\.backend: expected one of 'local', 'ray'"):
+        parse_config({"cluster": {"backend": "k8s"}})
+    for bad in ("http://head:10001", "head", "ray://head", ""):
+        with pytest.raises(ConfigError, match=r'cluster\.address: expected "auto", "HOST:PORT"'):
+            parse_config({"cluster": {"address": bad}})
+
+
+def test_a_task_asks_for_what_its_spec_needs() -> None:
+    config = Config()
+    assert needs(AgentSpec(input="x"), config) == {"jarvis": 1.0}
+    assert needs(AgentSpec(input="x", isolation="sandbox"), config) == {
+        "jarvis": 1.0,
+        "docker": 1.0,
+    }
+    embedded = AgentSpec(input="x", engine="llamacpp", model="qwen2.5-coder-1.5b")
+    assert needs(embedded, config) == {"jarvis": 1.0, "model:qwen2.5-coder-1.5b": 1.0}
+
+
+def test_a_task_no_node_can_run_is_named_with_what_it_asked() -> None:
+    wanted = {"jarvis": 1.0, "docker": 1.0}
+    assert unmet(wanted, [{"jarvis": 4.0}, {"jarvis": 4.0, "docker": 1.0}]) == ""
+    why = unmet(wanted, [{"jarvis": 4.0, "CPU": 2.0}])
+    assert why == "no node of the Ray cluster (1 live) has docker=1, jarvis=1"
+    assert unmet(wanted, []) == "the Ray cluster has no live node"
+
+
+def test_ray_is_imported_by_neither_the_cli_nor_the_daemon() -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        "from jarvisd.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['--help'])\n"
+        "import jarvisd.daemon._server, jarvisd.daemon._tasks, jarvisd.cluster\n"
+        "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_cluster_that_does_not_answer_is_said_so_within_the_bound() -> None:
+    """Ray retries an address nothing answers for minutes; the relay and the submit
+    probe give up at their bound, saying where and why."""
+    require(importlib.util.find_spec("ray") is not None, "ray is not installed")
+    code = (
+        "from jarvisd.cluster._relay import connect, keep_loopback\n"
+        "keep_loopback('127.0.0.1:9')\n"
+        "print(connect('127.0.0.1:9', 3.0))\n"
+        "import os, sys; sys.stdout.flush(); os._exit(0)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "the Ray cluster at 127.0.0.1:9 did not answer within 3 s"
