@@ -60,6 +60,7 @@ def code() -> None:
     jarvis code PATH "TASK" [--agent A] [--test CMD]   (same as `jarvis code run`)
     jarvis code PATH "TASK" --candidates N | --agents A,B [--test CMD]
     jarvis code list | show ID | apply ID [--candidate K] | discard ID
+    jarvis code resume ID   (a run interrupted by a crash, from where it got to)
 
     Every one of these first completes or rolls back an apply that was interrupted
     (kill -9, a crash): see `jarvis code apply --help`.
@@ -224,6 +225,14 @@ def run(
         workspace=ws.id,
         allow_net=split_hosts(allow_net),
     ).at_edge()
+    _execute(store, ws, spec, no_daemon, as_json)
+
+
+def _execute(
+    store: CodeStore, ws: Workspace, spec: AgentSpec, no_daemon: bool, as_json: bool
+) -> None:
+    """Run ``spec`` on ``ws`` through jarvisd when it runs (unless ``no_daemon``), else
+    in this process, and report the workspace after it."""
     failure = None
     task_id = None if no_daemon else _submit(spec)
     if task_id is not None:
@@ -400,6 +409,38 @@ def _follow(task_id: str) -> Failure | None:
 
 def _when(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts))
+
+
+@code.command()
+@click.argument("ws_id", metavar="ID")
+@click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
+@click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
+def resume(ws_id: str, no_daemon: bool, as_json: bool) -> None:
+    """Resume the run on workspace ID that was interrupted (jarvisd or the process running
+    it was killed, or jarvisd gave it up after dying under it three times).
+
+    The workspace on disk is the run's state: phases that ended (the test before, the
+    agent's rounds that ended, their tests) are not redone, and the agent of a round
+    that was running starts again on the files as they are, told that it was
+    interrupted. A run stopped during a tool call is not resumed: that call's effect is
+    unverified (review it with `jarvis code show ID`, then discard it). Through jarvisd
+    when it runs (a task), else in this process; the report is `jarvis code run`'s."""
+    from ..code._candidates import group_of
+    from ..code._resume import check_resumable
+    from ..runs import AgentSpec
+
+    store = _store()
+    ws = store.get(ws_id)
+    lead = store.get(ws.group) if ws.group and ws.group != ws.id else ws
+    members = group_of(store, lead)
+    stopped = [m for m in members if m.shown_state == "interrupted"]
+    for member in stopped or [ws]:
+        check_resumable(member)  # raises why it cannot resume
+    spec = AgentSpec.from_dict(lead.progress.get("spec") or {})
+    if spec.workspace != lead.id:
+        raise UsageError(f"workspace {lead.id}'s record names no run to resume")
+    click.echo(f"resuming the run on workspace {lead.id}", err=True)
+    _execute(store, lead, spec, no_daemon, as_json)
 
 
 @code.command("list")

@@ -6,13 +6,15 @@ the same way in process and as a jarvisd task (events, cancel, kill -9 recovery)
 agent runs sandboxed with the workspace mounted read-write (naming the project was the
 consent: the workspace is added to this run's allowed roots, nothing else is) and the
 network off. The test command runs in the sandbox too, with the workspace read-only,
-so what it leaves behind cannot become part of the change. Such a run cannot be
-resumed after a crash: it says so in a checkpoint, and the daemon marks it interrupted.
+so what it leaves behind cannot become part of the change. A run interrupted by a
+crash resumes from the phase it got to, on the workspace as it is (``_resume``): the
+daemon resumes its task, and ``jarvis code resume ID`` one that it did not.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -21,10 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, NoChange, TestsCouldNotRun, UsageError, WorkspaceError
 from .._events import EventType
+from .._messages import Usage
 from .._runcontext import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
 from ._prompt import asks_no_change, claims_change, round_prompt, task_prompt
 from ._record import Limits
+from ._resume import RESUMED_NOTE, Phases, Progress, check_resumable, paused, test_of
 from ._runenv import _check_image, _reachable_under_bwrap, _setup
 from ._store import CodeStore, Workspace, this_process
 from ._testrun import TestRun, run_test
@@ -48,9 +52,10 @@ DEFAULT_ROUNDS = 3
 _ROUND_OUTPUT = 2000
 #: The test runner under its old name.
 _run_test = run_test
+#: Why a code run stopped by a tool call in flight is not resumed (kept for callers).
 NOT_RESUMABLE = (
-    "a jarvis code run is not resumed after a crash (its workspace is kept: show it, "
-    "discard it, or run the task again on a new one)"
+    "a jarvis code run stopped during a tool call is not resumed: its effect is unverified "
+    "(its workspace is kept: show it, discard it, or run the task again on a new one)"
 )
 #: Room above the workspace's own file count for what the agent adds, in the mount scan.
 _SCAN_MARGIN = 20_000
@@ -147,6 +152,9 @@ async def run_code(
             return RunOutcome(agent=spec.agent, failure=Failure.of(exc))
         if lead.members:
             return await _run_group(spec, run, config, engine, store, lead, started)
+        if run.resume is not None and lead.state in ("done", "failed"):
+            # Resumed by the daemon after the run ended, before its end was stored.
+            return await _finished(lead, spec)
         return await _guarded(spec, run, config, engine, store, started)
     finally:
         store.close()
@@ -190,7 +198,9 @@ async def _run_group(
     members = group_of(store, lead)
     outcomes = await asyncio.gather(
         *(
-            _guarded(
+            _finished(ws, spec)
+            if ws.state in ("done", "failed")  # resumed: a candidate that ended stays so
+            else _guarded(
                 dataclasses.replace(spec, workspace=ws.id, agent=ws.agent or spec.agent),
                 run,
                 config,
@@ -218,6 +228,21 @@ async def _run_group(
     )
 
 
+async def _finished(ws: Workspace, spec: AgentSpec) -> RunOutcome:
+    """The outcome of a candidate whose run ended before the group's was resumed, from
+    its record."""
+    record = ws.outcome
+    failure = record.get("failure")
+    return RunOutcome(
+        agent=ws.agent or spec.agent,
+        answer=str(record.get("summary") or ""),
+        metadata={"code": _summary(ws)},
+        failure=None
+        if not isinstance(failure, Mapping)
+        else Failure(str(failure.get("code") or "internal"), str(failure.get("message") or "")),
+    )
+
+
 @dataclasses.dataclass
 class _Progress:
     """What a code run got to, kept as it goes: its record is written from it whatever
@@ -241,9 +266,7 @@ async def _run_code(
 ) -> RunOutcome:
     from ..sandbox import executor_for_backend
 
-    ws = _ready_workspace(store, spec, config)
-    if run.checkpoint is not None:
-        run.checkpoint({"agent": "code", "resumable": False, "reason": NOT_RESUMABLE})
+    ws, progress = _ready_workspace(store, spec, config)
     choice = _image_choice(ws, config)
     if config.sandbox.backend == "bwrap":
         _reachable_under_bwrap(ws.path, config)
@@ -262,7 +285,9 @@ async def _run_code(
     )
     # Checked before the workspace is taken: a refused spec leaves it ready.
     inner = dataclasses.replace(inner, options=_agent_options(inner, code_config, ws))
-    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id)
+    ws = store.update(ws, state="running", runner=this_process(), run_id=run.run_id or ws.run_id)
+    phases = Phases(store, ws, run, progress)
+    phases.save()  # the daemon may resume the run from here on
     executor = executor_for_backend(config.sandbox.backend, code_config)
     done = _Progress(
         image={"image": choice.image, "origin": choice.origin, "notes": list(choice.notes)}
@@ -270,12 +295,15 @@ async def _run_code(
     try:
         await _check_image(run, executor, choice, done.image)
         executor = await _setup(ws, run, code_config, executor, done.setup)
-        await _rounds(spec, inner, ws, run, code_config, engine, executor, done, config)
+        await _rounds(spec, inner, phases, run, code_config, engine, executor, done, config)
     finally:
         close = getattr(executor, "close", None)
         if close is not None:
             close()
-        ws, problem, dishonest = _record(store, ws, spec, run, config, done)
+        if not paused(run):  # a daemon shutdown leaves the run to be resumed
+            ws, problem, dishonest = _record(store, phases.ws, spec, run, config, done)
+    if paused(run):
+        return RunOutcome(agent=spec.agent, failure=Failure("cancelled", run.cancel.reason))
     outcome = done.outcome
     assert outcome is not None  # the rounds ran (or their error went up)
     metadata = {**dict(outcome.metadata), "code": _summary(ws)}
@@ -288,12 +316,22 @@ async def _run_code(
     )
 
 
-def _ready_workspace(store: CodeStore, spec: AgentSpec, config: Config) -> Workspace:
-    """The spec's workspace, refused unless a run can start on it."""
+def _ready_workspace(
+    store: CodeStore, spec: AgentSpec, config: Config
+) -> tuple[Workspace, Progress]:
+    """The spec's workspace and where its run starts: from the beginning on a ready
+    one, from its progress on one whose run was interrupted (a resume); refused
+    otherwise."""
     ws = store.get(spec.workspace or "")
-    if ws.state != "ready":
+    if ws.state == "ready":
+        progress = Progress(spec=spec.to_dict())
+    elif ws.state == "running" and ws.shown_state == "interrupted":
+        progress = check_resumable(ws)
+        progress.resumed += 1
+        progress.open_calls = []
+    else:
         raise WorkspaceError(
-            f"workspace {ws.id} has run already ({ws.state}): each workspace runs one task"
+            f"workspace {ws.id} has run already ({ws.shown_state}): each workspace runs one task"
         )
     if config.sandbox.backend == "none":
         raise UsageError(
@@ -302,7 +340,7 @@ def _ready_workspace(store: CodeStore, spec: AgentSpec, config: Config) -> Works
         )
     if not Path(ws.path).is_dir():
         raise WorkspaceError(f"workspace {ws.id} is gone from {ws.path}")
-    return ws
+    return ws, progress
 
 
 def _image_choice(ws: Workspace, config: Config) -> ImageChoice:
@@ -326,7 +364,7 @@ def _image_choice(ws: Workspace, config: Config) -> ImageChoice:
 async def _rounds(
     spec: AgentSpec,
     inner: AgentSpec,
-    ws: Workspace,
+    phases: Phases,
     run: RunContext,
     code_config: Config,
     engine: Engine | None,
@@ -335,35 +373,94 @@ async def _rounds(
     config: Config,
 ) -> None:
     """The test command before, then the agent's rounds, each followed by the test
-    command, while :func:`_go_on` says so; recorded in ``done`` as they go."""
-    from ..runs._execute import run_spec
-
+    command, while :func:`_go_on` says so; recorded in ``done`` as they go, and each
+    phase in ``phases`` as it ends (a resumed run skips those that ended)."""
+    ws, p = phases.ws, phases.progress
     timeout = config.sandbox.timeout
-    done.before = before = await _test(executor, ws, run, timeout)
+    if p.before_done:
+        done.before = before = test_of(p.before)
+    else:
+        done.before = before = await _test(executor, ws, run, timeout)
+        _hold_if_paused(run)
+        phases.save(before_done=True, before=None if before is None else before.to_dict())
     # CodeAct with its file helpers is told how to change a file with them.
     declared = _declared(inner, code_config)
     helpers = bool(inner.options.get("file_helpers", "file_helpers" in declared))
-    prompt = task_prompt(ws, spec.input, before, helpers=helpers)
-    number, turns, usage = 1, 0, None
+    done.rounds = list(p.rounds)
     while True:
-        # The code run keeps its own checkpoint: its agent's (a sandboxed run's) go
-        # nowhere.
-        agent_run = dataclasses.replace(run, checkpoint=None)
-        outcome = await run_spec(
-            dataclasses.replace(inner, input=prompt), agent_run, code_config, engine
-        )
-        own = outcome.turns  # this round's
-        turns += outcome.turns
-        usage = outcome.usage if usage is None else usage + outcome.usage
-        done.outcome = outcome = dataclasses.replace(outcome, turns=turns, usage=usage)
+        number = p.number
+        if p.outcome is None:
+            ran = await _agent_round(spec, inner, phases, run, code_config, engine, helpers)
+            _hold_if_paused(run)
+            usage = ran.usage if p.usage is None else Usage.from_dict(p.usage) + ran.usage
+            total = dataclasses.replace(ran, turns=p.turns + ran.turns, usage=usage)
+            phases.save(
+                outcome=json.loads(json.dumps(total.to_dict(), default=str)),
+                own_turns=ran.turns,
+                turns=total.turns,
+                usage=usage.to_dict(),
+                started=False,
+                inner=None,
+            )
+        # else this round's agent ended before the run stopped: its outcome stands
+        assert p.outcome is not None
+        done.outcome = outcome = RunOutcome.from_dict(p.outcome)
         done.after = after = await _test(executor, ws, run, timeout) if outcome.ok else None
-        done.rounds.append(_round(run, ws, number, dataclasses.replace(outcome, turns=own), after))
-        if after is None or not _go_on(before, after, number, ws.rounds, run):
+        _hold_if_paused(run)
+        own = dataclasses.replace(outcome, turns=p.own_turns)
+        done.rounds.append(_round(run, ws, number, own, after))
+        go_on = after is not None and _go_on(before, after, number, ws.rounds, run)
+        if not go_on:
+            phases.save(rounds=list(done.rounds), done=True)
             break
-        number += 1
+        assert after is not None
         prompt = round_prompt(
-            ws, spec.input, after, outcome.answer, number, ws.rounds, helpers=helpers
+            ws, spec.input, after, outcome.answer, number + 1, ws.rounds, helpers=helpers
         )
+        phases.save(rounds=list(done.rounds), number=number + 1, outcome=None, prompt=prompt)
+
+
+def _hold_if_paused(run: RunContext) -> None:
+    """Stop here, recording nothing more, when a daemon shutdown stopped the run: what
+    the phase under way did is not its outcome (the task resumes it at the next start)."""
+    if paused(run):
+        raise run.cancel.error()
+
+
+async def _agent_round(
+    spec: AgentSpec,
+    inner: AgentSpec,
+    phases: Phases,
+    run: RunContext,
+    code_config: Config,
+    engine: Engine | None,
+    helpers: bool,
+) -> RunOutcome:
+    """Round ``phases.progress.number``'s agent run. A round whose agent was running
+    when the run stopped starts again on the workspace as it is, the agent told so
+    (or goes on from the inner agent's own checkpoint, when it left one it can resume
+    from)."""
+    from ..runs._execute import run_spec
+
+    p = phases.progress
+    resume: Mapping[str, Any] | None = None
+    prompt = p.prompt or task_prompt(phases.ws, spec.input, test_of(p.before), helpers=helpers)
+    if p.started and p.inner is not None and p.inner.get("resumable") is not False:
+        resume = p.inner
+    elif p.started:
+        prompt = f"{prompt}\n\n{RESUMED_NOTE}"
+    phases.save(prompt=p.prompt or prompt, started=True)
+    # The inner agent checkpoints into the round's record, never over the code run's
+    # (which the daemon resumes), and resumes only from its own.
+    inner_run = dataclasses.replace(run, checkpoint=phases.inner_checkpoint, resume=resume)
+    run.bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_START)
+    run.bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_END)
+    try:
+        return await run_spec(
+            dataclasses.replace(inner, input=prompt), inner_run, code_config, engine
+        )
+    finally:
+        run.bus.unsubscribe(phases.on_tool_event)
 
 
 def _record(

@@ -83,6 +83,9 @@ class Workspace:
     group: str = ""
     candidate: int = 0
     members: tuple[str, ...] = ()
+    #: How far its run got, kept as it goes (``jarvisd.code._resume.Progress``): a run
+    #: interrupted by a crash resumes from it, on the workspace as it is on disk.
+    progress: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def shown_state(self) -> str:
@@ -121,6 +124,7 @@ class Workspace:
             "setup": self.setup,
             "no_setup": self.no_setup,
             "image": self.image,
+            "progress": dict(self.progress),
         }
 
     @classmethod
@@ -130,6 +134,7 @@ class Workspace:
         values["left_out"] = tuple(dict(x) for x in values.get("left_out") or ())
         values["outcome"] = dict(values.get("outcome") or {})
         values["members"] = tuple(str(x) for x in values.get("members") or ())
+        values["progress"] = dict(values.get("progress") or {})
         return cls(**values)
 
 

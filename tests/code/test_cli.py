@@ -21,7 +21,7 @@ def invoke(*args: str) -> object:
     return CliRunner().invoke(cli, list(args))
 
 
-@pytest.mark.parametrize("sub", ["run", "list", "show", "apply", "discard"])
+@pytest.mark.parametrize("sub", ["run", "list", "show", "apply", "discard", "resume"])
 def test_every_subcommand_has_help(sub: str) -> None:
     result = CliRunner().invoke(cli, ["code", sub, "--help"])
     assert result.exit_code == 0 and "Usage: cli code " + sub in result.output
@@ -90,6 +90,23 @@ def test_a_running_workspace_is_not_discarded_and_a_dead_run_shows_interrupted(
     store.update(ws, state="running", runner="999999999:1.0")  # that process is gone
     assert "interrupted" in CliRunner().invoke(cli, ["code", "list"]).output
     assert CliRunner().invoke(cli, ["code", "discard", ws.id]).exit_code == 0
+
+
+def test_resume_refuses_what_is_not_an_interrupted_run_with_the_reason(project: Path) -> None:
+    from jarvisd.code._store import this_process
+
+    store = CodeStore(paths().state / "code.db")
+    ws = prepare(str(project), store=store, state_dir=paths().state)
+    said = str(CliRunner().invoke(cli, ["code", "resume", ws.id]).exception)
+    assert "is ready, not interrupted" in said
+    store.update(ws, state="running", runner=this_process())
+    said = str(CliRunner().invoke(cli, ["code", "resume", ws.id]).exception)
+    assert "is still running" in said
+    store.update(ws, state="running", runner="999999999:1.0")  # gone, and no progress
+    said = str(CliRunner().invoke(cli, ["code", "resume", ws.id]).exception)
+    assert "kept no record of its progress" in said
+    said = str(CliRunner().invoke(cli, ["code", "resume", "0123456789ab"]).exception)
+    assert "no workspace" in said
 
 
 def test_candidates_and_agents_must_agree(project: Path) -> None:

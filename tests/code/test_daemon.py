@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,9 +38,20 @@ def fixer(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
     return reply(f"```python\nopen({where + '/calc.py'!r}, 'w').write({FIXED!r})\n```")
 
 
+class SlowOnce(SlowOnCue):
+    """Slow on cue until ``slow`` is cleared (the daemon is killed meanwhile)."""
+
+    slow = True
+
+    async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
+        if not self.slow:
+            return await ScriptedEngine.generate(self, messages, **kwargs)
+        return await super().generate(messages, **kwargs)
+
+
 @pytest.fixture
 def engine() -> ScriptedEngine:
-    return SlowOnCue(fallback=fixer)
+    return SlowOnce(fallback=fixer)
 
 
 @pytest.fixture
@@ -79,25 +91,36 @@ def test_code_runs_as_a_daemon_task(jarvisd: DaemonProcess, project: Path) -> No
     assert (project / "calc.py").read_text() == FIXED
 
 
-def test_a_daemon_killed_mid_run_leaves_the_task_interrupted_and_the_workspace(
-    jarvisd: DaemonProcess, engine: ScriptedEngine, project: Path
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+def test_a_daemon_stopped_mid_run_resumes_the_run_on_its_workspace(
+    jarvisd: DaemonProcess, engine: ScriptedEngine, project: Path, stop: str
 ) -> None:
+    """Issue 36 (it was left interrupted): the task resumes from its phase, and the
+    agent of the round that was running is told that it was interrupted."""
     cli = subprocess.Popen([sys.executable, "-m", "jarvisd", "code", str(project), "slow task"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        # The agent is waiting for its model: the run has said it cannot be resumed.
         jarvisd.wait_for(lambda: bool(engine.calls), 60, "the agent's first inference")
         (task,) = jarvisd.client.list_tasks(("running",))
-        jarvisd.kill9()
+        assert isinstance(engine, SlowOnce)
+        engine.slow = False
+        if stop == "kill -9":
+            jarvisd.kill9()
+        else:
+            assert jarvisd.terminate() == 0
         jarvisd.start()
-        info = jarvisd.client.wait(task.id, 30)
-        assert info.state == "interrupted" and "resumed" in info.reason, info.reason
+        info = jarvisd.client.wait(task.id, 120)
+        assert info.state == "succeeded", info.reason
     finally:
         cli.kill()
         cli.communicate(timeout=10)
-    (ws,) = json.loads(jarvis("code", "list", "--json").stdout)
-    assert Path(ws["path"]).is_dir()  # kept until discard
-    assert ws["shown_state"] == "interrupted"
+    assert "task_resumed" in [e.event for e in jarvisd.client.logs(task.id)]
+    resumed = engine.calls[-1].messages
+    assert any("this run was interrupted" in m.content for m in resumed if m.role is Role.USER)
+    (listed,) = json.loads(jarvis("code", "list", "--json").stdout)
+    ws = json.loads(jarvis("code", "show", listed["id"], "--json").stdout)
+    assert ws["state"] == "done" and ws["progress"]["resumed"] == 1
+    assert "+    return a + b" in ws["outcome"]["diff"]
     assert jarvis("code", "discard", ws["id"]).returncode == 0
     assert git(project, "branch", "--list", "jarvis/*") == ""
 
@@ -131,3 +154,10 @@ def test_candidates_run_as_one_daemon_task(jarvisd: DaemonProcess, project: Path
     lead = next(ws for ws in listed if ws["candidate"] == 1)
     assert jarvis("code", "apply", lead["id"]).returncode == 0
     assert (project / "calc.py").read_text() == FIXED
+
+
+def test_the_shutdown_reason_is_the_daemons() -> None:
+    from jarvisd.code._resume import SHUTDOWN_REASON
+    from jarvisd.daemon._taskrun import SHUTDOWN_REASON as DAEMONS
+
+    assert SHUTDOWN_REASON == DAEMONS
