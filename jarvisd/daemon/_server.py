@@ -84,6 +84,8 @@ _CONFIG_WATCH = "config"
 #: How often sandbox containers whose owning process is gone are removed while the
 #: daemon runs (a worker killed mid-run, or by a stall, cannot remove its own).
 _SWEEP_EVERY_S = 60.0
+#: The second sweep after start (see ``_sweep_periodically``).
+_SWEEP_AGAIN_S = 10.0
 
 
 def _watch_root(watch: str, limit: int) -> str:
@@ -288,9 +290,12 @@ class Daemon:
         threading.Thread(target=self._sweep_once, name="orphan-sweep", daemon=True).start()
 
     async def _sweep_periodically(self) -> None:
+        # Once more soon after start: a container whose create a killed worker had sent
+        # can appear after the first sweep (the engine finishes it for a dead owner).
+        await asyncio.sleep(_SWEEP_AGAIN_S)
         while True:
-            await asyncio.sleep(_SWEEP_EVERY_S)
             self._start_sweep()
+            await asyncio.sleep(_SWEEP_EVERY_S)
 
     def _sweep_once(self) -> None:
         if not self._sweeping.acquire(blocking=False):

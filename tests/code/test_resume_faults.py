@@ -369,8 +369,8 @@ def test_a_kill_during_a_cell_leaves_the_run_interrupted_and_not_resumable(
     pids = worker_pids(jarvisd, [task_id])
     gone = psutil.wait_procs([p for p in map(_process, pids) if p is not None], timeout=20)[1]
     assert not gone, f"workers left: {gone}"
-    # Since main at 92263e7, a container of the killed worker, started as it died, may
-    # wait for the daemon's periodic orphan sweep (every 60 s): bounded by it.
+    # A container of the killed worker whose create the engine finished as it died is
+    # removed by the daemon's second sweep, 10 s after its start (then every 60 s).
     jarvisd.wait_for(lambda: owned_by(pids) == [], 90, "the cell's container removed")
 
 
