@@ -15,10 +15,7 @@ import pytest
 
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd.engines import ScriptedEngine, reply
-from jarvisd.testing import OllamaStandIn
-from tests.conftest import require
-from tests.daemon.conftest import DaemonProcess, SlowOnCue
-from tests.sandbox.conftest import engine_problem
+from tests.daemon.conftest import DaemonProcess, SlowOnCue, scripted_daemon
 
 from .conftest import FIXED, git, tree_hashes
 from .test_run import TEST_COMMAND
@@ -56,16 +53,8 @@ def engine() -> ScriptedEngine:
 
 @pytest.fixture
 def jarvisd(isolated_dirs: Path, engine: ScriptedEngine) -> Iterator[DaemonProcess]:
-    problem = engine_problem()
-    require(not problem, problem)
-    with OllamaStandIn(engine) as standin:
-        daemon = DaemonProcess(isolated_dirs, standin.url)
-        daemon.write_config("max_concurrent = 2")
-        daemon.start()
+    with scripted_daemon(isolated_dirs, engine, "max_concurrent = 2") as daemon:
         yield daemon
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait(10)
 
 
 def jarvis(*args: str) -> subprocess.CompletedProcess[str]:

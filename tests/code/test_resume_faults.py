@@ -25,9 +25,8 @@ from jarvisd._paths import paths
 from jarvisd.code import CodeStore, prepare
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec
-from jarvisd.testing import OllamaStandIn
 from tests.conftest import real_model_path, require
-from tests.daemon.conftest import DaemonProcess, owned_by
+from tests.daemon.conftest import DaemonProcess, owned_by, scripted_daemon
 from tests.sandbox.conftest import engine_problem
 
 from .conftest import git
@@ -123,16 +122,8 @@ def engine() -> Iterator[Held]:
 
 @pytest.fixture
 def jarvisd(isolated_dirs: Path, engine: ScriptedEngine) -> Iterator[DaemonProcess]:
-    problem = engine_problem()
-    require(not problem, problem)
-    with OllamaStandIn(engine) as standin:
-        daemon = DaemonProcess(isolated_dirs, standin.url)
-        daemon.write_config("max_concurrent = 5")
-        daemon.start()
+    with scripted_daemon(isolated_dirs, engine, "max_concurrent = 5") as daemon:
         yield daemon
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait(10)
 
 
 def project(root: Path, name: str) -> Path:

@@ -4,6 +4,7 @@ behind a real Ollama-protocol HTTP server (``OllamaStandIn``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,6 +121,28 @@ class DaemonProcess:
                 return
             time.sleep(0.05)
         raise AssertionError(f"timed out waiting for {what}\n{self.log_text()}")
+
+
+@contextlib.contextmanager
+def scripted_daemon(
+    root: Path, engine: ScriptedEngine, daemon: str = "", extra: str = "", *, start: bool = True
+) -> Iterator[DaemonProcess]:
+    """A jarvisd on ``engine`` (served as Ollama), for tests that need the container
+    engine too (they fail in CI without it); killed at the end if still running."""
+    from tests.conftest import require
+    from tests.sandbox.conftest import engine_problem
+
+    problem = engine_problem()
+    require(not problem, problem)
+    with OllamaStandIn(engine) as standin:
+        process = DaemonProcess(root, standin.url)
+        process.write_config(daemon, extra)
+        if start:
+            process.start()
+        yield process
+        if process.proc is not None and process.proc.poll() is None:
+            process.proc.kill()
+            process.proc.wait(10)
 
 
 class SlowOnCue(ScriptedEngine):

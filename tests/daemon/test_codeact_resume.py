@@ -32,11 +32,10 @@ from jarvisd._messages import Generation, Message, Role
 from jarvisd.daemon import TaskInfo
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.runs import AgentSpec
-from jarvisd.testing import OllamaStandIn
 from tests.conftest import link_real_models, require
 from tests.sandbox.conftest import engine_problem
 
-from .conftest import DaemonProcess, owned_by, still_alive
+from .conftest import DaemonProcess, owned_by, scripted_daemon, still_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -98,19 +97,13 @@ def scripted() -> TwoCells:
 
 @pytest.fixture
 def sandboxed(isolated_dirs: Path, scripted: TwoCells) -> Iterator[DaemonProcess]:
-    problem = engine_problem()
-    require(not problem, problem)
-    with OllamaStandIn(scripted) as server:
-        daemon = DaemonProcess(isolated_dirs, server.url)
-        root = isolated_dirs / "workspaces"
-        root.mkdir()
-        daemon.write_config(
-            "max_concurrent = 8",
-            f'[sandbox]\nbackend = "docker"\nmemory = "256m"\nallowed_roots = ["{root}:rw"]\n',
-        )
+    root = isolated_dirs / "workspaces"
+    root.mkdir()
+    sandbox = f'[sandbox]\nbackend = "docker"\nmemory = "256m"\nallowed_roots = ["{root}:rw"]\n'
+    with scripted_daemon(
+        isolated_dirs, scripted, "max_concurrent = 8", sandbox, start=False
+    ) as daemon:
         yield daemon
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.kill9()
 
 
 def workspace_of(path: Path) -> dict[str, str]:
