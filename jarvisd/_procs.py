@@ -13,14 +13,21 @@ EXIT_HOST_GONE = 75
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one of another user's counts)."""
+    """Whether process ``pid`` exists and can still act (one of another user's
+    counts). A zombie cannot: killed, it waits for a parent to reap it, and a worker
+    whose daemon was killed waits for whatever adopted it, which may take its time."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            # "PID (COMM) STATE ...": COMM may hold spaces and parentheses.
+            return stat.read().rpartition(b")")[2].split()[:1] != [b"Z"]
+    except OSError:
+        return True  # no /proc to ask: it exists
 
 
 def exit_host_gone() -> NoReturn:
