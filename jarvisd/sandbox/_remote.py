@@ -54,6 +54,11 @@ class Transport:
         return kwargs
 
 
+def _scheme(address: str) -> str:
+    """``tcp``, ``ssh``, ...; a bare path (or "", the default socket) is ``unix``."""
+    return address.partition("://")[0] if "://" in address else "unix"
+
+
 def _host_of(address: str) -> str:
     try:
         return urlsplit(address).hostname or ""
@@ -81,7 +86,7 @@ def _tls_dir(config: Config) -> Path | None:
 def is_remote(address: str) -> bool:
     """Whether the engine at ``address`` may be on another machine (its host paths are
     not ours)."""
-    scheme = address.partition("://")[0] if "://" in address else "unix"
+    scheme = _scheme(address)
     if scheme == "ssh":
         return True
     if scheme in _TCP_SCHEMES:
@@ -92,7 +97,7 @@ def is_remote(address: str) -> bool:
 def transport(config: Config, address: str) -> Transport:
     """How to reach the engine at ``address``; SandboxUnavailable for an engine jarvis will
     not talk to (an unauthenticated tcp:// beyond loopback, missing certificates)."""
-    scheme = address.partition("://")[0] if "://" in address else "unix"
+    scheme = _scheme(address)
     if scheme == "ssh":
         return Transport(address, use_ssh_client=True)
     if scheme not in _TCP_SCHEMES:
