@@ -157,9 +157,6 @@ class CodeActDialect(Dialect):
 
 #: What CPython's parser raises on a deep expression (3,000 unary minuses: RecursionError;
 #: 10,000: MemoryError), as a small model's degenerate reply can hold: not code to read.
-_UNPARSABLE = (RecursionError, MemoryError)
-
-
 def _only_defines(step: Step) -> bool:
     """Whether the step runs one Python block that only defines functions or classes
     (and imports): it shows code, it changes no file."""
@@ -167,10 +164,14 @@ def _only_defines(step: Step) -> bool:
         return False
     import ast
 
+    from jarvisd._pysource import parse_module
+
     try:
         code = str(step.calls[0].arguments_dict().get("code") or "")
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, AttributeError, *_UNPARSABLE):
+    except AttributeError:
+        return False
+    tree = parse_module(code)
+    if tree is None:
         return False
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
     return bool(tree.body) and all(isinstance(node, kinds) for node in tree.body)
@@ -185,9 +186,10 @@ _LABEL_LINE = re.compile(r"([^\s'\"`*:(]+\.py)\b")
 def _block_defines_only(code: str) -> bool:
     import ast
 
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, *_UNPARSABLE):
+    from jarvisd._pysource import parse_module
+
+    tree = parse_module(code)
+    if tree is None:
         return False
     kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)
     return any(not isinstance(n, ast.Import | ast.ImportFrom) for n in tree.body) and all(

@@ -325,6 +325,11 @@ class FrameSession:
             reply = InferResult(id=frame.id, error=f"{type(exc).__name__}: {exc}")
         except ValueError as exc:  # a malformed request (FrameError) or reply
             reply = InferResult(id=frame.id, error=str(exc))
+        except Exception as exc:
+            # A fault of the engine's or ours. Answered all the same: unanswered, the
+            # program would wait on this call until its run timed out.
+            log.exception("an inference for the sandboxed program failed")
+            reply = InferResult(id=frame.id, error=f"internal error: {type(exc).__name__}")
         finally:
             self._slots.release()
             if hold is not None and hold.open:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import re
 
+from jarvisd._pysource import parse_module
+
 __all__ = ["WHOLE_FILE_BYTES", "excerpt"]
 
 #: A file up to this many bytes is shown whole: its definitions would save little.
@@ -68,12 +70,9 @@ def excerpt(rel: str, text: str, texts: list[str]) -> str:
     each headed by its line numbers."""
     if len(text.encode()) <= WHOLE_FILE_BYTES:
         return text
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        # The agent writes these files: a deep expression (100,000 unary minuses)
-        # makes CPython's parser raise MemoryError; the file is then shown whole.
-        return text
+    tree = parse_module(text)
+    if tree is None:
+        return text  # the agent writes these files: unparsable ones are shown whole
     words = {w for t in texts for w in _WORD.findall(t)}
     spans = _spans(tree, words, _cited_lines(rel, texts))
     if not spans:

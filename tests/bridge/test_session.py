@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from jarvisd._errors import ProtocolError
-from jarvisd._messages import Message
+from jarvisd._messages import Generation, Message
 from jarvisd._runcontext import Budget, BudgetExceeded, RunContext
 from jarvisd.bridge import FrameSession, Outcome
-from jarvisd.engines import RunEngine, ScriptedEngine
+from jarvisd.engines import RunEngine, ScriptedEngine, reply
 from jarvisd.executors import ExecRequest, SubprocessExecutor
 from jarvisd.executors._base import MAX_NOISE_LINE_BYTES, MAX_NOISE_LINES
 from jarvisd.protocol import ErrorFrame, InferRequest, ResultFrame, Start
@@ -80,6 +80,20 @@ def test_the_program_is_served_by_the_runs_engine() -> None:
     assert [e for e, _ in events].count("inference_end") == 1  # published on the host
     assert outcome.noise == ["a library chatting on stdout"]
     assert run.budget.calls == 1
+
+
+def test_an_engine_fault_is_answered_as_an_error_not_left_unanswered() -> None:
+    def broken(messages: object, tools: object) -> Generation:
+        raise AttributeError("a bug in the engine")
+
+    program = HOSTILE + textwrap.dedent("""
+        send(Infer(id="1", request={"messages": MESSAGES}))
+        answer = reader.read()
+        send(ResultFrame(result={"error": answer.error}))
+    """)
+    outcome = converse(program, ScriptedEngine(script=[broken]), RunContext())
+    assert isinstance(outcome.final, ResultFrame), outcome  # answered, not timed out
+    assert outcome.final.result["error"] == "internal error: AttributeError"
 
 
 def test_a_spent_budget_stops_the_program() -> None:
@@ -153,8 +167,8 @@ def test_infer_requests_are_clamped_bounded_in_flight_and_budgeted() -> None:
     """)
     in_flight, peak = [0], [0]
 
-    def answer(messages: object, tools: object) -> str:
-        return "ok"
+    def answer(messages: object, tools: object) -> Generation:
+        return reply("ok")
 
     class Counting(ScriptedEngine):
         async def generate(self, *args: Any, **kw: Any) -> Any:
