@@ -183,6 +183,14 @@ class SandboxConfig:
     # key.pem (empty: DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set). A tcp:// engine
     # without them is refused unless it listens on loopback.
     docker_tls: str = ""
+    # Treat the engine as on another machine even when its address is local (a port
+    # forwarded from elsewhere, `ssh -L`): mounts travel as archives, never binds. An
+    # engine elsewhere (tcp:// beyond loopback, ssh://) is treated so always.
+    docker_remote: bool = False
+    # What a run's archives to and from such an engine may hold (its mounts, jarvis's
+    # code and a `:rw` mount's change each way): bytes and files; past them it fails.
+    archive_max_bytes: int = _num(512 << 20, 1)
+    archive_max_files: int = _num(50_000, 1)
     image: str = "jarvis-sandbox:latest"
     # The roots a mount may lie under, read-only unless :rw; none: every mount refused.
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"

@@ -46,7 +46,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,6 +54,7 @@ from .._config import Config
 from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, CodeExecutor, ExecRequest
 from ..executors._privsep import ENV as PRIVSEP_ENV
+from ._archive import ArchiveLimits
 from ._channel import DockerChannel, _remove_tree
 from ._covers import covers, make_covers
 from ._egress import egress_bind, forward_args, proxy_env
@@ -85,6 +86,7 @@ from ._policy import (
 from ._pool import Pooled, WarmPool, warm_pool
 from ._remote import is_remote, transport
 from ._staging import can_stage, staged
+from ._transfer import Shipment, ship
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
 
@@ -128,6 +130,12 @@ class DockerExecutor(CodeExecutor):
         self._lock = threading.Lock()
         #: Whether mounts are staged for the engine (decided at the first mount).
         self.staging: bool | None = None
+        #: The engine cannot see this machine's files: what a sandbox needs travels as
+        #: archives (``_transfer``), never as binds.
+        self.archives = config.sandbox.docker_remote or is_remote(self.address)
+        self.limits = ArchiveLimits(
+            config.sandbox.archive_max_bytes, config.sandbox.archive_max_files
+        )
 
     def _connect(self) -> Any:
         # Every call but the streams is bounded: a stalled engine fails the run, not hangs it.
@@ -163,28 +171,36 @@ class DockerExecutor(CodeExecutor):
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
-        if is_remote(self.address):
+        if self.archives:
             transport(self.config, self.address)  # an engine it must not talk to: that first
-            raise SandboxUnavailable(
-                f"the container engine at {self.address} may be on another machine: a "
-                "sandbox bind-mounts jarvis's own code (and its mounts) from this machine, "
-                "which such an engine cannot see. Use an engine on this machine (a unix "
-                "socket, or tcp:// on loopback); engines elsewhere are not supported yet"
-            )
+            if request.proxy_socket or request.system_binds:
+                raise SandboxUnavailable(
+                    f"the container engine at {self.address} is on another machine "
+                    "(sandbox.docker_remote, or its address): it cannot reach this "
+                    "machine's sockets and programs, which "
+                    + ("network access (--allow-net)" if request.proxy_socket else "this run")
+                    + " needs. Use an engine on this machine for it"
+                )
         mounts = self.mounts.check_all(request.mounts)
         loop = asyncio.get_running_loop()
         channel = await asyncio.to_thread(self._start, loop, request, mounts)
-        if mounts:
+        if mounts and not self.archives:
             await confirm_mounts(channel)
         return channel
 
     # -- container construction (runs in a worker thread) -------------------------------
 
     @contextlib.contextmanager
-    def _engine_sources(self, mounts: Sequence[Mount]) -> Iterator[list[str]]:
+    def _engine_sources(
+        self, mounts: Sequence[Mount], shipment: Shipment | None
+    ) -> Iterator[list[str]]:
         """The path the engine is given for each mount, valid while the block runs:
-        a private bind of exactly what was checked when mounts can be staged, else the
-        checked path itself (the prelude then refuses it inside if it was swapped)."""
+        its directory in the run's volume on an engine elsewhere; a private bind of
+        exactly what was checked when mounts can be staged; else the checked path itself
+        (the prelude then refuses it inside if it was swapped)."""
+        if shipment is not None:
+            yield shipment.mounts
+            return
         if mounts and self.staging is None:
             self.staging = can_stage(self.address)
         if mounts and self.staging:
@@ -199,15 +215,21 @@ class DockerExecutor(CodeExecutor):
         sources: Sequence[str],
         inputs: Path | None,
         system: Sequence[tuple[str, str, bool]] = (),
+        shipment: Shipment | None = None,
     ) -> list[Any]:
         from docker.types import Mount as DockerMount
 
         specs = []
-        code = code_dirs()
-        ensure_bytecode(code)
-        binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
-        if inputs is not None:
-            binds.append((str(inputs), INPUT_DIR, True))
+        if shipment is not None:  # the same binds, of the run's volume on the engine's machine
+            binds = list(shipment.code)
+            if shipment.inputs:
+                binds.append((shipment.inputs, INPUT_DIR, True))
+        else:
+            code = code_dirs()
+            ensure_bytecode(code)
+            binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
+            if inputs is not None:
+                binds.append((str(inputs), INPUT_DIR, True))
         binds += [(src, m.target, m.read_only) for m, src in zip(mounts, sources, strict=True)]
         binds += list(system)
         for source, target, read_only in binds:
@@ -225,6 +247,7 @@ class DockerExecutor(CodeExecutor):
         sources: Sequence[str],
         inputs: Path | None,
         extra: Sequence[tuple[str, str, bool]] = (),
+        shipment: Shipment | None = None,
     ) -> dict[str, Any]:
         """The engine's container configuration for ``request`` (no I/O); ``extra``:
         more binds of jarvis's own (covers)."""
@@ -249,8 +272,12 @@ class DockerExecutor(CodeExecutor):
             env.update(proxy_env())
             forward = forward_args(policy.uid, policy.gid)
             system.append(egress_bind(request.proxy_socket))
+        # Shipped mounts are the volume's copies: nothing of the host's to verify inside.
         argv = prelude_argv(
-            container_argv(request.argv), verify=mounts, inputs=inputs is not None, forward=forward
+            container_argv(request.argv),
+            verify=() if shipment is not None else mounts,
+            inputs=inputs is not None,
+            forward=forward,
         )
         # A program that runs untrusted code of its own (the agent runner) starts as
         # root with only SETUID/SETGID and drops to the sandbox user itself at once;
@@ -275,7 +302,7 @@ class DockerExecutor(CodeExecutor):
             ipc_mode="private",
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            mounts=self._mount_specs(mounts, sources, inputs, system),
+            mounts=self._mount_specs(mounts, sources, inputs, system, shipment),
         )
         container_config: dict[str, Any] = api.create_container_config(
             policy.image,
@@ -301,7 +328,8 @@ class DockerExecutor(CodeExecutor):
         return warm_pool(self.address, self.flavor, size, self._connect, attach_streams)
 
     async def prepare(self, request: ExecRequest) -> None:
-        if not poolable(request) or self.config.sandbox.warm_pool == 0:
+        # (An engine elsewhere: a pooled container would need binds of this machine's.)
+        if not poolable(request) or self.config.sandbox.warm_pool == 0 or self.archives:
             return  # only requests that need nothing of their own can use the pool
         await asyncio.to_thread(self._prime, request)
 
@@ -320,7 +348,7 @@ class DockerExecutor(CodeExecutor):
     def _take_pooled(self, config: Mapping[str, Any]) -> Pooled | None:
         """A started container of ``config``, attached: from jarvisd's pool when it keeps
         one (``_handout``), else from this process's; None: start one."""
-        if not self.config.sandbox.warm_pool:
+        if not self.config.sandbox.warm_pool or self.archives:
             return None
         shared = handout_dir(self.address, config)
         taken = self._claim_shared(shared)
@@ -366,11 +394,26 @@ class DockerExecutor(CodeExecutor):
         # Private directories above a mount (root's 0700 home): a traversable empty
         # directory over each, so the sandbox user reaches the mount (``_covers``).
         targets = [*(str(m.target) for m in mounts), *(t for _, t, _ in request.system_binds)]
-        cover_dir, cover_binds = make_covers(covers(targets, policy.uid, policy.gid, ["/tmp"]))
+        covered = covers(targets, policy.uid, policy.gid, ["/tmp"])
+        # Named first: a create the engine finishes after we gave up on it can still be
+        # found and removed.
+        name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
+        shipment: Shipment | None = None
+        cover_dir: Path | None = None
         try:
-            with self._engine_sources(mounts) as sources:
+            if self.archives:
+                labels = {LABEL: "1", OWNER_LABEL: _owner()}
+                shipment = ship(
+                    api, self.engine, policy, name, labels, self.limits, mounts, inputs, covered
+                )
+                cover_binds = shipment.covers
+            else:
+                cover_dir, cover_binds = make_covers(covered)
+            with self._engine_sources(mounts, shipment) as sources:
                 try:
-                    config = self._configure(request, mounts, sources, inputs, cover_binds)
+                    config = self._configure(
+                        request, mounts, sources, inputs, cover_binds, shipment
+                    )
                     # A pooled container fits only a request with nothing of its own.
                     taken = self._take_pooled(config) if poolable(request) else None
                     if taken is not None:  # started and attached: the run's from now on
@@ -380,9 +423,6 @@ class DockerExecutor(CodeExecutor):
                         )  # fmt: skip
                         channel.scratch = cover_dir
                         return channel
-                    # Named first: a create the engine finishes after we gave up on
-                    # it can still be found and removed.
-                    name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
                     try:
                         container_id = api.create_container_from_config(config, name)["Id"]
                     except Exception as exc:
@@ -410,12 +450,27 @@ class DockerExecutor(CodeExecutor):
         except BaseException:
             _remove_tree(inputs)
             _remove_tree(cover_dir)
+            if shipment is not None:
+                shipment.remove()
             raise
         channel = DockerChannel(
             loop, api, container_id, sock, request.timeout, inputs, policy, self.engine, stdin_sock
         )
         channel.scratch = cover_dir
+        if shipment is not None:
+            channel.after = _bring_back(shipment)
         return channel
+
+
+def _bring_back(shipment: Shipment) -> Callable[[bool], None]:
+    def after(stalled: bool) -> None:
+        try:
+            if not stalled:  # (the engine would not answer: its files are lost with it)
+                shipment.bring_back()
+        finally:
+            shipment.remove()
+
+    return after
 
 
 def poolable(request: ExecRequest) -> bool:

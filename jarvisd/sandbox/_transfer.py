@@ -1,0 +1,210 @@
+"""A run's files on an engine that cannot see this machine's (one elsewhere, or
+``sandbox.docker_remote``): archives in, and back out for ``:rw`` mounts.
+
+Per run, a labelled volume holds one directory per thing the sandbox needs: jarvis's
+code, the run's input files, each mount, each cover (``_covers``). The archive goes
+into it through a *loader*: a container of the sandbox image that is created, never
+started, with the volume at LOAD_DIR (``put_archive`` into a read-only root file system
+is refused, into a volume it is not). The sandbox's container then binds those
+directories, at the paths on the engine's machine the volume reports, where it would
+have bound this machine's: so a read-only mount is read-only (a read-only volume refuses
+``put_archive``), and a ``:rw`` mount's root belongs to the sandbox user (a volume's own
+root stays root's whatever the archive says).
+
+When the container is gone, each ``:rw`` mount's directory comes back with
+``get_archive`` through the loader, is checked and applied (``_archive.write_back``),
+and the loader and the volume are removed. What a crash leaves behind carries the
+sandbox's labels and is swept like its containers (``_engine.sweep_orphans``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._errors import SandboxError
+from ._archive import ArchiveLimits, Packer, write_back
+from ._copy import NameFilter
+from ._engine import Engine, _no_answer, _translate
+from ._mounts import BLOCKED_PATTERNS, Mount, pin
+from ._policy import CODE_ROOT, SandboxPolicy, code_dirs
+
+__all__ = ["LOAD_DIR", "Shipment", "ship"]
+
+log = logging.getLogger(__name__)
+
+#: Where the loader has the run's volume.
+LOAD_DIR = "/x"
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+
+
+@dataclass
+class Shipment:
+    """One run's volume and loader on the engine, and what must come back."""
+
+    api: Any
+    engine: Engine
+    name: str
+    limits: ArchiveLimits
+    names: NameFilter
+    loader: str = ""
+    mountpoint: str = ""
+    #: (source on the engine's machine, target, read_only): in place of binds.
+    code: list[tuple[str, str, bool]] = field(default_factory=list)
+    inputs: str = ""
+    mounts: list[str] = field(default_factory=list)
+    covers: list[tuple[str, str, bool]] = field(default_factory=list)
+    #: (mount, its directory in the volume, the paths sent): to bring back.
+    writable: list[tuple[Mount, str, set[str]]] = field(default_factory=list)
+
+    @property
+    def volume(self) -> str:
+        return f"{self.name}-files"
+
+    def source(self, arc: str) -> str:
+        return f"{self.mountpoint}/{arc}"
+
+    def bring_back(self) -> None:
+        """Apply each ``:rw`` mount's tree as the sandbox left it to the host's."""
+        for mount, arc, sent in self.writable:
+            try:
+                chunks, _stat = self.api.get_archive(self.loader, f"{LOAD_DIR}/{arc}/.")
+            except Exception as exc:
+                raise _translate(exc, f"fetch the change to {mount.source}") from exc
+            root = pin(mount)
+            try:
+                done = write_back(chunks, root, sent, self.limits, self.names, str(mount.source))
+            finally:
+                os.close(root)
+            if done.skipped:
+                log.warning(
+                    "sandbox: not written back to %s (blocked names, devices, FIFOs): %s",
+                    mount.source,
+                    ", ".join(done.skipped[:10]),
+                )
+
+    def remove(self) -> None:
+        import docker.errors
+        import requests.exceptions
+
+        quiet = (docker.errors.DockerException, requests.exceptions.RequestException)
+        if self.loader:
+            try:
+                self.api.remove_container(self.loader, force=True)
+            except Exception as exc:
+                if _no_answer(exc):
+                    self.engine.remove_later(self.loader)
+                    return  # its volume goes when the sweep finds it
+                if not isinstance(exc, quiet):
+                    raise
+        with contextlib.suppress(*quiet):
+            self.api.remove_volume(self.volume, force=True)
+
+
+def ship(
+    api: Any,
+    engine: Engine,
+    policy: SandboxPolicy,
+    name: str,
+    labels: dict[str, str],
+    limits: ArchiveLimits,
+    mounts: Sequence[Mount],
+    inputs: Path | None,
+    covers: Sequence[str],
+) -> Shipment:
+    """Pack what the run needs, create its volume and loader, send the archive."""
+    names = NameFilter(BLOCKED_PATTERNS)
+    shipment = Shipment(api, engine, name, limits, names)
+    packer = Packer(limits, names)
+    try:
+        packer.add_dir("code", (0, 0), 0o755)
+        for key, path in sorted(code_dirs().items()):
+            with _opened(path) as fd:
+                packer.add_tree(f"code/{key}", fd, (0, 0), filtered=False)
+            shipment.code.append((f"code/{key}", f"{CODE_ROOT}/{key}", True))
+        if inputs is not None:
+            with _opened(inputs) as fd:
+                packer.add_tree("inputs", fd, (0, 0), filtered=False)
+            shipment.inputs = "inputs"
+        for i, mount in enumerate(mounts):
+            fd = pin(mount)
+            try:
+                if not os.path.isdir(f"/proc/self/fd/{fd}"):
+                    raise SandboxError(
+                        f"{mount.source} is a file: on an engine on another machine only "
+                        "directories can be mounted (they travel as archives); mount its "
+                        "directory"
+                    )
+                owner = (0, 0) if mount.read_only else (policy.uid, policy.gid)
+                sent = packer.add_tree(f"m{i}", fd, owner, filtered=True)
+            finally:
+                os.close(fd)
+            shipment.mounts.append(f"m{i}")
+            if not mount.read_only:
+                shipment.writable.append((mount, f"m{i}", sent))
+        for i, cover in enumerate(covers):
+            packer.add_dir(f"c{i}", (0, 0), 0o711)
+            # Read-write for the engine, which makes the mount points in it (as _covers).
+            shipment.covers.append((f"c{i}", cover, False))
+        archive = packer.finish()
+        _load(shipment, policy.image, labels, archive)
+    except BaseException:
+        packer.close()
+        shipment.remove()
+        raise
+    packer.close()
+    shipment.code = [(shipment.source(a), t, ro) for a, t, ro in shipment.code]
+    shipment.covers = [(shipment.source(a), t, ro) for a, t, ro in shipment.covers]
+    if shipment.inputs:
+        shipment.inputs = shipment.source(shipment.inputs)
+    shipment.mounts = [shipment.source(a) for a in shipment.mounts]
+    return shipment
+
+
+def _load(shipment: Shipment, image: str, labels: dict[str, str], archive: Any) -> None:
+    from docker.types import Mount as DockerMount
+
+    api = shipment.api
+    doing = "create the run's volume"
+    try:
+        api.create_volume(shipment.volume, labels=labels)
+        doing = "create the run's loader"
+        host_config = api.create_host_config(
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            mounts=[DockerMount(LOAD_DIR, shipment.volume, type="volume")],
+        )
+        config = api.create_container_config(
+            image, ["true"], network_disabled=True, host_config=host_config, labels=labels
+        )
+        loader = f"{shipment.name}-load"
+        try:
+            shipment.loader = api.create_container_from_config(config, loader)["Id"]
+        except Exception as exc:
+            if _no_answer(exc):
+                shipment.engine.remove_later(loader)
+            raise
+        doing = "send the run's files to the engine"
+        api.put_archive(shipment.loader, LOAD_DIR, archive)
+        shipment.mountpoint = api.inspect_volume(shipment.volume)["Mountpoint"]
+    except SandboxError:
+        raise
+    except Exception as exc:
+        if _no_answer(exc):
+            raise shipment.engine.stalled(doing) from exc
+        raise _translate(exc, doing) from exc
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Any:
+    fd = os.open(path, _O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
