@@ -97,24 +97,31 @@ class Packer:
         self._tar.addfile(info)
 
     def add_tree(
-        self, name: str, root_fd: int, owner: tuple[int, int], *, filtered: bool
+        self, name: str, root_fd: int, owner: tuple[int, int] | None, *, filtered: bool
     ) -> set[str]:
         """The directory ``root_fd`` (any descriptor of it, ``O_PATH`` too) as ``name``;
+        ``owner``: of every entry (None: each its own, as a bind shows them);
         ``filtered``: blocked names are left out. Returns the paths sent, relative."""
         sent: set[str] = set()
         if filtered:
             self._filtered.add(name)
         fd = os.open(".", _DIR, dir_fd=root_fd)
         try:
-            mode = os.fstat(fd).st_mode
-            self.add_dir(name, owner, stat.S_IMODE(mode) | 0o700)
+            info = os.fstat(fd)
+            self.add_dir(name, owner or (info.st_uid, info.st_gid), stat.S_IMODE(info.st_mode))
             self._walk(fd, name, "", owner, filtered, sent)
         finally:
             os.close(fd)
         return sent
 
     def _walk(
-        self, fd: int, top: str, rel: str, owner: tuple[int, int], filtered: bool, sent: set[str]
+        self,
+        fd: int,
+        top: str,
+        rel: str,
+        owner: tuple[int, int] | None,
+        filtered: bool,
+        sent: set[str],
     ) -> None:
         with os.scandir(fd) as listing:
             entries = sorted(listing, key=lambda e: e.name)
@@ -124,7 +131,7 @@ class Packer:
                 continue  # never leaves the host
             info = entry.stat(follow_symlinks=False)
             member = tarfile.TarInfo(f"{top}/{path}")
-            member.uid, member.gid = owner
+            member.uid, member.gid = owner or (info.st_uid, info.st_gid)
             member.mtime = int(info.st_mtime)
             member.mode = stat.S_IMODE(info.st_mode) & 0o777
             if stat.S_ISLNK(info.st_mode):
@@ -133,7 +140,6 @@ class Packer:
                 self._tar.addfile(member)
             elif stat.S_ISDIR(info.st_mode):
                 member.type = tarfile.DIRTYPE
-                member.mode |= 0o700
                 self._count(0)
                 self._tar.addfile(member)
                 child = os.open(entry.name, _DIR, dir_fd=fd)
@@ -214,11 +220,9 @@ def _checked_members(
     links: set[str] = set()
     special: list[str] = []
     total = files = 0
+    regular: dict[str, tarfile.TarInfo] = {}
     for member in tar:
-        name = member.name
-        while name.startswith("./"):
-            name = name[2:]
-        name = name.rstrip("/")
+        name = _normal(member.name)
         if name in ("", "."):
             continue
         parts = name.split("/")
@@ -237,8 +241,22 @@ def _checked_members(
             raise limits.too_large(f"the change to {what}")
         if member.issym():
             links.add(name)
+        if member.isreg():
+            regular[name] = member
+        if member.islnk():  # a hard link in the tree: a copy of its file here
+            linked = regular.get(_normal(member.linkname))
+            if linked is None:
+                special.append(name)
+                continue
+            member = linked
         found.append((name, member))
     return found, special
+
+
+def _normal(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.rstrip("/")
 
 
 def _blocked(names: NameFilter, name: str) -> bool:
@@ -336,9 +354,6 @@ def _apply(tar: tarfile.TarFile, root: int, name: str, member: tarfile.TarInfo, 
             _clear(fd, last, info, keep_dir=False)
             os.symlink(member.linkname, last, dir_fd=fd)
             return
-        if member.islnk():  # a hard link in the tree: a copy of its file here
-            linked = tar.getmember(member.linkname)
-            mode, member = linked.mode & 0o777, linked
         if (
             info is not None
             and stat.S_ISREG(info.st_mode)

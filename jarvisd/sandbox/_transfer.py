@@ -8,8 +8,9 @@ started, with the volume at LOAD_DIR (``put_archive`` into a read-only root file
 is refused, into a volume it is not). The sandbox's container then binds those
 directories, at the paths on the engine's machine the volume reports, where it would
 have bound this machine's: so a read-only mount is read-only (a read-only volume refuses
-``put_archive``), and a ``:rw`` mount's root belongs to the sandbox user (a volume's own
-root stays root's whatever the archive says).
+``put_archive``), and a mount's root has its owner and mode (a volume's own root stays
+root's whatever the archive says). Entries keep their owners and modes, as a bind shows
+them.
 
 When the container is gone, each ``:rw`` mount's directory comes back with
 ``get_archive`` through the loader, is checked and applied (``_archive.write_back``),
@@ -140,8 +141,8 @@ def ship(
                         "directories can be mounted (they travel as archives); mount its "
                         "directory"
                     )
-                owner = (0, 0) if mount.read_only else (policy.uid, policy.gid)
-                sent = packer.add_tree(f"m{i}", fd, owner, filtered=True)
+                # Owners and modes as a bind would show them.
+                sent = packer.add_tree(f"m{i}", fd, None, filtered=True)
             finally:
                 os.close(fd)
             shipment.mounts.append(f"m{i}")
