@@ -20,7 +20,7 @@ import pytest
 
 from jarvisd._config import Config, SandboxConfig
 from jarvisd._errors import SandboxUnavailable
-from jarvisd.sandbox._policy import SANDBOX_GID, SANDBOX_UID
+from jarvisd.sandbox._policy import OWNER_LABEL, SANDBOX_GID, SANDBOX_UID
 from tests.conftest import require
 
 from .conftest import engine_problem
@@ -283,3 +283,38 @@ def test_jarvis_code_on_a_remote_engine_fixes_applies_and_never_sends_env(
     assert (project / "calc.py").read_text() == FIXED
     assert (project / ".env").read_text() == "API_KEY=hunter2\n"
     assert _leftovers(tls_engine) == []
+
+
+def test_what_a_crash_leaves_on_the_engine_is_swept(tls_engine: TlsEngine) -> None:
+    """A run's volume and loader, labelled with an owner that is gone (jarvisd killed
+    between the load and the removal), go with the daemon's sweep at start."""
+    from jarvisd.sandbox import sweep_orphans
+
+    labels = ["--label", "jarvis.sandbox=1", "--label", f"{OWNER_LABEL}=gone-host:999999999"]
+    made = subprocess.run(tls_engine.cli("volume", "create", *labels, "jarvis-sandbox-x-files"),
+                          capture_output=True, text=True)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    loader = subprocess.run(
+        tls_engine.cli("create", *labels, "--network", "none", "--read-only", "-v",
+                       "jarvis-sandbox-x-files:/x", SandboxConfig().image, "true"),
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert loader.returncode == 0, loader.stderr
+    removed = sweep_orphans(_remote(tls_engine))
+    assert "jarvis-sandbox-x-files" in removed and loader.stdout.strip() in removed
+    assert _leftovers(tls_engine) == []
+
+
+def test_what_needs_this_machine_is_refused_on_an_engine_elsewhere(tmp_path: Path) -> None:
+    """Network access goes through a proxy's socket on this machine: an engine elsewhere
+    cannot bind it. Refused with the reason, before any connection (192.0.2.1)."""
+    conf = tmp_path / "config.toml"
+    tls = tmp_path / "tls"
+    tls.mkdir()
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tls / name).write_text("unused")
+    conf.write_text(f'[sandbox]\ndocker_host = "tcp://192.0.2.1:2376"\ndocker_tls = "{tls}"\n')
+    done = _jarvis(conf, "sandbox", "run", "--allow-net", "example.com", "--", "true")
+    assert done.returncode != 0
+    assert b"cannot reach this machine's sockets" in done.stderr, done.stderr
+    assert b"Traceback" not in done.stderr
