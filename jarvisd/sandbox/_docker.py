@@ -468,7 +468,10 @@ def _bring_back(shipment: Shipment) -> Callable[[bool], None]:
             if not stalled:  # (the engine would not answer: its files are lost with it)
                 shipment.bring_back()
         finally:
-            shipment.remove()
+            # Not on the run's time (two engine calls, about a second on a loaded
+            # machine); not a daemon thread, so a process that ends waits for it, and
+            # what a crash leaves is swept at the daemon's next start.
+            threading.Thread(target=shipment.remove, name="sandbox-unship").start()
 
     return after
 

@@ -33,7 +33,7 @@ from ._archive import ArchiveLimits, Packer, write_back
 from ._copy import NameFilter
 from ._engine import Engine, _no_answer, _translate
 from ._mounts import BLOCKED_PATTERNS, Mount, pin
-from ._policy import CODE_ROOT, SandboxPolicy, code_dirs
+from ._policy import CODE_ROOT, SandboxPolicy, code_dirs, ensure_bytecode
 
 __all__ = ["LOAD_DIR", "Shipment", "ship"]
 
@@ -123,11 +123,8 @@ def ship(
     shipment = Shipment(api, engine, name, limits, names)
     packer = Packer(limits, names)
     try:
-        packer.add_dir("code", (0, 0), 0o755)
-        for key, path in sorted(code_dirs().items()):
-            with _opened(path) as fd:
-                packer.add_tree(f"code/{key}", fd, (0, 0), filtered=False)
-            shipment.code.append((f"code/{key}", f"{CODE_ROOT}/{key}", True))
+        code = _code_archive(limits)
+        shipment.code = [(f"code/{key}", f"{CODE_ROOT}/{key}", True) for key in sorted(code_dirs())]
         if inputs is not None:
             with _opened(inputs) as fd:
                 packer.add_tree("inputs", fd, (0, 0), filtered=False)
@@ -153,7 +150,7 @@ def ship(
             # Read-write for the engine, which makes the mount points in it (as _covers).
             shipment.covers.append((f"c{i}", cover, False))
         archive = packer.finish()
-        _load(shipment, policy.image, labels, archive)
+        _load(shipment, policy.image, labels, [code, archive])
     except BaseException:
         packer.close()
         shipment.remove()
@@ -167,19 +164,39 @@ def ship(
     return shipment
 
 
-def _load(shipment: Shipment, image: str, labels: dict[str, str], archive: Any) -> None:
+def _code_archive(limits: ArchiveLimits) -> bytes:
+    """jarvis's own packages as a tar (``code/NAME``), with their bytecode so the sandbox
+    does not compile them at every start: made once per process (as ``ensure_bytecode``
+    is run once: a file edited since is still correct inside, only slower to start)."""
+    dirs = code_dirs()
+    key = tuple(sorted((k, str(p)) for k, p in dirs.items()))
+    if key not in _CODE:
+        ensure_bytecode(dirs)
+        packer = Packer(limits, NameFilter(()))
+        try:
+            packer.add_dir("code", (0, 0), 0o755)
+            for name, path in sorted(dirs.items()):
+                with _opened(path) as fd:
+                    packer.add_tree(f"code/{name}", fd, (0, 0), filtered=False)
+            _CODE[key] = packer.finish().read()
+        finally:
+            packer.close()
+    return _CODE[key]
+
+
+_CODE: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
+def _load(shipment: Shipment, image: str, labels: dict[str, str], archives: list[Any]) -> None:
     from docker.types import Mount as DockerMount
 
     api = shipment.api
-    doing = "create the run's volume"
+    doing = "create the run's volume and loader"
     try:
-        api.create_volume(shipment.volume, labels=labels)
-        doing = "create the run's loader"
+        # The engine makes the volume, labelled, with the loader: one call less.
+        volume = DockerMount(LOAD_DIR, shipment.volume, type="volume", labels=labels)
         host_config = api.create_host_config(
-            network_mode="none",
-            read_only=True,
-            cap_drop=["ALL"],
-            mounts=[DockerMount(LOAD_DIR, shipment.volume, type="volume")],
+            network_mode="none", read_only=True, cap_drop=["ALL"], mounts=[volume]
         )
         config = api.create_container_config(
             image, ["true"], network_disabled=True, host_config=host_config, labels=labels
@@ -192,7 +209,8 @@ def _load(shipment: Shipment, image: str, labels: dict[str, str], archive: Any) 
                 shipment.engine.remove_later(loader)
             raise
         doing = "send the run's files to the engine"
-        api.put_archive(shipment.loader, LOAD_DIR, archive)
+        for archive in archives:
+            api.put_archive(shipment.loader, LOAD_DIR, archive)
         shipment.mountpoint = api.inspect_volume(shipment.volume)["Mountpoint"]
     except SandboxError:
         raise

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -164,14 +165,20 @@ def _remote(engine: TlsEngine, root: Path | None = None) -> Config:
     )  # fmt: skip
 
 
-def _leftovers(engine: TlsEngine) -> list[str]:
-    out = []
-    for kind in ("volume", "container"):
-        args = ["ls", "-q"] if kind == "volume" else ["ls", "-aq"]
-        listed = subprocess.run(engine.cli(kind, *args, "--filter", "label=jarvis.sandbox"),
-                                capture_output=True, text=True, check=True)  # fmt: skip
-        out += listed.stdout.split()
-    return out
+def _leftovers(engine: TlsEngine, wait: float = 60) -> list[str]:
+    """The sandbox's volumes and containers on the engine, once they are gone or after
+    ``wait`` seconds (a run's volume is removed in the background after it ends)."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = []
+        for kind in ("volume", "container"):
+            args = ["ls", "-q"] if kind == "volume" else ["ls", "-aq"]
+            listed = subprocess.run(engine.cli(kind, *args, "--filter", "label=jarvis.sandbox"),
+                                    capture_output=True, text=True, check=True)  # fmt: skip
+            out += listed.stdout.split()
+        if not out or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
 
 
 def test_a_sandboxed_run_with_an_rw_mount_travels_as_archives(
