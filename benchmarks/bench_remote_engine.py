@@ -92,8 +92,9 @@ def run(env: BenchEnv) -> list[Row]:
             for _ in range(runs):
                 ours.append(await sandboxed(tls))
                 base.append(await sandboxed(local))
-            await sandboxed(remote, mounted)
-            await sandboxed(binds, mounted)
+            for _ in range(env.warmups()):
+                await sandboxed(remote, mounted)
+                await sandboxed(binds, mounted)
             for _ in range(runs):
                 shipped.append(await sandboxed(remote, mounted))
                 bound.append(await sandboxed(binds, mounted))

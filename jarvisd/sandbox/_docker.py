@@ -14,6 +14,11 @@ and attached before it starts; the program's stdin is the attach socket. A reque
 nothing of its own (:func:`poolable`) takes a container of the warm pool instead
 (``_pool``): started and attached earlier, its program waiting for its first frame.
 
+An engine on another machine (``_remote.is_remote``, or ``sandbox.docker_remote``) sees
+none of this machine's files: jarvis's code, the inputs and the mounts travel to it as
+archives and ``:rw`` mounts come back the same way (``_transfer``, ``_archive``); there
+is no warm pool, and what needs this machine's sockets (egress) is refused.
+
 Mounts hold against swaps between the check and the engine's bind (the engine resolves
 path strings itself): as root, with the engine in our mount namespace, the engine is
 given private binds of exactly what was checked (``_staging``); always, the prelude
@@ -128,6 +133,8 @@ class DockerExecutor(CodeExecutor):
         )
         self._client: Any = None
         self._lock = threading.Lock()
+        #: Removals of runs' volumes under way (``_bring_back``).
+        self._unshipping: list[threading.Thread] = []
         #: Whether mounts are staged for the engine (decided at the first mount).
         self.staging: bool | None = None
         #: The engine cannot see this machine's files: what a sandbox needs travels as
@@ -148,6 +155,10 @@ class DockerExecutor(CodeExecutor):
             return self._client
 
     def close(self) -> None:
+        with self._lock:
+            pending, self._unshipping = self._unshipping, []
+        for thread in pending:  # they use the client
+            thread.join(timeout=2 * self.config.sandbox.engine_timeout)
         with self._lock:
             if self._client is not None:
                 self._client.close()
@@ -458,22 +469,25 @@ class DockerExecutor(CodeExecutor):
         )
         channel.scratch = cover_dir
         if shipment is not None:
-            channel.after = _bring_back(shipment)
+            channel.after = self._bring_back(shipment)
         return channel
 
+    def _bring_back(self, shipment: Shipment) -> Callable[[bool], None]:
+        def after(stalled: bool) -> None:
+            try:
+                if not stalled:  # (the engine would not answer: its files are lost with it)
+                    shipment.bring_back()
+            finally:
+                # Not on the run's time (two engine calls, about a second on a loaded
+                # machine); close() waits for it, and what a crash leaves is swept at
+                # the daemon's next start.
+                thread = threading.Thread(target=shipment.remove, name="sandbox-unship")
+                with self._lock:
+                    self._unshipping = [t for t in self._unshipping if t.is_alive()]
+                    self._unshipping.append(thread)
+                thread.start()
 
-def _bring_back(shipment: Shipment) -> Callable[[bool], None]:
-    def after(stalled: bool) -> None:
-        try:
-            if not stalled:  # (the engine would not answer: its files are lost with it)
-                shipment.bring_back()
-        finally:
-            # Not on the run's time (two engine calls, about a second on a loaded
-            # machine); not a daemon thread, so a process that ends waits for it, and
-            # what a crash leaves is swept at the daemon's next start.
-            threading.Thread(target=shipment.remove, name="sandbox-unship").start()
-
-    return after
+        return after
 
 
 def poolable(request: ExecRequest) -> bool:
