@@ -226,6 +226,44 @@ def test_a_sandboxed_run_with_an_rw_mount_travels_as_archives(
     assert _leftovers(tls_engine) == []
 
 
+def test_an_env_file_added_after_the_mount_check_never_reaches_the_engine(
+    tls_engine: TlsEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mount check refuses a tree holding ``.env``; one written after the check (a
+    race with the user's own tools) is left out of the archive all the same."""
+    from jarvisd.executors import ExecRequest
+    from jarvisd.sandbox import DockerExecutor
+
+    root = tmp_path / "allowed"
+    ws = root / "ws"
+    ws.mkdir(parents=True)
+    (ws / "a.py").write_text("a")
+    executor = DockerExecutor(_remote(tls_engine, root))
+    check_all = executor.mounts.check_all
+
+    def then_a_secret(requests: list[str]) -> object:
+        checked = check_all(requests)
+        (ws / ".env").write_text("API_KEY=hunter2")
+        (ws / "deploy.pem").write_text("-----BEGIN PRIVATE KEY-----")
+        return checked
+
+    monkeypatch.setattr(executor.mounts, "check_all", then_a_secret)
+    program = f"import os; print(sorted(os.listdir({str(ws)!r})))"
+
+    async def go() -> str:
+        channel = await executor.open(
+            ExecRequest(argv=["python3", "-c", program], mounts=(str(ws),), timeout=60)
+        )
+        result = await channel.wait()
+        assert result.exit_code == 0, result.stderr
+        return result.stdout
+
+    try:
+        assert asyncio.run(go()).strip() == "['a.py']"
+    finally:
+        executor.close()
+
+
 def test_a_codeact_session_runs_on_a_remote_engine(tls_engine: TlsEngine) -> None:
     """jarvis's own code reaches the engine as an archive too: the REPL runs from it."""
     from jarvisd.agents._repl import ReplSession
@@ -251,7 +289,7 @@ def test_a_codeact_session_runs_on_a_remote_engine(tls_engine: TlsEngine) -> Non
 
 
 def test_jarvis_code_on_a_remote_engine_fixes_applies_and_never_sends_env(
-    tls_engine: TlsEngine, tmp_path: Path
+    tls_engine: TlsEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The workspace travels as an archive and its change comes back: the diff is the
     fix, apply makes the project's test pass; the project's .env is in no archive."""
@@ -260,8 +298,18 @@ def test_jarvis_code_on_a_remote_engine_fixes_applies_and_never_sends_env(
     from jarvisd.code import CodeStore, apply, prepare
     from jarvisd.engines import ScriptedEngine
     from jarvisd.runs import AgentSpec, run_spec
+    from jarvisd.sandbox import _docker
     from tests.code.conftest import CALC, FIXED, TEST, git
 
+    shipped: list[str] = []
+    ship = _docker.ship
+
+    def spy(*args: object) -> object:
+        shipment = ship(*args)  # type: ignore[arg-type]
+        shipped.extend(str(m.source) for m, _arc, _sent in shipment.writable)
+        return shipment
+
+    monkeypatch.setattr(_docker, "ship", spy)
     project = tmp_path / "project"
     project.mkdir()
     git(project, "init", "-q", "-b", "main")
@@ -282,6 +330,7 @@ def test_jarvis_code_on_a_remote_engine_fixes_applies_and_never_sends_env(
     outcome = asyncio.run(run_spec(spec, RunContext(), _remote(tls_engine), engine))
     assert outcome.ok, outcome.failure
     assert "ENV False" in engine.calls[1].messages[-1].content
+    assert shipped == [str(Path(ws.path).resolve())]  # as an archive, not a bind
     code = outcome.metadata["code"]
     assert code["files"] == [{"status": "M", "path": "calc.py"}]
     assert code["test_before"]["passed"] is False, code
