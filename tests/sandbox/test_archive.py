@@ -183,3 +183,20 @@ def test_the_change_is_bounded_in_bytes_and_files(dest: tuple[Path, int]) -> Non
     with pytest.raises(SandboxError, match=r"sandbox\.archive_max_files"):
         _back(_tar(*[(f"f{i}", "f", b"") for i in range(5)]), fd, limits=ArchiveLimits(4000, 4))
     assert os.listdir(root) == []
+
+
+def test_deleting_what_is_gone_never_follows_a_link_the_sandbox_put_in_its_place(
+    dest: tuple[Path, int], tmp_path: Path
+) -> None:
+    """The sandbox replaced the directory ``sub`` (sent with ``sub/k.py``) by a link to
+    a directory outside: ``sub/k.py`` is gone from its tree, but deleting it through
+    the link would delete the outside's ``k.py``."""
+    root, fd = dest
+    (root / "sub").mkdir()
+    (root / "sub" / "k.py").write_text("k")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "k.py").write_text("theirs")
+    _back(_tar(("sub", "l", str(outside))), fd, frozenset({"sub", "sub/k.py"}))
+    assert os.readlink(root / "sub") == str(outside)
+    assert (outside / "k.py").read_text() == "theirs"
