@@ -123,6 +123,16 @@ def _print_info(info: TaskInfo) -> None:
             click.echo(visible(info.result.get("answer", ""), lines=True))
 
 
+def _check_labels(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    for item in value:
+        key, eq, _ = item.partition("=")
+        if not (eq and key.strip()):
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
+    return value
+
+
 @click.group()
 def task() -> None:
     """Hand long tasks to jarvisd: submit, list, show, logs, wait, cancel, approve, deny."""
@@ -140,19 +150,35 @@ def task() -> None:
 @click.option(
     "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
 )
+@click.option(
+    "--node-label",
+    "node_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_check_labels,
+    help="On a Ray cluster, run only on a node with this label (ray start --labels); "
+    "repeatable, added to [cluster] require. A task no node can take is refused.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 def submit(
-    text: str, watch: str | None, timeout: float | None, as_json: bool, **run_values: Any
+    text: str,
+    watch: str | None,
+    timeout: float | None,
+    node_labels: tuple[str, ...],
+    as_json: bool,
+    **run_values: Any,
 ) -> None:
     """Submit TEXT as a task; prints its id at once (the daemon stores it first).
 
     Takes the same run options as `jarvis ask`; the daemon checks the agent, its
-    options and tools before it queues the task."""
+    options and tools before it queues the task (and, on a Ray cluster, that a
+    live node can take it)."""
+    import dataclasses
     import os
 
     if not text.strip():
         raise UsageError("the task text is empty")
-    spec = build_spec(text, **run_values)
+    spec = dataclasses.replace(build_spec(text, **run_values), node_labels=node_labels)
     info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
     click.echo(json.dumps(info.to_dict()) if as_json else info.id)
 

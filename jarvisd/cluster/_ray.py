@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
 
-from ._placement import needs, unmet
+from ._placement import NodeInfo, labels, needs, unmet
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -47,6 +47,7 @@ class RayBackend:
             RELAY_MODULE,
             self.address,
             json.dumps(needs(spec, config), sort_keys=True),
+            json.dumps(labels(spec, config), sort_keys=True),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
@@ -55,23 +56,24 @@ class RayBackend:
 
     def __init__(self, address: str = "auto") -> None:
         self.address = address
-        self._nodes: list[dict[str, float]] | None = None
+        self._nodes: list[NodeInfo] | None = None
         self._probed = 0.0
         self._lock = threading.Lock()
 
     def check(self, spec: AgentSpec, config: Config) -> None:
         """Refuse a task no live node has the resources for. A cluster that cannot be
         reached refuses nothing: the task waits in the queue, and its run says why."""
+        wanted, where = needs(spec, config), labels(spec, config)  # a bad label: refused
         nodes = self._live_nodes(config)
         if nodes is None:
             return
-        why = unmet(needs(spec, config), nodes)
+        why = unmet(wanted, nodes, where)
         if why:
             raise UsageError(
                 f"{why}: start a node that has them (ray start --resources ...), or ask for less"
             )
 
-    def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
+    def _live_nodes(self, config: Config) -> list[NodeInfo] | None:
         """The live nodes' resources (None: the cluster did not answer), asked of the
         cluster at most every few seconds: a burst of submits costs one probe."""
         with self._lock:
@@ -81,7 +83,7 @@ class RayBackend:
             self._probed = time.monotonic()
             return self._nodes
 
-    def _probe(self) -> list[dict[str, float]] | None:
+    def _probe(self) -> list[NodeInfo] | None:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", PROBE_MODULE, self.address],
@@ -91,8 +93,7 @@ class RayBackend:
                 check=False,
             )
             if done.returncode == 0:
-                nodes: list[dict[str, float]] = json.loads(done.stdout)
-                return nodes
+                return [NodeInfo.from_dict(n) for n in json.loads(done.stdout)]
             why = done.stderr.strip()[-500:]
         except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             why = str(exc)

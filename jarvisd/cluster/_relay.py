@@ -2,7 +2,7 @@
 the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
 resources) and carries its frames both ways, in order.
 
-Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON``. Nothing secret is on
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON]``. Nothing secret is on
 that command line or in any Ray call's arguments that Ray's dashboard shows: the start
 frame (the config, credentials' names) travels in the frame stream, as for a local
 worker. The daemon reads this process's exit status as a worker's:
@@ -30,7 +30,7 @@ from typing import IO, Any, NoReturn
 from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import ErrorFrame, EventFrame, encode
 
-from ._placement import unmet
+from ._placement import NodeInfo, unmet
 
 log = logging.getLogger("jarvisd.cluster.relay")
 
@@ -116,6 +116,7 @@ def main(argv: list[str]) -> NoReturn:
         format="%(asctime)s relay[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     address, wanted = argv[0], json.loads(argv[1])
+    labels: dict[str, str] = json.loads(argv[2]) if len(argv) > 2 else {}
     keep_loopback(address)
     try:
         import ray
@@ -127,15 +128,18 @@ def main(argv: list[str]) -> NoReturn:
     if why:
         _fail(out, "failed", why)
     try:
-        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        nodes = [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:
         _fail(out, "failed", f"the Ray cluster at {address} did not list its nodes: {exc}")
-    why = unmet(wanted, nodes)
+    why = unmet(wanted, nodes, labels)
     if why:
         _fail(out, "usage", f"{why}: no node can run this task")
+    # Only on a node with these labels ([cluster] require, --node-label).
+    selector: dict[str, Any] = {"label_selector": labels} if labels else {}
     actor: Any = (  # a handle: its methods are called .remote()
         ray.remote(WorkerHost)
         .options(
+            **selector,
             num_cpus=0,
             resources=wanted,
             # Tasks spread over the nodes that can take them (Ray would fill one first).

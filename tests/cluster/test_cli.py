@@ -1,0 +1,69 @@
+"""The cluster as a user meets it through the CLI, on the session's real Ray cluster:
+``[cluster] require`` and ``jarvis task submit --node-label`` narrow placement, and a
+task no node can take is refused at submit, naming what no node has.
+
+Named to run before test_ray_tasks.py, whose last test takes node A away."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jarvisd.testing import OllamaStandIn
+
+from ..daemon.conftest import DaemonProcess, SlowOnCue, script
+from .conftest import RayCluster, ray_config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[OllamaStandIn]:
+    with OllamaStandIn(SlowOnCue(fallback=script)) as server:
+        yield server
+
+
+def jarvis(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jarvisd", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_labels_narrow_placement_and_a_task_no_node_can_take_is_refused(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    daemon = DaemonProcess(isolated_dirs, standin.url)
+    # Every task must land on a node labelled zone=b: node B (A is zone=a).
+    daemon.write_config("max_concurrent = 4", ray_config(ray_cluster) + 'require = ["zone=b"]\n')
+    daemon.start()
+    try:
+        submitted = [jarvis("task", "submit", f"name a tree {i}") for i in range(3)]
+        submitted.append(jarvis("task", "submit", "--node-label", "disk=ssd", "name a rock"))
+        assert all(s.returncode == 0 for s in submitted), [s.stderr for s in submitted]
+        done = [daemon.client.wait(s.stdout.strip(), timeout=240) for s in submitted]
+        assert [d.state for d in done] == ["succeeded"] * 4, [(d.state, d.reason) for d in done]
+        # Without the label every task would spread over both nodes.
+        assert {d.node for d in done} == {ray_cluster.node_b}, daemon.log_text()
+
+        # A label no node has: refused at submit, saying which, and nothing queued.
+        before = len(daemon.client.list_tasks())
+        refused = jarvis("task", "submit", "--node-label", "gpu=a100", "name a cloud")
+        assert refused.returncode != 0
+        assert "none has label gpu=a100" in refused.stderr, refused.stderr
+        assert "zone=b" in refused.stderr  # the labels the nodes do have
+        assert len(daemon.client.list_tasks()) == before
+        # One that contradicts [cluster] require, and one that is not KEY=VALUE.
+        clash = jarvis("task", "submit", "--node-label", "zone=a", "x")
+        assert "[cluster] require asks for zone=b" in clash.stderr, clash.stderr
+        bad = jarvis("task", "submit", "--node-label", "zone", "x")
+        assert bad.returncode == 2 and "'zone' is not KEY=VALUE" in bad.stderr
+    finally:
+        daemon.terminate()
