@@ -305,6 +305,9 @@ class ClusterConfig:
     # label (`ray start --labels`), "NAME" one unit of a custom resource. Narrows placement
     # as `jarvis task submit --node-label` does; a task no node can satisfy is refused.
     require: tuple[str, ...] = ()
+    # When the cluster cannot be reached: "wait" for it (the task stays queued on the
+    # cluster, saying so), or "local": run the task as a worker on this machine.
+    fallback: Literal["wait", "local"] = "wait"
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,6 +180,8 @@ def submit(
         raise UsageError("the task text is empty")
     spec = dataclasses.replace(build_spec(text, **run_values), node_labels=node_labels)
     info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
+    if info.notice:  # e.g. the cluster is down: the task waits, or runs here
+        click.echo(f"jarvis: {info.notice}", err=True)
     click.echo(json.dumps(info.to_dict()) if as_json else info.id)
 
 

@@ -2,7 +2,8 @@
 the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
 resources) and carries its frames both ways, in order.
 
-Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON]``. Nothing secret is on
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON [FALLBACK]]``
+(FALLBACK: what to do when the cluster cannot be reached, see ``_fallback``). Nothing secret is on
 that command line or in any Ray call's arguments that Ray's dashboard shows: the start
 frame (the config, credentials' names) travels in the frame stream, as for a local
 worker. The daemon reads this process's exit status as a worker's:
@@ -30,6 +31,7 @@ from typing import IO, Any, NoReturn
 from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import ErrorFrame, EventFrame, encode
 
+from ._fallback import run_locally, wait_and_retry
 from ._placement import NodeInfo, unmet
 
 log = logging.getLogger("jarvisd.cluster.relay")
@@ -94,6 +96,11 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
     return ""
 
 
+def unreachable(address: str, fallback: str) -> str:
+    """Why the cluster is not tried now: the daemon found it down moments ago."""
+    return f"the Ray cluster at {address} cannot be reached (found so at submit; {fallback})"
+
+
 def _forward_stdin(actor: Any) -> None:
     """The daemon's frames (start, pong, cancel, approval) to the worker, one at a time
     so their order holds; its end closes the worker's stdin."""
@@ -117,16 +124,28 @@ def main(argv: list[str]) -> NoReturn:
     )
     address, wanted = argv[0], json.loads(argv[1])
     labels: dict[str, str] = json.loads(argv[2]) if len(argv) > 2 else {}
+    fallback = argv[3] if len(argv) > 3 else ""
     keep_loopback(address)
-    try:
-        import ray
-    except ImportError:
-        _fail(out, "usage", "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'")
-    from ._host import WorkerHost
-
-    why = connect(address)
+    # The daemon found the cluster down moments ago: not tried again (nor Ray imported).
+    why = unreachable(address, fallback) if fallback.endswith("-now") else ""
+    if not why:
+        try:
+            import ray
+        except ImportError:
+            _fail(
+                out,
+                "usage",
+                "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'",
+            )
+        why = connect(address)
+    if why and fallback.startswith("local"):
+        run_locally(out, why)
+    if why and fallback.startswith("wait"):
+        wait_and_retry(out, why, argv)
     if why:
         _fail(out, "failed", why)
+    from ._host import WorkerHost
+
     try:
         nodes = [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:

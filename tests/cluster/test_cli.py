@@ -6,6 +6,8 @@ Named to run before test_ray_tasks.py, whose last test takes node A away."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +17,7 @@ import pytest
 
 from jarvisd.testing import OllamaStandIn
 
+from ..conftest import require
 from ..daemon.conftest import DaemonProcess, SlowOnCue, script
 from .conftest import RayCluster, ray_config
 
@@ -65,5 +68,47 @@ def test_labels_narrow_placement_and_a_task_no_node_can_take_is_refused(
         assert "[cluster] require asks for zone=b" in clash.stderr, clash.stderr
         bad = jarvis("task", "submit", "--node-label", "zone", "x")
         assert bad.returncode == 2 and "'zone' is not KEY=VALUE" in bad.stderr
+    finally:
+        daemon.terminate()
+
+
+def test_an_unreachable_cluster_is_said_at_submit_and_the_task_runs_here_or_waits(
+    standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    """Nothing listens at 127.0.0.1:9: with ``fallback = "local"`` the task runs on
+    this machine; by default it waits for the cluster, saying so, until cancelled."""
+    require(importlib.util.find_spec("ray") is not None, "ray is not installed")
+    daemon = DaemonProcess(isolated_dirs, standin.url)
+    down = '[cluster]\nbackend = "ray"\naddress = "127.0.0.1:9"\n'
+    daemon.write_config("", down + 'fallback = "local"\n')
+    daemon.start()
+    try:
+        here = jarvis("task", "submit", "what is red")
+        assert here.returncode == 0, here.stderr
+        assert "the Ray cluster at 127.0.0.1:9 cannot be reached" in here.stderr, here.stderr
+        assert 'runs on this machine ([cluster] fallback = "local")' in here.stderr
+        info = daemon.client.wait(here.stdout.strip(), timeout=120)
+        assert info.state == "succeeded", (info.reason, daemon.log_text())
+        shown = json.loads(jarvis("task", "show", "--json", info.id).stdout)
+        assert shown["node"] == "local"
+        [placed] = [e for e in daemon.client.logs(info.id) if e.event == "task_placed"]
+        assert "cannot be reached" in placed.data["fallback"]
+
+        # The default: the task waits for the cluster (never fails for its absence).
+        loaded = daemon.client.status().config_loaded_at
+        daemon.write_config("", down)
+        daemon.wait_for(lambda: daemon.client.status().config_loaded_at != loaded, 30, "reload")
+        waits = jarvis("task", "submit", "what is blue")
+        assert "the task waits until it can" in waits.stderr, waits.stderr
+        task_id = waits.stdout.strip()
+        daemon.wait_for(
+            lambda: "cluster_waiting" in [e.event for e in daemon.client.logs(task_id)],
+            60,
+            "the task to say it waits",
+        )
+        shown = json.loads(jarvis("task", "show", "--json", task_id).stdout)
+        assert shown["state"] == "running" and shown["node"] == "ray", shown
+        daemon.client.cancel(task_id)
+        assert daemon.client.wait(task_id, timeout=60).state == "cancelled"
     finally:
         daemon.terminate()
