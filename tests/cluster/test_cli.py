@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from jarvisd.testing import OllamaStandIn
 
 from ..conftest import require
 from ..daemon.conftest import DaemonProcess, SlowOnCue, script
+from ..sandbox.conftest import engine_problem
 from .conftest import RayCluster, ray_config
 
 pytestmark = pytest.mark.slow
@@ -112,3 +114,40 @@ def test_an_unreachable_cluster_is_said_at_submit_and_the_task_runs_here_or_wait
         assert daemon.client.wait(task_id, timeout=60).state == "cancelled"
     finally:
         daemon.terminate()
+
+
+@pytest.mark.docker
+def test_cluster_doctor_checks_every_node_and_names_what_is_wrong(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    require(not engine_problem(), engine_problem())  # node B's checks use the engine
+    config = Path(os.environ["JARVIS_CONFIG_DIR"]) / "config.toml"
+    base = f'[engine]\ndefault = "ollama"\n[engine.ollama]\nhost = "{standin.url}"\n'
+    config.write_text(base + ray_config(ray_cluster))
+    good = jarvis("cluster", "doctor")
+    assert good.returncode == 0, good.stdout + good.stderr
+    lines = good.stdout.splitlines()
+    for node in (ray_cluster.head, ray_cluster.node_a, ray_cluster.node_b):
+        # One line per node, each ok.
+        assert len([x for x in lines if x.startswith(f"ok   {node[:12]}")]) == 1, good.stdout
+    assert "takes no task" in next(x for x in lines if ray_cluster.head[:12] in x)
+    assert any("image" in x and "present" in x for x in lines), good.stdout
+    assert lines[-1] == f"cluster at {ray_cluster.address}: usable, 2 node(s) take tasks"
+
+    # The sandbox image missing (node B, the one with docker) and the engine's URL
+    # unreachable (from every node that takes tasks): exit 1, each named.
+    bad = base.replace(standin.url, "http://127.0.0.1:9") + '[sandbox]\nimage = "jarvis-absent:0"\n'
+    config.write_text(bad + ray_config(ray_cluster))
+    done = jarvis("cluster", "doctor", "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    nodes = {n["node"]: n for n in report["nodes"]}
+    assert report["ok"] is False and set(nodes) >= {ray_cluster.node_a, ray_cluster.node_b}
+    failed = {(node, c["name"]) for node, n in nodes.items() for c in n["checks"] if not c["ok"]}
+    assert failed == {
+        (ray_cluster.node_a, "engine"),
+        (ray_cluster.node_b, "engine"),
+        (ray_cluster.node_b, "image"),
+    }, report
+    assert any("jarvis-absent:0 missing" in p for p in report["problems"])
+    assert nodes[ray_cluster.node_b]["labels"] == {"zone": "b", "disk": "ssd"}
