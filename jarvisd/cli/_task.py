@@ -10,7 +10,7 @@ import click
 
 from jarvisd._errors import UsageError
 
-from ._run_options import build_spec, run_options
+from ._run_options import build_spec, node_label_option, run_options, say_notice
 from ._terminal import visible
 
 if TYPE_CHECKING:
@@ -123,16 +123,6 @@ def _print_info(info: TaskInfo) -> None:
             click.echo(visible(info.result.get("answer", ""), lines=True))
 
 
-def _check_labels(
-    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
-) -> tuple[str, ...]:
-    for item in value:
-        key, eq, _ = item.partition("=")
-        if not (eq and key.strip()):
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
-    return value
-
-
 @click.group()
 def task() -> None:
     """Hand long tasks to jarvisd: submit, list, show, logs, wait, cancel, approve, deny."""
@@ -150,15 +140,7 @@ def task() -> None:
 @click.option(
     "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
 )
-@click.option(
-    "--node-label",
-    "node_labels",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=_check_labels,
-    help="On a Ray cluster, run only on a node with this label (ray start --labels); "
-    "repeatable, added to [cluster] require. A task no node can take is refused.",
-)
+@node_label_option
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 def submit(
     text: str,
@@ -180,8 +162,7 @@ def submit(
         raise UsageError("the task text is empty")
     spec = dataclasses.replace(build_spec(text, **run_values), node_labels=node_labels)
     info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
-    if info.notice:  # e.g. the cluster is down: the task waits, or runs here
-        click.echo(f"jarvis: {info.notice}", err=True)
+    say_notice(info.notice)
     click.echo(json.dumps(info.to_dict()) if as_json else info.id)
 
 

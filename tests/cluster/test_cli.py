@@ -70,6 +70,14 @@ def test_labels_narrow_placement_and_a_task_no_node_can_take_is_refused(
         assert "[cluster] require asks for zone=b" in clash.stderr, clash.stderr
         bad = jarvis("task", "submit", "--node-label", "zone", "x")
         assert bad.returncode == 2 and "'zone' is not KEY=VALUE" in bad.stderr
+        # jarvis code through the daemon is placed (and refused) the same way.
+        project = isolated_dirs / "project"
+        project.mkdir()
+        (project / "a.py").write_text("x = 1\n")
+        code = jarvis("code", "run", str(project), "add y", "--node-label", "gpu=a100")
+        assert code.returncode != 0
+        assert "none has label gpu=a100" in code.stderr, code.stdout + code.stderr
+        assert len(daemon.client.list_tasks()) == before
     finally:
         daemon.terminate()
 
