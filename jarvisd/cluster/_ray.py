@@ -49,6 +49,7 @@ class RayBackend:
             json.dumps(needs(spec, config), sort_keys=True),
             json.dumps(labels(spec, config), sort_keys=True),
             self._fallback(config),
+            spec.workspace or "",  # a jarvis code run: its workspace travels (_carry)
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,

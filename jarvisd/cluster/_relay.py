@@ -2,8 +2,10 @@
 the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
 resources) and carries its frames both ways, in order.
 
-Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON [FALLBACK]]``
-(FALLBACK: what to do when the cluster cannot be reached, see ``_fallback``). Nothing secret is on
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON [FALLBACK
+[WORKSPACE]]]`` (FALLBACK: what to do when the cluster cannot be reached, see
+``_fallback``; WORKSPACE: a ``jarvis code`` run's workspace id, shipped to the node and
+back, see ``_carry``). Nothing secret is on
 that command line or in any Ray call's arguments that Ray's dashboard shows: the start
 frame (the config, credentials' names) travels in the frame stream, as for a local
 worker. The daemon reads this process's exit status as a worker's:
@@ -31,6 +33,7 @@ from typing import IO, Any, NoReturn
 from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import ErrorFrame, EventFrame, encode
 
+from . import _carry as carry
 from ._fallback import run_locally, wait_and_retry
 from ._placement import NodeInfo, unmet
 
@@ -38,6 +41,8 @@ log = logging.getLogger("jarvisd.cluster.relay")
 
 #: The event that says where the task runs (``task show``'s ``node``).
 PLACED_EVENT = "task_placed"
+#: The event that says a jarvis code run's workspace went to the node, and its size.
+SHIPPED_EVENT = "workspace_shipped"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds the cluster has to accept this process as a driver.
 CONNECT_TIMEOUT_S = 30.0
@@ -125,6 +130,7 @@ def main(argv: list[str]) -> NoReturn:
     address, wanted = argv[0], json.loads(argv[1])
     labels: dict[str, str] = json.loads(argv[2]) if len(argv) > 2 else {}
     fallback = argv[3] if len(argv) > 3 else ""
+    workspace = argv[4] if len(argv) > 4 else ""
     keep_loopback(address)
     # The daemon found the cluster down moments ago: not tried again (nor Ray imported).
     why = unreachable(address, fallback) if fallback.endswith("-now") else ""
@@ -153,6 +159,12 @@ def main(argv: list[str]) -> NoReturn:
     why = unmet(wanted, nodes, labels)
     if why:
         _fail(out, "usage", f"{why}: no node can run this task")
+    shipped = None
+    if workspace:
+        try:
+            shipped, what = carry.ship_out(workspace)
+        except Exception as exc:  # too big, or the workspace is gone
+            _fail(out, "usage", f"the workspace cannot go to a cluster node: {exc}")
     # Only on a node with these labels ([cluster] require, --node-label).
     selector: dict[str, Any] = {"label_selector": labels} if labels else {}
     actor: Any = (  # a handle: its methods are called .remote()
@@ -170,12 +182,24 @@ def main(argv: list[str]) -> NoReturn:
     )
     try:
         node = ray.get(actor.start.remote())
+        if shipped is not None:  # there before the worker's start frame is
+            try:
+                carry.install(node, shipped)
+            except Exception as exc:  # the node cannot take it: not a node lost
+                _fail(out, "failed", f"the workspace could not be installed on {node}: {exc}")
+            out.write(encode(EventFrame(type=SHIPPED_EVENT, data={**what, "node": node})))
         out.write(encode(EventFrame(type=PLACED_EVENT, data={"node": node})))
         threading.Thread(target=_forward_stdin, args=(actor,), daemon=True).start()
         while (lines := ray.get(actor.read.remote(_FETCH_WAIT_S))) is not None:
             if lines:
                 out.write(b"".join(lines))
         code = int(ray.get(actor.wait.remote()))
+        if shipped is not None:
+            try:
+                carry.bring_back(node, workspace)
+            except Exception as exc:
+                log.error("the workspace's change did not come back from the node: %s", exc)
+                code = code or 1
     except BrokenPipeError:  # the daemon went away: the actor ends with this process
         _leave(EXIT_HOST_GONE)
     except Exception as exc:  # its node or its actor died mid-run
