@@ -56,7 +56,7 @@ def wait_and_retry(out: IO[bytes], why: str, relay_argv: list[str]) -> NoReturn:
         os.environ[_WAITED] = "1"
     time.sleep(RETRY_S)
     # The first try of the next relay is a real one, whatever the daemon knew.
-    argv = (
-        [*relay_argv[:3], relay_argv[3].removesuffix("-now")] if len(relay_argv) > 3 else relay_argv
-    )
+    argv = list(relay_argv)  # all of it: the workspace of a jarvis code run follows
+    if len(argv) > 3:
+        argv[3] = argv[3].removesuffix("-now")
     _hand_over(out, [sys.executable, "-m", "jarvisd.cluster._relay", *argv])

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from jarvisd.testing import OllamaStandIn
@@ -118,6 +119,16 @@ def test_an_unreachable_cluster_is_said_at_submit_and_the_task_runs_here_or_wait
         )
         shown = json.loads(jarvis("task", "show", "--json", task_id).stdout)
         assert shown["state"] == "running" and shown["node"] == "ray", shown
+        # It tries again (the relay starts itself anew, same process) with all it had.
+        relay = psutil.Process(shown["worker_pid"])
+
+        def tried_again() -> bool:
+            args = relay.cmdline()
+            return args[args.index("jarvisd.cluster._relay") + 1 :][3:4] == ["wait"]
+
+        daemon.wait_for(tried_again, 60, "the relay to try the cluster again")
+        args = relay.cmdline()
+        assert args[args.index("jarvisd.cluster._relay") + 1 :][2:] == ["{}", "wait", ""], args
         daemon.client.cancel(task_id)
         assert daemon.client.wait(task_id, timeout=60).state == "cancelled"
     finally:
