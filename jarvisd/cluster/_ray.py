@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
 
-from ._placement import needs, unmet
+from ._placement import NodeInfo, labels, needs, unmet
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -47,6 +47,9 @@ class RayBackend:
             RELAY_MODULE,
             self.address,
             json.dumps(needs(spec, config), sort_keys=True),
+            json.dumps(labels(spec, config), sort_keys=True),
+            self._fallback(config),
+            spec.workspace or "",  # a jarvis code run: its workspace travels (_carry)
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
@@ -55,23 +58,42 @@ class RayBackend:
 
     def __init__(self, address: str = "auto") -> None:
         self.address = address
-        self._nodes: list[dict[str, float]] | None = None
+        self._nodes: list[NodeInfo] | None = None
         self._probed = 0.0
         self._lock = threading.Lock()
+        self._why = ""  # why the last listing failed
 
-    def check(self, spec: AgentSpec, config: Config) -> None:
+    def _fallback(self, config: Config) -> str:
+        """The relay's mode when the cluster cannot be reached (``_fallback``): with
+        "-now" when it was found down moments ago, so the relay does not try first."""
+        mode = config.cluster.fallback
+        with self._lock:
+            down = self._probed and self._nodes is None
+            if down and time.monotonic() - self._probed < _PROBE_TTL_S:
+                return f"{mode}-now"
+        return mode
+
+    def check(self, spec: AgentSpec, config: Config) -> str:
         """Refuse a task no live node has the resources for. A cluster that cannot be
-        reached refuses nothing: the task waits in the queue, and its run says why."""
+        reached refuses nothing: the task waits for it, or runs here with ``[cluster]
+        fallback = "local"``; what is returned says which (the submit's notice)."""
+        wanted, where = needs(spec, config), labels(spec, config)  # a bad label: refused
         nodes = self._live_nodes(config)
         if nodes is None:
-            return
-        why = unmet(needs(spec, config), nodes)
+            then = (
+                'the task runs on this machine ([cluster] fallback = "local")'
+                if config.cluster.fallback == "local"
+                else "the task waits until it can"
+            )
+            return f"the Ray cluster at {self.address} cannot be reached ({self._why}): {then}"
+        why = unmet(wanted, nodes, where)
         if why:
             raise UsageError(
                 f"{why}: start a node that has them (ray start --resources ...), or ask for less"
             )
+        return ""
 
-    def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
+    def _live_nodes(self, config: Config) -> list[NodeInfo] | None:
         """The live nodes' resources (None: the cluster did not answer), asked of the
         cluster at most every few seconds: a burst of submits costs one probe."""
         with self._lock:
@@ -81,7 +103,7 @@ class RayBackend:
             self._probed = time.monotonic()
             return self._nodes
 
-    def _probe(self) -> list[dict[str, float]] | None:
+    def _probe(self) -> list[NodeInfo] | None:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", PROBE_MODULE, self.address],
@@ -91,10 +113,10 @@ class RayBackend:
                 check=False,
             )
             if done.returncode == 0:
-                nodes: list[dict[str, float]] = json.loads(done.stdout)
-                return nodes
+                return [NodeInfo.from_dict(n) for n in json.loads(done.stdout)]
             why = done.stderr.strip()[-500:]
         except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             why = str(exc)
         log.warning("cannot list the Ray cluster's nodes: %s", why)
+        self._why = why.splitlines()[-1] if why else "no answer"
         return None

@@ -2,7 +2,10 @@
 the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
 resources) and carries its frames both ways, in order.
 
-Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON``. Nothing secret is on
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON [FALLBACK
+[WORKSPACE]]]`` (FALLBACK: what to do when the cluster cannot be reached, see
+``_fallback``; WORKSPACE: a ``jarvis code`` run's workspace id, shipped to the node and
+back, see ``_carry``). Nothing secret is on
 that command line or in any Ray call's arguments that Ray's dashboard shows: the start
 frame (the config, credentials' names) travels in the frame stream, as for a local
 worker. The daemon reads this process's exit status as a worker's:
@@ -30,12 +33,16 @@ from typing import IO, Any, NoReturn
 from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import ErrorFrame, EventFrame, encode
 
-from ._placement import unmet
+from . import _carry as carry
+from ._fallback import run_locally, wait_and_retry
+from ._placement import NodeInfo, unmet
 
 log = logging.getLogger("jarvisd.cluster.relay")
 
 #: The event that says where the task runs (``task show``'s ``node``).
 PLACED_EVENT = "task_placed"
+#: The event that says a jarvis code run's workspace went to the node, and its size.
+SHIPPED_EVENT = "workspace_shipped"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds the cluster has to accept this process as a driver.
 CONNECT_TIMEOUT_S = 30.0
@@ -94,6 +101,11 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
     return ""
 
 
+def unreachable(address: str, fallback: str) -> str:
+    """Why the cluster is not tried now: the daemon found it down moments ago."""
+    return f"the Ray cluster at {address} cannot be reached (found so at submit; {fallback})"
+
+
 def _forward_stdin(actor: Any) -> None:
     """The daemon's frames (start, pong, cancel, approval) to the worker, one at a time
     so their order holds; its end closes the worker's stdin."""
@@ -116,26 +128,49 @@ def main(argv: list[str]) -> NoReturn:
         format="%(asctime)s relay[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
     address, wanted = argv[0], json.loads(argv[1])
+    labels: dict[str, str] = json.loads(argv[2]) if len(argv) > 2 else {}
+    fallback = argv[3] if len(argv) > 3 else ""
+    workspace = argv[4] if len(argv) > 4 else ""
     keep_loopback(address)
-    try:
-        import ray
-    except ImportError:
-        _fail(out, "usage", "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'")
-    from ._host import WorkerHost
-
-    why = connect(address)
+    # The daemon found the cluster down moments ago: not tried again (nor Ray imported).
+    why = unreachable(address, fallback) if fallback.endswith("-now") else ""
+    if not why:
+        try:
+            import ray
+        except ImportError:
+            _fail(
+                out,
+                "usage",
+                "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'",
+            )
+        why = connect(address)
+    if why and fallback.startswith("local"):
+        run_locally(out, why)
+    if why and fallback.startswith("wait"):
+        wait_and_retry(out, why, argv)
     if why:
         _fail(out, "failed", why)
+    from ._host import WorkerHost
+
     try:
-        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        nodes = [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:
         _fail(out, "failed", f"the Ray cluster at {address} did not list its nodes: {exc}")
-    why = unmet(wanted, nodes)
+    why = unmet(wanted, nodes, labels)
     if why:
         _fail(out, "usage", f"{why}: no node can run this task")
+    shipped = None
+    if workspace:
+        try:
+            shipped, what = carry.ship_out(workspace)
+        except Exception as exc:  # too big, or the workspace is gone
+            _fail(out, "usage", f"the workspace cannot go to a cluster node: {exc}")
+    # Only on a node with these labels ([cluster] require, --node-label).
+    selector: dict[str, Any] = {"label_selector": labels} if labels else {}
     actor: Any = (  # a handle: its methods are called .remote()
         ray.remote(WorkerHost)
         .options(
+            **selector,
             num_cpus=0,
             resources=wanted,
             # Tasks spread over the nodes that can take them (Ray would fill one first).
@@ -147,12 +182,24 @@ def main(argv: list[str]) -> NoReturn:
     )
     try:
         node = ray.get(actor.start.remote())
+        if shipped is not None:  # there before the worker's start frame is
+            try:
+                carry.install(node, shipped)
+            except Exception as exc:  # the node cannot take it: not a node lost
+                _fail(out, "failed", f"the workspace could not be installed on {node}: {exc}")
+            out.write(encode(EventFrame(type=SHIPPED_EVENT, data={**what, "node": node})))
         out.write(encode(EventFrame(type=PLACED_EVENT, data={"node": node})))
         threading.Thread(target=_forward_stdin, args=(actor,), daemon=True).start()
         while (lines := ray.get(actor.read.remote(_FETCH_WAIT_S))) is not None:
             if lines:
                 out.write(b"".join(lines))
         code = int(ray.get(actor.wait.remote()))
+        if shipped is not None:
+            try:
+                carry.bring_back(node, workspace)
+            except Exception as exc:
+                log.error("the workspace's change did not come back from the node: %s", exc)
+                code = code or 1
     except BrokenPipeError:  # the daemon went away: the actor ends with this process
         _leave(EXIT_HOST_GONE)
     except Exception as exc:  # its node or its actor died mid-run
