@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,24 +95,12 @@ def test_a_codeact_session_runs_on_the_tls_engine(
 ) -> None:
     """Two cells share their variables. REQUESTS_CA_BUNDLE (set system-wide on many
     machines, and on this one) must not replace the engine's CA."""
-    from jarvisd.agents._repl import ReplSession
     from jarvisd.sandbox import DockerExecutor
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
     executor = DockerExecutor(_config(tls_engine, tls_engine.certs))
-
-    async def go() -> tuple[str, str]:
-        repl = ReplSession(executor, exec_timeout=60, session_timeout=300)
-        try:
-            first = await repl.execute("x = 6 * 7\nprint(x)")
-            second = await repl.execute("import os\nprint(x + 1, os.getuid())")
-        finally:
-            await repl.close()
-            executor.close()
-        return first.stdout, second.stdout
-
-    first, second = asyncio.run(go())
+    first, second = _two_cells(executor, "import os\nprint(x + 1, os.getuid())")
     assert first.strip() == "42"
     assert second.split()[0] == "43" and second.split()[1] != "0"
 
@@ -266,23 +255,11 @@ def test_an_env_file_added_after_the_mount_check_never_reaches_the_engine(
 
 def test_a_codeact_session_runs_on_a_remote_engine(tls_engine: TlsEngine) -> None:
     """jarvis's own code reaches the engine as an archive too: the REPL runs from it."""
-    from jarvisd.agents._repl import ReplSession
     from jarvisd.sandbox import DockerExecutor
 
     executor = DockerExecutor(_remote(tls_engine))
     assert executor.archives
-
-    async def go() -> tuple[str, str]:
-        repl = ReplSession(executor, exec_timeout=60, session_timeout=300)
-        try:
-            first = await repl.execute("x = 6 * 7\nprint(x)")
-            second = await repl.execute("import jarvisd, os\nprint(x + 1, jarvisd.__file__)")
-        finally:
-            await repl.close()
-            executor.close()
-        return first.stdout, second.stdout
-
-    first, second = asyncio.run(go())
+    first, second = _two_cells(executor, "import jarvisd\nprint(x + 1, jarvisd.__file__)")
     assert first.strip() == "42"
     assert second.split() == ["43", "/opt/jarvis/jarvisd/__init__.py"] or second.split()[0] == "43"
     assert _leftovers(tls_engine) == []
@@ -374,3 +351,20 @@ def test_what_needs_this_machine_is_refused_on_an_engine_elsewhere(tmp_path: Pat
     assert done.returncode != 0
     assert b"cannot reach this machine's sockets" in done.stderr, done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def _two_cells(executor: Any, second_cell: str) -> tuple[str, str]:
+    """The stdout of ``x = 6 * 7`` and of ``second_cell`` run after it in one session."""
+    from jarvisd.agents._repl import ReplSession
+
+    async def go() -> tuple[str, str]:
+        repl = ReplSession(executor, exec_timeout=60, session_timeout=300)
+        try:
+            first = await repl.execute("x = 6 * 7\nprint(x)")
+            second = await repl.execute(second_cell)
+        finally:
+            await repl.close()
+            executor.close()
+        return first.stdout, second.stdout
+
+    return asyncio.run(go())
