@@ -317,6 +317,10 @@ class Sources:
         return any(w.startswith(stem) for w in self.words)
 
 
+#: What a schema may say the model chooses a value from (see :func:`_neutral`).
+_CHOICES = frozenset(("default", "const", "enum"))
+
+
 def _neutral(value: object, schema: Mapping[str, Any]) -> bool:
     """Values the model may rightly choose itself: a flag, nothing, the schema's
     default, constant or one of its listed choices."""
@@ -427,10 +431,12 @@ def _judged(call: ToolCall, spec: ToolSpec) -> _Judged:
     if not plan:
         return []  # nothing to judge: the arguments need not even be read
     arguments = _arguments(call)
-    return [(name, arguments[name], schema) for name, schema in plan if name in arguments]
+    return [(name, arguments[name], schema) for name, schema, _ in plan if name in arguments]
 
 
-_Plan = tuple[tuple[str, Mapping[str, Any]], ...]
+#: Each judged parameter: its name, its schema, and whether the schema lists values
+#: the model may choose (a default, a constant, choices: see :func:`_neutral`).
+_Plan = tuple[tuple[str, Mapping[str, Any], bool], ...]
 #: Each spec's judged parameters (see :func:`_plan`), by identity. An entry holds its
 #: spec, so that no other object can take its id while it is here; bounded.
 _PLANS: dict[int, tuple[ToolSpec, _Plan]] = {}
@@ -450,9 +456,10 @@ def _plan(spec: ToolSpec) -> _Plan:
     plan: _Plan = ()
     if isinstance(required, list):
         plan = tuple(
-            (name, _schema(properties.get(name)))
+            (name, schema, not _CHOICES.isdisjoint(schema))
             for name in dict.fromkeys(n for n in required if isinstance(n, str))
             if not _model_written(name)
+            for schema in (_schema(properties.get(name)),)
         )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
@@ -497,11 +504,19 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     arguments once and each of their values once (the loop asks both of every call)."""
     values: dict[str, object] = {}
     names = False
-    for name, value, schema in _judged(call, spec):
+    plan = _plan(spec)  # _judged(call, spec), written out: the loop asks it of every call
+    if not plan:
+        return values, False
+    arguments = _arguments(call)
+    for name, schema, choosable in plan:
+        if name not in arguments:
+            continue
+        value = arguments[name]
         leaves: Iterable[float | str]
         if type(value) is str:  # the usual argument: one leaf, read here at once
             stripped = value.strip()
-            leaves = (stripped,) if stripped and not _neutral(value, schema) else ()
+            chosen = choosable and _neutral(value, schema)
+            leaves = (stripped,) if stripped and not chosen else ()
         else:
             leaves = _leaves(value, schema)
         for leaf in leaves:

@@ -274,8 +274,10 @@ class _Loop:
         state, agent = self.state, self.agent
         if state.final is not None:  # resumed after the answer: end with it
             return self.finish(state.final["content"], **state.final["meta"])
+        cancel = self.run.cancel
         while state.turns < agent.max_turns:
-            self.run.cancel.raise_if_cancelled()
+            if cancel.cancelled:  # raise_if_cancelled(), inline: once a turn
+                raise cancel.error()
             generation = await self._generate()
             step = self.dialect.parse(generation, self.executor)
             if step.kind == "final":
@@ -414,7 +416,8 @@ class _Loop:
             return self.finish(final, final_from_tool=True)  # saved once, as the answer
         if run.checkpoint is not None:
             self.save()
-        run.cancel.raise_if_cancelled()
+        if run.cancel.cancelled:
+            raise run.cancel.error()
         if not no_progress or state.turns >= self.agent.max_turns:
             return None  # the loop goes on, or ends on max_turns
         return await self._no_progress(results)

@@ -169,8 +169,11 @@ class _Evaluator:
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise CalculatorError(f"operator {type(node.op).__name__} is not allowed")
-        left = self.eval(node.left, depth + 1)
-        right = self.eval(node.right, depth + 1)
+        # A literal operand (most are) is read here, without eval's dispatch: a leaf
+        # adds nothing to the depth or the work that eval bounds.
+        a, b = node.left, node.right
+        left = self.constant(a, depth) if type(a) is ast.Constant else self.eval(a, depth + 1)
+        right = self.constant(b, depth) if type(b) is ast.Constant else self.eval(b, depth + 1)
         if op is operator.pow:
             self._check_power(left, right)
         elif (
@@ -181,11 +184,14 @@ class _Evaluator:
         ):
             raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
         try:
-            return _check_int(op(left, right))
+            value = op(left, right)
         except ZeroDivisionError:
             raise CalculatorError("division by zero") from None
         except OverflowError:
             raise CalculatorError("result too large for a float") from None
+        if type(value) is int and value.bit_length() > MAX_INT_BITS:  # _check_int, inline
+            raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
+        return value
 
     def unaryop(self, node: ast.UnaryOp, depth: int) -> Value:
         unary = _UNARY.get(type(node.op))
