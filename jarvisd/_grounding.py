@@ -58,6 +58,9 @@ _SCALE_INITIALS = frozenset("ktmb")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
+#: Plain arithmetic (what :func:`_arithmetic` accepts without a word): numbers joined
+#: by operators, spaces and brackets around them.
+_SUM = re.compile(r"[\s(]*\d[\d.]*[\s)]*(?:[-+*/^%]+[\s(]*\d[\d.]*[\s)]*)+")
 _LETTERS = re.compile(r"[^\W\d_]+")
 _ASCII_LETTER = re.compile(r"[a-zA-Z]")
 #: What the numeral pass of :meth:`Sources.add` adds to its word pass: a decimal part, a
@@ -242,9 +245,15 @@ class Sources:
             return
         words = _WORD.findall(text.lower())
         # Each word's numbers once: a word already in the index brought them before.
+        values, numbers = self._values, self.numbers
         for word in set(words).difference(self.words):
             if word.isdecimal():  # not isdigit: "²" is a digit that float() refuses
-                self._number(float(word))
+                value = float(word)
+                # _number(value), inline: a task may name a dozen numbers.
+                if value not in values:
+                    values.add(value)
+                    if math.isfinite(value):
+                        numbers.update(_forms(value))
             elif word in _NUMBER_WORDS:  # most words name no number: one lookup for them
                 if word in _WORD_NUMBERS:
                     self._number(_WORD_NUMBERS[word])
@@ -377,12 +386,12 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
         return all(
             sources.has_number(float(p)) or sources.has_number(float(p) + 2000) for p in parts
         ), False
-    if _arithmetic(value):
+    if _SUM.fullmatch(value) or _arithmetic(value):  # _SUM: the usual "3+1", at once
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
         numbers = sources.numbers
         for n in _DECIMAL.findall(value):
-            if _key(float(n)) in numbers:
+            if round(float(n), 9) in numbers:  # _key(float(n)), inline: n has no sign
                 return True, False
         return False, False
     words = _plain_name_words(value)

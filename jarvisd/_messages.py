@@ -36,6 +36,8 @@ __all__ = [
 JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 #: A JSON object of unknown shape.
 JSONObject: TypeAlias = "dict[str, JSONValue]"
+#: An instance without its __init__ (see Usage.__add__).
+_new = object.__new__
 
 
 class Role(enum.StrEnum):
@@ -226,10 +228,12 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-        )
+        # Usage(...) without the dataclass's Python __init__: a run adds up its usage
+        # twice a turn (its own and its ledger's).
+        usage = _new(Usage)
+        usage.prompt_tokens = self.prompt_tokens + other.prompt_tokens
+        usage.completion_tokens = self.completion_tokens + other.completion_tokens
+        return usage
 
     def to_dict(self) -> dict[str, int]:
         return {

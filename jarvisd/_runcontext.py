@@ -181,7 +181,23 @@ class Budget:
         ``completion_tokens`` is the ``max_tokens`` the call may ask for. Raises
         BudgetExceeded when the call cap is reached, or when the prompt and one
         completion token no longer fit."""
-        prompt_tokens = max(prompt_tokens, 0)
+        prompt_tokens = prompt_tokens if prompt_tokens > 0 else 0
+        if self.max_tokens is None and self.max_calls is None and self.max_wall is None:
+            # The usual, uncapped run (every turn comes here): nothing to check, clamp
+            # or warn about; the call is only counted and held.
+            completion = max_new_tokens if max_new_tokens > 0 else 0
+            with self._lock:
+                self.calls += 1
+                self.held_tokens += prompt_tokens + completion
+            # Hold(self, prompt_tokens, completion, 1), without the dataclass's __init__.
+            hold = _new(Hold)
+            hold.budget, hold.prompt_tokens, hold.completion_tokens = (
+                self,
+                prompt_tokens,
+                completion,
+            )
+            hold.calls, hold.tool_calls, hold.open = 1, 0, True
+            return hold
         with self._lock:
             if self.max_wall is not None:
                 self._check_wall()
@@ -266,6 +282,9 @@ class Budget:
     def _warn(self, warning: dict[str, Any] | None) -> None:
         if warning is not None and self.bus is not None:
             self.bus.publish(EventType.BUDGET_WARNING, **warning)
+
+
+_new = object.__new__
 
 
 def watch_wall(run: RunContext) -> Callable[[], None]:

@@ -186,6 +186,9 @@ class _Loop:
     ) -> None:
         self.agent, self.setup, self.run, self.state = agent, setup, run, state
         self.dialect, self.executor = setup.dialect, setup.executor
+        # Whether a tool's result may be the run's answer (rlm's FINAL()): not unless
+        # the dialect says how, and then it is asked after every turn's calls.
+        self.tools_answer = type(self.dialect).final_from_results is not Dialect.final_from_results
         self.resumed = False
         self.specs: Sequence[ToolSpec] = ()
         self.budget: int | None = None
@@ -411,7 +414,7 @@ class _Loop:
                 known.add(r.content)
         state.tool_results.extend(results)
         state.messages.extend(self.dialect.result_messages(step, results))
-        final = self.dialect.final_from_results(results)
+        final = self.dialect.final_from_results(results) if self.tools_answer else None
         if final is not None and not run.cancel.cancelled:
             return self.finish(final, final_from_tool=True)  # saved once, as the answer
         if run.checkpoint is not None:

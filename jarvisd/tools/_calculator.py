@@ -374,4 +374,5 @@ class CalculatorTool(BaseTool):
         return self._spec
 
     def execute(self, **params: Any) -> str:
-        return format_number(evaluate(str(params["expression"])))
+        value = evaluate(str(params["expression"]))
+        return str(value) if type(value) is int else format_number(value)

@@ -138,7 +138,8 @@ class ToolDispatcher:
             return _fail(call, f"Error: invalid arguments for {resolved}: {exc}", start)
         key = ""
         if guard is not None:
-            key = LoopGuard.key(resolved, params)
+            # LoopGuard.key, whose usual case (one argument) is written out.
+            key = f"{resolved}:{params!r}" if len(params) < 2 else LoopGuard.key(resolved, params)
             counts = guard.counts  # one more call of key; how many came before it
             seen = counts.get(key, 0)
             counts[key] = seen + 1
