@@ -126,13 +126,25 @@ class Message:
     def user(cls, content: str) -> Message:
         return cls(Role.USER, content)
 
+    # assistant() and tool() build the message without the dataclass's Python __init__:
+    # the tool loop adds both every turn.
     @classmethod
     def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
-        return cls(Role.ASSISTANT, content, tuple(tool_calls))
+        message = _new(cls)
+        message.role, message.content, message.tool_calls = (
+            Role.ASSISTANT,
+            content,
+            tuple(tool_calls),
+        )
+        message.tool_call_id = message.name = None
+        return message
 
     @classmethod
     def tool(cls, content: str, *, tool_call_id: str | None, name: str) -> Message:
-        return cls(Role.TOOL, content, tool_call_id=tool_call_id, name=name)
+        message = _new(cls)
+        message.role, message.content, message.tool_calls = Role.TOOL, content, ()
+        message.tool_call_id, message.name = tool_call_id, name
+        return message
 
     def to_dict(self) -> dict[str, object]:
         data: dict[str, object] = {"role": self.role.value, "content": self.content}

@@ -320,7 +320,8 @@ class _Loop:
         """One turn's reply, on the history fitted to the context window."""
         state, agent = self.state, self.agent
         for message in state.messages[self.indexed :]:
-            if message.role is not Role.SYSTEM:  # the system one is the dialect's prompt
+            # The system one is the dialect's prompt; an empty one (calls only) says nothing.
+            if message.content and message.role is not Role.SYSTEM:
                 self.sources.add(message.content)
         self.indexed = len(state.messages)
         messages = list(state.messages)
@@ -343,7 +344,11 @@ class _Loop:
                 )
             )
         state.turns += 1
-        state.usage = state.usage + generation.usage
+        # Added in place: the state's own Usage (LoopState makes a new one), read by
+        # nothing else until the run ends.
+        usage, used = state.usage, generation.usage
+        usage.prompt_tokens += used.prompt_tokens
+        usage.completion_tokens += used.completion_tokens
         return generation
 
     def _invalid(self, step: Step, generation: Generation) -> AgentResult | None:

@@ -344,7 +344,9 @@ class RunEngine(WrapperEngine):
             except BaseException as exc:
                 self._leave(task, exc)
                 raise
-            self._leave(task, None)
+            # _leave(task, None), written out: nothing to raise after a call that ended.
+            self._waiting.discard(task)
+            self._fired.discard(task)
         except BaseException as exc:
             charged = self._interrupted(hold, exc, "", (messages, tools, model))
             _failed(bus, name, model, start, exc, charged)

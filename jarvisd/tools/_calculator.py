@@ -172,8 +172,14 @@ class _Evaluator:
         # A literal operand (most are) is read here, without eval's dispatch: a leaf
         # adds nothing to the depth or the work that eval bounds.
         a, b = node.left, node.right
-        left = self.constant(a, depth) if type(a) is ast.Constant else self.eval(a, depth + 1)
-        right = self.constant(b, depth) if type(b) is ast.Constant else self.eval(b, depth + 1)
+        left = a.value if type(a) is ast.Constant else None
+        if not (type(left) is float or (type(left) is int and left.bit_length() <= _LITERAL_BITS)):
+            left = self.eval(a, depth + 1)  # not a number constant() takes as it is
+        right = b.value if type(b) is ast.Constant else None
+        if not (
+            type(right) is float or (type(right) is int and right.bit_length() <= _LITERAL_BITS)
+        ):
+            right = self.eval(b, depth + 1)
         if op is operator.pow:
             self._check_power(left, right)
         elif (
