@@ -241,7 +241,9 @@ class Sources:
             text = text[:half] + "\n" + text[-half:]
         if text.isdigit() and text.isascii():  # a tool's result, often: one number
             self.words.add(text)
-            self._number(float(text))
+            value = float(text)
+            if value not in self._values:  # _number(value), inline: once a turn
+                self._number(value)
             return
         words = _WORD.findall(text.lower())
         # Each word's numbers once: a word already in the index brought them before.
@@ -513,7 +515,10 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     arguments once and each of their values once (the loop asks both of every call)."""
     values: dict[str, object] = {}
     names = False
-    plan = _plan(spec)  # _judged(call, spec), written out: the loop asks it of every call
+    # _judged(call, spec), written out (and _plan's cache read here): the loop asks it
+    # of every call.
+    entry = _PLANS.get(id(spec))
+    plan = entry[1] if entry is not None and entry[0] is spec else _plan(spec)
     if not plan:
         return values, False
     arguments = _arguments(call)
