@@ -45,6 +45,8 @@ MAX_SOURCE_CHARS = 200_000
 
 #: Words, with letters and digits apart ("June01" is June 1, "March.11" March 11).
 _WORD = re.compile(r"[^\W\d_]+|\d+")
+#: _WORD for lower-case ASCII text.
+_ASCII_WORD = re.compile(r"[a-z]+|[0-9]+")
 _NUMBER = re.compile(r"(?<!\w)[-+]?(?:\d+(?:[.,]\d+)*|\.\d+)(?:[eE][-+]?\d+)?")
 #: Characters of code, formulas, paths and URLs: such a string is composed, not given.
 _COMPOSED = re.compile(r"[=(){}\[\]<>;|&$*+^%#@~\\/\n]|\w\.\w")
@@ -245,7 +247,9 @@ class Sources:
             if value not in self._values:  # _number(value), inline: once a turn
                 self._number(value)
             return
-        words = _WORD.findall(text.lower())
+        lowered = text.lower()
+        # ASCII text (most is) by a pattern without Unicode classes: the same words.
+        words = (_ASCII_WORD if text.isascii() else _WORD).findall(lowered)
         # Each word's numbers once: a word already in the index brought them before.
         values, numbers = self._values, self.numbers
         for word in set(words).difference(self.words):
