@@ -160,7 +160,9 @@ async def _ours(n: int) -> dict[str, float]:
             n = self.n
             if n % 10 == 0:
                 return Generation("done", usage=usage, model="m", latency_s=1e-6)
-            calls = (ToolCall("calculator", json.dumps({"expression": f"{n}+1"}), id=f"c{n}"),)
+            # The JSON OpenJarvis's fake writes with json.dumps, formatted directly: the
+            # engine's own cost is on our side of the ratio.
+            calls = (ToolCall("calculator", f'{{"expression": "{n}+1"}}', id=f"c{n}"),)
             return Generation("", calls, usage, FinishReason.TOOL_CALLS, "m", 1e-6)
 
     loops = []

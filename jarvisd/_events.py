@@ -57,6 +57,8 @@ class Event:
 
 
 Subscriber = Callable[[Event], None]
+_new = object.__new__
+_now = time.time
 
 
 class EventBus:
@@ -78,7 +80,10 @@ class EventBus:
             self._subscribers = tuple((t, c) for t, c in self._subscribers if c is not callback)
 
     def publish(self, event_type: EventType, /, **data: object) -> Event:
-        event = Event(event_type, data, time.time())
+        # Event(event_type, data, time.time()) without the dataclass's Python __init__:
+        # publish runs several times a turn.
+        event = _new(Event)
+        event.type, event.data, event.timestamp = event_type, data, _now()
         # deliver()'s loop, here: publish runs several times a turn.
         for wanted, callback in self._subscribers:
             if wanted is not None and wanted is not event_type:

@@ -45,6 +45,8 @@ MAX_SOURCE_CHARS = 200_000
 
 #: Words, with letters and digits apart ("June01" is June 1, "March.11" March 11).
 _WORD = re.compile(r"[^\W\d_]+|\d+")
+#: _WORD for lower-case ASCII text.
+_ASCII_WORD = re.compile(r"[a-z]+|[0-9]+")
 _NUMBER = re.compile(r"(?<!\w)[-+]?(?:\d+(?:[.,]\d+)*|\.\d+)(?:[eE][-+]?\d+)?")
 #: Characters of code, formulas, paths and URLs: such a string is composed, not given.
 _COMPOSED = re.compile(r"[=(){}\[\]<>;|&$*+^%#@~\\/\n]|\w\.\w")
@@ -58,6 +60,9 @@ _SCALE_INITIALS = frozenset("ktmb")
 _DIGITS = re.compile(r"\d+")
 _DIGIT = re.compile(r"\d")
 _DECIMAL = re.compile(r"\d+(?:\.\d+)?")
+#: Plain arithmetic (what :func:`_arithmetic` accepts without a word): numbers joined
+#: by operators, spaces and brackets around them.
+_SUM = re.compile(r"[\s(]*\d[\d.]*[\s)]*(?:[-+*/^%]+[\s(]*\d[\d.]*[\s)]*)+")
 _LETTERS = re.compile(r"[^\W\d_]+")
 _ASCII_LETTER = re.compile(r"[a-zA-Z]")
 #: What the numeral pass of :meth:`Sources.add` adds to its word pass: a decimal part, a
@@ -238,13 +243,23 @@ class Sources:
             text = text[:half] + "\n" + text[-half:]
         if text.isdigit() and text.isascii():  # a tool's result, often: one number
             self.words.add(text)
-            self._number(float(text))
+            value = float(text)
+            if value not in self._values:  # _number(value), inline: once a turn
+                self._number(value)
             return
-        words = _WORD.findall(text.lower())
+        lowered = text.lower()
+        # ASCII text (most is) by a pattern without Unicode classes: the same words.
+        words = (_ASCII_WORD if text.isascii() else _WORD).findall(lowered)
         # Each word's numbers once: a word already in the index brought them before.
+        values, numbers = self._values, self.numbers
         for word in set(words).difference(self.words):
             if word.isdecimal():  # not isdigit: "²" is a digit that float() refuses
-                self._number(float(word))
+                value = float(word)
+                # _number(value), inline: a task may name a dozen numbers.
+                if value not in values:
+                    values.add(value)
+                    if math.isfinite(value):
+                        numbers.update(_forms(value))
             elif word in _NUMBER_WORDS:  # most words name no number: one lookup for them
                 if word in _WORD_NUMBERS:
                     self._number(_WORD_NUMBERS[word])
@@ -317,6 +332,10 @@ class Sources:
         return any(w.startswith(stem) for w in self.words)
 
 
+#: What a schema may say the model chooses a value from (see :func:`_neutral`).
+_CHOICES = frozenset(("default", "const", "enum"))
+
+
 def _neutral(value: object, schema: Mapping[str, Any]) -> bool:
     """Values the model may rightly choose itself: a flag, nothing, the schema's
     default, constant or one of its listed choices."""
@@ -373,12 +392,12 @@ def _judge_leaf(value: float | str, sources: Sources) -> tuple[bool, bool]:
         return all(
             sources.has_number(float(p)) or sources.has_number(float(p) + 2000) for p in parts
         ), False
-    if _arithmetic(value):
+    if _SUM.fullmatch(value) or _arithmetic(value):  # _SUM: the usual "3+1", at once
         # It may bring its own constants (7 days, 100 for a percentage) but works on at
         # least one number the user gave.
         numbers = sources.numbers
         for n in _DECIMAL.findall(value):
-            if _key(float(n)) in numbers:
+            if round(float(n), 9) in numbers:  # _key(float(n)), inline: n has no sign
                 return True, False
         return False, False
     words = _plain_name_words(value)
@@ -427,10 +446,12 @@ def _judged(call: ToolCall, spec: ToolSpec) -> _Judged:
     if not plan:
         return []  # nothing to judge: the arguments need not even be read
     arguments = _arguments(call)
-    return [(name, arguments[name], schema) for name, schema in plan if name in arguments]
+    return [(name, arguments[name], schema) for name, schema, _ in plan if name in arguments]
 
 
-_Plan = tuple[tuple[str, Mapping[str, Any]], ...]
+#: Each judged parameter: its name, its schema, and whether the schema lists values
+#: the model may choose (a default, a constant, choices: see :func:`_neutral`).
+_Plan = tuple[tuple[str, Mapping[str, Any], bool], ...]
 #: Each spec's judged parameters (see :func:`_plan`), by identity. An entry holds its
 #: spec, so that no other object can take its id while it is here; bounded.
 _PLANS: dict[int, tuple[ToolSpec, _Plan]] = {}
@@ -450,9 +471,10 @@ def _plan(spec: ToolSpec) -> _Plan:
     plan: _Plan = ()
     if isinstance(required, list):
         plan = tuple(
-            (name, _schema(properties.get(name)))
+            (name, schema, not _CHOICES.isdisjoint(schema))
             for name in dict.fromkeys(n for n in required if isinstance(n, str))
             if not _model_written(name)
+            for schema in (_schema(properties.get(name)),)
         )
     if len(_PLANS) >= _MAX_PLANS:
         _PLANS.clear()
@@ -497,11 +519,22 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     arguments once and each of their values once (the loop asks both of every call)."""
     values: dict[str, object] = {}
     names = False
-    for name, value, schema in _judged(call, spec):
+    # _judged(call, spec), written out (and _plan's cache read here): the loop asks it
+    # of every call.
+    entry = _PLANS.get(id(spec))
+    plan = entry[1] if entry is not None and entry[0] is spec else _plan(spec)
+    if not plan:
+        return values, False
+    arguments = _arguments(call)
+    for name, schema, choosable in plan:
+        if name not in arguments:
+            continue
+        value = arguments[name]
         leaves: Iterable[float | str]
         if type(value) is str:  # the usual argument: one leaf, read here at once
             stripped = value.strip()
-            leaves = (stripped,) if stripped and not _neutral(value, schema) else ()
+            chosen = choosable and _neutral(value, schema)
+            leaves = (stripped,) if stripped and not chosen else ()
         else:
             leaves = _leaves(value, schema)
         for leaf in leaves:

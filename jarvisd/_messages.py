@@ -36,6 +36,8 @@ __all__ = [
 JSONValue: TypeAlias = "str | int | float | bool | list[JSONValue] | dict[str, JSONValue] | None"
 #: A JSON object of unknown shape.
 JSONObject: TypeAlias = "dict[str, JSONValue]"
+#: An instance without its __init__ (see Usage.__add__).
+_new = object.__new__
 
 
 class Role(enum.StrEnum):
@@ -124,13 +126,25 @@ class Message:
     def user(cls, content: str) -> Message:
         return cls(Role.USER, content)
 
+    # assistant() and tool() build the message without the dataclass's Python __init__:
+    # the tool loop adds both every turn.
     @classmethod
     def assistant(cls, content: str = "", tool_calls: Sequence[ToolCall] = ()) -> Message:
-        return cls(Role.ASSISTANT, content, tuple(tool_calls))
+        message = _new(cls)
+        message.role, message.content, message.tool_calls = (
+            Role.ASSISTANT,
+            content,
+            tuple(tool_calls),
+        )
+        message.tool_call_id = message.name = None
+        return message
 
     @classmethod
     def tool(cls, content: str, *, tool_call_id: str | None, name: str) -> Message:
-        return cls(Role.TOOL, content, tool_call_id=tool_call_id, name=name)
+        message = _new(cls)
+        message.role, message.content, message.tool_calls = Role.TOOL, content, ()
+        message.tool_call_id, message.name = tool_call_id, name
+        return message
 
     def to_dict(self) -> dict[str, object]:
         data: dict[str, object] = {"role": self.role.value, "content": self.content}
@@ -226,10 +240,12 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.prompt_tokens + other.prompt_tokens,
-            self.completion_tokens + other.completion_tokens,
-        )
+        # Usage(...) without the dataclass's Python __init__: a run adds up its usage
+        # twice a turn (its own and its ledger's).
+        usage = _new(Usage)
+        usage.prompt_tokens = self.prompt_tokens + other.prompt_tokens
+        usage.completion_tokens = self.completion_tokens + other.completion_tokens
+        return usage
 
     def to_dict(self) -> dict[str, int]:
         return {

@@ -59,17 +59,14 @@ class CancelToken:
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        # The flag as a plain attribute, set under the lock before the event: the loop
-        # reads it several times a turn, and a bool is cheaper to read than is_set().
-        self._set = False
+        #: Whether the run was cancelled. A plain attribute (set under the lock, before
+        #: the event), not a property: the loop reads it several times a turn, inline.
+        #: Written only by :meth:`cancel`.
+        self.cancelled = False
         self.reason = ""
         self.stop: type[RunStopped] = Cancelled
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
-
-    @property
-    def cancelled(self) -> bool:
-        return self._set
 
     def cancel(self, reason: str = "cancelled", *, stop: type[RunStopped] = Cancelled) -> None:
         with self._lock:
@@ -77,7 +74,7 @@ class CancelToken:
                 return
             self.reason = reason
             self.stop = stop
-            self._set = True
+            self.cancelled = True
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
@@ -103,7 +100,7 @@ class CancelToken:
                 self._callbacks.remove(callback)
 
     def raise_if_cancelled(self) -> None:
-        if self._set:
+        if self.cancelled:
             raise self.error()
 
     async def wait(self) -> None:
@@ -184,7 +181,23 @@ class Budget:
         ``completion_tokens`` is the ``max_tokens`` the call may ask for. Raises
         BudgetExceeded when the call cap is reached, or when the prompt and one
         completion token no longer fit."""
-        prompt_tokens = max(prompt_tokens, 0)
+        prompt_tokens = prompt_tokens if prompt_tokens > 0 else 0
+        if self.max_tokens is None and self.max_calls is None and self.max_wall is None:
+            # The usual, uncapped run (every turn comes here): nothing to check, clamp
+            # or warn about; the call is only counted and held.
+            completion = max_new_tokens if max_new_tokens > 0 else 0
+            with self._lock:
+                self.calls += 1
+                self.held_tokens += prompt_tokens + completion
+            # Hold(self, prompt_tokens, completion, 1), without the dataclass's __init__.
+            hold = _new(Hold)
+            hold.budget, hold.prompt_tokens, hold.completion_tokens = (
+                self,
+                prompt_tokens,
+                completion,
+            )
+            hold.calls, hold.tool_calls, hold.open = 1, 0, True
+            return hold
         with self._lock:
             if self.max_wall is not None:
                 self._check_wall()
@@ -211,19 +224,26 @@ class Budget:
         return Hold(self, prompt_tokens, completion, 1)
 
     def reserve_tool_call(self) -> Hold:
-        """Hold one tool call about to run (raises when the tool-call cap is reached)."""
+        """Hold one tool call about to run (raises when the tool-call cap is reached);
+        released, it stops counting."""
+        self.count_tool_call()
+        return Hold(self, 0, 0, 0, 1)
+
+    def count_tool_call(self) -> None:
+        """Count one tool call that starts now, whatever its end (raises when the
+        tool-call cap is reached): a tool call charges no tokens, so a call sure to
+        start needs no :class:`Hold`."""
         with self._lock:
             if self.max_wall is not None:
                 self._check_wall()
             if self.max_tool_calls is None:
                 self.tool_calls += 1
-                return Hold(self, 0, 0, 0, 1)
+                return
             if self.tool_calls >= self.max_tool_calls:
                 raise BudgetExceeded(f"tool-call budget of {self.max_tool_calls} calls spent")
             self.tool_calls += 1
             warning = self._crossed("tool_calls", self.tool_calls, self.max_tool_calls)
         self._warn(warning)
-        return Hold(self, 0, 0, 0, 1)
 
     def _end(self, hold: Hold, usage: Usage | None) -> None:
         with self._lock:
@@ -262,6 +282,9 @@ class Budget:
     def _warn(self, warning: dict[str, Any] | None) -> None:
         if warning is not None and self.bus is not None:
             self.bus.publish(EventType.BUDGET_WARNING, **warning)
+
+
+_new = object.__new__
 
 
 def watch_wall(run: RunContext) -> Callable[[], None]:

@@ -37,14 +37,15 @@ def find_held(
     :func:`unrelated`) or ``{"tool": name, "withheld": True}`` (a tool an earlier held
     call named, no longer offered)."""
     held: list[HeldCall] = []
+    spec_of = executor.spec_of
     for call in calls:
-        tool = executor.tools.get(call.name)
-        if tool is None:
+        spec = spec_of.get(call.name)
+        if spec is None:
             continue  # an unknown tool gets the executor's own error
         if call.name in withheld:
             held.append({"tool": call.name, "withheld": True})
             continue
-        values, foreign = assess(call, tool.spec, sources)
+        values, foreign = assess(call, spec, sources)
         if values:
             held.append({"tool": call.name, "invented": values})
         elif foreign:

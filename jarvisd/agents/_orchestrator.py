@@ -91,7 +91,9 @@ class FunctionCallingDialect(Dialect):
         return lambda text: calls_end(text, names)
 
     def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
-        content = strip_think_tags(generation.content)
+        content = generation.content
+        # strip_think_tags(content), whose usual case is written out: once a turn.
+        content = content.strip() if "<" not in content else strip_think_tags(content)
         if generation.tool_calls:
             return Step("calls", content, generation.tool_calls)
         calls, rest = recover_tool_calls(content, executor.names)
@@ -108,6 +110,9 @@ class FunctionCallingDialect(Dialect):
         return Message.assistant(step.content, step.calls)
 
     def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
+        if len(results) == 1:  # the usual turn: no list comprehension's frame
+            r = results[0]
+            return [Message.tool(r.content, tool_call_id=r.call_id, name=r.tool_name)]
         return [Message.tool(r.content, tool_call_id=r.call_id, name=r.tool_name) for r in results]
 
     def corrective(self, step: Step) -> str:

@@ -186,6 +186,9 @@ class _Loop:
     ) -> None:
         self.agent, self.setup, self.run, self.state = agent, setup, run, state
         self.dialect, self.executor = setup.dialect, setup.executor
+        # Whether a tool's result may be the run's answer (rlm's FINAL()): not unless
+        # the dialect says how, and then it is asked after every turn's calls.
+        self.tools_answer = type(self.dialect).final_from_results is not Dialect.final_from_results
         self.resumed = False
         self.specs: Sequence[ToolSpec] = ()
         self.budget: int | None = None
@@ -274,8 +277,10 @@ class _Loop:
         state, agent = self.state, self.agent
         if state.final is not None:  # resumed after the answer: end with it
             return self.finish(state.final["content"], **state.final["meta"])
+        cancel = self.run.cancel
         while state.turns < agent.max_turns:
-            self.run.cancel.raise_if_cancelled()
+            if cancel.cancelled:  # raise_if_cancelled(), inline: once a turn
+                raise cancel.error()
             generation = await self._generate()
             step = self.dialect.parse(generation, self.executor)
             if step.kind == "final":
@@ -315,7 +320,8 @@ class _Loop:
         """One turn's reply, on the history fitted to the context window."""
         state, agent = self.state, self.agent
         for message in state.messages[self.indexed :]:
-            if message.role is not Role.SYSTEM:  # the system one is the dialect's prompt
+            # The system one is the dialect's prompt; an empty one (calls only) says nothing.
+            if message.content and message.role is not Role.SYSTEM:
                 self.sources.add(message.content)
         self.indexed = len(state.messages)
         messages = list(state.messages)
@@ -338,7 +344,11 @@ class _Loop:
                 )
             )
         state.turns += 1
-        state.usage = state.usage + generation.usage
+        # Added in place: the state's own Usage (LoopState makes a new one), read by
+        # nothing else until the run ends.
+        usage, used = state.usage, generation.usage
+        usage.prompt_tokens += used.prompt_tokens
+        usage.completion_tokens += used.completion_tokens
         return generation
 
     def _invalid(self, step: Step, generation: Generation) -> AgentResult | None:
@@ -409,12 +419,13 @@ class _Loop:
                 known.add(r.content)
         state.tool_results.extend(results)
         state.messages.extend(self.dialect.result_messages(step, results))
-        final = self.dialect.final_from_results(results)
+        final = self.dialect.final_from_results(results) if self.tools_answer else None
         if final is not None and not run.cancel.cancelled:
             return self.finish(final, final_from_tool=True)  # saved once, as the answer
         if run.checkpoint is not None:
             self.save()
-        run.cancel.raise_if_cancelled()
+        if run.cancel.cancelled:
+            raise run.cancel.error()
         if not no_progress or state.turns >= self.agent.max_turns:
             return None  # the loop goes on, or ends on max_turns
         return await self._no_progress(results)

@@ -207,7 +207,8 @@ class RunEngine(WrapperEngine):
         options: SamplingOptions,
     ) -> tuple[Hold, SamplingOptions]:
         run = self.run
-        run.cancel.raise_if_cancelled()
+        if run.cancel.cancelled:
+            raise run.cancel.error()
         budget = run.budget
         # Without a token cap nothing needs the prompt's size before the call: a turn
         # of an unbudgeted run does not pay for counting it.
@@ -270,36 +271,55 @@ class RunEngine(WrapperEngine):
             self._fired.add(task)
             task.cancel()
 
-    async def _race(self, work: Awaitable[_T], unstarted: Hold | None = None) -> _T:
-        # Awaited in the caller's own task (no helper task per call); while ``work``
-        # runs, the task is listed in ``_waiting`` and the token's one callback
-        # cancels it. ``unstarted``: the hold of a call that ``work`` would start, given
-        # back if the run has stopped before it does.
+    def _enter(
+        self, work: Awaitable[object], unstarted: Hold | None
+    ) -> asyncio.Task[object] | None:
+        """List the caller's task in ``_waiting`` while ``work`` runs (the token's one
+        callback cancels what is listed there), or raise the run's stop when it has
+        stopped: ``work`` is then closed, and ``unstarted``, the hold of a call that
+        ``work`` would start, given back. Awaited in the caller's own task (no helper
+        task per call). The caller ends with :meth:`_leave`, whatever happens."""
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
-            return await work
+            return None
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
             self.run.cancel.on_cancel(self._wake)
         self._waiting.add(task)
-        try:
-            # Checked after joining ``_waiting``: a cancel from another thread either
-            # sees this task there or is seen here.
-            if self.run.cancel.cancelled:
-                if isinstance(work, Coroutine):
-                    work.close()
-                if unstarted is not None:
-                    unstarted.release()
-                raise self.run.cancel.error()
-            return await work
-        except asyncio.CancelledError:
-            if task in self._fired:
+        # Checked after joining ``_waiting``: a cancel from another thread either sees
+        # this task there or is seen here.
+        cancel = self.run.cancel
+        if cancel.cancelled:
+            self._waiting.discard(task)
+            if isinstance(work, Coroutine):
+                work.close()
+            if unstarted is not None:
+                unstarted.release()
+            raise cancel.error()
+        return task
+
+    def _leave(self, task: asyncio.Task[object] | None, exc: BaseException | None) -> None:
+        """Unlist ``task``; when ``exc`` is the cancellation the token fired, raise the
+        run's stop instead (and take the cancellation back from the task)."""
+        if task is None:  # pragma: no cover - see _enter
+            return
+        self._waiting.discard(task)
+        if task in self._fired:
+            self._fired.discard(task)
+            if isinstance(exc, asyncio.CancelledError):
                 task.uncancel()
                 raise self.run.cancel.error() from None
+
+    async def _race(self, work: Awaitable[_T], unstarted: Hold | None = None) -> _T:
+        """``work``, awaited between :meth:`_enter` and :meth:`_leave`."""
+        task = self._enter(work, unstarted)
+        try:
+            result = await work
+        except BaseException as exc:
+            self._leave(task, exc)
             raise
-        finally:
-            self._waiting.discard(task)
-            self._fired.discard(task)
+        self._leave(task, None)
+        return result
 
     async def generate(
         self,
@@ -316,9 +336,17 @@ class RunEngine(WrapperEngine):
         bus.publish(EventType.INFERENCE_START, engine=name, model=model, messages=len(messages))
         start = time.perf_counter()
         try:
-            generation = await self._race(
-                self.inner.generate(messages, model=model, tools=tools, options=options), hold
-            )
+            # _race, written out (one coroutine less a turn).
+            work = self.inner.generate(messages, model=model, tools=tools, options=options)
+            task = self._enter(work, hold)
+            try:
+                generation = await work
+            except BaseException as exc:
+                self._leave(task, exc)
+                raise
+            # _leave(task, None), written out: nothing to raise after a call that ended.
+            self._waiting.discard(task)
+            self._fired.discard(task)
         except BaseException as exc:
             charged = self._interrupted(hold, exc, "", (messages, tools, model))
             _failed(bus, name, model, start, exc, charged)

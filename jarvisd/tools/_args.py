@@ -16,8 +16,6 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._messages import JSONObject
-
 __all__ = ["ArgumentChecker", "ArgumentError", "parse_arguments", "validate_arguments"]
 
 _FENCE = re.compile(r"^\s*```[a-zA-Z_]*\s*\n?(.*?)\n?```\s*$", re.DOTALL)
@@ -52,16 +50,6 @@ _WRAPPERS = frozenset(("arguments", "parameters", "args", "input"))
 _SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
-def _try_json(text: str) -> JSONObject | None:
-    try:
-        value, end = _SCAN(text, 0)
-    except (StopIteration, ValueError):
-        return None
-    if end != len(text) and text[end:].strip():
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _required(schema: Mapping[str, object]) -> list[str]:
     req = schema.get("required")
     return [r for r in req if isinstance(r, str)] if isinstance(req, list | tuple) else []
@@ -88,10 +76,20 @@ def parse_arguments(
     """The arguments object for ``schema``, repaired when possible."""
     if text is None:
         return {}
-    if not isinstance(text, str):
-        value: object = dict(text)
-    elif text.startswith("{") and (fast := _try_json(text)) is not None:
-        value = fast  # the well-formed case, kept cheap
+    fast: object = None
+    if type(text) is str and text.startswith("{"):
+        # The well-formed object, the usual case, read by the scanner in one step.
+        try:
+            fast, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            fast = None
+        else:
+            if type(fast) is not dict or (end != len(text) and text[end:].strip()):
+                fast = None
+    if fast is not None:
+        value: object = fast
+    elif not isinstance(text, str):
+        value = dict(text)
     else:
         raw = text.strip()
         if not raw:

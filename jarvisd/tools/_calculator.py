@@ -169,8 +169,17 @@ class _Evaluator:
         op = _BINOPS.get(type(node.op))
         if op is None:
             raise CalculatorError(f"operator {type(node.op).__name__} is not allowed")
-        left = self.eval(node.left, depth + 1)
-        right = self.eval(node.right, depth + 1)
+        # A literal operand (most are) is read here, without eval's dispatch: a leaf
+        # adds nothing to the depth or the work that eval bounds.
+        a, b = node.left, node.right
+        left = a.value if type(a) is ast.Constant else None
+        if not (type(left) is float or (type(left) is int and left.bit_length() <= _LITERAL_BITS)):
+            left = self.eval(a, depth + 1)  # not a number constant() takes as it is
+        right = b.value if type(b) is ast.Constant else None
+        if not (
+            type(right) is float or (type(right) is int and right.bit_length() <= _LITERAL_BITS)
+        ):
+            right = self.eval(b, depth + 1)
         if op is operator.pow:
             self._check_power(left, right)
         elif (
@@ -181,11 +190,14 @@ class _Evaluator:
         ):
             raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
         try:
-            return _check_int(op(left, right))
+            value = op(left, right)
         except ZeroDivisionError:
             raise CalculatorError("division by zero") from None
         except OverflowError:
             raise CalculatorError("result too large for a float") from None
+        if type(value) is int and value.bit_length() > MAX_INT_BITS:  # _check_int, inline
+            raise CalculatorError(f"result too large (more than {MAX_INT_BITS} bits)")
+        return value
 
     def unaryop(self, node: ast.UnaryOp, depth: int) -> Value:
         unary = _UNARY.get(type(node.op))
@@ -368,4 +380,5 @@ class CalculatorTool(BaseTool):
         return self._spec
 
     def execute(self, **params: Any) -> str:
-        return format_number(evaluate(str(params["expression"])))
+        value = evaluate(str(params["expression"]))
+        return str(value) if type(value) is int else format_number(value)

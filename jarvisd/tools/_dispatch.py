@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from .._errors import SandboxUnavailable
 from .._events import EventBus, EventType
-from .._messages import ToolCall, ToolResult, ToolSpec, Usage
+from .._messages import ToolCall, ToolResult, ToolSpec
 from .._runcontext import BudgetExceeded, RunContext, RunStopped
 from ._args import ArgumentChecker, ArgumentError, parse_arguments
 from ._base import _CURRENT_RUN, BaseTool
@@ -30,8 +30,6 @@ MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
 _T = TypeVar("_T")
 _FATAL = (RunStopped, SandboxUnavailable)
-#: What a tool call charges the ledger's tokens: nothing (read only by Budget).
-_NO_TOKENS = Usage()
 
 
 @dataclass(slots=True)
@@ -49,12 +47,6 @@ class LoopGuard:
         if len(params) < 2:  # the usual case: already canonical, no sorting
             return f"{name}:{params!r}"
         return f"{name}:{sorted(params.items())!r}"
-
-    def admit(self, key: str) -> int:
-        """Count one more call of ``key``; returns how many times it was seen before."""
-        seen = self.counts.get(key, 0)
-        self.counts[key] = seen + 1
-        return seen
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -105,6 +97,8 @@ class ToolDispatcher:
         self._threaded = {n: t.blocking and not is_async[n] for n, t in self.tools.items()}
         self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
+        #: Each tool's spec by its name, read once (``spec`` may be a property).
+        self.spec_of: dict[str, ToolSpec] = {s.name: s for s in self.specs}
         self._schemas = {s.name: s.parameters for s in self.specs}
         self._checkers = {s.name: ArgumentChecker(s.parameters) for s in self.specs}
         self.bus = bus
@@ -144,8 +138,11 @@ class ToolDispatcher:
             return _fail(call, f"Error: invalid arguments for {resolved}: {exc}", start)
         key = ""
         if guard is not None:
-            key = LoopGuard.key(resolved, params)
-            seen = guard.admit(key)
+            # LoopGuard.key, whose usual case (one argument) is written out.
+            key = f"{resolved}:{params!r}" if len(params) < 2 else LoopGuard.key(resolved, params)
+            counts = guard.counts  # one more call of key; how many came before it
+            seen = counts.get(key, 0)
+            counts[key] = seen + 1
             if seen >= guard.max_repeats:
                 last = guard.last.get(key, "")
                 return _fail(
@@ -156,12 +153,13 @@ class ToolDispatcher:
                     start,
                     blocked=True,
                 )
-        hold = None
         if run is not None:
             # A call the run has already stopped never starts, so it is never counted.
-            run.cancel.raise_if_cancelled()
+            if run.cancel.cancelled:
+                raise run.cancel.error()
             try:
-                hold = run.budget.reserve_tool_call()
+                # Counted here: from here on it starts, and it counts however it ends.
+                run.budget.count_tool_call()
             except BudgetExceeded as exc:
                 run.cancel.cancel(str(exc), stop=BudgetExceeded)  # stop every branch
                 raise
@@ -187,8 +185,6 @@ class ToolDispatcher:
                 result = await self._invoke(tool, params, call, resolved, start)
         finally:
             _CURRENT_RUN.reset(token)
-            if hold is not None:  # it started, so it counts, however it ended
-                hold.settle(_NO_TOKENS)
         if guard is not None:
             guard.last[key] = result.content[:300]
         if bus is not None:
@@ -275,6 +271,8 @@ class ToolDispatcher:
             if not inline.get(c.name if c.name in inline else self.resolve(c.name) or ""):
                 break
         else:  # every call is to a cheap inline tool: one after the other, in this task
+            if len(calls) == 1:  # the usual turn: no list comprehension's frame
+                return [await self.execute(calls[0], run, guard)]
             return [await self.execute(c, run, guard) for c in calls]
         tasks = [asyncio.ensure_future(self.execute(c, run, guard)) for c in calls]
         # Its outcome may go unread when this call is cancelled while a tool fails: it
