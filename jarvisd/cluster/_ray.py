@@ -1,16 +1,21 @@
-"""The ray backend, on the daemon's side: each task's worker is a relay child process
-(``_relay``) that runs the real worker on a Ray node. Ray itself is imported only in
-that child, so the daemon's start-up and memory do not carry it."""
+"""The ray backend, on the daemon's side: one long-lived driver child process
+(``_relay``, started at the first ray task and again if it died) runs every task's
+worker on a Ray node; each task's worker, as the daemon sees it, is a stub process
+(``_stub``) joined to the driver. Ray itself is imported only in the driver, so the
+daemon's start-up and memory do not carry it."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
@@ -26,11 +31,44 @@ __all__ = ["RayBackend"]
 log = logging.getLogger(__name__)
 
 RELAY_MODULE = "jarvisd.cluster._relay"
+#: Run as a script of the standard library alone (``-I -S``): it starts in milliseconds.
+STUB_SCRIPT = str(Path(__file__).with_name("_stub.py"))
 PROBE_MODULE = "jarvisd.cluster._probe"
 #: Seconds a listing of the cluster's nodes is reused; and one may take at most.
 _PROBE_TTL_S = 10.0
 #: (A submit waits for it: bounded well below a client's patience.)
 _PROBE_TIMEOUT_S = 15.0
+
+
+class Driver:
+    """The daemon's one Ray driver process: started at the first use, again whenever
+    it has died. It listens on a socket in a directory only this user can enter, and
+    leaves when its stdin, a pipe held here, ends (the daemon died)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._socket = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def socket(self, python: str) -> str:
+        """The socket of a running driver (started now when there is none)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._socket
+        if self._proc is not None:
+            log.warning("the Ray driver ended (%s): starting another", self._proc.returncode)
+        # A short path (a socket's is bounded), private: mkdtemp makes it 0700.
+        self._socket = os.path.join(tempfile.mkdtemp(prefix="jarvis-ray-"), "driver.sock")
+        self._proc = subprocess.Popen(
+            [python, "-m", RELAY_MODULE, self.address, self._socket],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a task's kill never reaches it, nor the terminal's ^C
+        )
+        return self._socket
 
 
 class RayBackend:
@@ -43,9 +81,10 @@ class RayBackend:
     ) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(
             python,
-            "-m",
-            RELAY_MODULE,
-            self.address,
+            "-I",
+            "-S",
+            STUB_SCRIPT,
+            self.driver.socket(python),
             json.dumps(needs(spec, config), sort_keys=True),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -55,6 +94,7 @@ class RayBackend:
 
     def __init__(self, address: str = "auto") -> None:
         self.address = address
+        self.driver = Driver(address)
         self._nodes: list[dict[str, float]] | None = None
         self._probed = 0.0
         self._lock = threading.Lock()
