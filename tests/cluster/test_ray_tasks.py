@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jarvisd._errors import UsageError
@@ -144,24 +146,67 @@ def test_tasks_spread_over_both_nodes_as_they_run_locally(
         remote.terminate()
 
 
-def test_cancel_reaches_the_worker_on_its_node(
+def node_containers(cluster: RayCluster) -> list[str]:
+    """Sandbox containers started by the task workers on the cluster's nodes."""
+    from jarvisd._config import Config
+    from jarvisd.sandbox import LABEL, connect
+    from jarvisd.sandbox._policy import OWNER_LABEL
+
+    owners = {f"{socket.gethostname()}:{pid}" for pid in cluster.workers()}
+    client = connect(Config())
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    finally:
+        client.close()
+    return [c["Id"] for c in found if (c.get("Labels") or {}).get(OWNER_LABEL) in owners]
+
+
+def container_gone(container: str) -> bool:
+    from jarvisd._config import Config
+    from jarvisd.sandbox import LABEL, connect
+
+    client = connect(Config())
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    finally:
+        client.close()
+    return container not in {c["Id"] for c in found}
+
+
+@pytest.mark.docker
+def test_cancel_reaches_the_worker_and_its_container_on_its_node(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
 ) -> None:
+    require(not engine_problem(), engine_problem())
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
     try:
-        task = daemon.client.submit(AgentSpec(input="a slow one"))
+        # Both at once: one on the host of its node, one in a sandbox there (node B).
+        tasks = [
+            daemon.client.submit(AgentSpec(input="a slow one")).id,
+            daemon.client.submit(AgentSpec(input="a slow one in a box", isolation="sandbox")).id,
+        ]
         placed = (ray_cluster.node_a, ray_cluster.node_b)
-        daemon.wait_for(lambda: daemon.client.show(task.id).node in placed, 120, "placement")
-        daemon.wait_for(lambda: bool(ray_cluster.workers()), 60, "its worker on the node")
         daemon.wait_for(
-            lambda: "inference_start" in event_types(daemon, task.id), 60, "its model call"
+            lambda: all(
+                daemon.client.show(t).node in placed and "inference_start" in event_types(daemon, t)
+                for t in tasks
+            ),
+            120,
+            "both tasks on a node, asking their model",
         )
-        daemon.client.cancel(task.id)
-        info = daemon.client.wait(task.id, timeout=120)
-        assert info.state == "cancelled", info
-        assert info.node in placed
-        # Its worker on the node has ended with it.
-        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote worker to end")
+        [container] = node_containers(ray_cluster)
+        began = time.monotonic()
+        for task in tasks:
+            daemon.client.cancel(task)
+        daemon.wait_for(lambda: container_gone(container), 60, "its container removed")
+        removed = time.monotonic() - began
+        for task in tasks:
+            info = daemon.client.wait(task, timeout=120)
+            assert info.state == "cancelled", info
+            assert info.node in placed
+        # Their workers on the nodes have ended with them.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote workers to end")
+        print(f"cancel to the container's removal on node B: {removed:.2f} s")
     finally:
         daemon.terminate()
 
@@ -193,6 +238,59 @@ def test_a_daemon_killed_mid_run_ends_its_remote_workers_and_resumes_their_tasks
             types = event_types(daemon, info.id)
             assert info.attempts == 2 and types.count("task_resumed") == 1, types
             assert info.node in placed
+    finally:
+        HeldOnCue.release.set()
+        daemon.terminate()
+
+
+def drivers(daemon: DaemonProcess) -> list[psutil.Process]:
+    """The daemon's Ray driver processes (its children running ``_relay``)."""
+    assert daemon.proc is not None
+    return [
+        p
+        for p in psutil.Process(daemon.proc.pid).children()
+        if "jarvisd.cluster._relay" in p.cmdline()
+    ]
+
+
+def placed(daemon: DaemonProcess, task_id: str) -> list[dict[str, Any]]:
+    return [dict(e.data) for e in daemon.client.logs(task_id) if e.event == "task_placed"]
+
+
+def test_one_driver_carries_the_tasks_on_warm_actors_and_is_restarted_when_it_dies(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    HeldOnCue.release.clear()
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        # One after the other: the second runs on the first one's actor, still up, and
+        # both through the one driver the first task started.
+        first, second = (
+            daemon.client.wait(daemon.client.submit(AgentSpec(input="name a tree")).id, 120)
+            for _ in range(2)
+        )
+        assert [first.state, second.state] == ["succeeded"] * 2, (first, second)
+        assert [p["warm"] for p in placed(daemon, first.id)] == [False]
+        assert [p["warm"] for p in placed(daemon, second.id)] == [True]
+        assert second.node == first.node
+        [driver] = drivers(daemon)
+
+        # The driver killed mid-run: its task is settled as interrupted and resumed from
+        # its checkpoint through a new driver.
+        task = daemon.client.submit(AgentSpec(input="held by the driver")).id
+        daemon.wait_for(
+            lambda: "inference_start" in event_types(daemon, task), 120, "its model call"
+        )
+        driver.kill()
+        daemon.wait_for(
+            lambda: "task_resumed" in event_types(daemon, task), 120, "the task resumed"
+        )
+        HeldOnCue.release.set()
+        info = daemon.client.wait(task, timeout=120)
+        assert info.state == "succeeded" and info.attempts == 2, (info.state, info.reason)
+        assert len(placed(daemon, task)) == 2
+        [again] = drivers(daemon)
+        assert again.pid != driver.pid
     finally:
         HeldOnCue.release.set()
         daemon.terminate()
