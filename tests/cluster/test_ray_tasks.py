@@ -43,12 +43,22 @@ TASKS = 30
 
 
 class HeldOnCue(SlowOnCue):
-    """As :class:`SlowOnCue`; and "held" questions are answered once ``release`` is set."""
+    """As :class:`SlowOnCue`; and "held" questions (and the llm tool's "inner question")
+    are answered once ``release`` is set."""
 
     release = threading.Event()
+    #: The last user message of every question, as it comes in (answered or not).
+    asked: list[str] = []
 
     async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
-        if any("held" in m.content for m in messages if m.role is Role.USER):
+        users = [m.content for m in messages if m.role is Role.USER]
+        self.asked.append(users[-1] if users else "")
+        # The llm tool's own model call too: a tool call stays in flight meanwhile.
+        if any(
+            "held" in m.content or m.content == "inner question"
+            for m in messages
+            if m.role is Role.USER
+        ):
             # Waited in a thread: the server's other requests go on meanwhile.
             await asyncio.to_thread(self.release.wait, 600)
         return await super().generate(messages, **kwargs)
@@ -306,38 +316,59 @@ def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
     assert isinstance(cluster, Cluster)
     HeldOnCue.release.clear()
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    inner_before = HeldOnCue.asked.count("inner question")
     try:
-        ids = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
+        # Two with a tool call (the llm tool, itself a model call, held) in flight; four
+        # held at their first model call, before any tool.
+        llm = [
+            daemon.client.submit(
+                AgentSpec(input="use llm", agent="orchestrator", tools=("llm",))
+            ).id
+            for _ in range(2)
+        ]
+        held = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
         placed = (ray_cluster.node_a, ray_cluster.node_b)
 
-        def all_asking() -> bool:
+        def all_waiting() -> bool:
             return all(
                 daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
-                for i in ids
-            )
+                for i in held
+            ) and all("tool_call_start" in event_types(daemon, i) for i in llm)
 
-        daemon.wait_for(all_asking, 180, "every task on a node, asking its model")
-        on_a = [i for i in ids if daemon.client.show(i).node == ray_cluster.node_a]
-        assert on_a, "tasks are spread over both nodes"
-        [node_a] = [n for n in cluster.worker_nodes if n.node_id == ray_cluster.node_a]
-        cluster.remove_node(node_a)
-        # Each of its tasks is settled as interrupted, resumed, and placed again on B.
+        daemon.wait_for(all_waiting, 180, "every task on a node, waiting for its model")
+        # The node of the first tool call in flight goes away.
+        gone = daemon.client.show(llm[0]).node
+        [other] = [n for n in placed if n != gone]
+        on_gone = {i for i in llm + held if daemon.client.show(i).node == gone}
+        assert on_gone - set(llm), "tasks are spread over both nodes"
+        [node] = [n for n in cluster.worker_nodes if n.node_id == gone]
+        cluster.remove_node(node)
+        # Its tasks before a tool are settled as interrupted, resumed, placed on the other.
+        resumed = on_gone - set(llm)
         daemon.wait_for(
-            lambda: all(daemon.client.show(i).node == ray_cluster.node_b for i in on_a),
+            lambda: all(daemon.client.show(i).node == other for i in resumed),
             180,
             "its tasks on the node left",
         )
         HeldOnCue.release.set()
-        done = [daemon.client.wait(i, timeout=180) for i in ids]
-        assert [d.state for d in done] == ["succeeded"] * 4, [(d.state, d.reason) for d in done]
-        for info in done:
-            types = event_types(daemon, info.id)
-            # Lost on A: resumed once, from before its model call; never a tool run twice.
-            expected_attempts = 2 if info.id in on_a else 1
-            assert info.attempts == expected_attempts, (info.id, types)
-            assert types.count("task_resumed") == expected_attempts - 1, types
-            assert types.count("task_end") == 1
-            assert info.result is not None and info.result["answer"].startswith("answer to held")
+        done = {i: daemon.client.wait(i, timeout=180) for i in llm + held}
+        for task_id, info in done.items():
+            types = event_types(daemon, task_id)
+            assert types.count("task_end") == 1, types
+            assert types.count("tool_call_start") <= 1, types  # no tool ever ran twice
+            if task_id in llm and task_id in on_gone:
+                # Its tool call was in flight: marked, never run again.
+                assert info.state == "interrupted", (info.state, info.reason)
+                assert "effect unverified" in info.reason
+                assert info.attempts == 1
+                continue
+            assert info.state == "succeeded", (task_id, info.state, info.reason)
+            lost = task_id in on_gone
+            assert info.attempts == (2 if lost else 1), (task_id, types)
+            assert types.count("task_resumed") == (1 if lost else 0), types
+
+        # Each llm tool's model call was asked once: none replayed.
+        assert HeldOnCue.asked.count("inner question") - inner_before == 2
         daemon.wait_for(lambda: not ray_cluster.workers(), 30, "no worker left on any node")
     finally:
         HeldOnCue.release.set()
