@@ -127,8 +127,9 @@ def run(env: BenchEnv) -> list[Row]:
                     extra={"overhead_ms": ray - local},
                 )
             )
-            if not env.quick:
-                rows.append(_throughput(cluster, common, root, daemons["ray"][1]))
+            if not env.quick or env.smoke:  # the smoke run checks it runs, with 4 tasks
+                count = 4 if env.smoke else THROUGHPUT_TASKS
+                rows.append(_throughput(cluster, common, root, daemons["ray"][1], count))
     finally:
         for proc, _ in daemons.values():
             proc.terminate()
@@ -150,10 +151,10 @@ def _burst(client: Any, count: int) -> float:
     return count / (time.perf_counter() - began)
 
 
-def _throughput(cluster: Any, common: dict[str, Any], root: Path, client: Any) -> Row:
+def _throughput(cluster: Any, common: dict[str, Any], root: Path, client: Any, count: int) -> Row:
     """200 tasks on the one worker node, then on two (a second node added): the same
     daemon (max_concurrent 8), the same machine."""
-    one = _burst(client, THROUGHPUT_TASKS)
+    one = _burst(client, count)
     saved = dict(os.environ)
     os.environ.update(_env(root / "ray"))
     try:
@@ -163,9 +164,9 @@ def _throughput(cluster: Any, common: dict[str, Any], root: Path, client: Any) -
         os.environ.clear()
         os.environ.update(saved)
     load = os.getloadavg()[0]
-    two = _burst(client, THROUGHPUT_TASKS)
+    two = _burst(client, count)
     return Row(
-        f"{THROUGHPUT_TASKS} scripted {SLOW_S:g} s tasks through Ray, 2 nodes against 1",
+        f"{count} scripted {SLOW_S:g} s tasks through Ray, 2 nodes against 1",
         two,
         "tasks/s",
         baseline=one,
