@@ -7,6 +7,7 @@ daemon's start-up and memory do not carry it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -60,6 +61,10 @@ class Driver:
             return self._socket
         if self._proc is not None:
             log.warning("the Ray driver ended (%s): starting another", self._proc.returncode)
+            # It could not clean up after itself (it left on its stdin's end only).
+            with contextlib.suppress(OSError):
+                os.unlink(self._socket)
+                os.rmdir(os.path.dirname(self._socket))
         # A short path (a socket's is bounded), private: mkdtemp makes it 0700.
         self._socket = os.path.join(tempfile.mkdtemp(prefix="jarvis-ray-"), "driver.sock")
         self._proc = subprocess.Popen(

@@ -284,6 +284,8 @@ def test_one_driver_carries_the_tasks_on_warm_actors_and_is_restarted_when_it_di
         assert [p["warm"] for p in placed(daemon, second.id)] == [True]
         assert second.node == first.node
         [driver] = drivers(daemon)
+        socket_path = driver.cmdline()[-1]
+        assert Path(socket_path).parent.stat().st_mode & 0o077 == 0  # this user's alone
 
         # The driver killed mid-run: its task is settled as interrupted and resumed from
         # its checkpoint through a new driver.
@@ -301,6 +303,8 @@ def test_one_driver_carries_the_tasks_on_warm_actors_and_is_restarted_when_it_di
         assert len(placed(daemon, task)) == 2
         [again] = drivers(daemon)
         assert again.pid != driver.pid
+        # The killed one's private socket directory went with it.
+        assert not Path(socket_path).parent.exists()
     finally:
         HeldOnCue.release.set()
         daemon.terminate()
