@@ -183,6 +183,14 @@ class SandboxConfig:
     # key.pem (empty: DOCKER_CERT_PATH when DOCKER_TLS_VERIFY is set). A tcp:// engine
     # without them is refused unless it listens on loopback.
     docker_tls: str = ""
+    # Treat the engine as on another machine even when its address is local (a port
+    # forwarded from elsewhere, `ssh -L`): mounts travel as archives, never binds. An
+    # engine elsewhere (tcp:// beyond loopback, ssh://) is treated so always.
+    docker_remote: bool = False
+    # What a run's archives to and from such an engine may hold (its mounts, jarvis's
+    # code and a `:rw` mount's change each way): bytes and files; past them it fails.
+    archive_max_bytes: int = _num(512 << 20, 1)
+    archive_max_files: int = _num(50_000, 1)
     image: str = "jarvis-sandbox:latest"
     # The roots a mount may lie under, read-only unless :rw; none: every mount refused.
     allowed_roots: tuple[str, ...] = ()  # "PATH" or "PATH:rw"
@@ -301,6 +309,13 @@ class ClusterConfig:
     # "auto" (a cluster started on this machine with `ray start`), "HOST:PORT" (its
     # GCS) or "ray://HOST:PORT" (a Ray client server).
     address: str = "auto"
+    # What every task's node must have besides what its spec needs: "KEY=VALUE" a node
+    # label (`ray start --labels`), "NAME" one unit of a custom resource. Narrows placement
+    # as `jarvis task submit --node-label` does; a task no node can satisfy is refused.
+    require: tuple[str, ...] = ()
+    # When the cluster cannot be reached: "wait" for it (the task stays queued on the
+    # cluster, saying so), or "local": run the task as a worker on this machine.
+    fallback: Literal["wait", "local"] = "wait"
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +351,9 @@ class CredentialConfig:
 
 #: Where a Ray cluster answers: "auto", its GCS as HOST:PORT, or a client server.
 CLUSTER_ADDRESS = re.compile(r"auto|(ray://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}")
+
+#: One ``[cluster] require`` entry: a node label "KEY=VALUE" or a resource "NAME".
+CLUSTER_REQUIREMENT = re.compile(r"[A-Za-z0-9_./:-]{1,128}(=[A-Za-z0-9_./:-]{0,128})?")
 
 #: A server's name is the first half of its tools' names (``NAME.tool``).
 MCP_SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,32}")
@@ -416,6 +434,12 @@ def _check_value(cls: type, key: str, value: Any, file: str, dotted: str) -> Non
         raise ConfigError(
             file, dotted, '"auto", "HOST:PORT" or "ray://HOST:PORT" (a Ray cluster)', value
         )
+    if cls is ClusterConfig and key == "require":
+        for item in value:
+            if not CLUSTER_REQUIREMENT.fullmatch(item):
+                raise ConfigError(
+                    file, dotted, '"KEY=VALUE" (a node label) or "NAME" (a resource)', item
+                )
     if cls is Config and key == "credentials":
         _check_credentials(value, file, dotted)
     if cls is McpConfig and key == "servers":

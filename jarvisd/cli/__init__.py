@@ -18,6 +18,10 @@ from .._version import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "acp": ("jarvisd.cli._acp:acp", "Be an ACP agent for editors and ACP clients, on stdio."),
     "agents": ("jarvisd.cli._agents:agents", "List the agents and whether they accept tools."),
+    "cluster": (
+        "jarvisd.cli._cluster:cluster",
+        "Check the Ray cluster jarvisd's tasks run on: every node, what it has and lacks.",
+    ),
     "code": (
         "jarvisd.cli._code:code",
         "Let an agent change a project on a workspace; review, apply or discard the diff.",

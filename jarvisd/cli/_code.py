@@ -12,6 +12,7 @@ import click
 
 from .._errors import DaemonUnavailable, UsageError
 from ._code_view import _pick, _print_group, _print_workspace, _render
+from ._run_options import node_label_option, say_notice
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -165,6 +166,7 @@ def _state_dir() -> Path:
     "the project's .devcontainer/devcontainer.json, else sandbox.image). It "
     "must be in the engine: jarvis never pulls.",
 )
+@node_label_option
 @click.option("--no-daemon", is_flag=True, help="Run in this process even when jarvisd runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the workspace as JSON.")
 def run(
@@ -185,6 +187,7 @@ def run(
     setup_command: str,
     no_setup: bool,
     image: str,
+    node_labels: tuple[str, ...],
     no_daemon: bool,
     as_json: bool,
 ) -> None:
@@ -224,6 +227,7 @@ def run(
         max_wall=max_wall,
         workspace=ws.id,
         allow_net=split_hosts(allow_net),
+        node_labels=node_labels,
     ).at_edge()
     _execute(store, ws, spec, no_daemon, as_json)
 
@@ -365,6 +369,7 @@ def _submit(spec: AgentSpec) -> str | None:
         info = Client(timeout=30.0).submit(spec)
     except DaemonUnavailable:
         return None
+    say_notice(info.notice)
     click.echo(f"running as jarvisd task {info.id} (jarvis task logs -f {info.id})", err=True)
     return str(info.id)
 

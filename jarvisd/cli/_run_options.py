@@ -196,3 +196,33 @@ def _read_team(path: str | None) -> str | None:
     text = data.decode("utf-8", "replace")
     parse_team(text, path)
     return text
+
+
+def _check_labels(
+    ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+) -> tuple[str, ...]:
+    for item in value:
+        key, eq, _ = item.partition("=")
+        if not (eq and key.strip()):
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", ctx, param)
+    return value
+
+
+#: ``--node-label KEY=VALUE`` (repeatable): on a Ray cluster, the task's node must
+#: carry these labels (``jarvisd.cluster``); the daemon refuses a task no node can take.
+node_label_option = click.option(
+    "--node-label",
+    "node_labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_check_labels,
+    help="Through jarvisd on a Ray cluster: run only on a node with this label "
+    "(ray start --labels); repeatable, added to [cluster] require. A task no node "
+    "can take is refused.",
+)
+
+
+def say_notice(notice: str) -> None:
+    """What the daemon said on taking a task (e.g. the cluster is down), on stderr."""
+    if notice:
+        click.echo(f"jarvis: {notice}", err=True)

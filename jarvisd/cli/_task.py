@@ -10,7 +10,7 @@ import click
 
 from jarvisd._errors import UsageError
 
-from ._run_options import build_spec, run_options
+from ._run_options import build_spec, node_label_option, run_options, say_notice
 from ._terminal import visible
 
 if TYPE_CHECKING:
@@ -140,20 +140,29 @@ def task() -> None:
 @click.option(
     "--timeout", type=float, default=None, help="Time limit in seconds (default: config)."
 )
+@node_label_option
 @click.option("--json", "as_json", is_flag=True, help="Print the task as JSON.")
 def submit(
-    text: str, watch: str | None, timeout: float | None, as_json: bool, **run_values: Any
+    text: str,
+    watch: str | None,
+    timeout: float | None,
+    node_labels: tuple[str, ...],
+    as_json: bool,
+    **run_values: Any,
 ) -> None:
     """Submit TEXT as a task; prints its id at once (the daemon stores it first).
 
     Takes the same run options as `jarvis ask`; the daemon checks the agent, its
-    options and tools before it queues the task."""
+    options and tools before it queues the task (and, on a Ray cluster, that a
+    live node can take it)."""
+    import dataclasses
     import os
 
     if not text.strip():
         raise UsageError("the task text is empty")
-    spec = build_spec(text, **run_values)
+    spec = dataclasses.replace(build_spec(text, **run_values), node_labels=node_labels)
     info = _client().submit(spec, watch=os.path.abspath(watch) if watch else None, timeout=timeout)
+    say_notice(info.notice)
     click.echo(json.dumps(info.to_dict()) if as_json else info.id)
 
 

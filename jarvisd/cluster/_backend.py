@@ -31,12 +31,12 @@ class TaskBackend(Protocol):
         ...
 
 
-def check_placement(backend: TaskBackend, spec: AgentSpec, config: Config) -> None:
+def check_placement(backend: TaskBackend, spec: AgentSpec, config: Config) -> str:
     """Refuse (``UsageError``) at submit a task no worker of ``backend`` could run,
-    through its optional ``check(spec, config)``; a backend without one refuses none."""
+    through its optional ``check(spec, config)``; a backend without one refuses none.
+    Returns what the submit should say besides ("" or, e.g., the cluster is down)."""
     check = getattr(backend, "check", None)
-    if check is not None:
-        check(spec, config)
+    return (check(spec, config) or "") if check is not None else ""
 
 
 class LocalBackend:

@@ -1,5 +1,5 @@
 """What the Ray cluster's live nodes have: run as ``python -m jarvisd.cluster._probe
-ADDRESS``, it prints their total resources as one JSON list (exit 1 and the reason on
+ADDRESS``, it prints their total resources and labels as one JSON list (``NodeInfo``) (exit 1 and the reason on
 stderr when the cluster cannot be reached). A child process, so the daemon never
 imports Ray; the ray backend caches its answer (``RayBackend.check``)."""
 
@@ -9,6 +9,7 @@ import json
 import os
 import sys
 
+from ._placement import NodeInfo
 from ._relay import connect, keep_loopback
 
 #: A submit waits for this probe (once per few seconds): it gives up sooner than a run.
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     import ray
 
     try:
-        nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+        nodes = [NodeInfo.from_ray(n).to_dict() for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
     except Exception as exc:
         print(f"the Ray cluster at {argv[0]} did not list its nodes: {exc}", file=sys.stderr)
         return 1

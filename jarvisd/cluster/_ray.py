@@ -1,8 +1,10 @@
 """The ray backend, on the daemon's side: one long-lived driver child process
-(``_relay``, started at the first ray task and again if it died) runs every task's
+(``_driver``, started at the first ray task and again if it died) runs every task's
 worker on a Ray node; each task's worker, as the daemon sees it, is a stub process
-(``_stub``) joined to the driver. Ray itself is imported only in the driver, so the
-daemon's start-up and memory do not carry it."""
+(``_stub``) joined to the driver. A ``jarvis code`` run, and any task while the cluster
+is down, has a relay of its own instead (``_relay``: the workspace, the fallback).
+Ray itself is imported only in the driver and relays, so the daemon's start-up and
+memory do not carry it."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
 
-from ._placement import needs, unmet
+from ._placement import NodeInfo, labels, needs, unmet
 
 if TYPE_CHECKING:
     from jarvisd._config import Config
@@ -32,6 +34,7 @@ __all__ = ["RayBackend"]
 log = logging.getLogger(__name__)
 
 RELAY_MODULE = "jarvisd.cluster._relay"
+DRIVER_MODULE = "jarvisd.cluster._driver"
 #: Run as a script of the standard library alone (``-I -S``): it starts in milliseconds.
 STUB_SCRIPT = str(Path(__file__).with_name("_stub.py"))
 PROBE_MODULE = "jarvisd.cluster._probe"
@@ -68,7 +71,7 @@ class Driver:
         # A short path (a socket's is bounded), private: mkdtemp makes it 0700.
         self._socket = os.path.join(tempfile.mkdtemp(prefix="jarvis-ray-"), "driver.sock")
         self._proc = subprocess.Popen(
-            [python, "-m", RELAY_MODULE, self.address, self._socket],
+            [python, "-m", DRIVER_MODULE, self.address, self._socket],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             start_new_session=True,  # a task's kill never reaches it, nor the terminal's ^C
@@ -84,13 +87,23 @@ class RayBackend:
     async def spawn(
         self, python: str, spec: AgentSpec, config: Config, limit: int
     ) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            python,
-            "-I",
-            "-S",
-            STUB_SCRIPT,
-            self.driver.socket(python),
+        relay_args = [
+            self.address,
             json.dumps(needs(spec, config), sort_keys=True),
+            json.dumps(labels(spec, config), sort_keys=True),
+            self._fallback(config),
+            spec.workspace or "",  # a jarvis code run: its workspace travels (_carry)
+        ]
+        # The shared driver, through a stub; a task of its own relay when its workspace
+        # travels, or when the cluster was found down moments ago (its fallback).
+        own_relay = bool(spec.workspace) or relay_args[3].endswith("-now")
+        command = (
+            [python, "-m", RELAY_MODULE, *relay_args]
+            if own_relay
+            else [python, "-I", "-S", STUB_SCRIPT, self.driver.socket(python), *relay_args]
+        )
+        return await asyncio.create_subprocess_exec(
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
@@ -100,23 +113,42 @@ class RayBackend:
     def __init__(self, address: str = "auto") -> None:
         self.address = address
         self.driver = Driver(address)
-        self._nodes: list[dict[str, float]] | None = None
+        self._nodes: list[NodeInfo] | None = None
         self._probed = 0.0
         self._lock = threading.Lock()
+        self._why = ""  # why the last listing failed
 
-    def check(self, spec: AgentSpec, config: Config) -> None:
+    def _fallback(self, config: Config) -> str:
+        """The relay's mode when the cluster cannot be reached (``_fallback``): with
+        "-now" when it was found down moments ago, so the relay does not try first."""
+        mode = config.cluster.fallback
+        with self._lock:
+            down = self._probed and self._nodes is None
+            if down and time.monotonic() - self._probed < _PROBE_TTL_S:
+                return f"{mode}-now"
+        return mode
+
+    def check(self, spec: AgentSpec, config: Config) -> str:
         """Refuse a task no live node has the resources for. A cluster that cannot be
-        reached refuses nothing: the task waits in the queue, and its run says why."""
+        reached refuses nothing: the task waits for it, or runs here with ``[cluster]
+        fallback = "local"``; what is returned says which (the submit's notice)."""
+        wanted, where = needs(spec, config), labels(spec, config)  # a bad label: refused
         nodes = self._live_nodes(config)
         if nodes is None:
-            return
-        why = unmet(needs(spec, config), nodes)
+            then = (
+                'the task runs on this machine ([cluster] fallback = "local")'
+                if config.cluster.fallback == "local"
+                else "the task waits until it can"
+            )
+            return f"the Ray cluster at {self.address} cannot be reached ({self._why}): {then}"
+        why = unmet(wanted, nodes, where)
         if why:
             raise UsageError(
                 f"{why}: start a node that has them (ray start --resources ...), or ask for less"
             )
+        return ""
 
-    def _live_nodes(self, config: Config) -> list[dict[str, float]] | None:
+    def _live_nodes(self, config: Config) -> list[NodeInfo] | None:
         """The live nodes' resources (None: the cluster did not answer), asked of the
         cluster at most every few seconds: a burst of submits costs one probe."""
         with self._lock:
@@ -126,7 +158,7 @@ class RayBackend:
             self._probed = time.monotonic()
             return self._nodes
 
-    def _probe(self) -> list[dict[str, float]] | None:
+    def _probe(self) -> list[NodeInfo] | None:
         try:
             done = subprocess.run(
                 [sys.executable, "-m", PROBE_MODULE, self.address],
@@ -136,10 +168,10 @@ class RayBackend:
                 check=False,
             )
             if done.returncode == 0:
-                nodes: list[dict[str, float]] = json.loads(done.stdout)
-                return nodes
+                return [NodeInfo.from_dict(n) for n in json.loads(done.stdout)]
             why = done.stderr.strip()[-500:]
         except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
             why = str(exc)
         log.warning("cannot list the Ray cluster's nodes: %s", why)
+        self._why = why.splitlines()[-1] if why else "no answer"
         return None

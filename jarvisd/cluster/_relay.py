@@ -1,72 +1,66 @@
-"""The ray backend's driver: one long-lived process per daemon, connected to the Ray
-cluster once, that carries every ray task's frames between its stub (``_stub``, the
-daemon's child that stands in for the worker) and a warm :class:`WorkerHost` actor on a
-node, both ways and in order.
+"""The ray backend's stand-in for the worker: a child process of the daemon that places
+the task's worker on a Ray node (a :class:`WorkerHost` actor asking for the task's
+resources) and carries its frames both ways, in order.
 
-Run as ``python -m jarvisd.cluster._relay ADDRESS SOCKET``; the daemon starts it at its
-first ray task (``_ray.Driver``) and again if it died. It listens on ``SOCKET`` (in a
-private directory) at once and connects to Ray meanwhile, so a task's stub never waits
-for more than that connection. It leaves when its stdin (a pipe from the daemon) ends:
-the daemon died, even by ``kill -9``; the actors it owns die with it, and so do their
-workers, which see their stdin close and leave as a local worker does when its daemon
-goes away.
+Run as ``python -m jarvisd.cluster._relay ADDRESS RESOURCES_JSON [LABELS_JSON [FALLBACK
+[WORKSPACE]]]`` (FALLBACK: what to do when the cluster cannot be reached, see
+``_fallback``; WORKSPACE: a ``jarvis code`` run's workspace id, shipped to the node and
+back, see ``_carry``). Nothing secret is on
+that command line or in any Ray call's arguments that Ray's dashboard shows: the start
+frame (the config, credentials' names) travels in the frame stream, as for a local
+worker. The daemon reads this process's exit status as a worker's:
 
-For each task (one connection, see ``_stub`` for the lines):
+* the worker's own, once it ended;
+* EXIT_HOST_GONE when the worker's node or actor died mid-run (the daemon then settles
+  the task as interrupted: resumed from its checkpoint, or marked, never run twice
+  past a tool call in flight);
+* after an error frame saying why, when the cluster cannot be reached or no node of it
+  can ever run the task.
 
-* the task's resources are checked against the live nodes (refused with the reason
-  when no node could ever run it);
-* an idle actor that holds those resources is taken, or a new one is made (spread over
-  the nodes that can take it); after the task it waits for the next one. Idle actors of
-  other needs are given up when a new actor cannot be placed, so warm ones never starve
-  a task of a node's resources;
-* the worker's frames come back in batches through ``read``, and the daemon's go in
-  one call at a time, so their order holds; a slow daemon stops the fetching, and then
-  the worker at its next write: bounded on every hop;
-* the stub's exit status is the worker's, or EXIT_HOST_GONE when the worker's node or
-  actor died mid-run (the daemon settles the task as interrupted: resumed from its
-  checkpoint, or marked, never run twice past a tool call in flight).
-
-Nothing secret is on a command line or in an actor's constructor: the start frame (the
-config, credentials' names) travels in the frame stream, as for a local worker.
+When the daemon goes away this process ends; Ray then ends the actor it owns, whose
+worker sees its stdin close and leaves.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import socket
 import sys
 import threading
-import time
 from typing import IO, Any, NoReturn
 
 from jarvisd._procs import EXIT_HOST_GONE
 from jarvisd.protocol import ErrorFrame, EventFrame, encode
 
-from ._placement import unmet
+from . import _carry as carry
+from ._fallback import run_locally, wait_and_retry
+from ._placement import NodeInfo, unmet
 
 log = logging.getLogger("jarvisd.cluster.relay")
 
 #: The event that says where the task runs (``task show``'s ``node``).
 PLACED_EVENT = "task_placed"
+#: The event that says a jarvis code run's workspace went to the node, and its size.
+SHIPPED_EVENT = "workspace_shipped"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds the cluster has to accept this process as a driver.
 CONNECT_TIMEOUT_S = 30.0
 #: Seconds one fetch of the worker's frames waits on the node before asking again.
 _FETCH_WAIT_S = 1.0
-#: Idle actors kept per kind of need (each holds its resources on its node).
-MAX_IDLE = 4
-#: Seconds a new actor may take to be placed before idle ones are given up for it.
-_PLACE_WAIT_S = 2.0
-#: Seconds between looks for an idle actor while a new one waits to be placed.
-_POLL_S = 0.2
-#: Seconds the live nodes' listing is reused.
-_NODES_TTL_S = 5.0
-#: Seconds a worker whose daemon let go (killed its stub) has to end before it is killed.
-_LET_GO_S = 5.0
-END = b"END\n"
+
+
+def _leave(code: int) -> NoReturn:
+    # No interpreter teardown: the stdin thread is blocked reading, and Ray's own
+    # shutdown is not needed (the actor dies with its owner, this process).
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _fail(out: IO[bytes], code: str, message: str) -> NoReturn:
+    log.error("%s", message)
+    out.write(encode(ErrorFrame(code=code, message=message)))
+    _leave(1)
 
 
 def keep_loopback(address: str) -> None:
@@ -107,264 +101,111 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
     return ""
 
 
-class _Cluster:
-    """The connection, the live nodes, and the warm actors, shared by every task."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.ready = threading.Event()
-        self.why = ""  # why the cluster cannot be used, once ``ready``
-        self._lock = threading.Lock()
-        self._idle: dict[str, list[Any]] = {}
-        self._nodes: list[dict[str, float]] = []
-        self._listed = 0.0
-
-    def connect(self) -> None:
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            self.why = "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'"
-        else:
-            self.why = connect(self.address)
-        self.ready.set()
-
-    def unmet(self, wanted: dict[str, float]) -> str:
-        import ray
-
-        with self._lock:
-            if time.monotonic() - self._listed > _NODES_TTL_S:
-                self._nodes = [n.get("Resources") or {} for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-                self._listed = time.monotonic()
-            nodes = self._nodes
-        why = unmet(wanted, nodes)
-        if why:  # ask again next time: a node may have just joined
-            self._listed = 0.0
-        return why
-
-    def take(self, wanted: dict[str, float]) -> tuple[Any, str, bool]:
-        """An actor holding ``wanted`` and its worker started: (actor, node id, whether
-        the actor was warm: it ran a task before)."""
-        import ray
-
-        key = json.dumps(wanted, sort_keys=True)
-        made: Any = None  # a handle: its methods are called .remote()
-        started: Any = None
-        waited = 0.0
-        while True:
-            idle = self._idle_one(key)
-            if idle is not None:
-                if made is not None:  # one came back meanwhile: the new one is not needed
-                    with contextlib.suppress(Exception):
-                        ray.kill(made)
-                    made = None
-                try:
-                    return idle, str(ray.get(idle.start.remote())), True
-                except Exception as exc:  # it died idle (its node did): make another
-                    log.info("an idle actor is gone: %s", exc)
-                    continue
-            if made is None:
-                made, waited = self._new(wanted), 0.0
-                started = made.start.remote()
-            if ray.wait([started], timeout=_POLL_S)[0]:
-                return made, str(ray.get(started)), False
-            waited += _POLL_S
-            if waited >= _PLACE_WAIT_S:
-                # Idle actors of other needs may hold the very resources it waits for.
-                self._give_up_idle(but=key)
-
-    def _idle_one(self, key: str) -> Any:
-        with self._lock:
-            idle = self._idle.get(key)
-            return idle.pop() if idle else None
-
-    @staticmethod
-    def _new(wanted: dict[str, float]) -> Any:
-        import ray
-
-        from ._host import WorkerHost
-
-        return (
-            ray.remote(WorkerHost)
-            .options(
-                num_cpus=0,
-                resources=wanted,
-                # Tasks spread over the nodes that can take them (Ray would fill one first).
-                scheduling_strategy="SPREAD",
-                max_concurrency=4,  # a fetch waits while the daemon's frames go in
-                max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
-            )
-            .remote()
-        )
-
-    def _give_up_idle(self, but: str) -> None:
-        import ray
-
-        with self._lock:
-            gone = [a for k, actors in self._idle.items() if k != but for a in actors]
-            self._idle = {k: v for k, v in self._idle.items() if k == but}
-        for actor in gone:
-            with contextlib.suppress(Exception):
-                ray.kill(actor)
-
-    def give_back(self, wanted: dict[str, float], actor: Any) -> None:
-        import ray
-
-        key = json.dumps(wanted, sort_keys=True)
-        with self._lock:
-            idle = self._idle.setdefault(key, [])
-            if len(idle) < MAX_IDLE:
-                idle.append(actor)
-                return
-        with contextlib.suppress(Exception):
-            ray.kill(actor)
+def unreachable(address: str, fallback: str) -> str:
+    """Why the cluster is not tried now: the daemon found it down moments ago."""
+    return f"the Ray cluster at {address} cannot be reached (found so at submit; {fallback})"
 
 
-class _Task:
-    """One connection: one task's frames between its stub and its actor."""
+def _forward_stdin(actor: Any) -> None:
+    """The daemon's frames (start, pong, cancel, approval) to the worker, one at a time
+    so their order holds; its end closes the worker's stdin."""
+    import ray
 
-    def __init__(self, cluster: _Cluster, conn: socket.socket) -> None:
-        self.cluster = cluster
-        self.conn = conn
-        self.lock = threading.Lock()  # one writer to the stub at a time
-        self.ended = threading.Event()  # the worker ended: the stub leaves, no END
-
-    def send(self, kind: bytes, data: bytes) -> None:
-        with self.lock:
-            self.conn.sendall(kind + data)
-
-    def fail(self, code: str, message: str) -> None:
-        log.error("%s", message)
-        with contextlib.suppress(OSError):
-            self.send(b"F", encode(ErrorFrame(code=code, message=message)))
-            self.send(b"X", b"1\n")
-
-    def run(self) -> None:
-        reader = self.conn.makefile("rb")
-        try:
-            wanted = json.loads(reader.readline())
-            self.cluster.ready.wait()
-            if self.cluster.why:
-                self.fail("failed", self.cluster.why)
-                return
-            try:
-                why = self.cluster.unmet(wanted)
-            except Exception as exc:
-                self.fail("failed", f"the Ray cluster did not list its nodes: {exc}")
-                return
-            if why:
-                self.fail("usage", f"{why}: no node can run this task")
-                return
-            try:
-                actor, node, warm = self.cluster.take(wanted)
-            except Exception as exc:
-                log.error("no actor for the task: %s", exc)
-                self.send(b"X", b"%d\n" % EXIT_HOST_GONE)
-                return
-            kept = False
-            try:
-                kept = self._relay(reader, actor, {"node": node, "warm": warm})
-            finally:
-                if kept:
-                    self.cluster.give_back(wanted, actor)
-                else:  # its worker, if any is left, sees its stdin close with it
-                    with contextlib.suppress(Exception):
-                        import ray
-
-                        ray.kill(actor)
-        except (OSError, ValueError):
-            pass  # the stub is gone
-        finally:
-            with contextlib.suppress(OSError):
-                self.conn.close()
-
-    def _relay(self, reader: IO[bytes], actor: Any, placed: dict[str, Any]) -> bool:
-        """Carry the task's frames until its worker ends; whether the actor may take
-        another task."""
-        import ray
-
-        self.send(b"F", encode(EventFrame(type=PLACED_EVENT, data=placed)))
-        forward = threading.Thread(
-            target=self._forward, args=(reader, actor), name="to-worker", daemon=True
-        )
-        forward.start()
-        try:
-            while (lines := ray.get(actor.read.remote(_FETCH_WAIT_S))) is not None:
-                if lines:
-                    self.send(b"F", b"F".join(lines))  # each line its own ``F``
-            code = int(ray.get(actor.wait.remote()))
-        except OSError:  # the stub is gone: ``_forward`` lets the worker go
-            return False
-        except Exception as exc:  # its node or its actor died mid-run
-            log.error("the task's worker on the Ray cluster was lost: %s", exc)
-            self.send(b"X", b"%d\n" % EXIT_HOST_GONE)
-            return False
-        self.ended.set()
-        self.send(b"X", b"%d\n" % (code if code >= 0 else 128 - code))
-        # The actor takes another task only once nothing of this one can reach it.
-        forward.join(_LET_GO_S)
-        return not forward.is_alive()
-
-    def _forward(self, reader: IO[bytes], actor: Any) -> None:
-        """The daemon's frames (start, pong, cancel, approval) to the worker, a call at
-        a time so their order holds. ``END``: the daemon closed the stub's stdin, so the
-        worker's closes; a connection that ends without it is a stub that was killed
-        (the daemon gave up on the task): its worker is ended too."""
-        import ray
-
-        try:
-            for line in iter(reader.readline, b""):
-                if line == END:
-                    ray.get(actor.close.remote())
-                    return
-                ray.get(actor.write.remote(line))
-            if self.ended.is_set():
-                return
-            ray.get(actor.close.remote())
-            if not self.ended.wait(_LET_GO_S):
-                ray.get(actor.kill.remote())
-        except Exception as exc:  # the actor is gone: the reading loop says so
-            log.warning("relaying to the worker stopped: %s", exc)
-
-
-def _leave(code: int) -> NoReturn:
-    # No interpreter teardown: threads are blocked reading, and Ray's own shutdown is
-    # not needed (the actors die with their owner, this process).
-    sys.stderr.flush()
-    os._exit(code)
-
-
-def _watch_daemon(path: str) -> None:
-    """The daemon's end of our stdin closes when it dies: leave with it."""
-    with contextlib.suppress(OSError):
-        while sys.stdin.buffer.read(4096):
-            pass
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-        os.rmdir(os.path.dirname(path))
-    _leave(0)
+    try:
+        for line in iter(sys.stdin.buffer.readline, b""):
+            ray.get(actor.write.remote(line))
+        ray.get(actor.close.remote())
+    except Exception as exc:  # the actor is gone: the main loop says so
+        log.warning("relaying to the worker stopped: %s", exc)
 
 
 def main(argv: list[str]) -> NoReturn:
-    os.dup2(2, 1)  # whatever Ray prints goes to stderr
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # whatever Ray prints goes to stderr, never between frames
     sys.stdout = sys.stderr
     logging.basicConfig(
         level=os.environ.get("JARVISD_WORKER_LOG", "WARNING"),
-        format="%(asctime)s ray-driver[%(process)d] %(levelname)s %(name)s: %(message)s",
+        format="%(asctime)s relay[%(process)d] %(levelname)s %(name)s: %(message)s",
     )
-    address, path = argv[0], argv[1]
+    address, wanted = argv[0], json.loads(argv[1])
+    labels: dict[str, str] = json.loads(argv[2]) if len(argv) > 2 else {}
+    fallback = argv[3] if len(argv) > 3 else ""
+    workspace = argv[4] if len(argv) > 4 else ""
     keep_loopback(address)
-    cluster = _Cluster(address)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    server.bind(path)  # in a directory only the daemon's user can enter
-    server.listen(64)
-    threading.Thread(target=_watch_daemon, args=(path,), name="daemon-watch", daemon=True).start()
-    threading.Thread(target=cluster.connect, name="ray-connect", daemon=True).start()
-    while True:
-        conn, _ = server.accept()
-        task = _Task(cluster, conn)
-        threading.Thread(target=task.run, name="task", daemon=True).start()
+    # The daemon found the cluster down moments ago: not tried again (nor Ray imported).
+    why = unreachable(address, fallback) if fallback.endswith("-now") else ""
+    if not why:
+        try:
+            import ray
+        except ImportError:
+            _fail(
+                out,
+                "usage",
+                "[cluster] backend = \"ray\" needs Ray: pip install 'jarvisd[cluster]'",
+            )
+        why = connect(address)
+    if why and fallback.startswith("local"):
+        run_locally(out, why)
+    if why and fallback.startswith("wait"):
+        wait_and_retry(out, why, argv)
+    if why:
+        _fail(out, "failed", why)
+    from ._host import WorkerHost
+
+    try:
+        nodes = [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        _fail(out, "failed", f"the Ray cluster at {address} did not list its nodes: {exc}")
+    why = unmet(wanted, nodes, labels)
+    if why:
+        _fail(out, "usage", f"{why}: no node can run this task")
+    shipped = None
+    if workspace:
+        try:
+            shipped, what = carry.ship_out(workspace)
+        except Exception as exc:  # too big, or the workspace is gone
+            _fail(out, "usage", f"the workspace cannot go to a cluster node: {exc}")
+    # Only on a node with these labels ([cluster] require, --node-label).
+    selector: dict[str, Any] = {"label_selector": labels} if labels else {}
+    actor: Any = (  # a handle: its methods are called .remote()
+        ray.remote(WorkerHost)
+        .options(
+            **selector,
+            num_cpus=0,
+            resources=wanted,
+            # Tasks spread over the nodes that can take them (Ray would fill one first).
+            scheduling_strategy="SPREAD",
+            max_concurrency=4,  # a fetch waits while the daemon's frames go in
+            max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
+        )
+        .remote()
+    )
+    try:
+        node = ray.get(actor.start.remote())
+        if shipped is not None:  # there before the worker's start frame is
+            try:
+                carry.install(node, shipped)
+            except Exception as exc:  # the node cannot take it: not a node lost
+                _fail(out, "failed", f"the workspace could not be installed on {node}: {exc}")
+            out.write(encode(EventFrame(type=SHIPPED_EVENT, data={**what, "node": node})))
+        out.write(encode(EventFrame(type=PLACED_EVENT, data={"node": node})))
+        threading.Thread(target=_forward_stdin, args=(actor,), daemon=True).start()
+        while (lines := ray.get(actor.read.remote(_FETCH_WAIT_S))) is not None:
+            if lines:
+                out.write(b"".join(lines))
+        code = int(ray.get(actor.wait.remote()))
+        if shipped is not None:
+            try:
+                carry.bring_back(node, workspace)
+            except Exception as exc:
+                log.error("the workspace's change did not come back from the node: %s", exc)
+                code = code or 1
+    except BrokenPipeError:  # the daemon went away: the actor ends with this process
+        _leave(EXIT_HOST_GONE)
+    except Exception as exc:  # its node or its actor died mid-run
+        log.error("the task's worker on the Ray cluster was lost: %s", exc)
+        _leave(EXIT_HOST_GONE)
+    _leave(code if code >= 0 else 128 - code)
 
 
 if __name__ == "__main__":

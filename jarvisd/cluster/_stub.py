@@ -2,7 +2,8 @@
 process that joins the daemon's pipes to one connection of the long-lived Ray driver
 (``_relay``), which runs the task's worker on a node.
 
-Run as ``python -I -S .../_stub.py SOCKET NEEDS_JSON``: a script of the standard library
+Run as ``python -I -S .../_stub.py SOCKET ADDRESS NEEDS LABELS FALLBACK WORKSPACE`` (the
+last five are the task relay's arguments, see ``_relay``): a script of the standard library
 alone, so it starts in milliseconds (no jarvisd, no Ray to import). It exists so the
 daemon keeps a real process per task, with its own pid, exit status and process group,
 exactly as for a local worker: ``kill_tree`` of it, ``killpg`` after it, the pid in the
@@ -10,10 +11,14 @@ store all mean this task alone, never the driver that every task shares.
 
 The wire to the driver, lines both ways:
 
-* to it: the header (the task's resources, JSON), then the daemon's frames as they
-  are, then ``END`` when the daemon closed our stdin. A connection that ends without
+* to it: the header (the task's resources and labels, JSON), then, once the driver
+  answered, the daemon's frames as they are, then ``END`` when the daemon closed our
+  stdin. A connection that ends without
   ``END`` is a stub that was killed: the driver kills the worker on its node.
-* from it: ``F`` and a frame for the daemon, or ``X`` and the worker's exit status, last.
+* from it: ``F`` and a frame for the daemon, or ``X`` and the worker's exit status, last;
+  or, first and alone, ``R``: the driver cannot reach the cluster, so this process
+  becomes the task's own relay (``exec``, same pid; the daemon's frames still unread in
+  its stdin), which waits for the cluster or runs the task here (``[cluster] fallback``).
 """
 
 import os
@@ -27,6 +32,7 @@ EXIT_HOST_GONE = 75
 #: Seconds the driver, just started, has to listen.
 CONNECT_S = 30.0
 END = b"END\n"
+RELAY_MODULE = "jarvisd.cluster._relay"
 
 
 def _error_frame(message: str) -> bytes:
@@ -69,10 +75,20 @@ def main(argv: list[str]) -> int:
     if conn is None:
         out.write(_error_frame(f"the Ray driver did not listen at {argv[0]}"))
         return 1
-    conn.sendall(argv[1].encode() + b"\n")
-    threading.Thread(target=_forward, args=(conn,), daemon=True).start()
+    import json
+
+    header = {"needs": json.loads(argv[2]), "labels": json.loads(argv[3])}
+    conn.sendall(json.dumps(header).encode() + b"\n")
     reader = conn.makefile("rb")
+    forwarding = False
     for line in iter(reader.readline, b""):
+        if line[:1] == b"R" and not forwarding:
+            conn.close()
+            sys.stderr.flush()
+            os.execv(sys.executable, [sys.executable, "-m", RELAY_MODULE, *argv[1:]])
+        if not forwarding:  # nothing of stdin is read before: an R leaves it whole
+            threading.Thread(target=_forward, args=(conn,), daemon=True).start()
+            forwarding = True
         if line[:1] == b"F":
             out.write(line[1:])
         elif line[:1] == b"X":

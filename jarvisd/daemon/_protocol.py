@@ -331,6 +331,9 @@ class TaskInfo(_Daemon):
     node: str = ""
     #: Set while the task waits for its permission request to be answered.
     waiting: Waiting | None = None
+    #: What the daemon said on taking the task (a submit's reply only): e.g. that the
+    #: Ray cluster cannot be reached, and whether the task waits or runs here.
+    notice: str = ""
 
     @property
     def finished(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import logging
 import os
@@ -603,7 +604,7 @@ class Daemon:
         validate_spec(request.spec, self.config)  # refused now, not when it runs
         # ...as is a task no node of the cluster could run ([cluster] backend).
         backend = backend_for(self.config)
-        await asyncio.to_thread(check_placement, backend, request.spec, self.config)
+        notice = await asyncio.to_thread(check_placement, backend, request.spec, self.config)
         watch = None
         if request.watch is not None:
             limit = self.config.daemon.watch_max_dirs
@@ -611,4 +612,4 @@ class Daemon:
         info = self.tasks.submit(request.spec, watch=watch, timeout=request.timeout)
         if watch is not None:
             await self._add_task_watch(info.id, watch)
-        return info
+        return dataclasses.replace(info, notice=notice) if notice else info

@@ -67,6 +67,9 @@ class AgentSpec:
     #: Hosts the run's sandbox may reach besides the config's (``--allow-net``; entries
     #: as in ``[sandbox.network] allow``). Stored with a task, so a restart keeps them.
     allow_net: tuple[str, ...] = ()
+    #: Node labels ("KEY=VALUE") the run's node must have on a cluster
+    #: (``--node-label``; ``jarvisd.cluster``); ignored by the local backend.
+    node_labels: tuple[str, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -97,6 +100,7 @@ class AgentSpec:
         data["tools"] = list(self.tools)
         data["mounts"] = list(self.mounts)
         data["allow_net"] = list(self.allow_net)
+        data["node_labels"] = list(self.node_labels)
         data["options"] = dict(self.options)
         data["env"] = dict(self.env)
         return data
@@ -119,7 +123,7 @@ class AgentSpec:
             _check(values, name, int, optional=True)
         for name in ("temperature", "max_wall"):
             _check(values, name, (int, float), optional=True)
-        for name in ("tools", "mounts", "allow_net"):
+        for name in ("tools", "mounts", "allow_net", "node_labels"):
             items = values.get(name) or ()
             if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
                 raise UsageError(f"agent spec field {name!r} must be a list of strings")

@@ -14,6 +14,7 @@ import ssl
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,9 @@ class DockerChannel(Channel):
         self._inputs = inputs
         #: A host directory of this container's own (its covers), removed with it.
         self.scratch: Path | None = None
+        #: What runs once the container is gone (an engine elsewhere: its files come
+        #: back, ``_transfer``); given whether the engine stopped answering.
+        self.after: Callable[[bool], None] | None = None
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(_QUEUE_CHUNKS)
         self._buf = bytearray()
         self._eof = False
@@ -358,6 +362,9 @@ class DockerChannel(Channel):
                 raw.close()
         _remove_tree(self._inputs)
         _remove_tree(self.scratch)
+        after, self.after = self.after, None
+        if after is not None:
+            after(self.stalled is not None)
         return code, oom
 
     async def kill(self, reason: str = "killed") -> None:

@@ -14,6 +14,11 @@ and attached before it starts; the program's stdin is the attach socket. A reque
 nothing of its own (:func:`poolable`) takes a container of the warm pool instead
 (``_pool``): started and attached earlier, its program waiting for its first frame.
 
+An engine on another machine (``_remote.is_remote``, or ``sandbox.docker_remote``) sees
+none of this machine's files: jarvis's code, the inputs and the mounts travel to it as
+archives and ``:rw`` mounts come back the same way (``_transfer``, ``_archive``); there
+is no warm pool, and what needs this machine's sockets (egress) is refused.
+
 Mounts hold against swaps between the check and the engine's bind (the engine resolves
 path strings itself): as root, with the engine in our mount namespace, the engine is
 given private binds of exactly what was checked (``_staging``); always, the prelude
@@ -46,7 +51,7 @@ import os
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -54,6 +59,7 @@ from .._config import Config
 from .._errors import SandboxError, SandboxUnavailable
 from ..executors import Channel, CodeExecutor, ExecRequest
 from ..executors._privsep import ENV as PRIVSEP_ENV
+from ._archive import ArchiveLimits
 from ._channel import DockerChannel, _remove_tree
 from ._covers import covers, make_covers
 from ._egress import egress_bind, forward_args, proxy_env
@@ -85,6 +91,7 @@ from ._policy import (
 from ._pool import Pooled, WarmPool, warm_pool
 from ._remote import is_remote, transport
 from ._staging import can_stage, staged
+from ._transfer import Shipment, ship
 
 __all__ = ["DockerChannel", "DockerExecutor", "connect", "engine_address", "sweep_orphans"]
 
@@ -126,8 +133,16 @@ class DockerExecutor(CodeExecutor):
         )
         self._client: Any = None
         self._lock = threading.Lock()
+        #: Removals of runs' volumes under way (``_bring_back``).
+        self._unshipping: list[threading.Thread] = []
         #: Whether mounts are staged for the engine (decided at the first mount).
         self.staging: bool | None = None
+        #: The engine cannot see this machine's files: what a sandbox needs travels as
+        #: archives (``_transfer``), never as binds.
+        self.archives = config.sandbox.docker_remote or is_remote(self.address)
+        self.limits = ArchiveLimits(
+            config.sandbox.archive_max_bytes, config.sandbox.archive_max_files
+        )
 
     def _connect(self) -> Any:
         # Every call but the streams is bounded: a stalled engine fails the run, not hangs it.
@@ -140,6 +155,10 @@ class DockerExecutor(CodeExecutor):
             return self._client
 
     def close(self) -> None:
+        with self._lock:
+            pending, self._unshipping = self._unshipping, []
+        for thread in pending:  # they use the client
+            thread.join(timeout=2 * self.config.sandbox.engine_timeout)
         with self._lock:
             if self._client is not None:
                 self._client.close()
@@ -163,28 +182,36 @@ class DockerExecutor(CodeExecutor):
     async def open(self, request: ExecRequest) -> Channel:
         if not request.argv:
             raise SandboxError("nothing to run: empty argv")
-        if is_remote(self.address):
+        if self.archives:
             transport(self.config, self.address)  # an engine it must not talk to: that first
-            raise SandboxUnavailable(
-                f"the container engine at {self.address} may be on another machine: a "
-                "sandbox bind-mounts jarvis's own code (and its mounts) from this machine, "
-                "which such an engine cannot see. Use an engine on this machine (a unix "
-                "socket, or tcp:// on loopback); engines elsewhere are not supported yet"
-            )
+            if request.proxy_socket or request.system_binds:
+                raise SandboxUnavailable(
+                    f"the container engine at {self.address} is on another machine "
+                    "(sandbox.docker_remote, or its address): it cannot reach this "
+                    "machine's sockets and programs, which "
+                    + ("network access (--allow-net)" if request.proxy_socket else "this run")
+                    + " needs. Use an engine on this machine for it"
+                )
         mounts = self.mounts.check_all(request.mounts)
         loop = asyncio.get_running_loop()
         channel = await asyncio.to_thread(self._start, loop, request, mounts)
-        if mounts:
+        if mounts and not self.archives:
             await confirm_mounts(channel)
         return channel
 
     # -- container construction (runs in a worker thread) -------------------------------
 
     @contextlib.contextmanager
-    def _engine_sources(self, mounts: Sequence[Mount]) -> Iterator[list[str]]:
+    def _engine_sources(
+        self, mounts: Sequence[Mount], shipment: Shipment | None
+    ) -> Iterator[list[str]]:
         """The path the engine is given for each mount, valid while the block runs:
-        a private bind of exactly what was checked when mounts can be staged, else the
-        checked path itself (the prelude then refuses it inside if it was swapped)."""
+        its directory in the run's volume on an engine elsewhere; a private bind of
+        exactly what was checked when mounts can be staged; else the checked path itself
+        (the prelude then refuses it inside if it was swapped)."""
+        if shipment is not None:
+            yield shipment.mounts
+            return
         if mounts and self.staging is None:
             self.staging = can_stage(self.address)
         if mounts and self.staging:
@@ -199,15 +226,21 @@ class DockerExecutor(CodeExecutor):
         sources: Sequence[str],
         inputs: Path | None,
         system: Sequence[tuple[str, str, bool]] = (),
+        shipment: Shipment | None = None,
     ) -> list[Any]:
         from docker.types import Mount as DockerMount
 
         specs = []
-        code = code_dirs()
-        ensure_bytecode(code)
-        binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
-        if inputs is not None:
-            binds.append((str(inputs), INPUT_DIR, True))
+        if shipment is not None:  # the same binds, of the run's volume on the engine's machine
+            binds = list(shipment.code)
+            if shipment.inputs:
+                binds.append((shipment.inputs, INPUT_DIR, True))
+        else:
+            code = code_dirs()
+            ensure_bytecode(code)
+            binds = [(str(p), f"{CODE_ROOT}/{n}", True) for n, p in sorted(code.items())]
+            if inputs is not None:
+                binds.append((str(inputs), INPUT_DIR, True))
         binds += [(src, m.target, m.read_only) for m, src in zip(mounts, sources, strict=True)]
         binds += list(system)
         for source, target, read_only in binds:
@@ -225,6 +258,7 @@ class DockerExecutor(CodeExecutor):
         sources: Sequence[str],
         inputs: Path | None,
         extra: Sequence[tuple[str, str, bool]] = (),
+        shipment: Shipment | None = None,
     ) -> dict[str, Any]:
         """The engine's container configuration for ``request`` (no I/O); ``extra``:
         more binds of jarvis's own (covers)."""
@@ -249,8 +283,12 @@ class DockerExecutor(CodeExecutor):
             env.update(proxy_env())
             forward = forward_args(policy.uid, policy.gid)
             system.append(egress_bind(request.proxy_socket))
+        # Shipped mounts are the volume's copies: nothing of the host's to verify inside.
         argv = prelude_argv(
-            container_argv(request.argv), verify=mounts, inputs=inputs is not None, forward=forward
+            container_argv(request.argv),
+            verify=() if shipment is not None else mounts,
+            inputs=inputs is not None,
+            forward=forward,
         )
         # A program that runs untrusted code of its own (the agent runner) starts as
         # root with only SETUID/SETGID and drops to the sandbox user itself at once;
@@ -275,7 +313,7 @@ class DockerExecutor(CodeExecutor):
             ipc_mode="private",
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             log_config=LogConfig(type="none"),
-            mounts=self._mount_specs(mounts, sources, inputs, system),
+            mounts=self._mount_specs(mounts, sources, inputs, system, shipment),
         )
         container_config: dict[str, Any] = api.create_container_config(
             policy.image,
@@ -301,7 +339,8 @@ class DockerExecutor(CodeExecutor):
         return warm_pool(self.address, self.flavor, size, self._connect, attach_streams)
 
     async def prepare(self, request: ExecRequest) -> None:
-        if not poolable(request) or self.config.sandbox.warm_pool == 0:
+        # (An engine elsewhere: a pooled container would need binds of this machine's.)
+        if not poolable(request) or self.config.sandbox.warm_pool == 0 or self.archives:
             return  # only requests that need nothing of their own can use the pool
         await asyncio.to_thread(self._prime, request)
 
@@ -320,7 +359,7 @@ class DockerExecutor(CodeExecutor):
     def _take_pooled(self, config: Mapping[str, Any]) -> Pooled | None:
         """A started container of ``config``, attached: from jarvisd's pool when it keeps
         one (``_handout``), else from this process's; None: start one."""
-        if not self.config.sandbox.warm_pool:
+        if not self.config.sandbox.warm_pool or self.archives:
             return None
         shared = handout_dir(self.address, config)
         taken = self._claim_shared(shared)
@@ -366,11 +405,26 @@ class DockerExecutor(CodeExecutor):
         # Private directories above a mount (root's 0700 home): a traversable empty
         # directory over each, so the sandbox user reaches the mount (``_covers``).
         targets = [*(str(m.target) for m in mounts), *(t for _, t, _ in request.system_binds)]
-        cover_dir, cover_binds = make_covers(covers(targets, policy.uid, policy.gid, ["/tmp"]))
+        covered = covers(targets, policy.uid, policy.gid, ["/tmp"])
+        # Named first: a create the engine finishes after we gave up on it can still be
+        # found and removed.
+        name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
+        shipment: Shipment | None = None
+        cover_dir: Path | None = None
         try:
-            with self._engine_sources(mounts) as sources:
+            if self.archives:
+                labels = {LABEL: "1", OWNER_LABEL: _owner()}
+                shipment = ship(
+                    api, self.engine, policy, name, labels, self.limits, mounts, inputs, covered
+                )
+                cover_binds = shipment.covers
+            else:
+                cover_dir, cover_binds = make_covers(covered)
+            with self._engine_sources(mounts, shipment) as sources:
                 try:
-                    config = self._configure(request, mounts, sources, inputs, cover_binds)
+                    config = self._configure(
+                        request, mounts, sources, inputs, cover_binds, shipment
+                    )
                     # A pooled container fits only a request with nothing of its own.
                     taken = self._take_pooled(config) if poolable(request) else None
                     if taken is not None:  # started and attached: the run's from now on
@@ -380,9 +434,6 @@ class DockerExecutor(CodeExecutor):
                         )  # fmt: skip
                         channel.scratch = cover_dir
                         return channel
-                    # Named first: a create the engine finishes after we gave up on
-                    # it can still be found and removed.
-                    name = f"jarvis-sandbox-{uuid.uuid4().hex[:16]}"
                     try:
                         container_id = api.create_container_from_config(config, name)["Id"]
                     except Exception as exc:
@@ -410,12 +461,33 @@ class DockerExecutor(CodeExecutor):
         except BaseException:
             _remove_tree(inputs)
             _remove_tree(cover_dir)
+            if shipment is not None:
+                shipment.remove()
             raise
         channel = DockerChannel(
             loop, api, container_id, sock, request.timeout, inputs, policy, self.engine, stdin_sock
         )
         channel.scratch = cover_dir
+        if shipment is not None:
+            channel.after = self._bring_back(shipment)
         return channel
+
+    def _bring_back(self, shipment: Shipment) -> Callable[[bool], None]:
+        def after(stalled: bool) -> None:
+            try:
+                if not stalled:  # (the engine would not answer: its files are lost with it)
+                    shipment.bring_back()
+            finally:
+                # Not on the run's time (two engine calls, about a second on a loaded
+                # machine); close() waits for it, and what a crash leaves is swept at
+                # the daemon's next start.
+                thread = threading.Thread(target=shipment.remove, name="sandbox-unship")
+                with self._lock:
+                    self._unshipping = [t for t in self._unshipping if t.is_alive()]
+                    self._unshipping.append(thread)
+                thread.start()
+
+        return after
 
 
 def poolable(request: ExecRequest) -> bool:

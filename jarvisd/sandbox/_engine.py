@@ -122,8 +122,9 @@ def _owner() -> str:
 def sweep_orphans(
     config: Config | None = None, *, everything: bool = False, client: Any = None
 ) -> list[str]:
-    """Remove labelled containers whose owning process is gone (``everything``: all
-    labelled containers). Returns the removed ids. The daemon calls this at start."""
+    """Remove labelled containers, then volumes, whose owning process is gone
+    (``everything``: all labelled ones). Returns the removed container ids and volume
+    names. The daemon calls this at start."""
     import docker.errors
     import requests.exceptions
 
@@ -151,6 +152,19 @@ def sweep_orphans(
             ):
                 client.api.remove_container(info["Id"], force=True)
                 removed.append(info["Id"])
+        # The volumes that carried runs' files to an engine elsewhere (``_transfer``):
+        # after the containers, which hold them while they exist.
+        with contextlib.suppress(
+            docker.errors.DockerException, requests.exceptions.RequestException
+        ):
+            listed = client.api.volumes(filters={"label": f"{LABEL}=1"}) or {}
+            for volume in listed.get("Volumes") or ():
+                owner = (volume.get("Labels") or {}).get(OWNER_LABEL, "")
+                if not everything and _owner_alive(owner, host):
+                    continue
+                with contextlib.suppress(docker.errors.DockerException):
+                    client.api.remove_volume(volume["Name"], force=True)
+                    removed.append(volume["Name"])
     finally:
         if own_client:
             client.close()

@@ -13,7 +13,8 @@ to it owns that machine. So:
   is refused before a byte is sent.
 
 ``is_remote`` tells the rest of the sandbox whether host paths mean anything to the
-engine: a remote engine cannot bind-mount this machine's files.
+engine: a remote engine cannot bind-mount this machine's files, so they travel to it as
+archives (``_transfer``; also for an engine marked so with ``sandbox.docker_remote``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""A real Ray cluster on this machine for the whole module: a head that runs no task
-plus two worker nodes, each a real raylet with its own custom resources.
+"""A real Ray cluster on this machine for the whole session (every module of
+tests/cluster shares it): a head that runs no task plus two worker nodes, each a real
+raylet with its own custom resources and labels. test_ray_tasks.py's last test takes
+node A away: modules that run after it (by name) must not need node A.
 
 Its processes take their environment from here: jarvis's directories in a temporary
 folder (a worker on a node writes its traces there, never to the developer's), and
@@ -22,6 +24,9 @@ from ..conftest import require
 #: Each worker node's resources: both take jarvis tasks; only B has a docker engine.
 NODE_A = {"jarvis": 4.0, "node_a": 1.0}
 NODE_B = {"jarvis": 4.0, "node_b": 1.0, "docker": 1.0}
+#: And its labels (`ray start --labels`): placement by `--node-label`/`[cluster] require`.
+LABELS_A = {"zone": "a"}
+LABELS_B = {"zone": "b", "disk": "ssd"}
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ class RayCluster:
         return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     require(
         importlib.util.find_spec("ray") is not None,
@@ -69,8 +74,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
             initialize_head=True,
             head_node_args={**common, "num_cpus": 0, "include_dashboard": False},
         )
-        a = cluster.add_node(**common, resources=NODE_A)
-        b = cluster.add_node(**common, resources=NODE_B)
+        a = cluster.add_node(**common, resources=NODE_A, labels=LABELS_A)
+        b = cluster.add_node(**common, resources=NODE_B, labels=LABELS_B)
         cluster.wait_for_nodes()
     try:
         yield RayCluster(

@@ -254,12 +254,12 @@ def test_a_daemon_killed_mid_run_ends_its_remote_workers_and_resumes_their_tasks
 
 
 def drivers(daemon: DaemonProcess) -> list[psutil.Process]:
-    """The daemon's Ray driver processes (its children running ``_relay``)."""
+    """The daemon's Ray driver processes (its children running ``_driver``)."""
     assert daemon.proc is not None
     return [
         p
         for p in psutil.Process(daemon.proc.pid).children()
-        if "jarvisd.cluster._relay" in p.cmdline()
+        if "jarvisd.cluster._driver" in p.cmdline()
     ]
 
 

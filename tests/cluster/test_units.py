@@ -10,9 +10,9 @@ import sys
 import pytest
 
 from jarvisd._config import Config, parse_config
-from jarvisd._errors import ConfigError
+from jarvisd._errors import ConfigError, UsageError
 from jarvisd.cluster import LocalBackend, RayBackend, backend_for, needs
-from jarvisd.cluster._placement import unmet
+from jarvisd.cluster._placement import NodeInfo, labels, unmet
 from jarvisd.runs import AgentSpec
 
 from ..conftest import require
@@ -44,10 +44,37 @@ def test_a_task_asks_for_what_its_spec_needs() -> None:
 
 def test_a_task_no_node_can_run_is_named_with_what_it_asked() -> None:
     wanted = {"jarvis": 1.0, "docker": 1.0}
-    assert unmet(wanted, [{"jarvis": 4.0}, {"jarvis": 4.0, "docker": 1.0}]) == ""
-    why = unmet(wanted, [{"jarvis": 4.0, "CPU": 2.0}])
-    assert why == "no node of the Ray cluster (1 live) has docker=1, jarvis=1"
+    both = [NodeInfo({"jarvis": 4.0}), NodeInfo({"jarvis": 4.0, "docker": 1.0})]
+    assert unmet(wanted, both) == ""
+    why = unmet(wanted, [NodeInfo({"jarvis": 4.0, "CPU": 2.0})])
+    # What no node has is named, not only what was asked.
+    assert why == "no node of the Ray cluster (1 live) has docker=1, jarvis=1 (none has docker)"
     assert unmet(wanted, []) == "the Ray cluster has no live node"
+    # Each part on some node, never both on one.
+    apart = [NodeInfo({"jarvis": 4.0}), NodeInfo({"docker": 1.0})]
+    assert unmet(wanted, apart).endswith("has docker=1, jarvis=1 all on one node")
+
+
+def test_node_labels_narrow_placement_and_conflicts_are_refused() -> None:
+    nodes = [NodeInfo({"jarvis": 4.0}, {"zone": "a"}), NodeInfo({"jarvis": 4.0}, {"zone": "b"})]
+    assert unmet({"jarvis": 1.0}, nodes, {"zone": "b"}) == ""
+    why = unmet({"jarvis": 1.0}, nodes, {"zone": "mars"})
+    assert why == (
+        "no node of the Ray cluster (2 live) has jarvis=1, label zone=mars "
+        "(none has label zone=mars; their labels: zone=a, zone=b)"
+    )
+    config = parse_config({"cluster": {"require": ["zone=b", "gpu"]}})
+    assert needs(AgentSpec(input="x"), config) == {"jarvis": 1.0, "gpu": 1.0}
+    assert labels(AgentSpec(input="x", node_labels=("disk=ssd",)), config) == {
+        "zone": "b",
+        "disk": "ssd",
+    }
+    with pytest.raises(
+        UsageError, match=r"--node-label zone=a: \[cluster\] require asks for zone=b"
+    ):
+        labels(AgentSpec(input="x", node_labels=("zone=a",)), config)
+    with pytest.raises(ConfigError, match=r"cluster\.require: expected \"KEY=VALUE\""):
+        parse_config({"cluster": {"require": ["a b"]}})
 
 
 def test_ray_is_imported_by_neither_the_cli_nor_the_daemon() -> None:

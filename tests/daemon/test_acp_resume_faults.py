@@ -40,7 +40,7 @@ from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external import BUILTIN, installed
 from jarvisd.external._session import RESUME_NOTE
 from jarvisd.runs import AgentSpec
-from tests.conftest import require
+from tests.conftest import link_real_models, require
 from tests.external.test_real_agents import real_agents_dir  # noqa: F401 - fixture
 from tests.sandbox.conftest import engine_problem
 
@@ -350,3 +350,61 @@ def test_real_opencode_resumes_with_session_load(isolated_dirs: Path) -> None:
     assert sum("Write out.txt" in u for u in users) == 1, users
     assert RESUME_NOTE[:40] in users[-1]
     assert _homes(isolated_dirs) == []
+
+
+@pytest.mark.model
+@pytest.mark.timeout(1500)
+def test_real_opencode_on_the_real_engine_resumes_after_kill9(isolated_dirs: Path) -> None:
+    """The same path on the real engine: jarvisd's embedded Qwen2.5-Coder-0.5B (opencode
+    held to its ``read`` tool, so its first prompt is ~2,700 tokens, not ~8,000). jarvisd
+    is killed once the model has answered a first request; the restarted jarvisd loads
+    the session into a new opencode process. What the model then says is a 0.5B's; what
+    is asserted is the resume: it happened, no tool call ran twice, the task ended with
+    an answer or with the reason it could not, and nothing was left behind."""
+    problem = engine_problem()
+    require(not problem, problem)
+    require(installed(BUILTIN["opencode"]), "needs `jarvis agents install opencode`")
+    link_real_models("qwen2.5-coder-0.5b")
+    root = isolated_dirs / "work"
+    root.mkdir()
+    ws = _workspace(root, "ws")
+    (ws / "notes.txt").write_text("release marker: amber-fox-17\n")
+    jarvisd = DaemonProcess(isolated_dirs, "http://127.0.0.1:9")
+    jarvisd.config_file.write_text(
+        '[engine]\ndefault = "llamacpp"\nmodel = "qwen2.5-coder-0.5b"\n'
+        "[daemon]\nmax_concurrent = 1\n"
+        f'[sandbox]\nbackend = "docker"\nmemory = "1g"\nallowed_roots = ["{root}:rw"]\n'
+    )
+    jarvisd.start()
+    try:
+        c = jarvisd.client
+        spec = AgentSpec(
+            input=f"Read {ws}/notes.txt with your read tool and tell me its release marker.",
+            agent="opencode", tools=("read",), options={"workspace": str(ws)},
+        )  # fmt: skip
+        info = c.submit(spec)
+        jarvisd.wait_for(
+            lambda: any(k == "inference_end" for k, _ in events_of(c, info.id)),
+            timeout=900,
+            what="the model's first answer",
+        )
+        jarvisd.kill9()
+        jarvisd.start()
+        final = c.wait(info.id, timeout=900)
+        events = events_of(c, info.id)
+    finally:
+        if jarvisd.proc is not None and jarvisd.proc.poll() is None:
+            jarvisd.terminate()
+    print(final.state, final.reason, (final.result or {}).get("answer"))
+    kinds = [k for k, _ in events]
+    assert "task_resumed" in kinds, (kinds, jarvisd.log_text())
+    assert final.state == "succeeded" or (final.state in {"failed", "interrupted"} and final.reason)
+    if final.state == "succeeded":
+        assert final.result is not None and str(final.result["answer"]).strip()
+    calls = [d.get("call_id") for k, d in events if k == "tool_call_start"]
+    assert len(calls) == len(set(calls)), calls  # none ran twice
+    assert _homes(isolated_dirs) == []
+    deadline = time.monotonic() + 60
+    while (left := _containers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == []
