@@ -6,9 +6,10 @@ side of a task (``TaskRun``) cannot tell the backends apart, so every guarantee 
 local task (events stored before the barrier is answered, cancel, resume) holds for all.
 
 * ``local`` (:class:`LocalBackend`, the default): the worker itself, a child process.
-* ``ray`` (:class:`RayBackend`, ``[cluster] backend = "ray"``): a relay child process
-  that places the worker on a node of a Ray cluster by the resources the task needs
-  (:func:`needs`) and carries its frames both ways, in order. Ray is imported only there.
+* ``ray`` (:class:`RayBackend`, ``[cluster] backend = "ray"``): a stub child process
+  per task, joined to the daemon's one long-lived Ray driver, which places the worker
+  on a warm actor of a node by the resources the task needs (:func:`needs`) and carries
+  its frames both ways, in order. Ray is imported only in the driver.
 """
 
 from __future__ import annotations

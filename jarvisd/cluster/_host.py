@@ -1,5 +1,8 @@
-"""The task's end on a Ray worker node: a Ray actor (made by ``_relay``) that runs the
-task worker as its child process and holds its frames for the relay to fetch.
+"""The task's end on a Ray worker node: a Ray actor (made by ``_relay``, the driver) that
+runs a task worker as its child process and holds its frames for the driver to fetch.
+One actor runs one task at a time and then the next (``start`` again): the driver keeps
+them warm, so a task's dispatch is a remote call plus the worker's own start, not a new
+Python process on the node that imports Ray.
 
 Its stdout goes into a bounded queue: when the relay falls behind, the queue fills, the
 pump blocks, the pipe fills and the worker waits at its next write, so nothing is
@@ -37,10 +40,19 @@ class WorkerHost:
         self._out: queue.Queue[bytes | None] = queue.Queue(MAX_HELD)
         self._ended = False
 
-    def start(self) -> str:
-        """Start the worker; return this node's Ray id (``task show``'s ``node``)."""
+    def node(self) -> str:
+        """This node's Ray id; the first call also says the actor is up."""
         import ray
 
+        return str(ray.get_runtime_context().get_node_id())
+
+    def start(self) -> str:
+        """Start a worker (the previous one has ended); return this node's Ray id
+        (``task show``'s ``node``)."""
+        if self._proc is not None and self._proc.poll() is None:
+            raise RuntimeError("this host's worker is still running")
+        self._out = queue.Queue(MAX_HELD)
+        self._ended = False
         env = dict(os.environ)
         # The worker must import the same jarvisd as this actor did, whatever the path
         # Ray's worker process was started with.
@@ -53,17 +65,22 @@ class WorkerHost:
             env=env,
             start_new_session=True,
         )
-        threading.Thread(target=self._pump, name="jarvis-worker-out", daemon=True).start()
-        return str(ray.get_runtime_context().get_node_id())
+        proc, out = self._proc, self._out
+        threading.Thread(
+            target=self._pump, args=(proc, out), name="jarvis-worker-out", daemon=True
+        ).start()
+        return self.node()
 
-    def _pump(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in iter(self._proc.stdout.readline, b""):
-            self._out.put(line)
-        self._out.put(None)
+    @staticmethod
+    def _pump(proc: subprocess.Popen[bytes], out: queue.Queue[bytes | None]) -> None:
+        # Its own worker and queue: a late line of one task never lands in the next's.
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            out.put(line)
+        out.put(None)
 
     def write(self, data: bytes) -> None:
-        """Frames from the daemon, in the order the relay sends them."""
+        """Frames from the daemon, in the order the driver sends them."""
         assert self._proc is not None and self._proc.stdin is not None
         with contextlib.suppress(OSError, ValueError):  # the worker ended: nothing to tell
             self._proc.stdin.write(data)
@@ -80,8 +97,9 @@ class WorkerHost:
         yet); None once its stdout has ended."""
         if self._ended:
             return None
+        out = self._out
         try:
-            first = self._out.get(timeout=wait)
+            first = out.get(timeout=wait)
         except queue.Empty:
             return []
         lines: list[bytes] = []
@@ -91,7 +109,7 @@ class WorkerHost:
             if len(lines) >= BATCH:
                 return lines
             try:
-                item = self._out.get_nowait()
+                item = out.get_nowait()
             except queue.Empty:
                 return lines
         self._ended = True

@@ -1,16 +1,24 @@
-"""The ray backend, on the daemon's side: each task's worker is a relay child process
-(``_relay``) that runs the real worker on a Ray node. Ray itself is imported only in
-that child, so the daemon's start-up and memory do not carry it."""
+"""The ray backend, on the daemon's side: one long-lived driver child process
+(``_driver``, started at the first ray task and again if it died) runs every task's
+worker on a Ray node; each task's worker, as the daemon sees it, is a stub process
+(``_stub``) joined to the driver. A ``jarvis code`` run, and any task while the cluster
+is down, has a relay of its own instead (``_relay``: the workspace, the fallback).
+Ray itself is imported only in the driver and relays, so the daemon's start-up and
+memory do not carry it."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jarvisd._errors import UsageError
@@ -26,11 +34,49 @@ __all__ = ["RayBackend"]
 log = logging.getLogger(__name__)
 
 RELAY_MODULE = "jarvisd.cluster._relay"
+DRIVER_MODULE = "jarvisd.cluster._driver"
+#: Run as a script of the standard library alone (``-I -S``): it starts in milliseconds.
+STUB_SCRIPT = str(Path(__file__).with_name("_stub.py"))
 PROBE_MODULE = "jarvisd.cluster._probe"
 #: Seconds a listing of the cluster's nodes is reused; and one may take at most.
 _PROBE_TTL_S = 10.0
 #: (A submit waits for it: bounded well below a client's patience.)
 _PROBE_TIMEOUT_S = 15.0
+
+
+class Driver:
+    """The daemon's one Ray driver process: started at the first use, again whenever
+    it has died. It listens on a socket in a directory only this user can enter, and
+    leaves when its stdin, a pipe held here, ends (the daemon died)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._socket = ""
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def socket(self, python: str) -> str:
+        """The socket of a running driver (started now when there is none)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self._socket
+        if self._proc is not None:
+            log.warning("the Ray driver ended (%s): starting another", self._proc.returncode)
+            # It could not clean up after itself (it left on its stdin's end only).
+            with contextlib.suppress(OSError):
+                os.unlink(self._socket)
+                os.rmdir(os.path.dirname(self._socket))
+        # A short path (a socket's is bounded), private: mkdtemp makes it 0700.
+        self._socket = os.path.join(tempfile.mkdtemp(prefix="jarvis-ray-"), "driver.sock")
+        self._proc = subprocess.Popen(
+            [python, "-m", DRIVER_MODULE, self.address, self._socket],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # a task's kill never reaches it, nor the terminal's ^C
+        )
+        return self._socket
 
 
 class RayBackend:
@@ -41,15 +87,23 @@ class RayBackend:
     async def spawn(
         self, python: str, spec: AgentSpec, config: Config, limit: int
     ) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            python,
-            "-m",
-            RELAY_MODULE,
+        relay_args = [
             self.address,
             json.dumps(needs(spec, config), sort_keys=True),
             json.dumps(labels(spec, config), sort_keys=True),
             self._fallback(config),
             spec.workspace or "",  # a jarvis code run: its workspace travels (_carry)
+        ]
+        # The shared driver, through a stub; a task of its own relay when its workspace
+        # travels, or when the cluster was found down moments ago (its fallback).
+        own_relay = bool(spec.workspace) or relay_args[3].endswith("-now")
+        command = (
+            [python, "-m", RELAY_MODULE, *relay_args]
+            if own_relay
+            else [python, "-I", "-S", STUB_SCRIPT, self.driver.socket(python), *relay_args]
+        )
+        return await asyncio.create_subprocess_exec(
+            *command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             start_new_session=True,
@@ -58,6 +112,7 @@ class RayBackend:
 
     def __init__(self, address: str = "auto") -> None:
         self.address = address
+        self.driver = Driver(address)
         self._nodes: list[NodeInfo] | None = None
         self._probed = 0.0
         self._lock = threading.Lock()

@@ -122,13 +122,14 @@ def test_an_unreachable_cluster_is_said_at_submit_and_the_task_runs_here_or_wait
         # It tries again (the relay starts itself anew, same process) with all it had.
         relay = psutil.Process(shown["worker_pid"])
 
-        def tried_again() -> bool:
+        def relay_args() -> list[str]:
+            # Empty for a moment while it execs itself (or its stub execs it).
             args = relay.cmdline()
-            return args[args.index("jarvisd.cluster._relay") + 1 :][3:4] == ["wait"]
+            module = "jarvisd.cluster._relay"
+            return args[args.index(module) + 1 :] if module in args else []
 
-        daemon.wait_for(tried_again, 60, "the relay to try the cluster again")
-        args = relay.cmdline()
-        assert args[args.index("jarvisd.cluster._relay") + 1 :][2:] == ["{}", "wait", ""], args
+        daemon.wait_for(lambda: relay_args()[3:4] == ["wait"], 60, "the relay to try again")
+        daemon.wait_for(lambda: relay_args()[2:] == ["{}", "wait", ""], 30, "all its arguments")
         daemon.client.cancel(task_id)
         assert daemon.client.wait(task_id, timeout=60).state == "cancelled"
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jarvisd._errors import UsageError
@@ -41,12 +43,22 @@ TASKS = 30
 
 
 class HeldOnCue(SlowOnCue):
-    """As :class:`SlowOnCue`; and "held" questions are answered once ``release`` is set."""
+    """As :class:`SlowOnCue`; and "held" questions (and the llm tool's "inner question")
+    are answered once ``release`` is set."""
 
     release = threading.Event()
+    #: The last user message of every question, as it comes in (answered or not).
+    asked: list[str] = []
 
     async def generate(self, messages: Sequence[Message], **kwargs: Any) -> Generation:
-        if any("held" in m.content for m in messages if m.role is Role.USER):
+        users = [m.content for m in messages if m.role is Role.USER]
+        self.asked.append(users[-1] if users else "")
+        # The llm tool's own model call too: a tool call stays in flight meanwhile.
+        if any(
+            "held" in m.content or m.content == "inner question"
+            for m in messages
+            if m.role is Role.USER
+        ):
             # Waited in a thread: the server's other requests go on meanwhile.
             await asyncio.to_thread(self.release.wait, 600)
         return await super().generate(messages, **kwargs)
@@ -144,24 +156,67 @@ def test_tasks_spread_over_both_nodes_as_they_run_locally(
         remote.terminate()
 
 
-def test_cancel_reaches_the_worker_on_its_node(
+def node_containers(cluster: RayCluster) -> list[str]:
+    """Sandbox containers started by the task workers on the cluster's nodes."""
+    from jarvisd._config import Config
+    from jarvisd.sandbox import LABEL, connect
+    from jarvisd.sandbox._policy import OWNER_LABEL
+
+    owners = {f"{socket.gethostname()}:{pid}" for pid in cluster.workers()}
+    client = connect(Config())
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    finally:
+        client.close()
+    return [c["Id"] for c in found if (c.get("Labels") or {}).get(OWNER_LABEL) in owners]
+
+
+def container_gone(container: str) -> bool:
+    from jarvisd._config import Config
+    from jarvisd.sandbox import LABEL, connect
+
+    client = connect(Config())
+    try:
+        found = client.api.containers(all=True, filters={"label": f"{LABEL}=1"})
+    finally:
+        client.close()
+    return container not in {c["Id"] for c in found}
+
+
+@pytest.mark.docker
+def test_cancel_reaches_the_worker_and_its_container_on_its_node(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
 ) -> None:
+    require(not engine_problem(), engine_problem())
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
     try:
-        task = daemon.client.submit(AgentSpec(input="a slow one"))
+        # Both at once: one on the host of its node, one in a sandbox there (node B).
+        tasks = [
+            daemon.client.submit(AgentSpec(input="a slow one")).id,
+            daemon.client.submit(AgentSpec(input="a slow one in a box", isolation="sandbox")).id,
+        ]
         placed = (ray_cluster.node_a, ray_cluster.node_b)
-        daemon.wait_for(lambda: daemon.client.show(task.id).node in placed, 120, "placement")
-        daemon.wait_for(lambda: bool(ray_cluster.workers()), 60, "its worker on the node")
         daemon.wait_for(
-            lambda: "inference_start" in event_types(daemon, task.id), 60, "its model call"
+            lambda: all(
+                daemon.client.show(t).node in placed and "inference_start" in event_types(daemon, t)
+                for t in tasks
+            ),
+            120,
+            "both tasks on a node, asking their model",
         )
-        daemon.client.cancel(task.id)
-        info = daemon.client.wait(task.id, timeout=120)
-        assert info.state == "cancelled", info
-        assert info.node in placed
-        # Its worker on the node has ended with it.
-        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote worker to end")
+        [container] = node_containers(ray_cluster)
+        began = time.monotonic()
+        for task in tasks:
+            daemon.client.cancel(task)
+        daemon.wait_for(lambda: container_gone(container), 60, "its container removed")
+        removed = time.monotonic() - began
+        for task in tasks:
+            info = daemon.client.wait(task, timeout=120)
+            assert info.state == "cancelled", info
+            assert info.node in placed
+        # Their workers on the nodes have ended with them.
+        daemon.wait_for(lambda: not ray_cluster.workers(), 30, "the remote workers to end")
+        print(f"cancel to the container's removal on node B: {removed:.2f} s")
     finally:
         daemon.terminate()
 
@@ -198,6 +253,63 @@ def test_a_daemon_killed_mid_run_ends_its_remote_workers_and_resumes_their_tasks
         daemon.terminate()
 
 
+def drivers(daemon: DaemonProcess) -> list[psutil.Process]:
+    """The daemon's Ray driver processes (its children running ``_driver``)."""
+    assert daemon.proc is not None
+    return [
+        p
+        for p in psutil.Process(daemon.proc.pid).children()
+        if "jarvisd.cluster._driver" in p.cmdline()
+    ]
+
+
+def placed(daemon: DaemonProcess, task_id: str) -> list[dict[str, Any]]:
+    return [dict(e.data) for e in daemon.client.logs(task_id) if e.event == "task_placed"]
+
+
+def test_one_driver_carries_the_tasks_on_warm_actors_and_is_restarted_when_it_dies(
+    ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
+) -> None:
+    HeldOnCue.release.clear()
+    daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    try:
+        # One after the other: the second runs on the first one's actor, still up, and
+        # both through the one driver the first task started.
+        first, second = (
+            daemon.client.wait(daemon.client.submit(AgentSpec(input="name a tree")).id, 120)
+            for _ in range(2)
+        )
+        assert [first.state, second.state] == ["succeeded"] * 2, (first, second)
+        assert [p["warm"] for p in placed(daemon, first.id)] == [False]
+        assert [p["warm"] for p in placed(daemon, second.id)] == [True]
+        assert second.node == first.node
+        [driver] = drivers(daemon)
+        socket_path = driver.cmdline()[-1]
+        assert Path(socket_path).parent.stat().st_mode & 0o077 == 0  # this user's alone
+
+        # The driver killed mid-run: its task is settled as interrupted and resumed from
+        # its checkpoint through a new driver.
+        task = daemon.client.submit(AgentSpec(input="held by the driver")).id
+        daemon.wait_for(
+            lambda: "inference_start" in event_types(daemon, task), 120, "its model call"
+        )
+        driver.kill()
+        daemon.wait_for(
+            lambda: "task_resumed" in event_types(daemon, task), 120, "the task resumed"
+        )
+        HeldOnCue.release.set()
+        info = daemon.client.wait(task, timeout=120)
+        assert info.state == "succeeded" and info.attempts == 2, (info.state, info.reason)
+        assert len(placed(daemon, task)) == 2
+        [again] = drivers(daemon)
+        assert again.pid != driver.pid
+        # The killed one's private socket directory went with it.
+        assert not Path(socket_path).parent.exists()
+    finally:
+        HeldOnCue.release.set()
+        daemon.terminate()
+
+
 # Last in the module: it takes a node away.
 def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
@@ -208,38 +320,55 @@ def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
     assert isinstance(cluster, Cluster)
     HeldOnCue.release.clear()
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
+    inner_before = HeldOnCue.asked.count("inner question")
     try:
-        ids = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(4)]
+        # One with a tool call (the llm tool, itself a model call, held) in flight; three
+        # held at their first model call, before any tool.
+        spec_llm = AgentSpec(input="use llm", agent="orchestrator", tools=("llm",))
+        llm = [daemon.client.submit(spec_llm).id]
+        held = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(3)]
         placed = (ray_cluster.node_a, ray_cluster.node_b)
 
-        def all_asking() -> bool:
+        def all_waiting() -> bool:
             return all(
                 daemon.client.show(i).node in placed and "inference_start" in event_types(daemon, i)
-                for i in ids
-            )
+                for i in held
+            ) and all("tool_call_start" in event_types(daemon, i) for i in llm)
 
-        daemon.wait_for(all_asking, 180, "every task on a node, asking its model")
-        on_a = [i for i in ids if daemon.client.show(i).node == ray_cluster.node_a]
-        assert on_a, "tasks are spread over both nodes"
-        [node_a] = [n for n in cluster.worker_nodes if n.node_id == ray_cluster.node_a]
-        cluster.remove_node(node_a)
-        # Each of its tasks is settled as interrupted, resumed, and placed again on B.
+        daemon.wait_for(all_waiting, 180, "every task on a node, waiting for its model")
+        # The node of the tool call in flight goes away.
+        gone = daemon.client.show(llm[0]).node
+        [other] = [n for n in placed if n != gone]
+        on_gone = {i for i in llm + held if daemon.client.show(i).node == gone}
+        assert on_gone - set(llm), "tasks are spread over both nodes"
+        [node] = [n for n in cluster.worker_nodes if n.node_id == gone]
+        cluster.remove_node(node)
+        # Its tasks before a tool are settled as interrupted, resumed, placed on the other.
+        resumed = on_gone - set(llm)
         daemon.wait_for(
-            lambda: all(daemon.client.show(i).node == ray_cluster.node_b for i in on_a),
+            lambda: all(daemon.client.show(i).node == other for i in resumed),
             180,
             "its tasks on the node left",
         )
         HeldOnCue.release.set()
-        done = [daemon.client.wait(i, timeout=180) for i in ids]
-        assert [d.state for d in done] == ["succeeded"] * 4, [(d.state, d.reason) for d in done]
-        for info in done:
-            types = event_types(daemon, info.id)
-            # Lost on A: resumed once, from before its model call; never a tool run twice.
-            expected_attempts = 2 if info.id in on_a else 1
-            assert info.attempts == expected_attempts, (info.id, types)
-            assert types.count("task_resumed") == expected_attempts - 1, types
-            assert types.count("task_end") == 1
-            assert info.result is not None and info.result["answer"].startswith("answer to held")
+        done = {i: daemon.client.wait(i, timeout=180) for i in llm + held}
+        for task_id, info in done.items():
+            types = event_types(daemon, task_id)
+            assert types.count("task_end") == 1, types
+            assert types.count("tool_call_start") <= 1, types  # no tool ever ran twice
+            if task_id in llm and task_id in on_gone:
+                # Its tool call was in flight: marked, never run again.
+                assert info.state == "interrupted", (info.state, info.reason)
+                assert "effect unverified" in info.reason
+                assert info.attempts == 1
+                continue
+            assert info.state == "succeeded", (task_id, info.state, info.reason)
+            lost = task_id in on_gone
+            assert info.attempts == (2 if lost else 1), (task_id, types)
+            assert types.count("task_resumed") == (1 if lost else 0), types
+
+        # The llm tool's model call was asked once: not replayed.
+        assert HeldOnCue.asked.count("inner question") - inner_before == 1
         daemon.wait_for(lambda: not ray_cluster.workers(), 30, "no worker left on any node")
     finally:
         HeldOnCue.release.set()

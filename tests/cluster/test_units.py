@@ -104,3 +104,15 @@ def test_a_cluster_that_does_not_answer_is_said_so_within_the_bound() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "the Ray cluster at 127.0.0.1:9 did not answer within 3 s"
+
+
+def test_the_stub_speaks_the_workers_frames_and_exit_codes() -> None:
+    """The stub imports nothing of jarvisd: what it spells out by hand must stay what
+    the daemon reads (its error frame, its "host gone" status)."""
+    from jarvisd._procs import EXIT_HOST_GONE
+    from jarvisd.cluster import _stub
+    from jarvisd.protocol import ErrorFrame, decode_line
+
+    assert _stub.EXIT_HOST_GONE == EXIT_HOST_GONE
+    frame = decode_line(_stub._error_frame("the driver is gone"), 1 << 20)
+    assert isinstance(frame, ErrorFrame) and frame.message == "the driver is gone"
