@@ -62,6 +62,19 @@ host and 7.3 to 7.8 s sandboxed; load 10, 7.1 and 9.7 s against 16 to 18 s (not
 throttled by its quota, no memory limit hit: 392 to 409 MiB of 512 at peak); load 22 to
 32 (the last run), 12.5 against 55.6 s. The rows now give each side's CPU seconds to
 the first request and the load, so a gap that is scheduling shows as such.
+
+The pool, checked and not built (2026-11-29): a started agent already holds what its
+launch gave it, so an agent started ahead needs, before any run, (1) the gateway's
+token: the gateway checks it on every request, and opencode reads it from its config
+and codex from its environment at their start, before ``initialize``; a token minted
+with the slot and adopted by the claiming run's gateway opens nothing while the slot is
+idle and dies with its run (the forwarder adding it per request would mean parsing HTTP
+in a byte relay); (2) the socket's directory: a per-slot home bound at create time, in
+which the claiming run's gateway puts its socket; (3) the model's name: any name will
+do, the gateway serves the run's model whatever is asked; (4) the workspace, delivered
+at claim (mount propagation into a per-slot directory, or an archive). Runs with
+``--tools`` (opencode's permissions are in its config), ``--mount``, a toolchain,
+egress or a copied workspace would take today's path.
 """
 
 from __future__ import annotations
