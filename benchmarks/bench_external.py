@@ -39,6 +39,42 @@ agent itself: the pool (created and started ahead, its forwarder waiting for the
 frame) would take the first off, measured by hand at 0.23 s of 1.18 s at p50 under
 load; it needs the run's mounts (HOME with the gateway's socket, the workspace) to
 exist before the run, which a pooled container cannot have yet.
+
+opencode (2026-11-29, where the last run's +43 s went). Nothing in its sandboxed start
+waits: run by hand in the container and on the host with timestamps, its own logs
+(``--log-level DEBUG``) and ``strace -f -e trace=execve,connect,openat`` on the host,
+the only network it tries is the npm registry, for the ``@opencode-ai/plugin`` package
+it installs into its config dir (no DNS in the container: it fails at once and the run
+goes on; on the host it took seconds and 0.3 to 0.5 CPU-seconds before the first
+request). Its launch now marks that package installed, on both sides (the host run here
+is prepared by the same function). The model list fetch, autoupdate and LSP downloads
+are off already, and the host's HOME is as fresh as the container's (each run has its
+own, both caches cold).
+Turning off its default plugins, Claude Code files, external skills and file finder
+(``OPENCODE_DISABLE_DEFAULT_PLUGINS`` and friends) changed nothing measurable (CPU 4.5
+to 5.4 s either way). It is CPU: opencode (a Bun single-file binary of 150 MB, 8 to 13
+threads) burns 3.6 to 4.7 CPU-seconds to its first request on the host and 4.5 to 5.7 in
+the container (codex: a fraction of a second), and the container is held to
+``sandbox.cpus`` (1.0) while the host run spreads over both cores. On this machine
+(cgroup v1, the engine's containers all under one ``/docker`` group whose weight is
+one host thread's) a loaded host starves every container: load 0.6, 4.3 to 5.7 s on the
+host and 7.3 to 7.8 s sandboxed; load 10, 7.1 and 9.7 s against 16 to 18 s (not
+throttled by its quota, no memory limit hit: 392 to 409 MiB of 512 at peak); load 22 to
+32 (the last run), 12.5 against 55.6 s. The rows now give each side's CPU seconds to
+the first request and the load, so a gap that is scheduling shows as such.
+
+The pool, checked and not built (2026-11-29): a started agent already holds what its
+launch gave it, so an agent started ahead needs, before any run, (1) the gateway's
+token: the gateway checks it on every request, and opencode reads it from its config
+and codex from its environment at their start, before ``initialize``; a token minted
+with the slot and adopted by the claiming run's gateway opens nothing while the slot is
+idle and dies with its run (the forwarder adding it per request would mean parsing HTTP
+in a byte relay); (2) the socket's directory: a per-slot home bound at create time, in
+which the claiming run's gateway puts its socket; (3) the model's name: any name will
+do, the gateway serves the run's model whatever is asked; (4) the workspace, delivered
+at claim (mount propagation into a per-slot directory, or an archive). Runs with
+``--tools`` (opencode's permissions are in its config), ``--mount``, a toolchain,
+egress or a copied workspace would take today's path.
 """
 
 from __future__ import annotations
@@ -76,8 +112,10 @@ def _skip(name: str, reason: str) -> Row:
 
 
 def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
-          standin: object, *, daemon: bool) -> float:  # fmt: skip
-    """One `jarvis ask --agent AGENT` until the stand-in sees its first chat request."""
+          standin: object, *, daemon: bool,
+          cpu: list[float] | None = None) -> float:  # fmt: skip
+    """One `jarvis ask --agent AGENT` until the stand-in sees its first chat request;
+    ``cpu`` gets the CPU seconds its container had used by then."""
     requests: list[tuple[str, str, object]] = standin.requests  # type: ignore[attr-defined]
     seen = len(requests)
     start = time.perf_counter()
@@ -86,6 +124,7 @@ def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str]
          "Say done."],
         cwd=workspace, env=dict(environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
+    box = _Container(workspace) if cpu is not None else None
     try:
         while not any(path == "/api/chat" for _, path, _ in requests[seen:]):
             if proc.poll() is not None:
@@ -93,15 +132,62 @@ def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str]
                 raise RuntimeError(
                     f"jarvis ask exited ({proc.returncode}) before inference: {err[-300:]}"
                 )
+            if box is not None:
+                box.look()
             time.sleep(0.003)
-        return time.perf_counter() - start
+        took = time.perf_counter() - start
+        if box is not None and cpu is not None:
+            cpu.append(box.cpu_seconds())
+        return took
     finally:
+        if box is not None:
+            box.close()
         proc.communicate(timeout=120)
 
 
-async def _by_hand(agent: str, workspace: Path) -> float:
+class _Container:
+    """The run's sandbox container, found while it starts (by the bench's workspace,
+    a fresh temporary directory, among its mounts), to read the CPU it had used at the
+    first request: the run may end and remove it a moment later."""
+
+    def __init__(self, workspace: Path) -> None:
+        import docker
+
+        self.client = docker.from_env()
+        self.workspace = str(workspace)
+        self.found: object | None = None
+        self.next_look = 0.0
+
+    def look(self) -> None:
+        from jarvisd.sandbox._policy import LABEL
+
+        if self.found is not None or time.monotonic() < self.next_look:
+            return
+        self.next_look = time.monotonic() + 0.25  # few calls: the engine is busy starting it
+        for container in self.client.containers.list(filters={"label": LABEL}):
+            mounts = container.attrs.get("Mounts") or []
+            if any(m.get("Destination") == self.workspace for m in mounts):
+                self.found = container
+                return
+
+    def cpu_seconds(self) -> float:
+        self.look()
+        if self.found is None:
+            return float("nan")
+        try:
+            stats = self.found.stats(stream=False, one_shot=True)  # type: ignore[attr-defined]
+            return float(stats["cpu_stats"]["cpu_usage"]["total_usage"]) / 1e9
+        except Exception:  # gone already: the row says nan
+            return float("nan")
+
+    def close(self) -> None:
+        self.client.close()
+
+
+async def _by_hand(agent: str, workspace: Path, cpu: list[float] | None = None) -> float:
     """The agent alone on the host: initialize, session/new, then the prompt, until
-    its first request reaches a gateway on loopback."""
+    its first request reaches a gateway on loopback; ``cpu`` gets the CPU seconds it
+    (and its children) had used by then."""
     from jarvisd._messages import Generation
     from jarvisd._runcontext import RunContext
     from jarvisd.engines import ScriptedEngine, reply
@@ -164,7 +250,14 @@ async def _by_hand(agent: str, workspace: Path) -> float:
                 }
                 proc.stdin.write((json.dumps(prompt) + "\n").encode())
                 await first.wait()
-                return time.perf_counter() - start
+                took = time.perf_counter() - start
+                if cpu is not None:
+                    import psutil
+
+                    used = psutil.Process(proc.pid).cpu_times()
+                    cpu.append(used.user + used.system + used.children_user
+                               + used.children_system)  # fmt: skip
+                return took
             finally:
                 proc.kill()
                 await proc.wait()
@@ -248,9 +341,13 @@ def _row(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
         _ours(env, agent, workspace, environ, standin, daemon=True)
         asyncio.run(_by_hand(agent, workspace))
     runs = env.runs(*AGENTS[agent])
+    ours_cpu: list[float] = []
+    base_cpu: list[float] = []
+    load = os.getloadavg()[0]
     for _ in range(runs):
-        ours.append(_ours(env, agent, workspace, environ, standin, daemon=True))
-        base.append(asyncio.run(_by_hand(agent, workspace)))
+        ours.append(_ours(env, agent, workspace, environ, standin, daemon=True, cpu=ours_cpu))
+        base.append(asyncio.run(_by_hand(agent, workspace, base_cpu)))
+    load = (load + os.getloadavg()[0]) / 2
     p50, host = median(ours), median(base)
     # codex starts in ~0.2 s on the host: the target is the whole start. opencode's own
     # start takes seconds anywhere: what jarvis adds to it is held to the same 0.4 s.
@@ -263,8 +360,12 @@ def _row(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
         passed=p50 <= budget,
         notes=f"{runs} runs interleaved; +{p50 - host:.2f} s at p50; p95 "
         f"{percentile(ours, 95):.2f} vs {percentile(base, 95):.2f} s; jarvisd's warm ask "
-        f"worker, container from {image}, forwarder, ACP handshake, gateway, engine",
-        extra={"ours_min": min(ours), "baseline_min": min(base)},
+        f"worker, container from {image}, forwarder, ACP handshake, gateway, engine; CPU "
+        f"to the first request {median(ours_cpu):.2f} s (container) vs "
+        f"{median(base_cpu):.2f} s (host); load {load:.1f}",
+        extra={"ours_min": min(ours), "baseline_min": min(base),
+               "ours_cpu_s": median(ours_cpu), "baseline_cpu_s": median(base_cpu),
+               "load": load},
     )  # fmt: skip
 
 

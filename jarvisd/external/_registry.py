@@ -155,7 +155,22 @@ def _opencode(setup: Setup) -> Launch:
         "OPENCODE_DISABLE_AUTOUPDATE": "1",
         "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     }
-    return Launch((str(setup.install / "node_modules/.bin/opencode"), "acp"), env)
+    return Launch(
+        (str(setup.install / "node_modules/.bin/opencode"), "acp"), env, _OPENCODE_DEPS_DONE
+    )
+
+
+#: At its start opencode npm-installs ``@opencode-ai/plugin`` (the types of user plugins,
+#: none of which it is given) into its config dir, unless a ``node_modules`` there sits
+#: beside a lock file naming it. On the host that is a trip to the npm registry, seconds
+#: before the first request; in the sandbox it fails, after loading the installer. The
+#: marker says it is done.
+_OPENCODE_DEPS_DONE = {
+    ".config/opencode/package-lock.json": json.dumps(
+        {"lockfileVersion": 3, "packages": {"": {"dependencies": {"@opencode-ai/plugin": "*"}}}}
+    ),
+    ".config/opencode/node_modules/.jarvis": "",
+}
 
 
 def _codex(setup: Setup) -> Launch:
