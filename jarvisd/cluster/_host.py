@@ -22,6 +22,8 @@ import sys
 import threading
 from pathlib import Path
 
+from jarvisd.protocol import MAX_FRAME_BYTES, ErrorFrame, encode
+
 from ._backend import WORKER_MODULE
 
 __all__ = ["WorkerHost"]
@@ -30,6 +32,9 @@ __all__ = ["WorkerHost"]
 MAX_HELD = 256
 #: Frames the relay takes at most per fetch.
 BATCH = 64
+#: A line of the worker's at most: a frame at the frame limit, with its newline. The
+#: daemon refuses a longer frame anyway; reading one whole first would hold it here.
+MAX_LINE = MAX_FRAME_BYTES + 1
 
 
 class WorkerHost:
@@ -75,7 +80,13 @@ class WorkerHost:
     def _pump(proc: subprocess.Popen[bytes], out: queue.Queue[bytes | None]) -> None:
         # Its own worker and queue: a late line of one task never lands in the next's.
         assert proc.stdout is not None
-        for line in iter(proc.stdout.readline, b""):
+        stdout = proc.stdout
+        for line in iter(lambda: stdout.readline(MAX_LINE), b""):
+            if len(line) == MAX_LINE and not line.endswith(b"\n"):
+                proc.kill()
+                why = f"the task's worker wrote a line of more than {MAX_FRAME_BYTES} bytes"
+                out.put(encode(ErrorFrame(code="protocol", message=why)))
+                break
             out.put(line)
         out.put(None)
 

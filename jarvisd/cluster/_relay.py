@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 from typing import IO, Any, NoReturn
@@ -46,6 +47,8 @@ SHIPPED_EVENT = "workspace_shipped"
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: Seconds the cluster has to accept this process as a driver.
 CONNECT_TIMEOUT_S = 30.0
+#: Seconds a TCP connection to the cluster's address may take before Ray is tried.
+_KNOCK_S = 5.0
 #: Seconds one fetch of the worker's frames waits on the node before asking again.
 _FETCH_WAIT_S = 1.0
 
@@ -76,6 +79,9 @@ def keep_loopback(address: str) -> None:
 def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
     """Connect this process to the cluster; "" or why it could not within ``timeout``
     seconds (Ray itself retries an address nothing answers for minutes)."""
+    why = _refused(address, min(timeout, _KNOCK_S))
+    if why:
+        return why
     import ray
 
     errors: list[BaseException] = []
@@ -98,6 +104,20 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str:
         return f"the Ray cluster at {address} did not answer within {timeout:g} s"
     if errors:
         return f"the Ray cluster at {address} cannot be reached: {errors[0]}"
+    return ""
+
+
+def _refused(address: str, timeout: float) -> str:
+    """Why nothing can answer at ``address`` ("" when something listens there, or the
+    address is ``auto``): a refused TCP connection is known at once, where Ray would
+    wait out its whole timeout on it."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not port.isdigit():
+        return ""  # "auto", or an address Ray itself must read
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        return f"the Ray cluster at {address} cannot be reached: {exc.strerror or exc}"
     return ""
 
 

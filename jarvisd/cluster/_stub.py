@@ -32,6 +32,10 @@ EXIT_HOST_GONE = 75
 #: Seconds the driver, just started, has to listen.
 CONNECT_S = 30.0
 END = b"END\n"
+#: A line from the driver at most: its kind's byte, a frame at the frame limit and the
+#: newline (kept in step with ``jarvisd.protocol.MAX_FRAME_BYTES``; tests/cluster check).
+MAX_FRAME_BYTES = 8 * 1024 * 1024
+MAX_LINE = MAX_FRAME_BYTES + 2
 RELAY_MODULE = "jarvisd.cluster._relay"
 
 
@@ -81,7 +85,10 @@ def main(argv: list[str]) -> int:
     conn.sendall(json.dumps(header).encode() + b"\n")
     reader = conn.makefile("rb")
     forwarding = False
-    for line in iter(reader.readline, b""):
+    for line in iter(lambda: reader.readline(MAX_LINE), b""):
+        if len(line) == MAX_LINE and not line.endswith(b"\n"):
+            out.write(_error_frame(f"the Ray driver sent a line of more than {MAX_LINE} bytes"))
+            return 1
         if line[:1] == b"R" and not forwarding:
             conn.close()
             sys.stderr.flush()

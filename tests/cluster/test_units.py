@@ -4,6 +4,7 @@ of a node, and that Ray is never imported unless the backend is ``ray``."""
 from __future__ import annotations
 
 import importlib.util
+import socket
 import subprocess
 import sys
 
@@ -92,18 +93,31 @@ def test_ray_is_imported_by_neither_the_cli_nor_the_daemon() -> None:
 
 def test_a_cluster_that_does_not_answer_is_said_so_within_the_bound() -> None:
     """Ray retries an address nothing answers for minutes; the relay and the submit
-    probe give up at their bound, saying where and why."""
+    probe give up at their bound, saying where and why. Where nothing listens at all,
+    that is known at once."""
     require(importlib.util.find_spec("ray") is not None, "ray is not installed")
+    silent = socket.socket()  # accepts connections (the kernel does), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    port = silent.getsockname()[1]
     code = (
+        "import time\n"
         "from jarvisd.cluster._relay import connect, keep_loopback\n"
         "keep_loopback('127.0.0.1:9')\n"
-        "print(connect('127.0.0.1:9', 3.0))\n"
+        "began = time.monotonic()\n"
+        "print(connect('127.0.0.1:9', 30.0), round(time.monotonic() - began) < 30)\n"
+        f"print(connect('127.0.0.1:{port}', 3.0))\n"
         "import os, sys; sys.stdout.flush(); os._exit(0)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert out.stdout.strip() == "the Ray cluster at 127.0.0.1:9 did not answer within 3 s"
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+    finally:
+        silent.close()
+    refused, silence = out.stdout.strip().splitlines()
+    assert refused == "the Ray cluster at 127.0.0.1:9 cannot be reached: Connection refused True"
+    assert silence == f"the Ray cluster at 127.0.0.1:{port} did not answer within 3 s"
 
 
 def test_the_stub_speaks_the_workers_frames_and_exit_codes() -> None:
@@ -111,8 +125,34 @@ def test_the_stub_speaks_the_workers_frames_and_exit_codes() -> None:
     the daemon reads (its error frame, its "host gone" status)."""
     from jarvisd._procs import EXIT_HOST_GONE
     from jarvisd.cluster import _stub
-    from jarvisd.protocol import ErrorFrame, decode_line
+    from jarvisd.protocol import MAX_FRAME_BYTES, ErrorFrame, decode_line
 
     assert _stub.EXIT_HOST_GONE == EXIT_HOST_GONE
+    assert _stub.MAX_FRAME_BYTES == MAX_FRAME_BYTES
     frame = decode_line(_stub._error_frame("the driver is gone"), 1 << 20)
     assert isinstance(frame, ErrorFrame) and frame.message == "the driver is gone"
+
+
+def test_a_workers_line_past_the_frame_limit_ends_it_with_an_error_frame(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The actor holds what the worker writes until the driver takes it: a line longer
+    than any frame is never read whole; the worker is killed and the daemon told."""
+    import queue
+
+    from jarvisd.cluster import _host
+    from jarvisd.protocol import ErrorFrame, decode_line
+
+    monkeypatch.setattr(_host, "MAX_LINE", 1001)
+    writer = "import sys; sys.stdout.write('ok\\n' + 'x' * 5000); sys.stdout.flush()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", writer + "; import time; time.sleep(60)"], stdout=subprocess.PIPE
+    )
+    out: queue.Queue[bytes | None] = queue.Queue(16)
+    with proc:
+        _host.WorkerHost._pump(proc, out)
+        assert proc.wait(10) != 0  # killed, not left to sleep
+    first, error, end = out.get_nowait(), out.get_nowait(), out.get_nowait()
+    assert first == b"ok\n" and end is None
+    frame = decode_line(error or b"")
+    assert isinstance(frame, ErrorFrame) and "more than" in frame.message
