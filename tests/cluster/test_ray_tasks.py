@@ -311,20 +311,25 @@ def test_one_driver_carries_the_tasks_on_warm_actors_and_is_restarted_when_it_di
 
 
 # Last in the module: it takes a node away.
+@pytest.mark.docker
 def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
     ray_cluster: RayCluster, standin: OllamaStandIn, isolated_dirs: Path
 ) -> None:
     from ray.cluster_utils import Cluster
 
+    require(not engine_problem(), engine_problem())
     cluster = ray_cluster.handle
     assert isinstance(cluster, Cluster)
     HeldOnCue.release.clear()
     daemon = started(isolated_dirs, standin, ray_config(ray_cluster))
     inner_before = HeldOnCue.asked.count("inner question")
     try:
-        # One with a tool call (the llm tool, itself a model call, held) in flight; three
-        # held at their first model call, before any tool.
-        spec_llm = AgentSpec(input="use llm", agent="orchestrator", tools=("llm",))
+        # One with a tool call (the llm tool, itself a model call, held) in flight, in a
+        # sandbox (so on node B, the one with docker); three held at their first model
+        # call, before any tool.
+        spec_llm = AgentSpec(
+            input="use llm", agent="orchestrator", tools=("llm",), isolation="sandbox"
+        )
         llm = [daemon.client.submit(spec_llm).id]
         held = [daemon.client.submit(AgentSpec(input=f"held {i}")).id for i in range(3)]
         placed = (ray_cluster.node_a, ray_cluster.node_b)
@@ -336,8 +341,12 @@ def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
             ) and all("tool_call_start" in event_types(daemon, i) for i in llm)
 
         daemon.wait_for(all_waiting, 180, "every task on a node, waiting for its model")
-        # The node of the tool call in flight goes away.
+        # The node of the tool call in flight goes away, and with it the worker that
+        # would have removed the call's sandbox container.
         gone = daemon.client.show(llm[0]).node
+        assert gone == ray_cluster.node_b
+        containers = node_containers(ray_cluster)
+        assert containers, "the sandboxed task's container"
         [other] = [n for n in placed if n != gone]
         on_gone = {i for i in llm + held if daemon.client.show(i).node == gone}
         assert on_gone - set(llm), "tasks are spread over both nodes"
@@ -370,6 +379,7 @@ def test_a_node_removed_mid_run_loses_no_task_and_runs_none_twice(
         # The llm tool's model call was asked once: not replayed.
         assert HeldOnCue.asked.count("inner question") - inner_before == 1
         daemon.wait_for(lambda: not ray_cluster.workers(), 30, "no worker left on any node")
+        daemon.wait_for(lambda: all(container_gone(c) for c in containers), 60, "no container left")
     finally:
         HeldOnCue.release.set()
         daemon.terminate()
