@@ -147,25 +147,9 @@ class _Cluster:
 
     @staticmethod
     def _new(wanted: dict[str, float], labels: dict[str, str]) -> Any:
-        import ray
+        from ._host import place_host
 
-        from ._host import WorkerHost
-
-        # Only on a node with these labels ([cluster] require, --node-label).
-        selector: dict[str, Any] = {"label_selector": labels} if labels else {}
-        return (
-            ray.remote(WorkerHost)
-            .options(
-                **selector,
-                num_cpus=0,
-                resources=wanted,
-                # Tasks spread over the nodes that can take them (Ray would fill one first).
-                scheduling_strategy="SPREAD",
-                max_concurrency=4,  # a fetch waits while the daemon's frames go in
-                max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
-            )
-            .remote()
-        )
+        return place_host(wanted, labels)
 
     def _give_up_idle(self, but: str) -> None:
         import ray

@@ -21,12 +21,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from jarvisd.protocol import MAX_FRAME_BYTES, ErrorFrame, encode
 
 from ._backend import WORKER_MODULE
 
-__all__ = ["WorkerHost"]
+__all__ = ["WorkerHost", "place_host"]
 
 #: Frames held for the relay at most (each up to the worker's frame limit).
 MAX_HELD = 256
@@ -136,3 +137,25 @@ class WorkerHost:
         if self._proc is not None and self._proc.poll() is None:
             with contextlib.suppress(OSError):
                 os.killpg(self._proc.pid, signal.SIGKILL)
+
+
+def place_host(wanted: dict[str, float], labels: dict[str, str]) -> Any:
+    """A new :class:`WorkerHost` actor on a node that has ``wanted`` (resources) and
+    ``labels`` (``[cluster] require``, ``--node-label``): a handle, its methods called
+    ``.remote()``."""
+    import ray
+
+    selector: dict[str, Any] = {"label_selector": labels} if labels else {}
+    return (
+        ray.remote(WorkerHost)
+        .options(
+            **selector,
+            num_cpus=0,
+            resources=wanted,
+            # Tasks spread over the nodes that can take them (Ray would fill one first).
+            scheduling_strategy="SPREAD",
+            max_concurrency=4,  # a fetch waits while the daemon's frames go in
+            max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
+        )
+        .remote()
+    )

@@ -170,7 +170,7 @@ def main(argv: list[str]) -> NoReturn:
         wait_and_retry(out, why, argv)
     if why:
         _fail(out, "failed", why)
-    from ._host import WorkerHost
+    from ._host import place_host
 
     try:
         nodes = [NodeInfo.from_ray(n) for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
@@ -185,21 +185,7 @@ def main(argv: list[str]) -> NoReturn:
             shipped, what = carry.ship_out(workspace)
         except Exception as exc:  # too big, or the workspace is gone
             _fail(out, "usage", f"the workspace cannot go to a cluster node: {exc}")
-    # Only on a node with these labels ([cluster] require, --node-label).
-    selector: dict[str, Any] = {"label_selector": labels} if labels else {}
-    actor: Any = (  # a handle: its methods are called .remote()
-        ray.remote(WorkerHost)
-        .options(
-            **selector,
-            num_cpus=0,
-            resources=wanted,
-            # Tasks spread over the nodes that can take them (Ray would fill one first).
-            scheduling_strategy="SPREAD",
-            max_concurrency=4,  # a fetch waits while the daemon's frames go in
-            max_restarts=0,  # a worker lost is the daemon's to settle, never re-run here
-        )
-        .remote()
-    )
+    actor: Any = place_host(wanted, labels)
     try:
         node = ray.get(actor.start.remote())
         if shipped is not None:  # there before the worker's start frame is

@@ -19,6 +19,7 @@ archives (``_transfer``; also for an engine marked so with ``sandbox.docker_remo
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import os
 from dataclasses import dataclass
@@ -100,6 +101,7 @@ def transport(config: Config, address: str) -> Transport:
     not talk to (an unauthenticated tcp:// beyond loopback, missing certificates)."""
     scheme = _scheme(address)
     if scheme == "ssh":
+        _need_paramiko(address)
         return Transport(address, use_ssh_client=True)
     if scheme not in _TCP_SCHEMES:
         return Transport(address or None)
@@ -123,3 +125,16 @@ def transport(config: Config, address: str) -> Transport:
             f"{', '.join(missing)} (it needs {', '.join(TLS_FILES)})"
         )
     return Transport(address, tls_dir=tls)
+
+
+def _need_paramiko(address: str) -> None:
+    # The docker SDK imports paramiko for any ssh:// engine, though the ssh program
+    # carries the connection here; without it the SDK's own message reads as if no
+    # engine answered.
+    try:
+        importlib.import_module("paramiko")
+    except ImportError as exc:
+        raise SandboxUnavailable(
+            f"the container engine at {address} is reached over ssh, which needs the "
+            "paramiko package: pip install 'jarvisd[ssh]'"
+        ) from exc

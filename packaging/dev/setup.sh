@@ -109,6 +109,17 @@ setup_cluster() {
     "$PY" -c 'import ray' || { say "installing ray failed"; exit 1; }
 }
 
+setup_ssh() {
+    # The ssh extra (paramiko, for ssh:// engines and tests/sandbox's ssh engine), and
+    # the sshd that test runs; pip's cache and the .deb cache keep both for the next run.
+    "$PY" -c 'import paramiko' 2>/dev/null || {
+        say "installing the ssh extra (paramiko)"
+        "$PY" -m pip install -q --disable-pip-version-check -e ".[ssh]" 2>&1 | grep -v '^WARNING: Location' || true
+        "$PY" -c 'import paramiko' || { say "installing paramiko failed"; exit 1; }
+    }
+    apt_install_cached openssh-server
+}
+
 setup_bfcl() {
     # `jarvis eval bfcl` and benchmarks/bench_bfcl.py: BFCL's data and checker. Without
     # its dependencies (every API SDK, sentence-transformers, torch): the checker needs
@@ -144,7 +155,7 @@ pull_model() { "$VENV/bin/jarvis" models pull "$1" >/dev/null; }
 
 setup_python
 setup_llama
-if [ "$MODE" = --test ]; then setup_cluster; fi
+if [ "$MODE" = --test ]; then setup_cluster; setup_ssh; fi
 setup_bfcl
 say "fetching the default model"
 pull_model smollm2-135m
