@@ -525,7 +525,19 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     plan = entry[1] if entry is not None and entry[0] is spec else _plan(spec)
     if not plan:
         return values, False
-    arguments = _arguments(call)
+    # _arguments(call), whose well-formed object is read here: every call comes here.
+    text = call.arguments
+    arguments: Mapping[str, Any] | None = None
+    if type(text) is str and text.startswith("{"):
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            value = None
+        else:
+            if type(value) is dict and end == len(text):
+                arguments = value
+    if arguments is None:  # not the usual object (space after it, not JSON): the rest
+        arguments = _arguments(call)
     for name, schema, choosable in plan:
         if name not in arguments:
             continue
