@@ -400,8 +400,14 @@ class _Loop:
         if step.recovered:
             state.recovered_calls += len(step.calls)
         state.messages.append(self.dialect.assistant_message(generation, step))
+        calls, executor = step.calls, self.executor
         try:
-            results = await self.executor.execute_all(step.calls, run, state.guard)
+            if len(calls) == 1 and executor.inline.get(calls[0].name):
+                # execute_all's usual turn (one call to an inline tool), without its
+                # coroutine: the call runs in this task either way.
+                results = [await executor.execute(calls[0], run, state.guard)]
+            else:
+                results = await executor.execute_all(calls, run, state.guard)
         except BaseException:
             # The history must never hold a call without a result, even when the run
             # stops in the middle of a tool.

@@ -360,6 +360,8 @@ def evaluate(expression: str) -> int | float:
     else:
         walker.nodes = 0
         value = walker.eval(tree)
+    if type(value) is int:  # the usual result: a number, and finite (ints are)
+        return value
     if not isinstance(value, _NUMBER):
         raise CalculatorError(
             "the expression does not produce a number: write one expression, and numbers"

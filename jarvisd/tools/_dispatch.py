@@ -97,6 +97,9 @@ class ToolDispatcher:
         # cheap (blocking = False): those run inline.
         self._threaded = {n: t.blocking and not is_async[n] for n, t in self.tools.items()}
         self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
+        #: The tools whose calls run inline, by name (read-only): a turn of one call to
+        #: one of them is :meth:`execute_all`'s whole work done by :meth:`execute` alone.
+        self.inline: Mapping[str, bool] = self._inline
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         #: Each tool's spec by its name, read once (``spec`` may be a property).
         self.spec_of: dict[str, ToolSpec] = {s.name: s for s in self.specs}
