@@ -220,6 +220,16 @@ def _forms(value: float) -> tuple[float, ...]:
     return tuple(_key(value * scale) for scale in _RESCALES)
 
 
+@functools.lru_cache(maxsize=256)
+def _indexed(text: str) -> tuple[frozenset[str], frozenset[float], frozenset[float]]:
+    """What ``text`` adds to an index: its words, its numbers and their forms (see
+    :class:`Sources`). Cached: a run's request, instructions and conversation come back
+    in every run, and reading them was the costliest step of a short run."""
+    scratch = Sources()
+    scratch._read(text)
+    return frozenset(scratch.words), frozenset(scratch._values), frozenset(scratch.numbers)
+
+
 class Sources:
     """What the run was given, indexed: each word (lower case) and each number, with
     the forms a call may write it in (a percentage as a fraction, 3 million, a month
@@ -247,6 +257,18 @@ class Sources:
             if value not in self._values:  # _number(value), inline: once a turn
                 self._number(value)
             return
+        if len(text) <= _MEMO_CHARS:  # read once for all runs (see _indexed)
+            words, values, numbers = _indexed(text)
+            self.words |= words
+            self._values |= values
+            self.numbers |= numbers
+            return
+        self._read(text)
+
+    def _read(self, text: str) -> None:
+        """Index ``text``'s words and numbers: what :meth:`add` does with a text that is
+        not a plain number. Only adds: what a text brings does not depend on the index
+        it goes into (see :func:`_indexed`)."""
         lowered = text.lower()
         # ASCII text (most is) by a pattern without Unicode classes: the same words.
         words = (_ASCII_WORD if text.isascii() else _WORD).findall(lowered)
@@ -525,7 +547,19 @@ def assess(call: ToolCall, spec: ToolSpec, sources: Sources) -> tuple[dict[str, 
     plan = entry[1] if entry is not None and entry[0] is spec else _plan(spec)
     if not plan:
         return values, False
-    arguments = _arguments(call)
+    # _arguments(call), whose well-formed object is read here: every call comes here.
+    text = call.arguments
+    arguments: Mapping[str, Any] | None = None
+    if type(text) is str and text.startswith("{"):
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            value = None
+        else:
+            if type(value) is dict and end == len(text):
+                arguments = value
+    if arguments is None:  # not the usual object (space after it, not JSON): the rest
+        arguments = _arguments(call)
     for name, schema, choosable in plan:
         if name not in arguments:
             continue

@@ -257,7 +257,12 @@ class Budget:
                 return
             if self.max_tokens is None:  # nothing to warn about: add what there is
                 if usage.prompt_tokens or usage.completion_tokens:  # (a tool call: none)
-                    self.used = self.used + usage
+                    # self.used + usage, written out (a new Usage: one read before stays
+                    # as it was): every engine call of every run ends here.
+                    used, total = self.used, _new(Usage)
+                    total.prompt_tokens = used.prompt_tokens + usage.prompt_tokens
+                    total.completion_tokens = used.completion_tokens + usage.completion_tokens
+                    self.used = total
                 return
             # The truth, even past the hold: an engine that ignores max_tokens is
             # charged what it did, and later calls see less.

@@ -148,6 +148,20 @@ def test_indexing_is_the_same_in_any_order_and_however_often_a_text_comes() -> N
     assert once.words == twice.words == set().union(*(s.words for s in apart))
 
 
+def test_a_text_read_for_every_run_gives_each_run_what_reading_it_gives_and_no_more() -> None:
+    # A short text is read once for all runs (a request comes back run after run): a
+    # later run's index is the text's own reading, and what one run adds stays its own.
+    text = "Evaluate each of these: 1+1, 3.5 million, 2,500 km, next week, 12%."
+    first = Sources([text])
+    first.add("Germany won in 2014.")
+    read = Sources()
+    read._read(text)  # the text read as it is, without the runs' shared reading
+    second = Sources([text])
+    assert (second.words, second.numbers) == (read.words, read.numbers)
+    assert "germany" not in second.words and not second.has_number(2014)
+    assert first.has_number(3.5e6) and first.has_number(0.12) and first.has_number(7)
+
+
 @pytest.mark.parametrize(("request_", "name", "value"), GIVEN + MADE_UP)
 def test_assess_answers_both_questions_as_they_are_asked_apart(
     request_: str, name: str, value: Any

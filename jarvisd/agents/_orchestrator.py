@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from .._errors import UsageError
-from .._messages import Generation, Message, ToolCall, ToolResult
+from .._messages import Generation, Message, Role, ToolCall, ToolResult
 from .._toolcalls import calls_end, extract_json_objects, recover_tool_calls
 from ..tools import ToolDispatcher
 from ._base import strip_think_tags
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FunctionCallingDialect", "OrchestratorAgent", "StructuredDialect"]
 
+_new = object.__new__
 _TAG = re.compile(r"<tool_call>", re.IGNORECASE)
 # A name key and its string value, read from text that may be broken or cut-off JSON
 # (the value's closing quote may be missing).
@@ -95,7 +96,12 @@ class FunctionCallingDialect(Dialect):
         # strip_think_tags(content), whose usual case is written out: once a turn.
         content = content.strip() if "<" not in content else strip_think_tags(content)
         if generation.tool_calls:
-            return Step("calls", content, generation.tool_calls)
+            # Step("calls", content, generation.tool_calls), without the dataclass's
+            # __init__: once a turn.
+            step = _new(Step)
+            step.kind, step.content, step.calls = "calls", content, generation.tool_calls
+            step.error, step.recovered = "", False
+            return step
         calls, rest = recover_tool_calls(content, executor.names)
         if calls:
             return Step("calls", rest, tuple(calls), recovered=True)
@@ -107,12 +113,20 @@ class FunctionCallingDialect(Dialect):
         return Step("final", content)
 
     def assistant_message(self, generation: Generation, step: Step) -> Message:
-        return Message.assistant(step.content, step.calls)
+        # Message.assistant(step.content, step.calls), written out: once a turn.
+        calls = step.calls if type(step.calls) is tuple else tuple(step.calls)
+        message = _new(Message)
+        message.role, message.content, message.tool_calls = Role.ASSISTANT, step.content, calls
+        message.tool_call_id = message.name = None
+        return message
 
     def result_messages(self, step: Step, results: Sequence[ToolResult]) -> list[Message]:
-        if len(results) == 1:  # the usual turn: no list comprehension's frame
+        if len(results) == 1:  # the usual turn: Message.tool, written out
             r = results[0]
-            return [Message.tool(r.content, tool_call_id=r.call_id, name=r.tool_name)]
+            message = _new(Message)
+            message.role, message.content, message.tool_calls = Role.TOOL, r.content, ()
+            message.tool_call_id, message.name = r.call_id, r.tool_name
+            return [message]
         return [Message.tool(r.content, tool_call_id=r.call_id, name=r.tool_name) for r in results]
 
     def corrective(self, step: Step) -> str:

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar
 
 from .._events import EventBus
@@ -281,7 +281,13 @@ class _Loop:
         while state.turns < agent.max_turns:
             if cancel.cancelled:  # raise_if_cancelled(), inline: once a turn
                 raise cancel.error()
-            generation = await self._generate()
+            generation = await self._request()
+            state.turns += 1
+            # Added in place: the state's own Usage (LoopState makes a new one), read by
+            # nothing else until the run ends.
+            usage, used = state.usage, generation.usage
+            usage.prompt_tokens += used.prompt_tokens
+            usage.completion_tokens += used.completion_tokens
             step = self.dialect.parse(generation, self.executor)
             if step.kind == "final":
                 # Not saved before finish(): a state whose last message is the answer but
@@ -316,8 +322,10 @@ class _Loop:
         )
         return result
 
-    async def _generate(self) -> Generation:
-        """One turn's reply, on the history fitted to the context window."""
+    def _request(self) -> Awaitable[Generation]:
+        """One turn's engine call, on the history fitted to the context window: the
+        awaitable of its reply (awaited by :meth:`drive`, which counts the turn and its
+        usage; no coroutine of its own a turn)."""
         state, agent = self.state, self.agent
         for message in state.messages[self.indexed :]:
             # The system one is the dialect's prompt; an empty one (calls only) says nothing.
@@ -334,22 +342,12 @@ class _Loop:
             if self.tokens > self.budget:
                 messages = fit_messages(messages, self.budget)
         if self.gate is None or not self.gate.streams:
-            generation = await self.engine.generate(
+            return self.engine.generate(
                 messages, model=agent.model, tools=offered, options=self.sampling
             )
-        else:
-            generation = await self.gate.turn(
-                self.engine.stream(
-                    messages, model=agent.model, tools=offered, options=self.sampling
-                )
-            )
-        state.turns += 1
-        # Added in place: the state's own Usage (LoopState makes a new one), read by
-        # nothing else until the run ends.
-        usage, used = state.usage, generation.usage
-        usage.prompt_tokens += used.prompt_tokens
-        usage.completion_tokens += used.completion_tokens
-        return generation
+        return self.gate.turn(
+            self.engine.stream(messages, model=agent.model, tools=offered, options=self.sampling)
+        )
 
     def _invalid(self, step: Step, generation: Generation) -> AgentResult | None:
         """An unreadable reply: one corrective re-prompt, an error the second time."""
@@ -400,8 +398,14 @@ class _Loop:
         if step.recovered:
             state.recovered_calls += len(step.calls)
         state.messages.append(self.dialect.assistant_message(generation, step))
+        calls, executor = step.calls, self.executor
         try:
-            results = await self.executor.execute_all(step.calls, run, state.guard)
+            if len(calls) == 1 and executor.inline.get(calls[0].name):
+                # execute_all's usual turn (one call to an inline tool), without its
+                # coroutine: the call runs in this task either way.
+                results = [await executor.execute(calls[0], run, state.guard)]
+            else:
+                results = await executor.execute_all(calls, run, state.guard)
         except BaseException:
             # The history must never hold a call without a result, even when the run
             # stops in the middle of a tool.

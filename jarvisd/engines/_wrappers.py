@@ -4,6 +4,7 @@ enforces one budget and one cancellation token across every nested agent."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Coroutine, Sequence
 from dataclasses import replace
@@ -21,6 +22,11 @@ __all__ = ["InstrumentedEngine", "RunEngine", "WrapperEngine"]
 _T = TypeVar("_T")
 #: What one call asked for: messages, tools, model.
 _Request = tuple[Sequence[Message], Sequence[ToolSpec], str]
+#: The running task of each loop, read as asyncio.current_task() reads it: on 3.11 that
+#: function is Python (C from 3.12 on, and then called as it is).
+_CURRENT_TASKS: dict[asyncio.AbstractEventLoop, asyncio.Task[object]] | None = (
+    getattr(asyncio.tasks, "_current_tasks", None) if sys.version_info < (3, 12) else None
+)
 
 
 class WrapperEngine(Engine):
@@ -279,7 +285,11 @@ class RunEngine(WrapperEngine):
         stopped: ``work`` is then closed, and ``unstarted``, the hold of a call that
         ``work`` would start, given back. Awaited in the caller's own task (no helper
         task per call). The caller ends with :meth:`_leave`, whatever happens."""
-        task = asyncio.current_task()
+        task = (
+            asyncio.current_task()
+            if _CURRENT_TASKS is None
+            else _CURRENT_TASKS.get(asyncio.get_running_loop())
+        )
         if task is None:  # pragma: no cover - always inside a task under asyncio.run
             return None
         if self._loop is None:
@@ -330,15 +340,40 @@ class RunEngine(WrapperEngine):
         options: SamplingOptions = DEFAULT_OPTIONS,
     ) -> Generation:
         model = model or self.inner.default_model()
-        hold, options = self._reserve(messages, tools, model, options)
-        bus, name = self.run.bus, self.name
+        run = self.run
+        budget = run.budget
+        if (
+            budget.max_tokens is None
+            and budget.max_calls is None
+            and budget.max_wall is None
+            and not run.cancel.cancelled
+            and options.max_tokens >= 0
+        ):
+            # _reserve's usual case, written out: an uncapped ledger neither refuses nor
+            # clamps the call (so the options stay as they are); every turn comes here.
+            hold = budget.reserve(0, options.max_tokens)
+        else:
+            hold, options = self._reserve(messages, tools, model, options)
+        bus, name = run.bus, self.name
         # _started and _ended, written out: this runs every turn of every run.
         bus.publish(EventType.INFERENCE_START, engine=name, model=model, messages=len(messages))
         start = time.perf_counter()
         try:
             # _race, written out (one coroutine less a turn).
             work = self.inner.generate(messages, model=model, tools=tools, options=options)
-            task = self._enter(work, hold)
+            # _enter(work, hold), its usual case written out: this task joins _waiting,
+            # then the run's stop is checked (the order _enter keeps, see there).
+            task = (
+                asyncio.current_task()
+                if _CURRENT_TASKS is None
+                else _CURRENT_TASKS.get(asyncio.get_running_loop())
+            )
+            if task is not None and self._loop is not None:
+                self._waiting.add(task)
+                if run.cancel.cancelled:  # stopped: _enter closes work, gives back, raises
+                    task = self._enter(work, hold)
+            else:  # the first call (it registers with the token), or no task
+                task = self._enter(work, hold)
             try:
                 generation = await work
             except BaseException as exc:
@@ -353,7 +388,7 @@ class RunEngine(WrapperEngine):
             raise
         usage = generation.usage
         if usage.prompt_tokens or usage.completion_tokens:  # the engine counted: charge it
-            hold.settle(usage)
+            budget._end(hold, usage)  # hold.settle(usage), without its frame
         else:
             self._settle(hold, generation, (messages, tools, model))
             usage = generation.usage

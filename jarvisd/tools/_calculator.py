@@ -322,6 +322,8 @@ def _parse(text: str) -> ast.expr:
     return tree.body
 
 
+_new = object.__new__
+
 _HANDLERS: dict[type[ast.AST], Callable[[_Evaluator, Any, int], Value]] = {
     ast.Constant: _Evaluator.constant,
     ast.BinOp: _Evaluator.binop,
@@ -346,7 +348,20 @@ def evaluate(expression: str) -> int | float:
         raise CalculatorError("empty expression")
     if len(text) > MAX_CHARS:
         raise CalculatorError(f"expression too long ({len(text)} characters, limit {MAX_CHARS})")
-    value = _Evaluator().eval(_parse(text))
+    # _Evaluator().eval(tree) without __init__'s frame, and a sum or product at the top
+    # (the usual expression) handed to binop without eval's dispatch: this runs on every
+    # calculator call. The walk's bounds are the same: binop's operands go through eval.
+    tree = _parse(text)
+    walker = _new(_Evaluator)
+    walker.deadline = time.perf_counter() + MAX_SECONDS
+    if type(tree) is ast.BinOp:
+        walker.nodes = 1  # the root, counted as eval would
+        value = walker.binop(tree, 0)
+    else:
+        walker.nodes = 0
+        value = walker.eval(tree)
+    if type(value) is int:  # the usual result: a number, and finite (ints are)
+        return value
     if not isinstance(value, _NUMBER):
         raise CalculatorError(
             "the expression does not produce a number: write one expression, and numbers"

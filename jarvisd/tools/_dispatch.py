@@ -30,6 +30,7 @@ MAX_RESULT_CHARS = 20_000
 #: Raised out of a tool call instead of becoming a result for the model.
 _T = TypeVar("_T")
 _FATAL = (RunStopped, SandboxUnavailable)
+_new = object.__new__
 
 
 @dataclass(slots=True)
@@ -96,6 +97,9 @@ class ToolDispatcher:
         # cheap (blocking = False): those run inline.
         self._threaded = {n: t.blocking and not is_async[n] for n, t in self.tools.items()}
         self._inline = {n: not t.blocking and not is_async[n] for n, t in self.tools.items()}
+        #: The tools whose calls run inline, by name (read-only): a turn of one call to
+        #: one of them is :meth:`execute_all`'s whole work done by :meth:`execute` alone.
+        self.inline: Mapping[str, bool] = self._inline
         self.specs: tuple[ToolSpec, ...] = tuple(t.spec for t in self.tools.values())
         #: Each tool's spec by its name, read once (``spec`` may be a property).
         self.spec_of: dict[str, ToolSpec] = {s.name: s for s in self.specs}
@@ -180,7 +184,28 @@ class ToolDispatcher:
                     denied=True,
                 )
             elif self._inline[resolved]:  # cheap sync tools: no task, no timeout machinery
-                result = self._invoke_inline(tool, params, call, resolved, start)
+                # Called here, in this frame: every call of the loop's usual tools.
+                try:
+                    value = tool.execute(**params)
+                except _FATAL:
+                    raise
+                except Exception as exc:
+                    result = _fail(
+                        call,
+                        f"Error: {resolved} failed: {exc}",
+                        start,
+                        exception=type(exc).__name__,
+                    )
+                else:
+                    if type(value) is str and len(value) <= self.max_result_chars:
+                        # The usual result: ToolResult(resolved, value, True, call.id,
+                        # latency, {"arguments": params}) without the dataclass's __init__.
+                        result = _new(ToolResult)
+                        result.tool_name, result.content, result.success = resolved, value, True
+                        result.call_id, result.metadata = call.id, {"arguments": params}
+                        result.latency_s = time.perf_counter() - start
+                    else:
+                        result = self._result(value, params, call, resolved, start)
             else:
                 result = await self._invoke(tool, params, call, resolved, start)
         finally:
@@ -216,20 +241,6 @@ class ToolDispatcher:
             raise
         except Exception as exc:
             return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
-        return self._result(value, params, call, name, start)
-
-    def _invoke_inline(
-        self, tool: BaseTool, params: dict[str, object], call: ToolCall, name: str, start: float
-    ) -> ToolResult:
-        try:
-            value = tool.execute(**params)
-        except _FATAL:
-            raise
-        except Exception as exc:
-            return _fail(call, f"Error: {name} failed: {exc}", start, exception=type(exc).__name__)
-        if type(value) is str and len(value) <= self.max_result_chars:  # the usual result
-            latency = time.perf_counter() - start
-            return ToolResult(name, value, True, call.id, latency, {"arguments": params})
         return self._result(value, params, call, name, start)
 
     def _result(
