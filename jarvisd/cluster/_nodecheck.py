@@ -107,13 +107,7 @@ def _engine_check(config: Config) -> Check:
 
     kind = config.engine.default
     if kind == "llamacpp":
-        model = config.engine.model or config.engine.llamacpp.model
-        if not model:
-            from jarvisd.catalog import strongest_model
-
-            model = strongest_model().name
-        found = _model_check(model, "engine")
-        return Check("engine", found.ok, f"embedded {model}: {found.detail}", found.fix)
+        return _embedded_check(config)
     if kind == "openai":
         url = config.engine.openai.base_url
     else:  # ollama, or auto (a reachable Ollama first)
@@ -121,12 +115,32 @@ def _engine_check(config: Config) -> Check:
 
         url = config.engine.ollama.host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
     why = _reach(url)
+    if why and kind == "auto":
+        # As select_engine does: no Ollama answers, so the embedded engine serves.
+        found = _embedded_check(config)
+        return Check("engine", found.ok, f"auto (no Ollama at {url}): {found.detail}", found.fix)
     return Check(
         "engine",
         not why,
         f"{kind} at {url}: {why or 'reachable'}",
         "" if not why else "make the URL reachable from this node, or serve the model here",
     )
+
+
+def _embedded_check(config: Config) -> Check:
+    """The embedded engine on this node: llama-cpp-python there, and the model's file."""
+    from jarvisd.engines._llamacpp import llama_cpp_available
+
+    model = config.engine.model or config.engine.llamacpp.model
+    if not model:
+        from jarvisd.catalog import strongest_model
+
+        model = strongest_model().name
+    if not llama_cpp_available():
+        return Check("engine", False, f"embedded {model}: llama-cpp-python is not installed",
+                     "pip install 'jarvisd[llama]' on this node (setup.sh builds its wheel)")  # fmt: skip
+    found = _model_check(model, "engine")
+    return Check("engine", found.ok, f"embedded {model}: {found.detail}", found.fix)
 
 
 def _reach(url: str) -> str:

@@ -156,3 +156,22 @@ def test_a_workers_line_past_the_frame_limit_ends_it_with_an_error_frame(
     assert first == b"ok\n" and end is None
     frame = decode_line(error or b"")
     assert isinstance(frame, ErrorFrame) and "more than" in frame.message
+
+
+def test_doctor_reads_auto_as_select_engine_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` with no Ollama answering is the embedded engine: the node is fine when the
+    model is there (a new user's first `cluster doctor` said FAIL while tasks ran)."""
+    from jarvisd.cluster._nodecheck import _engine_check
+
+    from ..conftest import link_real_models
+
+    link_real_models("smollm2-135m")
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")
+    auto = parse_config({"engine": {"default": "auto", "model": "smollm2-135m"}})
+    check = _engine_check(auto)
+    assert check.ok, check
+    assert check.detail.startswith("auto (no Ollama at http://127.0.0.1:9): embedded smollm2-135m")
+    missing = parse_config({"engine": {"default": "auto", "model": "qwen2.5-coder-7b"}})
+    assert not _engine_check(missing).ok  # a model this node does not have
+    ollama = parse_config({"engine": {"default": "ollama"}})
+    assert not _engine_check(ollama).ok  # asked for by name: no fallback
