@@ -40,6 +40,10 @@ _RECORD = "record.json"
 _BUNDLE = "repo.bundle"
 _TREE = "tree"
 _GIT = "git"
+#: Which machine and state directory packed it (:func:`_identity`).
+_HEAD = "head.json"
+#: In a node's own copy of a workspace (not in the head's).
+_NODE_COPY = ".node-copy"
 
 
 class _Bounded(io.BytesIO):
@@ -65,6 +69,25 @@ def _state() -> Path:
     return paths().state
 
 
+def _identity() -> str:
+    """This machine and its jarvis state directory. A node with the head's (one machine,
+    one user, the default directories: a cluster tried on a laptop) already has the
+    workspace where the head keeps it: unpacking there would replace the head's copy,
+    and removing the node's copy after the run would remove the head's."""
+    import os
+    import socket
+
+    machine = ""
+    for name in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            machine = Path(name).read_text().strip()
+            break
+        except OSError:
+            continue
+    info = os.stat(_state())
+    return f"{machine or socket.gethostname()}:{info.st_dev}:{info.st_ino}"
+
+
 def _archive(ws: Any, bundle: Path | None, *, secret_filter: bool) -> bytes:
     from jarvisd.code._workspace import _names
 
@@ -76,11 +99,15 @@ def _archive(ws: Any, bundle: Path | None, *, secret_filter: bool) -> bytes:
         info = tarfile.TarInfo(_RECORD)
         info.size = len(record)
         tar.addfile(info, io.BytesIO(record))
+        head = json.dumps(_identity()).encode()
+        info = tarfile.TarInfo(_HEAD)
+        info.size = len(head)
+        tar.addfile(info, io.BytesIO(head))
         if bundle is not None:
             tar.add(bundle, _BUNDLE)
         for path in sorted(root.iterdir()):
-            if path.name == _GIT:
-                continue  # travels as the bundle
+            if path.name in (_GIT, _NODE_COPY):
+                continue  # travels as the bundle; says where it is, not what
             if path.name != _TREE:
                 tar.add(path, path.name, recursive=True)
                 continue
@@ -163,6 +190,9 @@ def _extract(data: bytes, root: Path) -> dict[str, Any]:
         tar.extractall(root, filter=_safe)
     record: dict[str, Any] = json.loads((root / _RECORD).read_text())
     (root / _RECORD).unlink()
+    head = root / _HEAD
+    record[_HEAD] = json.loads(head.read_text()) if head.exists() else ""
+    head.unlink(missing_ok=True)
     return record
 
 
@@ -177,6 +207,13 @@ def unpack(data: bytes) -> str:
     incoming = Path(tempfile.mkdtemp(prefix=".incoming-", dir=state / "code"))
     try:
         record = _extract(data, incoming)
+        if record.pop(_HEAD) == _identity():  # the head's own state: the workspace is here
+            shutil.rmtree(incoming)
+            store = _store()
+            try:
+                return str(store.get(record["id"]).path)
+            finally:
+                store.close()
         root = workspace_root(state, record["id"])
         shutil.rmtree(root, ignore_errors=True)  # an earlier attempt's
         incoming.rename(root)
@@ -190,6 +227,7 @@ def unpack(data: bytes) -> str:
     _unbundle(Git(git_dir), root / _BUNDLE, ref)
     Git(git_dir).run("symbolic-ref", "HEAD", ref)
     (root / _BUNDLE).unlink()
+    (root / _NODE_COPY).touch()
     _own(root / _TREE)
     ws = Workspace.from_dict({**record, "path": str(root / _TREE), "git_dir": str(git_dir)})
     store = _store()
@@ -207,6 +245,8 @@ def pack_back(ws_id: str) -> bytes:
     store = _store()
     try:
         ws = store.get(ws_id)
+        if not (Path(ws.path).parent / _NODE_COPY).exists():
+            return b""  # the head's own copy (a shared state directory): nothing to bring
         with tempfile.TemporaryDirectory(prefix="jarvis-ship-") as tmp:
             bundle = _bundle(ws.git_dir, f"refs/heads/{ws.branch}", Path(tmp), ws.base)
             # The tree as the run left it: the head replaces its own with it.
@@ -222,11 +262,14 @@ def unpack_back(data: bytes) -> None:
     from jarvisd.code import Workspace
     from jarvisd.code._git import Git
 
+    if not data:
+        return  # the node worked on the head's own copy
     store = _store()
     try:
         with tempfile.TemporaryDirectory(prefix="jarvis-ship-") as tmp:
             back = Path(tmp)
             record = _extract(data, back)
+            record.pop(_HEAD)
             ws = store.get(record["id"])
             root = Path(ws.path).parent
             if (back / _BUNDLE).exists():
