@@ -103,22 +103,17 @@ def _model_check(name: str, what: str) -> Check:
 
 def _engine_check(config: Config) -> Check:
     """The engine a task here would use by default, and whether it is there."""
-    import os
+    from jarvisd.engines._select import ollama_host, ollama_reachable
 
     kind = config.engine.default
     if kind == "llamacpp":
         return _embedded_check(config)
-    if kind == "openai":
-        url = config.engine.openai.base_url
-    else:  # ollama, or auto (a reachable Ollama first)
-        from jarvisd.engines._ollama import DEFAULT_HOST
-
-        url = config.engine.ollama.host or os.environ.get("OLLAMA_HOST") or DEFAULT_HOST
-    why = _reach(url)
-    if why and kind == "auto":
-        # As select_engine does: no Ollama answers, so the embedded engine serves.
+    url = config.engine.openai.base_url if kind == "openai" else ollama_host(config)
+    if kind == "auto" and not ollama_reachable(config, timeout=_CONNECT_S):
+        # select_engine's own test: no Ollama answers, so the embedded engine serves.
         found = _embedded_check(config)
         return Check("engine", found.ok, f"auto (no Ollama at {url}): {found.detail}", found.fix)
+    why = _reach(url)
     return Check(
         "engine",
         not why,
