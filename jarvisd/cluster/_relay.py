@@ -66,9 +66,16 @@ def _fail(out: IO[bytes], code: str, message: str) -> NoReturn:
     _leave(1)
 
 
+def _host_port(address: str) -> tuple[str, str]:
+    """``HOST:PORT`` or ``ray://HOST:PORT`` split (an IPv6 host without its brackets);
+    ("", "") for an address without a port, such as ``auto``."""
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    return (host.strip("[]"), port) if colon else ("", "")
+
+
 def keep_loopback(address: str) -> None:
     """Before Ray is imported: connect to a loopback ``address`` on loopback."""
-    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    host, _port = _host_port(address)
     if host in _LOOPBACK:
         # Ray's driver swaps a loopback address for this machine's outward one, where a
         # cluster started on loopback (one machine, a test) does not listen; this flag
@@ -111,11 +118,11 @@ def _refused(address: str, timeout: float) -> str:
     """Why nothing can answer at ``address`` ("" when something listens there, or the
     address is ``auto``): a refused TCP connection is known at once, where Ray would
     wait out its whole timeout on it."""
-    host, colon, port = address.removeprefix("ray://").rpartition(":")
-    if not colon or not port.isdigit():
+    host, port = _host_port(address)
+    if not port.isdigit():
         return ""  # "auto", or an address Ray itself must read
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as exc:
         return f"the Ray cluster at {address} cannot be reached: {exc.strerror or exc}"
     return ""
