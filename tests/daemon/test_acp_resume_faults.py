@@ -26,7 +26,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +301,28 @@ class WriteThenStall(ScriptedEngine):
         return reply("", ("write", content))
 
 
+def _killed_once(
+    jarvisd: DaemonProcess,
+    spec: AgentSpec,
+    ready: Callable[[list[str]], bool],
+    what: str,
+    timeout: float,
+) -> tuple[TaskInfo, list[tuple[str, dict[str, Any]]]]:
+    """Start jarvisd, submit ``spec``, kill -9 jarvisd once the task's event kinds are
+    ``ready``, start it again; the task's end and its events. jarvisd is stopped after."""
+    jarvisd.start()
+    try:
+        c = jarvisd.client
+        info = c.submit(spec)
+        jarvisd.wait_for(lambda: ready([k for k, _ in events_of(c, info.id)]), timeout, what)
+        jarvisd.kill9()
+        jarvisd.start()
+        return c.wait(info.id, timeout=timeout), events_of(c, info.id)
+    finally:
+        if jarvisd.proc is not None and jarvisd.proc.poll() is None:
+            jarvisd.terminate()
+
+
 @pytest.mark.timeout(1200)
 def test_real_opencode_resumes_with_session_load(isolated_dirs: Path) -> None:
     from jarvisd.testing import OllamaStandIn
@@ -315,28 +337,14 @@ def test_real_opencode_resumes_with_session_load(isolated_dirs: Path) -> None:
     with OllamaStandIn(engine) as standin:
         jarvisd = DaemonProcess(isolated_dirs, standin.url)
         _config(jarvisd, root, memory="1g")  # opencode's runtime needs more than 256m
-        jarvisd.start()
-        try:
-            c = jarvisd.client
-            spec = AgentSpec(
-                input="Write out.txt", agent="opencode", options={"workspace": str(ws)}
-            )
-            info = c.submit(spec)
-            jarvisd.wait_for(
-                lambda: (
-                    any(k == "tool_call_end" for k, _ in events_of(c, info.id))
-                    and engine.stalled.is_set()
-                ),
-                timeout=300,
-                what="opencode's write done and its next turn asked",
-            )
-            jarvisd.kill9()
-            jarvisd.start()
-            final = c.wait(info.id, timeout=300)
-            events = events_of(c, info.id)
-        finally:
-            if jarvisd.proc is not None and jarvisd.proc.poll() is None:
-                jarvisd.terminate()
+        spec = AgentSpec(input="Write out.txt", agent="opencode", options={"workspace": str(ws)})
+        final, events = _killed_once(
+            jarvisd,
+            spec,
+            lambda kinds: "tool_call_end" in kinds and engine.stalled.is_set(),
+            "opencode's write done and its next turn asked",
+            timeout=300,
+        )
     assert final.state == "succeeded", (final, jarvisd.log_text())
     assert final.result is not None and "out.txt is written" in final.result["answer"]
     assert "task_resumed" in [k for k, _ in events]
@@ -375,26 +383,14 @@ def test_real_opencode_on_the_real_engine_resumes_after_kill9(isolated_dirs: Pat
         "[daemon]\nmax_concurrent = 1\n"
         f'[sandbox]\nbackend = "docker"\nmemory = "1g"\nallowed_roots = ["{root}:rw"]\n'
     )
-    jarvisd.start()
-    try:
-        c = jarvisd.client
-        spec = AgentSpec(
-            input=f"Read {ws}/notes.txt with your read tool and tell me its release marker.",
-            agent="opencode", tools=("read",), options={"workspace": str(ws)},
-        )  # fmt: skip
-        info = c.submit(spec)
-        jarvisd.wait_for(
-            lambda: any(k == "inference_end" for k, _ in events_of(c, info.id)),
-            timeout=900,
-            what="the model's first answer",
-        )
-        jarvisd.kill9()
-        jarvisd.start()
-        final = c.wait(info.id, timeout=900)
-        events = events_of(c, info.id)
-    finally:
-        if jarvisd.proc is not None and jarvisd.proc.poll() is None:
-            jarvisd.terminate()
+    spec = AgentSpec(
+        input=f"Read {ws}/notes.txt with your read tool and tell me its release marker.",
+        agent="opencode", tools=("read",), options={"workspace": str(ws)},
+    )  # fmt: skip
+    final, events = _killed_once(
+        jarvisd, spec, lambda kinds: "inference_end" in kinds, "the model's first answer",
+        timeout=900,
+    )  # fmt: skip
     print(final.state, final.reason, (final.result or {}).get("answer"))
     kinds = [k for k, _ in events]
     assert "task_resumed" in kinds, (kinds, jarvisd.log_text())
