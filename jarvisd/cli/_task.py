@@ -28,6 +28,18 @@ def _client(timeout: float = 30.0) -> Client:
     return Client(timeout=timeout)
 
 
+def _ray_backend() -> bool:
+    """Whether this machine's config hands tasks to a Ray cluster (a bad config is the
+    daemon's to report, not ``task show``'s)."""
+    from jarvisd._config import load_config
+    from jarvisd._errors import ConfigError
+
+    try:
+        return load_config().cluster.backend == "ray"
+    except ConfigError:
+        return False
+
+
 def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
@@ -108,6 +120,10 @@ def _print_info(info: TaskInfo) -> None:
     )
     if info.node and info.node != "local":  # a Ray node's id ([cluster] backend = "ray")
         click.echo(f"node:      {info.node}")
+    elif info.node == "local" and _ray_backend():
+        # Under a Ray backend a task runs here only as the fallback for an unreachable
+        # cluster: say so, or the text reads like any local task's.
+        click.echo("node:      this machine (the cluster was unreachable: [cluster] fallback)")
     if info.watch:
         click.echo(f"watch:     {info.watch}")
     if info.rerun_of:

@@ -102,6 +102,8 @@ def test_an_unreachable_cluster_is_said_at_submit_and_the_task_runs_here_or_wait
         assert info.state == "succeeded", (info.reason, daemon.log_text())
         shown = json.loads(jarvis("task", "show", "--json", info.id).stdout)
         assert shown["node"] == "local"
+        text = jarvis("task", "show", info.id).stdout
+        assert "node:      this machine (the cluster was unreachable" in text, text
         [placed] = [e for e in daemon.client.logs(info.id) if e.event == "task_placed"]
         assert "cannot be reached" in placed.data["fallback"]
 
