@@ -15,11 +15,13 @@ is a temporary directory, removed when the run ends.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
 import shutil
 import stat
+import threading
 from collections.abc import Collection
 from pathlib import Path
 
@@ -69,12 +71,29 @@ def _unlink_sockets(home: Path) -> None:
 
 
 def discard_home(task_id: str) -> None:
-    """Remove task ``task_id``'s agent HOME, if it has one (its task has ended)."""
+    """Remove task ``task_id``'s agent HOME, if it has one (its task has ended).
+
+    The daemon calls this on its event loop, and a HOME can be large (opencode keeps a
+    snapshot repository of the project it worked on), so the HOME is only renamed aside
+    here, which is one system call, and removed by a thread. A daemon that dies first
+    leaves the renamed directory to :func:`sweep_homes`: its name is no task's."""
     if not _TASK_ID.match(task_id):
         return
     home = homes_root() / task_id
-    if home.is_dir() and not home.is_symlink():
-        shutil.rmtree(home, ignore_errors=True)
+    if not home.is_dir() or home.is_symlink():
+        return
+    trash = home.with_name(f".discarded-{task_id}-{os.getpid()}-{next(_discards)}")
+    try:
+        home.rename(trash)
+    except OSError:
+        log.warning("could not set aside the agent HOME %s", home, exc_info=True)
+        return
+    threading.Thread(
+        target=shutil.rmtree, args=(trash,), kwargs={"ignore_errors": True}, daemon=True
+    ).start()
+
+
+_discards = itertools.count()
 
 
 def sweep_homes(live: Collection[str]) -> list[str]:

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,7 +125,9 @@ async def test_an_agent_that_cannot_load_is_not_resumed(workspace: Path, tmp_pat
     assert not (workspace / "log.txt").exists()
 
 
-def test_task_homes_are_private_fresh_on_demand_and_swept(isolated_dirs: Path) -> None:
+def test_task_homes_are_private_fresh_on_demand_and_swept(
+    isolated_dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import socket
     import stat
 
@@ -140,8 +146,32 @@ def test_task_homes_are_private_fresh_on_demand_and_swept(isolated_dirs: Path) -
     assert not (task_home("abc123", fresh=True) / "sessions").exists()
     task_home("other1", fresh=True)
     assert sweep_homes({"abc123"}) == ["other1"]
-    discard_home("abc123")
     discard_home("../escape")  # not a task id: nothing happens
+    # The daemon discards on its event loop: the HOME leaves its name at once and is
+    # removed by a thread, never by the caller (a removal that blocks does not block it).
+    (home / "sessions").mkdir()
+    (home / "sessions" / "big").write_bytes(b"x")
+    entered, release = threading.Event(), threading.Event()
+    real_rmtree = shutil.rmtree
+
+    def slow_rmtree(path: Path, **kwargs: Any) -> None:
+        entered.set()
+        release.wait(30)
+        real_rmtree(path, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", slow_rmtree)
+    discard_home("abc123")
+    assert entered.wait(10) and not home.exists()
+    [aside] = homes_root().iterdir()  # set aside, still being removed
+    release.set()
+    deadline = time.monotonic() + 30
+    while aside.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sorted(p.name for p in homes_root().iterdir()) == []
+    # One a dead daemon left set aside is swept with the rest.
+    monkeypatch.setattr(shutil, "rmtree", real_rmtree)
+    aside.mkdir()
+    assert sweep_homes(set()) == [aside.name]
     assert sorted(p.name for p in homes_root().iterdir()) == []
     with pytest.raises(ValueError):
         task_home("../x", fresh=True)
