@@ -33,7 +33,7 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +97,30 @@ def kept(directory: Path) -> bool:
 
 
 class PoolKeeper:
-    """Keeps ``size`` started containers of ``config`` in ``directory`` (jarvisd's)."""
+    """Keeps ``size`` started containers of ``config`` in ``directory`` (jarvisd's).
 
-    def __init__(self, api: Any, config: Mapping[str, Any], directory: Path, size: int) -> None:
+    ``make``: starts one container itself and returns its id (raising the engine's
+    errors), for containers that are not all alike (an external agent's slot, each
+    with its own directories: ``jarvisd.external._agentpool``); ``forget(id)`` is then
+    told of each container the keeper removes or sees removed, to drop what it made
+    for it."""
+
+    def __init__(
+        self,
+        api: Any,
+        config: Mapping[str, Any],
+        directory: Path,
+        size: int,
+        *,
+        make: Callable[[], str] | None = None,
+        forget: Callable[[str], None] | None = None,
+    ) -> None:
         self.api = api
         self.config = {**config, "Labels": {**(config.get("Labels") or {}), POOL_LABEL: "1"}}
         self.directory = directory
         self.size = size
+        self._make = make
+        self._forget = forget
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -160,8 +177,11 @@ class PoolKeeper:
 
         created = ""
         try:
-            created = self.api.create_container_from_config(self.config, None)["Id"]
-            self.api.start(created)  # not attached: its taker attaches, in its own process
+            if self._make is not None:
+                created = self._make()
+            else:
+                created = self.api.create_container_from_config(self.config, None)["Id"]
+                self.api.start(created)  # not attached: its taker attaches, in its own process
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             # Said once, not every few seconds, while the engine stays away.
             log.log(logging.DEBUG if self._failing else logging.WARNING,
@@ -199,6 +219,8 @@ class PoolKeeper:
             else:
                 self._remove([cid])
             path.unlink(missing_ok=True)
+            if self._forget is not None:
+                self._forget(cid)
 
     def _remove(self, ids: list[str]) -> None:
         import docker.errors
@@ -209,3 +231,5 @@ class PoolKeeper:
                 docker.errors.DockerException, requests.exceptions.RequestException
             ):
                 self.api.remove_container(cid, force=True)
+            if self._forget is not None:
+                self._forget(cid)
