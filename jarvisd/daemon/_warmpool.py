@@ -23,20 +23,30 @@ log = logging.getLogger(__name__)
 class Keepers:
     """The pools' keepers, stopped together (each removes its idle containers)."""
 
-    def __init__(self, keepers: list[Any]) -> None:
+    def __init__(self, keepers: list[Any], agents: bool = False) -> None:
         self.keepers = keepers
+        #: Whether the agent pool's shared mount is there, to go after its keepers.
+        self.agents = agents
 
     def stop(self) -> None:
         for keeper in self.keepers:
             keeper.stop()
+        if self.agents:
+            from ..external._agentpool import unshare_base
+
+            try:
+                unshare_base()
+            except Exception as exc:
+                log.warning("agent pool: its mounts were not all removed (%s)", exc)
 
 
 def start_keeper(config: Config) -> Keepers | None:
     """The running keepers (their ``stop()`` removes the idle containers), or None."""
     if config.sandbox.backend not in ("docker", "podman"):
         return None
-    keepers = [k for k in (_sandbox_keeper(config), *_agent_keepers(config)) if k is not None]
-    return Keepers(keepers) if keepers else None
+    agents = _agent_keepers(config)
+    keepers = [k for k in (_sandbox_keeper(config), *agents) if k is not None]
+    return Keepers(keepers, agents=bool(agents)) if keepers else None
 
 
 def _sandbox_keeper(config: Config) -> Any:
@@ -108,10 +118,10 @@ def _agent_keepers(config: Config) -> list[Any]:
         maker = SlotMaker(config, agent, where, pool_dir(config, agent, where))
         if not maker.roots:
             log.info("agent pool: not kept (sandbox.allowed_roots has no :rw root)")
-            return []
+            break
         if not fits_socket(maker.directory):
             log.info("agent pool: not kept (%s is too long a path for a socket)", maker.directory)
-            return []
+            break
         try:
             keeper = PoolKeeper(
                 maker.executor().client().api, {}, maker.directory, size,
@@ -123,4 +133,8 @@ def _agent_keepers(config: Config) -> list[Any]:
             continue
         log.info("agent pool: keeping %d started %s agent(s)", size, agent.name)
         keepers.append(keeper)
+    if not keepers:
+        from ..external._agentpool import unshare_base
+
+        unshare_base()
     return keepers

@@ -73,6 +73,7 @@ __all__ = [
     "pool_dir",
     "release",
     "sweep_slots",
+    "unshare_base",
     "workspace_in",
 ]
 
@@ -195,9 +196,24 @@ def share_base(base: Path) -> None:
     binds of slots under it receive the workspace mounts made later."""
     base.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(base, 0o711)
-    if not os.path.ismount(base):
+    if not _is_mount_point(base):  # (a killed jarvisd's may still be there)
         _mount(str(base), base, _MS_BIND)
     _mount(None, base, _MS_SHARED)
+
+
+def unshare_base(base: Path | None = None) -> None:
+    """The pool's shared mount gone (jarvisd stops: its slots are removed)."""
+    base = base or pool_base()
+    sweep_slots(base)
+    while _is_mount_point(base):
+        if _libc().umount2(os.fsencode(base), _MNT_DETACH) != 0:
+            break
+
+
+def _is_mount_point(path: Path) -> bool:
+    # Not os.path.ismount: a directory bound onto itself has its parent's device.
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        return any(line.split()[4].encode().decode("unicode_escape") == str(path) for line in info)
 
 
 def sweep_slots(base: Path | None = None) -> None:
@@ -214,7 +230,10 @@ def sweep_slots(base: Path | None = None) -> None:
         slots = pool / "slots"
         if slots.is_dir():
             for slot in slots.iterdir():
-                _remove_slot_dir(slot)
+                if slot.name.endswith(".json"):  # a slot's token
+                    slot.unlink(missing_ok=True)
+                else:
+                    _remove_slot_dir(slot)
 
 
 def _remove_slot_dir(slot: Path) -> None:
