@@ -136,8 +136,10 @@ def _workspace(root: Path, name: str, marker: str) -> Path:
 
 
 def _pool_mounts() -> list[str]:
+    """This test's jarvisd's mounts: the pool's own, the workspaces in its slots."""
+    base = str(Path(os.environ["JARVIS_RUNTIME_DIR"]) / "agent-pool")
     with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return [line.split()[4] for line in info if "/agent-pool/" in line.split()[4]]
+        return [line.split()[4] for line in info if line.split()[4].startswith(base)]
 
 
 def test_pooled_codex_runs(
