@@ -347,7 +347,7 @@ class ExternalAgent(BaseAgent):
         (nothing of its own the slot's container lacks), else None: the usual start."""
         from ..sandbox._covers import unreachable
         from ..sandbox._policy import SandboxPolicy
-        from ._agentpool import POOLED, claim_slot, fits_slot
+        from ._agentpool import POOLED, claim_slot, fits_slot, release, running
 
         if not (
             self.sandboxed
@@ -364,7 +364,12 @@ class ExternalAgent(BaseAgent):
         policy = SandboxPolicy.from_config(self.config)
         if unreachable(workspace.root, policy.uid, policy.gid):
             return None  # a copy is mounted instead: the usual start
-        return await asyncio.to_thread(claim_slot, self.config, agent, where)
+        slot = await asyncio.to_thread(claim_slot, self.config, agent, where)
+        if slot is not None and not await asyncio.to_thread(running, slot, self.config):
+            log.info("agent pool: the idle %s had ended; starting one", agent.name)
+            await asyncio.to_thread(release, slot, self.config)
+            return None
+        return slot
 
     @contextlib.asynccontextmanager
     async def _slot_channel(

@@ -72,6 +72,7 @@ __all__ = [
     "pool_base",
     "pool_dir",
     "release",
+    "running",
     "sweep_slots",
     "unshare_base",
     "workspace_in",
@@ -563,6 +564,21 @@ def fits_socket(directory: Path) -> bool:
     enough for a Unix socket (a long runtime directory: no pool)."""
     longest = directory / "slots" / ("0" * 12) / "sock" / SOCKET_NAME
     return len(os.fsencode(longest)) <= MAX_SOCKET_PATH
+
+
+def running(slot: Slot, config: Config) -> bool:
+    """Whether ``slot``'s container still runs (its agent died while it waited: no)."""
+    from ..sandbox._engine import connect
+
+    try:
+        client = connect(config, config.sandbox.backend, timeout=config.sandbox.engine_timeout)
+        try:
+            state = client.api.inspect_container(slot.id).get("State") or {}
+        finally:
+            client.close()
+    except Exception:
+        return False
+    return bool(state.get("Running"))
 
 
 def release(slot: Slot, config: Config) -> None:

@@ -170,6 +170,8 @@ class PoolKeeper:
             if time.monotonic() - checked > CHECK_TAKEN_EVERY_S:
                 checked = time.monotonic()
                 self._check_taken()
+                if self._make is not None:
+                    self._check_ready()
 
     def _start_one(self) -> bool:
         import docker.errors
@@ -198,6 +200,30 @@ class PoolKeeper:
         staged.touch(mode=0o600)
         os.rename(staged, self.directory / "ready" / created)  # whole, or not there
         return True
+
+    def _check_ready(self) -> None:
+        """Replace idle containers that have ended (an agent started ahead that died
+        while it waited would fail the run that claims it). The REPL's pool does
+        without: its taker sees an ended container at the attach and starts its own."""
+        import docker.errors
+        import requests.exceptions
+
+        for cid in self.ready():
+            try:
+                state = self.api.inspect_container(cid).get("State") or {}
+            except docker.errors.NotFound:
+                state = {}
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                continue
+            if state.get("Running"):
+                continue
+            try:  # taken back first: never one a run just claimed
+                os.rename(self.directory / "ready" / cid, self.directory / f".{cid}.ended")
+            except OSError:
+                continue
+            log.info("warm pool: idle container %s had ended; replaced", cid[:12])
+            self._remove([cid])
+            (self.directory / f".{cid}.ended").unlink(missing_ok=True)
 
     def _check_taken(self) -> None:
         """Remove containers whose taker died before removing them."""

@@ -9,6 +9,7 @@ One real jarvisd on a real socket, real Docker, the real codex (installed by
 * two runs back to back on a pool of 1: the second is on a fresh slot and sees nothing of
   the first (its files in /tmp and HOME, its workspace among the mounts, its token);
 * nothing is left after a run: its container, its workspace's mount, its processes;
+* an idle agent that died is replaced;
 * a run the slot does not fit (a workspace with ``.git``) takes the usual start, and the
   idle slot stays idle;
 * after kill -9 of jarvisd, the next one removes the slots it left (containers by their
@@ -60,10 +61,15 @@ def daemon(isolated_dirs: Path) -> Iterator[tuple[DaemonProcess, Path]]:
     root.mkdir()
     engine = ScriptedEngine(fallback=_script)
     extra = f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\n[agents]\nwarm = 1\n'
-    with scripted_daemon(root, engine, extra=extra, start=False) as jarvisd:
-        jarvisd.engine = engine  # type: ignore[attr-defined]
-        jarvisd.start()
-        yield jarvisd, root
+    try:
+        with scripted_daemon(root, engine, extra=extra, start=False) as jarvisd:
+            jarvisd.engine = engine  # type: ignore[attr-defined]
+            jarvisd.start()
+            yield jarvisd, root
+    finally:  # a test that failed had its jarvisd killed: what it left goes too
+        from jarvisd.external._agentpool import unshare_base
+
+        unshare_base(Path(os.environ["JARVIS_RUNTIME_DIR"]) / "agent-pool")
 
 
 @pytest.fixture(autouse=True)
@@ -79,13 +85,16 @@ def _docker() -> object:
 
 
 def _slots() -> dict[str, int]:
-    """The idle and claimed codex slots' containers: id -> their init's host pid."""
+    """This test's jarvisd's idle and claimed codex slots' containers (those whose
+    binds come from its runtime directory): id -> their init's host pid."""
+    base = str(Path(os.environ["JARVIS_RUNTIME_DIR"]) / "agent-pool")
     client = _docker()
     try:
         found = client.api.containers(all=True, filters={"label": f"{SLOT_LABEL}=codex"})  # type: ignore[attr-defined]
         return {
             c["Id"]: client.api.inspect_container(c["Id"])["State"]["Pid"]  # type: ignore[attr-defined]
             for c in found
+            if any(str(m.get("Source", "")).startswith(base) for m in c.get("Mounts") or ())
         }
     finally:
         client.close()  # type: ignore[attr-defined]
@@ -178,6 +187,14 @@ def test_pooled_codex_runs(
     assert second_slot not in _slots()
     assert not [m for m in _pool_mounts() if m.endswith(str(ws2))]
 
+    # An idle agent that dies while it waits is replaced, and the next run works.
+    dead = _wait_idle(jarvisd)
+    os.kill(_slots()[dead], 9)  # the container's init: the container ends
+    jarvisd.wait_for(lambda: dead not in _slots(), 60, "the dead idle agent removed")
+    assert _wait_idle(jarvisd) != dead
+    _ask(ws2, f"cat {ws2}/marker.txt")
+    assert "marker-two" in _tool_result(engine)
+
     # A run the slot does not fit: the usual start, the idle slot stays idle.
     idle = _wait_idle(jarvisd)
     ws = _workspace(root, "repo", "marker-repo")
@@ -196,6 +213,9 @@ def test_pooled_codex_runs(
     assert idle in _slots()  # left running by the killed daemon
     jarvisd.start()
     jarvisd.wait_for(lambda: idle not in _slots(), 60, "the killed daemon's slot removed")
+    # (its ready file may be seen until the new keeper drops it: a run that claimed it
+    # meanwhile would find its container gone and start its own)
+    jarvisd.wait_for(lambda: _ready_ids(jarvisd) not in ([], [idle]), 120, "a new idle slot")
     fresh = _wait_idle(jarvisd)
     assert fresh != idle
     left = {p.name for p in Path(os.environ["JARVIS_RUNTIME_DIR"]).glob("agent-pool/*/slots/*")}
