@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import AgentNotInstalled, ConfigError, ExternalAgentError, UsageError
+from .._errors import (
+    AgentNotInstalled,
+    ConfigError,
+    ExternalAgentError,
+    SandboxError,
+    UsageError,
+)
 from .._messages import Usage
 from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
@@ -47,8 +53,7 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
-    from ..sandbox import DockerExecutor
-    from ._agentpool import Slot
+    from ._agentpool import Claimed, Slot
 
 __all__ = ["NOT_RESUMABLE", "AcpCheckpoint", "ExternalAgent"]
 
@@ -252,7 +257,8 @@ class ExternalAgent(BaseAgent):
             # its first prompt does not fit.
             await self.engine.reserve_context(agent.context)
         # An agent jarvisd started ahead, when the run fits one (``_agentpool``).
-        slot = await self._claim_slot(agent, where, workspace, run)
+        claimed = await self._claim_slot(agent, where, workspace, run)
+        slot = None if claimed is None else claimed.slot
         async with (
             self._home(run, fresh=resumed is None, slot=slot) as home,
             self._mirror(workspace) as copy,
@@ -265,9 +271,9 @@ class ExternalAgent(BaseAgent):
             if resumed is not None:
                 await self._end_earlier_agent()
             async with self._gateway(run, home, slot) as access:
-                if slot is not None:
+                if claimed is not None:
                     channel = await on_slot.enter_async_context(
-                        self._slot_channel(slot, access, workspace)
+                        self._slot_channel(claimed, access, workspace)
                     )
                 else:
                     channel = await self._start(
@@ -342,12 +348,14 @@ class ExternalAgent(BaseAgent):
 
     async def _claim_slot(
         self, agent: AgentDefinition, where: Path, workspace: Workspace, run: RunContext
-    ) -> Slot | None:
-        """A slot of jarvisd's pool of started agents, when this run fits its launch
-        (nothing of its own the slot's container lacks), else None: the usual start."""
+    ) -> Claimed | None:
+        """A started agent of jarvisd's pool, attached, when this run fits its launch
+        (nothing of its own the slot's container lacks), else None: the usual start
+        (also when the claimed agent had ended: it is removed)."""
+        from ..sandbox import DockerExecutor
         from ..sandbox._covers import unreachable
         from ..sandbox._policy import SandboxPolicy
-        from ._agentpool import POOLED, claim_slot, fits_slot, release, running
+        from ._agentpool import POOLED, Claimed, attach_slot, claim_slot, fits_slot, release
 
         if not (
             self.sandboxed
@@ -365,39 +373,39 @@ class ExternalAgent(BaseAgent):
         if unreachable(workspace.root, policy.uid, policy.gid):
             return None  # a copy is mounted instead: the usual start
         slot = await asyncio.to_thread(claim_slot, self.config, agent, where)
-        if slot is not None and not await asyncio.to_thread(running, slot, self.config):
-            log.info("agent pool: the idle %s had ended; starting one", agent.name)
+        if slot is None:
+            return None
+        executor = DockerExecutor(self.config, flavor=self.config.sandbox.backend)
+        try:
+            channel = await asyncio.to_thread(
+                attach_slot, executor, slot, asyncio.get_running_loop()
+            )
+        except SandboxError as exc:
+            log.info("agent pool: %s; starting one", exc)
+            executor.close()
             await asyncio.to_thread(release, slot, self.config)
             return None
-        return slot
+        return Claimed(slot, executor, channel)
 
     @contextlib.asynccontextmanager
     async def _slot_channel(
-        self, slot: Slot, access: GatewayAccess, workspace: Workspace
+        self, claimed: Claimed, access: GatewayAccess, workspace: Workspace
     ) -> AsyncIterator[Channel]:
-        """The channel to ``slot``'s agent once the run's workspace is in its container
+        """The channel to a claimed agent once the run's workspace is in its container
         and its gateway is bound to it; the workspace leaves the container at the end."""
-        from ..sandbox import DockerExecutor
-        from ._agentpool import attach_slot, workspace_in
+        from ._agentpool import workspace_in
         from ._sandbox import _container_pid
 
-        executor = DockerExecutor(self.config, flavor=self.config.sandbox.backend)
-        loop = asyncio.get_running_loop()
+        channel, executor = claimed.channel, claimed.executor
         with contextlib.ExitStack() as mounted:
             try:
                 await asyncio.to_thread(
-                    mounted.enter_context, workspace_in(slot, executor, workspace.root)
+                    mounted.enter_context, workspace_in(claimed.slot, executor, workspace.root)
                 )
-                channel = await asyncio.to_thread(attach_slot, executor, slot, loop)
-            except BaseException:
-                await asyncio.to_thread(_remove_container, executor, slot.id)
-                executor.close()
-                raise
-            try:
                 if access.peers is not None:
                     access.peers.bind(await asyncio.to_thread(_container_pid, channel))
                 yield channel
-            finally:
+            finally:  # the agent ends before its workspace leaves its container
                 await channel.kill("closed")
                 executor.close()
 
@@ -673,11 +681,6 @@ class ExternalAgent(BaseAgent):
             "JARVIS_MODEL": access.model,
         }
         return Launch(agent.command, env | dict(agent.env))
-
-
-def _remove_container(executor: DockerExecutor, container_id: str) -> None:
-    with contextlib.suppress(Exception):
-        executor.client().api.remove_container(container_id, force=True)
 
 
 def _preload(module: str) -> asyncio.Task[Any]:

@@ -57,12 +57,14 @@ from .._errors import MountRefused, SandboxError
 from ._registry import AgentDefinition, GatewayAccess, Setup
 
 if TYPE_CHECKING:
+    from ..executors import Channel
     from ..sandbox import DockerExecutor
 
 __all__ = [
     "GATEWAY_DIR",
     "POOLED",
     "SLOT_MODEL",
+    "Claimed",
     "Slot",
     "SlotMaker",
     "attach_slot",
@@ -72,7 +74,6 @@ __all__ = [
     "pool_base",
     "pool_dir",
     "release",
-    "running",
     "sweep_slots",
     "unshare_base",
     "workspace_in",
@@ -131,6 +132,15 @@ class Slot:
     @property
     def socket_name(self) -> str:
         return SOCKET_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A claimed slot, attached: its channel and the executor that opened it."""
+
+    slot: Slot
+    executor: DockerExecutor
+    channel: Channel
 
 
 def pool_base() -> Path:
@@ -564,21 +574,6 @@ def fits_socket(directory: Path) -> bool:
     enough for a Unix socket (a long runtime directory: no pool)."""
     longest = directory / "slots" / ("0" * 12) / "sock" / SOCKET_NAME
     return len(os.fsencode(longest)) <= MAX_SOCKET_PATH
-
-
-def running(slot: Slot, config: Config) -> bool:
-    """Whether ``slot``'s container still runs (its agent died while it waited: no)."""
-    from ..sandbox._engine import connect
-
-    try:
-        client = connect(config, config.sandbox.backend, timeout=config.sandbox.engine_timeout)
-        try:
-            state = client.api.inspect_container(slot.id).get("State") or {}
-        finally:
-            client.close()
-    except Exception:
-        return False
-    return bool(state.get("Running"))
 
 
 def release(slot: Slot, config: Config) -> None:
