@@ -74,7 +74,16 @@ container at the workspace's own path), the gateway on the slot's socket directo
 with the slot's token, the attach, ``initialize`` again (codex answers at once),
 ``session/new`` and the prompt. The container's create and start, Python's start in it,
 the forwarder and codex's own start (0.5 s together on a quiet machine) are off the
-clock; an idle agent's memory is its own row. The rows: codex through jarvisd on a
+clock; an idle agent's memory is its own row (12.5 MB). Profile on a started agent
+(timestamps in the ask worker, load 5 to 7): `jarvis ask` from its launch to the ask
+worker's run 0.2 to 0.4 s (Python, the CLI's imports, about 150 ms of them, 56 ms
+``jarvisd.sandbox._netrun``, the question to jarvisd); in the worker, the claim and
+attach 12 to 25 ms, the gateway 1 ms, the workspace's check and mount 4 ms, the ACP SDK
+already imported, ``initialize`` 2 ms, ``session/new`` 20 to 40 ms; the prompt to the
+gateway's first request 0.1 s. Measured (``--only bench_external``, load 5 to 5.7):
+codex on a started agent 0.50 s at p50 (p95 1.13) against 0.37 s on the host (CPU 0.18
+against 0.15 s); on its own container 0.81 s; ``--no-daemon`` 1.59 s; at load 2 by hand,
+0.30 to 0.34 s. What is left on the clock is mostly the CLI's (the host run has none). The rows: codex through jarvisd on a
 started agent (the issue's row), on its own container (a workspace with ``.git``, which
 no started agent takes), ``--no-daemon``. What the pool needed (checked before it was
 built): a started agent already holds what its launch gave it, so an agent started
