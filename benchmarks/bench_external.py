@@ -84,7 +84,7 @@ gateway's first request 0.1 s. Measured (``--only bench_external``, load 5 to 5.
 codex on a started agent 0.50 s at p50 (p95 1.13) against 0.37 s on the host (CPU 0.18
 against 0.15 s); on its own container 0.81 s; ``--no-daemon`` 1.59 s; at load 2 by hand,
 0.30 to 0.34 s. What is left on the clock is mostly the CLI's (the host run has none). The rows: codex through jarvisd on a
-started agent (the issue's row), on its own container (a workspace with ``.git``, which
+started agent (the issue's row), on its own container (a run with ``--mount``, which
 no started agent takes), ``--no-daemon``. What the pool needed (checked before it was
 built): a started agent already holds what its launch gave it, so an agent started
 ahead needs, before any run, (1) the gateway's
@@ -97,8 +97,9 @@ which the claiming run's gateway puts its socket; (3) the model's name: any name
 do, the gateway serves the run's model whatever is asked; (4) the workspace, delivered
 at claim (mount propagation into a per-slot directory, or an archive). Runs with
 ``--tools`` (opencode's permissions are in its config), ``--mount``, a toolchain,
-egress, a copied workspace, a daemon task (its HOME is kept for a resume) or a workspace
-with ``.git`` (mounted read-only over it on the usual start) take the usual path.
+egress, a copied workspace or a daemon task (its HOME is kept for a resume) take the
+usual path; a workspace's ``.git`` is mounted read-only over it at claim, as on the
+usual start.
 opencode is not pooled: its start is seconds of its own CPU, which a pool would move
 off the clock too, but its permissions and tools live in its config (the launch), so
 more of its runs would not fit; left for later.
@@ -139,8 +140,8 @@ def _skip(name: str, reason: str) -> Row:
 
 
 def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str],
-          standin: object, *, daemon: bool,
-          cpu: list[float] | None = None) -> float:  # fmt: skip
+          standin: object, *, daemon: bool, cpu: list[float] | None = None,
+          options: tuple[str, ...] = ()) -> float:  # fmt: skip
     """One `jarvis ask --agent AGENT` until the stand-in sees its first chat request;
     ``cpu`` gets the CPU seconds its container had used by then. When jarvisd keeps
     started agents of AGENT, the run waits until one is idle (the pool refills between
@@ -151,7 +152,7 @@ def _ours(env: BenchEnv, agent: str, workspace: Path, environ: Mapping[str, str]
     start = time.perf_counter()
     proc = subprocess.Popen(
         [env.jarvis_bin(), "ask", *([] if daemon else ["--no-daemon"]), "--agent", agent,
-         "Say done."],
+         *options, "Say done."],
         cwd=workspace, env=dict(environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     box = _Container(workspace, slot) if cpu is not None else None
@@ -476,21 +477,23 @@ def _no_daemon_row(env: BenchEnv, workspace: Path, environ: Mapping[str, str],
 def _own_container_row(env: BenchEnv, root: Path, environ: Mapping[str, str],
                        standin: object, image: str) -> Row:  # fmt: skip
     """codex through jarvisd on its usual start (its own container created and started
-    on the clock): a workspace with a ``.git``, which no started agent takes."""
-    repo = root / "repo"
-    (repo / ".git").mkdir(parents=True, exist_ok=True)
-    os.chmod(repo, 0o777)
+    on the clock): a run with ``--mount``, which no started agent takes."""
+    repo, extra = root / "repo", root / "extra"
+    for path in (repo, extra):
+        path.mkdir(exist_ok=True)
+        os.chmod(path, 0o777)
     ours: list[float] = []
     base: list[float] = []
     for i in range(env.warmups() + env.runs(5, 2)):
-        took = _ours(env, "codex", repo, environ, standin, daemon=True)
+        took = _ours(env, "codex", repo, environ, standin, daemon=True,
+                     options=("--mount", str(extra)))  # fmt: skip
         host = asyncio.run(_by_hand("codex", repo))
         if i >= env.warmups():
             ours.append(took)
             base.append(host)
     return Row(
-        "codex through jarvisd on its own container (no started agent fits: a workspace "
-        "with .git) to its first inference request (p50)", median(ours), "s",
+        "codex through jarvisd on its own container (no started agent fits: --mount) to "
+        "its first inference request (p50)", median(ours), "s",
         baseline=median(base), baseline_name="codex started by hand (host, no sandbox)",
         notes=f"{len(ours)} runs interleaved; p95 {percentile(ours, 95):.2f} vs "
         f"{percentile(base, 95):.2f} s; what a run the pool does not fit pays",

@@ -28,8 +28,10 @@ A slot is used once: the run's container is removed at its end like any other, a
 keeper (``_handout.PoolKeeper``: the hand-over by rename, the refill, the check of dead
 takers) starts the next. Root only, with the engine in jarvisd's mount namespace (as for
 staged mounts); a run the slot's launch does not fit (``--tools``, ``--mount``, a copied
-workspace, egress, a toolchain, a daemon task, a workspace with ``.git``, one under no
-``:rw`` root) takes the usual path.
+workspace, egress, a toolchain, a daemon task, one under no ``:rw`` root) takes the
+usual path. The workspace's own ``.git`` is mounted read-only over it at claim, as on
+the usual start (made read-only before it is moved there: a mount propagates with the
+flags it has then).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import errno
+import functools
 import hashlib
 import json
 import logging
@@ -59,6 +63,7 @@ from ._registry import AgentDefinition, GatewayAccess, Setup
 if TYPE_CHECKING:
     from ..executors import Channel
     from ..sandbox import DockerExecutor
+    from ..sandbox._mounts import Mount
 
 __all__ = [
     "GATEWAY_DIR",
@@ -483,13 +488,20 @@ def _check_own(directory: Path) -> None:
 
 
 def fits_slot(config: Config, workspace: Path) -> bool:
-    """Whether a run in ``workspace`` can use a slot: it lies under a ``:rw`` root, and
-    has no ``.git`` (which the usual start mounts read-only over the workspace: a
-    pooled container gets the workspace alone)."""
+    """Whether a run in ``workspace`` can use a slot: it lies under a ``:rw`` root (and
+    its ``.git``, if any, can be mounted read-only at claim: the kernel's new mount
+    calls, Linux 5.12 on)."""
     real = Path(os.path.realpath(workspace))
-    if os.path.lexists(real / ".git"):
+    if os.path.lexists(real / ".git") and not _new_mount_api():
         return False
     return any(real == Path(r) or real.is_relative_to(r) for r in _rw_roots(config))
+
+
+@functools.cache
+def _new_mount_api() -> bool:
+    """Whether the kernel has ``mount_setattr`` (asked with no descriptor: EBADF)."""
+    result = _libc().syscall(_SYS_MOUNT_SETATTR, -1, b"", 0, None, 0)
+    return result == 0 or ctypes.get_errno() != errno.ENOSYS
 
 
 def slot_fits(config: Config, slot: Slot, workspace: Path) -> tuple[str, Path] | None:
@@ -509,6 +521,7 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
     block runs: the allowlist's check (``:rw``), then a bind of exactly what was checked
     (``pin``) onto a directory of the slot's, which propagates into the container."""
     from ..sandbox._mounts import pin
+    from ._sandbox import _git_read_only
 
     mount = executor.mounts.check(f"{workspace}:rw")
     fits = slot_fits(executor.config, slot, mount.source)
@@ -525,6 +538,10 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
         except FileExistsError:
             pass
         _check_own(target)
+    # Its own .git read-only over it, as on the usual start (a hook or config the agent
+    # wrote there would run on the host): checked like any mount, before anything.
+    git = _git_read_only(mount.source)
+    git_mount = executor.mounts.check(git[0]) if git else None
     fd = pin(mount)
     try:
         _mount(f"/proc/self/fd/{fd}", target, _MS_BIND)
@@ -534,9 +551,65 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
         info = os.lstat(target)
         if (info.st_dev, info.st_ino) != mount.identity:
             raise MountRefused(f"{workspace}: the mount is not what was checked")
+        if git_mount is not None:
+            _read_only_over(git_mount, target / ".git")
         yield mount
     finally:
+        if git_mount is not None:
+            _detach(target / ".git")
         _detach(target)
+
+
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # x86_64, arm64
+_OPEN_TREE_CLONE, _AT_EMPTY_PATH = 1, 0x1000
+_MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
+_MOUNT_ATTR_RDONLY = 1
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _read_only_over(checked: Mount, target: Path) -> None:
+    """A read-only bind of exactly ``checked`` over ``target`` (the same object, seen
+    through the workspace's mount in the slot). Made read-only before it is put
+    there: a mount propagates into the container with the flags it has then."""
+    from ..sandbox._mounts import pin
+
+    def call(number: int, *args: Any) -> int:
+        result = int(_libc().syscall(number, *args))
+        if result < 0:
+            err = ctypes.get_errno()
+            raise SandboxError(f"cannot mount {checked.source} read-only: {os.strerror(err)}")
+        return result
+
+    source = pin(checked)
+    tree = over = -1
+    try:
+        over = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        info = os.fstat(over)
+        if (info.st_dev, info.st_ino) != checked.identity:
+            raise MountRefused(f"{checked.source} changed while it was mounted")
+        tree = call(_SYS_OPEN_TREE, source, b"", _OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_EMPTY_PATH)
+        attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
+        call(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr))
+        call(
+            _SYS_MOVE_MOUNT,
+            tree,
+            b"",
+            over,
+            b"",
+            _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    finally:
+        for fd in (source, tree, over):
+            if fd >= 0:
+                os.close(fd)
 
 
 def attach_slot(executor: DockerExecutor, slot: Slot, loop: Any) -> Any:

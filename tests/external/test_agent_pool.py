@@ -10,7 +10,8 @@ One real jarvisd on a real socket, real Docker, the real codex (installed by
   the first (its files in /tmp and HOME, its workspace among the mounts, its token);
 * nothing is left after a run: its container, its workspace's mount, its processes;
 * an idle agent that died is replaced;
-* a run the slot does not fit (a workspace with ``.git``) takes the usual start, and the
+* the workspace's ``.git`` is read-only in the slot, as on the usual start;
+* a run the slot does not fit (``--mount``) takes the usual start, and the
   idle slot stays idle;
 * after kill -9 of jarvisd, the next one removes the slots it left (containers by their
   labels, mounts, directories).
@@ -117,10 +118,11 @@ def _ready_ids(jarvisd: DaemonProcess) -> list[str]:
     return [n for d in base.glob("codex-*") for n in os.listdir(d / "ready")]
 
 
-def _ask(workspace: Path, command: str) -> str:
+def _ask(workspace: Path, command: str, *options: str) -> str:
     env = dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-m", "jarvisd", "ask", "--agent", "codex", f"RUN: {command}"],
+        [sys.executable, "-m", "jarvisd", "ask", "--agent", "codex", *options,
+         f"RUN: {command}"],
         cwd=workspace, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -160,11 +162,22 @@ def test_pooled_codex_runs(
     before = _slots()
     assert set(before) == {first_slot}
     ws1 = _workspace(root, "one", "marker-one")
-    # Run 1: reads its workspace, leaves files in /tmp and HOME.
-    _ask(ws1, f"cat {ws1}/marker.txt; echo {LEFT} > /tmp/left; echo {LEFT} > $HOME/left; pwd")
+    (ws1 / ".git").mkdir(mode=0o777)
+    (ws1 / ".git" / "config").write_text("[core]\n")
+    for path in (ws1 / ".git", ws1 / ".git" / "config"):  # only the mount may refuse
+        os.chmod(path, 0o777)
+    # Run 1: reads its workspace, leaves files in /tmp and HOME, tries its .git.
+    _ask(
+        ws1,
+        f"cat {ws1}/marker.txt; echo {LEFT} > /tmp/left; echo {LEFT} > $HOME/left; pwd; "
+        f"echo hooked >> {ws1}/.git/config; echo written > {ws1}/out.txt",
+    )
     seen = _tool_result(engine)
     assert "marker-one" in seen  # the agent sees the run's workspace, at its own path
     assert str(ws1) in seen
+    assert (ws1 / "out.txt").read_text() == "written\n"  # read-write
+    assert "Read-only file system" in seen  # ...but not its .git
+    assert (ws1 / ".git" / "config").read_text() == "[core]\n"
     # The slot was the run's, and is gone with it: container, processes, mounts.
     after = _slots()
     assert first_slot not in after
@@ -197,9 +210,9 @@ def test_pooled_codex_runs(
 
     # A run the slot does not fit: the usual start, the idle slot stays idle.
     idle = _wait_idle(jarvisd)
-    ws = _workspace(root, "repo", "marker-repo")
-    (ws / ".git").mkdir()  # the usual start mounts .git read-only over it: no slot
-    _ask(ws, f"cat {ws}/marker.txt")
+    ws = _workspace(root, "other", "marker-repo")
+    extra = _workspace(root, "extra", "marker-extra")
+    _ask(ws, f"cat {ws}/marker.txt", "--mount", str(extra))  # a slot has no --mount
     assert "marker-repo" in _tool_result(engine)
     assert _ready_ids(jarvisd) == [idle]  # the idle slot is still idle
     assert set(_slots()) == {idle}
