@@ -475,8 +475,28 @@ def claim_slot(config: Config, agent: AgentDefinition, where: Path) -> Slot | No
             raise SandboxError(f"{slot.sock_dir} is not empty")
     except (OSError, ValueError, KeyError, TypeError, SandboxError) as exc:
         log.warning("agent pool: slot %s refused (%s)", container_id[:12], exc)
-        return None  # the keeper sees its taker (us) end with it unused: it removes it
+        _refused(config, directory, container_id)
+        return None
     return slot
+
+
+def _refused(config: Config, directory: Path, container_id: str) -> None:
+    """A claimed slot not used: its container removed, what it left on the host too
+    (by its own record, when that can be read)."""
+    from ..sandbox._engine import connect
+
+    with contextlib.suppress(Exception):
+        client = connect(config, config.sandbox.backend, timeout=config.sandbox.engine_timeout)
+        try:
+            client.api.remove_container(container_id, force=True)
+        finally:
+            client.close()
+    meta = directory / "slots" / f"{container_id}.json"
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        name = str(json.loads(meta.read_text())["slot"])
+        if name and "/" not in name and name not in (".", ".."):
+            _remove_slot_dir(directory / "slots" / name)
+    meta.unlink(missing_ok=True)
 
 
 def _check_own(directory: Path) -> None:

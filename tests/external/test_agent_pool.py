@@ -9,7 +9,8 @@ One real jarvisd on a real socket, real Docker, the real codex (installed by
 * two runs back to back on a pool of 1: the second is on a fresh slot and sees nothing of
   the first (its files in /tmp and HOME, its workspace among the mounts, its token);
 * nothing is left after a run: its container, its workspace's mount, its processes;
-* an idle agent that died is replaced;
+* an idle agent that died is replaced; one whose socket directory others may write is
+  refused at claim and removed;
 * the workspace's ``.git`` is read-only in the slot, as on the usual start;
 * a run the slot does not fit (``--mount``) takes the usual start, and the
   idle slot stays idle;
@@ -207,6 +208,17 @@ def test_pooled_codex_runs(
     assert _wait_idle(jarvisd) != dead
     _ask(ws2, f"cat {ws2}/marker.txt")
     assert "marker-two" in _tool_result(engine)
+
+    # An idle slot whose gateway socket directory is not jarvis's alone is refused at
+    # claim (the run starts its own) and removed.
+    tampered = _wait_idle(jarvisd)
+    sock_dir = next(Path(os.environ["JARVIS_RUNTIME_DIR"]).glob("agent-pool/*/slots/*/sock"))
+    os.chmod(sock_dir, 0o777)
+    _ask(ws2, f"cat {ws2}/marker.txt")
+    assert "marker-two" in _tool_result(engine)
+    assert tampered not in _slots()
+    assert not sock_dir.exists()
+    assert f"slot {tampered[:12]} refused" in jarvisd.log.read_text()  # not run on it
 
     # A run the slot does not fit: the usual start, the idle slot stays idle.
     idle = _wait_idle(jarvisd)
