@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._errors import JarvisError
 from .._procs import pid_alive
 from ._engine import _owner
 from ._policy import OWNER_LABEL
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 TICK_S = 0.2
 #: How often it asks whether the takers of claimed containers are still alive.
 CHECK_TAKEN_EVERY_S = 2.0
+#: How long the keeper waits after a container it could not start.
+RETRY_AFTER_FAILURE_S = 5.0
 _ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -163,7 +166,7 @@ class PoolKeeper:
         while not self._stop.is_set():
             if len(self.ready()) < self.size:
                 if not self._start_one():
-                    self._stop.wait(5.0)  # the engine is down or slow: only logged
+                    self._stop.wait(RETRY_AFTER_FAILURE_S)  # the engine is down: only logged
                     continue
             else:
                 self._stop.wait(TICK_S)
@@ -178,13 +181,20 @@ class PoolKeeper:
         import requests.exceptions
 
         created = ""
+        # A maker's own failures too (an agent that never answered, a directory it could
+        # not make): the keeper goes on, as when the engine is away.
+        failures: tuple[type[BaseException], ...] = (
+            docker.errors.DockerException,
+            requests.exceptions.RequestException,
+            *((JarvisError, OSError) if self._make is not None else ()),
+        )
         try:
             if self._make is not None:
                 created = self._make()
             else:
                 created = self.api.create_container_from_config(self.config, None)["Id"]
                 self.api.start(created)  # not attached: its taker attaches, in its own process
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        except failures as exc:
             # Said once, not every few seconds, while the engine stays away.
             log.log(logging.DEBUG if self._failing else logging.WARNING,
                     "warm pool: cannot start a sandbox container: %s", exc)  # fmt: skip
