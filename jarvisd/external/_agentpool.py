@@ -264,7 +264,7 @@ def _remove_slot_dir(slot: Path) -> None:
         for dirpath, _dirs, _files in sorted(os.walk(ws), key=lambda w: -len(w[0])):
             with contextlib.suppress(OSError):
                 os.rmdir(dirpath)
-    for sub in ("home", "sock"):
+    for sub in ("home", "sock", "covers"):
         shutil.rmtree(slot / sub, ignore_errors=True)
     for name in ("slot.json",):
         with contextlib.suppress(OSError):
