@@ -37,17 +37,13 @@ flags it has then).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
-import errno
-import functools
 import hashlib
 import json
 import logging
 import os
 import secrets
 import shutil
-import stat
 import struct
 import time
 import uuid
@@ -58,12 +54,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._config import Config
 from .._errors import MountRefused, SandboxError
+from . import _slotmounts as mounts
 from ._registry import AgentDefinition, GatewayAccess, Setup
 
 if TYPE_CHECKING:
     from ..executors import Channel
     from ..sandbox import DockerExecutor
-    from ..sandbox._mounts import Mount
 
 __all__ = [
     "GATEWAY_DIR",
@@ -110,10 +106,6 @@ _INITIALIZE = {
         },
     },
 }
-
-_MS_BIND = 0x1000
-_MS_SHARED = 1 << 20
-_MNT_DETACH = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,58 +170,16 @@ def pool_dir(config: Config, agent: AgentDefinition, where: Path) -> Path:
     return pool_base() / f"{agent.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
 
-def _libc() -> ctypes.CDLL:
-    from ..sandbox._staging import _libc as libc
-
-    return libc()
-
-
-def _mount(source: str | None, target: Path, flags: int) -> None:
-    src = None if source is None else source.encode()
-    if _libc().mount(src, os.fsencode(target), None, flags, None) != 0:
-        err = ctypes.get_errno()
-        raise SandboxError(f"cannot mount at {target}: {os.strerror(err)}")
-
-
-def _detach(target: Path) -> None:
-    _libc().umount2(os.fsencode(target), _MNT_DETACH)
-
-
-def _mounts_under(base: Path) -> list[Path]:
-    """Mount points strictly under ``base``, deepest first."""
-    found = []
-    prefix = str(base) + "/"
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        for line in info:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point.startswith(prefix):
-                found.append(Path(point))
-    return sorted(found, key=lambda p: len(p.parts), reverse=True)
-
-
-def share_base(base: Path) -> None:
-    """``base`` as a shared mount (bound onto itself first), so that the ``rslave``
-    binds of slots under it receive the workspace mounts made later."""
-    base.mkdir(parents=True, exist_ok=True, mode=0o700)
-    os.chmod(base, 0o711)
-    if not _is_mount_point(base):  # (a killed jarvisd's may still be there)
-        _mount(str(base), base, _MS_BIND)
-    _mount(None, base, _MS_SHARED)
+def share_base(base: Path | None = None) -> None:
+    """The pool's directory made a shared mount, for its slots' workspaces."""
+    mounts.share(base or pool_base())
 
 
 def unshare_base(base: Path | None = None) -> None:
     """The pool's shared mount gone (jarvisd stops: its slots are removed)."""
     base = base or pool_base()
     sweep_slots(base)
-    while _is_mount_point(base):
-        if _libc().umount2(os.fsencode(base), _MNT_DETACH) != 0:
-            break
-
-
-def _is_mount_point(path: Path) -> bool:
-    # Not os.path.ismount: a directory bound onto itself has its parent's device.
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return any(line.split()[4].encode().decode("unicode_escape") == str(path) for line in info)
+    mounts.unshare(base)
 
 
 def sweep_slots(base: Path | None = None) -> None:
@@ -240,8 +190,8 @@ def sweep_slots(base: Path | None = None) -> None:
     if not base.is_dir():
         return
     with contextlib.suppress(OSError):
-        for point in _mounts_under(base):
-            _detach(point)
+        for point in mounts.mounts_under(base):
+            mounts.detach(point)
     for pool in base.iterdir():
         slots = pool / "slots"
         if slots.is_dir():
@@ -257,8 +207,8 @@ def _remove_slot_dir(slot: Path) -> None:
     ``ws/``): its ``ws`` tree goes by ``rmdir`` only, which refuses a mount point and a
     directory with anything in it."""
     with contextlib.suppress(OSError):
-        for point in _mounts_under(slot):
-            _detach(point)
+        for point in mounts.mounts_under(slot):
+            mounts.detach(point)
     ws = slot / "ws"
     if ws.is_dir() and not ws.is_symlink():
         for dirpath, _dirs, _files in sorted(os.walk(ws), key=lambda w: -len(w[0])):
@@ -470,7 +420,7 @@ def claim_slot(config: Config, agent: AgentDefinition, where: Path) -> Slot | No
             str(meta["token"]),
             tuple((str(r), str(s)) for r, s in meta["roots"]),
         )
-        _check_own(slot.sock_dir)
+        mounts.check_own(slot.sock_dir)
         if os.listdir(slot.sock_dir):
             raise SandboxError(f"{slot.sock_dir} is not empty")
     except (OSError, ValueError, KeyError, TypeError, SandboxError) as exc:
@@ -499,29 +449,14 @@ def _refused(config: Config, directory: Path, container_id: str) -> None:
     meta.unlink(missing_ok=True)
 
 
-def _check_own(directory: Path) -> None:
-    """``directory`` is a directory of jarvis's (root's), not a link, that no one else
-    may write to."""
-    info = os.lstat(directory)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise SandboxError(f"{directory} is not jarvis's private directory")
-
-
 def fits_slot(config: Config, workspace: Path) -> bool:
     """Whether a run in ``workspace`` can use a slot: it lies under a ``:rw`` root (and
     its ``.git``, if any, can be mounted read-only at claim: the kernel's new mount
     calls, Linux 5.12 on)."""
     real = Path(os.path.realpath(workspace))
-    if os.path.lexists(real / ".git") and not _new_mount_api():
+    if os.path.lexists(real / ".git") and not mounts.new_mount_api():
         return False
     return any(real == Path(r) or real.is_relative_to(r) for r in _rw_roots(config))
-
-
-@functools.cache
-def _new_mount_api() -> bool:
-    """Whether the kernel has ``mount_setattr`` (asked with no descriptor: EBADF)."""
-    result = _libc().syscall(_SYS_MOUNT_SETATTR, -1, b"", 0, None, 0)
-    return result == 0 or ctypes.get_errno() != errno.ENOSYS
 
 
 def slot_fits(config: Config, slot: Slot, workspace: Path) -> tuple[str, Path] | None:
@@ -549,7 +484,7 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
         raise MountRefused(f"{workspace} is under no :rw root the agent's slot has")
     source, below = fits
     base = Path(source)
-    _check_own(base)
+    mounts.check_own(base)
     target = base
     for part in below.parts:  # root's directories, no link: made here, now
         target = target / part
@@ -557,14 +492,14 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
             os.mkdir(target, 0o755)
         except FileExistsError:
             pass
-        _check_own(target)
+        mounts.check_own(target)
     # Its own .git read-only over it, as on the usual start (a hook or config the agent
     # wrote there would run on the host): checked like any mount, before anything.
     git = _git_read_only(mount.source)
     git_mount = executor.mounts.check(git[0]) if git else None
     fd = pin(mount)
     try:
-        _mount(f"/proc/self/fd/{fd}", target, _MS_BIND)
+        mounts.bind(f"/proc/self/fd/{fd}", target)
     finally:
         os.close(fd)
     try:
@@ -572,64 +507,12 @@ def workspace_in(slot: Slot, executor: DockerExecutor, workspace: Path) -> Any:
         if (info.st_dev, info.st_ino) != mount.identity:
             raise MountRefused(f"{workspace}: the mount is not what was checked")
         if git_mount is not None:
-            _read_only_over(git_mount, target / ".git")
+            mounts.read_only_over(git_mount, target / ".git")
         yield mount
     finally:
         if git_mount is not None:
-            _detach(target / ".git")
-        _detach(target)
-
-
-_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442  # x86_64, arm64
-_OPEN_TREE_CLONE, _AT_EMPTY_PATH = 1, 0x1000
-_MOVE_MOUNT_F_EMPTY_PATH, _MOVE_MOUNT_T_EMPTY_PATH = 0x4, 0x40
-_MOUNT_ATTR_RDONLY = 1
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [
-        ("attr_set", ctypes.c_uint64),
-        ("attr_clr", ctypes.c_uint64),
-        ("propagation", ctypes.c_uint64),
-        ("userns_fd", ctypes.c_uint64),
-    ]
-
-
-def _read_only_over(checked: Mount, target: Path) -> None:
-    """A read-only bind of exactly ``checked`` over ``target`` (the same object, seen
-    through the workspace's mount in the slot). Made read-only before it is put
-    there: a mount propagates into the container with the flags it has then."""
-    from ..sandbox._mounts import pin
-
-    def call(number: int, *args: Any) -> int:
-        result = int(_libc().syscall(number, *args))
-        if result < 0:
-            err = ctypes.get_errno()
-            raise SandboxError(f"cannot mount {checked.source} read-only: {os.strerror(err)}")
-        return result
-
-    source = pin(checked)
-    tree = over = -1
-    try:
-        over = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        info = os.fstat(over)
-        if (info.st_dev, info.st_ino) != checked.identity:
-            raise MountRefused(f"{checked.source} changed while it was mounted")
-        tree = call(_SYS_OPEN_TREE, source, b"", _OPEN_TREE_CLONE | os.O_CLOEXEC | _AT_EMPTY_PATH)
-        attr = _MountAttr(_MOUNT_ATTR_RDONLY, 0, 0, 0)
-        call(_SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH, ctypes.byref(attr), ctypes.sizeof(attr))
-        call(
-            _SYS_MOVE_MOUNT,
-            tree,
-            b"",
-            over,
-            b"",
-            _MOVE_MOUNT_F_EMPTY_PATH | _MOVE_MOUNT_T_EMPTY_PATH,
-        )
-    finally:
-        for fd in (source, tree, over):
-            if fd >= 0:
-                os.close(fd)
+            mounts.detach(target / ".git")
+        mounts.detach(target)
 
 
 def attach_slot(executor: DockerExecutor, slot: Slot, loop: Any) -> Any:
