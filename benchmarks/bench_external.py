@@ -80,10 +80,10 @@ worker's run 0.2 to 0.4 s (Python, the CLI's imports, about 150 ms of them, 56 m
 ``jarvisd.sandbox._netrun``, the question to jarvisd); in the worker, the claim and
 attach 12 to 25 ms, the gateway 1 ms, the workspace's check and mount 4 ms, the ACP SDK
 already imported, ``initialize`` 2 ms, ``session/new`` 20 to 40 ms; the prompt to the
-gateway's first request 0.1 s. Measured (``--only bench_external``, two runs, load 5 to 6.7):
-codex on a started agent 0.50 and 0.54 s at p50 (p95 1.13, 0.83) against 0.37 and
-0.38 s on the host (CPU 0.18-0.19 against 0.14-0.15 s); on its own container 0.81 and
-0.88 s; ``--no-daemon`` 1.59 and 1.70 s; at load 2 (by hand, the same path) 0.30 to
+gateway's first request 0.1 s. Measured (``--only bench_external``, three runs, load 5 to 6.7):
+codex on a started agent 0.48 to 0.54 s at p50 (p95 0.58 to 1.13) against 0.37 to
+0.40 s on the host (CPU 0.18-0.19 against 0.14-0.16 s); on its own container 0.77 to
+0.88 s; ``--no-daemon`` 1.49 to 1.70 s; at load 2 (by hand, the same path) 0.30 to
 0.34 s. What is left on the clock is mostly the CLI's (the host run has none). The rows: codex through jarvisd on a
 started agent (the issue's row), on its own container (a run with ``--mount``, which
 no started agent takes), ``--no-daemon``. What the pool needed (checked before it was
