@@ -265,9 +265,10 @@ class Daemon:
             self.console = console
 
     async def _keep_warm_pool(self) -> None:
-        """Keep ``sandbox.warm_pool`` started containers for the workers' code agents
-        (off the loop: the engine may be slow to answer)."""
-        if not self.config.sandbox.warm_pool:
+        """Keep ``sandbox.warm_pool`` started containers for the workers' code agents,
+        and ``agents.warm`` started external agents (off the loop: the engine may be
+        slow to answer)."""
+        if not (self.config.sandbox.warm_pool or self.config.agents.warm):
             return
         from ._warmpool import start_keeper
 

@@ -32,7 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import AgentNotInstalled, ConfigError, ExternalAgentError, UsageError
+from .._errors import (
+    AgentNotInstalled,
+    ConfigError,
+    ExternalAgentError,
+    SandboxError,
+    UsageError,
+)
 from .._messages import Usage
 from .._runcontext import RunContext
 from ..agents import AgentContext, AgentResult, BaseAgent
@@ -47,6 +53,7 @@ from ._workspace import Workspace
 if TYPE_CHECKING:
     from .._config import Config
     from ..executors import Channel
+    from ._agentpool import Claimed, Slot
 
 __all__ = ["NOT_RESUMABLE", "AcpCheckpoint", "ExternalAgent"]
 
@@ -249,24 +256,36 @@ class ExternalAgent(BaseAgent):
             # Sized for the agent before it starts, rather than grown (a reload) when
             # its first prompt does not fit.
             await self.engine.reserve_context(agent.context)
-        async with self._home(run, fresh=resumed is None) as home, self._mirror(workspace) as copy:
+        # An agent jarvisd started ahead, when the run fits one (``_agentpool``).
+        claimed = await self._claim_slot(agent, where, workspace, run)
+        slot = None if claimed is None else claimed.slot
+        async with (
+            self._home(run, fresh=resumed is None, slot=slot) as home,
+            self._mirror(workspace) as copy,
+            contextlib.AsyncExitStack() as on_slot,
+        ):
             if not self.sandboxed:
                 from ._terminals import Terminals
 
                 client.terminals = Terminals(home)
             if resumed is not None:
                 await self._end_earlier_agent()
-            async with self._gateway(run, home) as access:
-                channel = await self._start(
-                    agent,
-                    where,
-                    home,
-                    access,
-                    workspace,
-                    copy,
-                    egress=run.egress,
-                    toolchain=(run.sandbox_binds, run.sandbox_env),
-                )
+            async with self._gateway(run, home, slot) as access:
+                if claimed is not None:
+                    channel = await on_slot.enter_async_context(
+                        self._slot_channel(claimed, access, workspace)
+                    )
+                else:
+                    channel = await self._start(
+                        agent,
+                        where,
+                        home,
+                        access,
+                        workspace,
+                        copy,
+                        egress=run.egress,
+                        toolchain=(run.sandbox_binds, run.sandbox_env),
+                    )
                 try:
                     await sdk
                 except BaseException:  # converse would have killed it: nothing else will
@@ -327,10 +346,84 @@ class ExternalAgent(BaseAgent):
 
         return on_session
 
+    async def _claim_slot(
+        self, agent: AgentDefinition, where: Path, workspace: Workspace, run: RunContext
+    ) -> Claimed | None:
+        """A started agent of jarvisd's pool, attached, when this run fits its launch
+        (nothing of its own the slot's container lacks), else None: the usual start
+        (also when the claimed agent had ended: it is removed)."""
+        from ..sandbox import DockerExecutor
+        from ..sandbox._covers import unreachable
+        from ..sandbox._policy import SandboxPolicy
+        from ._agentpool import POOLED, Claimed, attach_slot, claim_slot, fits_slot, release
+
+        if not (
+            self.sandboxed
+            and agent.name in POOLED
+            and self.config.agents.warm
+            and os.geteuid() == 0
+            and not (self.mounts or self.own_tools or run.egress)
+            and not (run.sandbox_binds or run.sandbox_env)
+            and run.checkpoint is None
+            and run.resume is None
+            and fits_slot(self.config, workspace.root)
+        ):
+            return None
+        policy = SandboxPolicy.from_config(self.config)
+        if unreachable(workspace.root, policy.uid, policy.gid):
+            return None  # a copy is mounted instead: the usual start
+        slot = await asyncio.to_thread(claim_slot, self.config, agent, where)
+        if slot is None:
+            return None
+        executor = DockerExecutor(self.config, flavor=self.config.sandbox.backend)
+        try:
+            channel = await asyncio.to_thread(
+                attach_slot, executor, slot, asyncio.get_running_loop()
+            )
+        except SandboxError as exc:
+            log.info("agent pool: %s; starting one", exc)
+            executor.close()
+            await asyncio.to_thread(release, slot, self.config)
+            return None
+        return Claimed(slot, executor, channel)
+
     @contextlib.asynccontextmanager
-    async def _home(self, run: RunContext, *, fresh: bool) -> AsyncIterator[Path]:
+    async def _slot_channel(
+        self, claimed: Claimed, access: GatewayAccess, workspace: Workspace
+    ) -> AsyncIterator[Channel]:
+        """The channel to a claimed agent once the run's workspace is in its container
+        and its gateway is bound to it; the workspace leaves the container at the end."""
+        from ._agentpool import workspace_in
+        from ._sandbox import _container_pid
+
+        channel, executor = claimed.channel, claimed.executor
+        with contextlib.ExitStack() as mounted:
+            try:
+                await asyncio.to_thread(
+                    mounted.enter_context, workspace_in(claimed.slot, executor, workspace.root)
+                )
+                if access.peers is not None:
+                    access.peers.bind(await asyncio.to_thread(_container_pid, channel))
+                yield channel
+            finally:  # the agent ends before its workspace leaves its container
+                await channel.kill("closed")
+                executor.close()
+
+    @contextlib.asynccontextmanager
+    async def _home(
+        self, run: RunContext, *, fresh: bool, slot: Slot | None = None
+    ) -> AsyncIterator[Path]:
         """The agent's HOME: a daemon task's durable one (kept for a resume, removed
-        by the daemon when the task ends: :mod:`._homes`), else a temporary one."""
+        by the daemon when the task ends: :mod:`._homes`), a pooled agent's (``slot``,
+        removed with it), else a temporary one."""
+        if slot is not None:
+            from ._agentpool import release
+
+            try:
+                yield slot.home
+            finally:
+                await asyncio.to_thread(release, slot, self.config)
+            return
         if run.checkpoint is None or not run.run_id:
             async with _temporary_home() as home:
                 yield home
@@ -463,7 +556,9 @@ class ExternalAgent(BaseAgent):
             )
 
     @contextlib.asynccontextmanager
-    async def _gateway(self, run: RunContext, home: Path) -> AsyncIterator[GatewayAccess]:
+    async def _gateway(
+        self, run: RunContext, home: Path, slot: Slot | None = None
+    ) -> AsyncIterator[GatewayAccess]:
         from ._host import host_gateway
         from ._sandbox import sandbox_gateway
 
@@ -474,11 +569,14 @@ class ExternalAgent(BaseAgent):
                 self.engine,
                 run,
                 self.model,
-                home,
+                home if slot is None else slot.sock_dir,
+                name="gateway.sock" if slot is None else slot.socket_name,
                 max_tokens=self.max_tokens,
                 default_model=model,
                 temperature=self.temperature,
                 max_turns=self.max_turns,
+                # A pooled agent's gateway: the token its agent read at its start.
+                token=None if slot is None else slot.token,
             )
             if self.sandboxed
             else host_gateway(

@@ -239,6 +239,7 @@ async def sandbox_gateway(
     tools: ToolDispatcher | None = None,
     temperature: float | None = None,
     max_turns: int | None = None,
+    token: str | None = None,
 ) -> AsyncIterator[GatewayAccess]:
     """The run's inference gateway on a Unix socket ``home/name`` (the home the agent's
     container mounts), handed to the sandbox user when jarvis runs as root; gone with
@@ -246,7 +247,8 @@ async def sandbox_gateway(
 
     As root, the socket belongs to the sandbox uid, which a host account may share:
     the gateway then serves only peers in the run's container (``access.peers``,
-    bound by :func:`start_in_sandbox`), whatever token they hold."""
+    bound by :func:`start_in_sandbox`), whatever token they hold. ``token``: a pooled
+    agent's, minted with its slot (``_agentpool``), else the gateway mints one."""
     from ..gateway import Gateway, PeerBinding
 
     socket_path = home / name
@@ -261,11 +263,12 @@ async def sandbox_gateway(
         temperature=temperature,
         max_turns=max_turns,
         peers=peers,
+        token=token,
     ) as gateway:
         if os.geteuid() == 0:  # the socket is 0600
             from ..sandbox._policy import SANDBOX_GID, SANDBOX_UID
 
-            os.chown(socket_path, SANDBOX_UID, SANDBOX_GID)
+            os.chown(socket_path, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
         yield GatewayAccess(
             f"unix:{socket_path}",
             gateway.token,

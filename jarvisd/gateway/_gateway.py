@@ -112,6 +112,7 @@ class Gateway:
         peers: PeerBinding | None = None,
         temperature: float | None = None,
         max_turns: int | None = None,
+        token: str | None = None,
     ) -> None:
         self.engine = engine
         #: On a Unix socket: only these peers are served, whatever token they hold.
@@ -127,7 +128,9 @@ class Gateway:
         self.model = model
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.max_tokens = max_tokens
-        self.token = secrets.token_urlsafe(32)
+        #: ``token``: one minted before the run, adopted (an agent started ahead of it
+        #: read it at its start: ``jarvisd.external._agentpool``); else a fresh one.
+        self.token = token or secrets.token_urlsafe(32)
         self.url: str | None = None
         self._token = self.token.encode()
         self._server: asyncio.AbstractServer | None = None

@@ -33,10 +33,11 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .._errors import JarvisError
 from .._procs import pid_alive
 from ._engine import _owner
 from ._policy import OWNER_LABEL
@@ -50,6 +51,8 @@ log = logging.getLogger(__name__)
 TICK_S = 0.2
 #: How often it asks whether the takers of claimed containers are still alive.
 CHECK_TAKEN_EVERY_S = 2.0
+#: How long the keeper waits after a container it could not start.
+RETRY_AFTER_FAILURE_S = 5.0
 _ID = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -97,13 +100,30 @@ def kept(directory: Path) -> bool:
 
 
 class PoolKeeper:
-    """Keeps ``size`` started containers of ``config`` in ``directory`` (jarvisd's)."""
+    """Keeps ``size`` started containers of ``config`` in ``directory`` (jarvisd's).
 
-    def __init__(self, api: Any, config: Mapping[str, Any], directory: Path, size: int) -> None:
+    ``make``: starts one container itself and returns its id (raising the engine's
+    errors), for containers that are not all alike (an external agent's slot, each
+    with its own directories: ``jarvisd.external._agentpool``); ``forget(id)`` is then
+    told of each container the keeper removes or sees removed, to drop what it made
+    for it."""
+
+    def __init__(
+        self,
+        api: Any,
+        config: Mapping[str, Any],
+        directory: Path,
+        size: int,
+        *,
+        make: Callable[[], str] | None = None,
+        forget: Callable[[str], None] | None = None,
+    ) -> None:
         self.api = api
         self.config = {**config, "Labels": {**(config.get("Labels") or {}), POOL_LABEL: "1"}}
         self.directory = directory
         self.size = size
+        self._make = make
+        self._forget = forget
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False
@@ -146,23 +166,35 @@ class PoolKeeper:
         while not self._stop.is_set():
             if len(self.ready()) < self.size:
                 if not self._start_one():
-                    self._stop.wait(5.0)  # the engine is down or slow: only logged
+                    self._stop.wait(RETRY_AFTER_FAILURE_S)  # the engine is down: only logged
                     continue
             else:
                 self._stop.wait(TICK_S)
             if time.monotonic() - checked > CHECK_TAKEN_EVERY_S:
                 checked = time.monotonic()
                 self._check_taken()
+                if self._make is not None:
+                    self._check_ready()
 
     def _start_one(self) -> bool:
         import docker.errors
         import requests.exceptions
 
         created = ""
+        # A maker's own failures too (an agent that never answered, a directory it could
+        # not make): the keeper goes on, as when the engine is away.
+        failures: tuple[type[BaseException], ...] = (
+            docker.errors.DockerException,
+            requests.exceptions.RequestException,
+            *((JarvisError, OSError) if self._make is not None else ()),
+        )
         try:
-            created = self.api.create_container_from_config(self.config, None)["Id"]
-            self.api.start(created)  # not attached: its taker attaches, in its own process
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            if self._make is not None:
+                created = self._make()
+            else:
+                created = self.api.create_container_from_config(self.config, None)["Id"]
+                self.api.start(created)  # not attached: its taker attaches, in its own process
+        except failures as exc:
             # Said once, not every few seconds, while the engine stays away.
             log.log(logging.DEBUG if self._failing else logging.WARNING,
                     "warm pool: cannot start a sandbox container: %s", exc)  # fmt: skip
@@ -178,6 +210,30 @@ class PoolKeeper:
         staged.touch(mode=0o600)
         os.rename(staged, self.directory / "ready" / created)  # whole, or not there
         return True
+
+    def _check_ready(self) -> None:
+        """Replace idle containers that have ended (an agent started ahead that died
+        while it waited would fail the run that claims it). The REPL's pool does
+        without: its taker sees an ended container at the attach and starts its own."""
+        import docker.errors
+        import requests.exceptions
+
+        for cid in self.ready():
+            try:
+                state = self.api.inspect_container(cid).get("State") or {}
+            except docker.errors.NotFound:
+                state = {}
+            except (docker.errors.DockerException, requests.exceptions.RequestException):
+                continue
+            if state.get("Running"):
+                continue
+            try:  # taken back first: never one a run just claimed
+                os.rename(self.directory / "ready" / cid, self.directory / f".{cid}.ended")
+            except OSError:
+                continue
+            log.info("warm pool: idle container %s had ended; replaced", cid[:12])
+            self._remove([cid])
+            (self.directory / f".{cid}.ended").unlink(missing_ok=True)
 
     def _check_taken(self) -> None:
         """Remove containers whose taker died before removing them."""
@@ -199,6 +255,8 @@ class PoolKeeper:
             else:
                 self._remove([cid])
             path.unlink(missing_ok=True)
+            if self._forget is not None:
+                self._forget(cid)
 
     def _remove(self, ids: list[str]) -> None:
         import docker.errors
@@ -209,3 +267,5 @@ class PoolKeeper:
                 docker.errors.DockerException, requests.exceptions.RequestException
             ):
                 self.api.remove_container(cid, force=True)
+            if self._forget is not None:
+                self._forget(cid)
