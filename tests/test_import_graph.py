@@ -362,3 +362,23 @@ def test_an_upward_import_and_a_cycle_are_named() -> None:
     )
     assert problems[-1].startswith("packages in a cycle: agents -> external -> agents")
     assert "jarvisd/external/_b.py:7 imports jarvisd.agents._a" in problems[-1]
+
+
+def test_ask_reaches_jarvisd_without_the_runtime() -> None:
+    """``jarvis ask`` builds its spec and picks jarvisd before it imports any agent,
+    engine, tool or sandbox module: jarvisd holds those, and every question would pay
+    for them (``jarvisd.sandbox`` alone was about 0.1 s, for ``--allow-net``'s split)."""
+    code = (
+        "import sys; from jarvisd.cli._ask import ask, pick_host; "
+        "from jarvisd.cli._run_options import build_spec; "
+        "ctx = ask.make_context('ask', ['hi', '--agent', 'codex', '--allow-net', 'a,b']); "
+        "values = {k: v for k, v in ctx.params.items() "
+        "          if k not in ('question', 'as_json', 'no_stream', 'no_daemon')}; "
+        "assert build_spec('hi', **values).allow_net == ('a', 'b'); pick_host(False); "
+        "heavy = ('jarvisd.agents', 'jarvisd.engines', 'jarvisd.runs._execute', "
+        "'jarvisd.runs._build', 'jarvisd.tools', 'jarvisd.sandbox', 'jarvisd.external'); "
+        "print(','.join(sorted(m for m in sys.modules if m.startswith(heavy))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True)  # fmt: skip
+    assert out.stdout.strip() == ""

@@ -12,7 +12,7 @@ import click
 
 from .._errors import DaemonUnavailable, UsageError
 from ._code_view import _pick, _print_group, _print_workspace, _render
-from ._run_options import node_label_option, say_notice
+from ._run_options import node_label_option, say_notice, split_hosts
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -192,7 +192,6 @@ def run(
     as_json: bool,
 ) -> None:
     from ..runs import AgentSpec
-    from ..sandbox._netrun import split_hosts
 
     if not task_text.strip():
         raise UsageError("the task is empty")

@@ -133,7 +133,7 @@ def run(
     import asyncio
 
     from .._config import load_config
-    from ..sandbox._netrun import split_hosts
+    from ._run_options import split_hosts
 
     config = load_config()
     if config.sandbox.backend == "none":

@@ -35,7 +35,6 @@ __all__ = [
     "NetSummary",
     "RunNetwork",
     "network_policy",
-    "split_hosts",
 ]
 
 #: Said (stderr, and the outcome) when hosts are allowed but the backend has no sandbox.
@@ -45,11 +44,6 @@ NO_POLICY_WARNING = (
 )
 #: Refused connections a summary names (the count covers them all).
 MAX_NAMED_REFUSALS = 5
-
-
-def split_hosts(values: Sequence[str]) -> tuple[str, ...]:
-    """``--allow-net a,b --allow-net c`` -> (a, b, c), blanks dropped."""
-    return tuple(h.strip() for v in values for h in v.split(",") if h.strip())
 
 
 def network_policy(config: Config, allow: Sequence[str] = (), agent: str = "") -> NetPolicy:

@@ -16,9 +16,10 @@ from jarvisd._config import parse_config
 from jarvisd._errors import ConfigError, UsageError
 from jarvisd._events import Event, EventType
 from jarvisd._runcontext import RunContext
+from jarvisd.cli._run_options import split_hosts
 from jarvisd.runs import AgentSpec, _execute, validate_spec
 from jarvisd.sandbox._egress import SOCKET_INSIDE, forward_args, proxy_env
-from jarvisd.sandbox._netrun import NetSummary, network_policy, split_hosts
+from jarvisd.sandbox._netrun import NetSummary, network_policy
 from jarvisd.sandbox._policy import prelude_argv
 
 
