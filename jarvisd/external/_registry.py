@@ -249,7 +249,12 @@ def _claude(setup: Setup) -> Launch:
     }
     if setup.root:  # Claude Code refuses to run as root outside a sandbox it knows of
         env["IS_SANDBOX"] = "1"
-    return Launch((str(setup.install / "node_modules/.bin/claude-agent-acp"),), env)
+    files = {}
+    if setup.offline:
+        # A denied tool is not offered to the model (its user settings).
+        deny = {"permissions": {"deny": ["WebFetch", "WebSearch"]}}
+        files[".claude/settings.json"] = json.dumps(deny)
+    return Launch((str(setup.install / "node_modules/.bin/claude-agent-acp"),), env, files)
 
 
 def _gemini(setup: Setup) -> Launch:
@@ -260,13 +265,16 @@ def _gemini(setup: Setup) -> Launch:
         "GEMINI_MODEL": gw.model,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
-    settings = json.dumps(
-        {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
-    )
+    settings: dict[str, object] = {
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    if setup.offline:  # an excluded tool is not offered to the model
+        settings["tools"] = {"exclude": ["web_fetch", "google_web_search"]}
     return Launch(
         (str(setup.install / "node_modules/.bin/gemini"), "--acp"),
         env,
-        {".gemini/settings.json": settings},
+        {".gemini/settings.json": json.dumps(settings)},
     )
 
 

@@ -1,4 +1,4 @@
-"""What opencode and codex are given when their sandboxed run has no network (no
+"""What the built-in agents are given when their sandboxed run has no network (no
 egress policy): no tool that needs the web, and codex is told there is no network
 rather than its own "Network access is enabled". A run with egress, and one on the
 host (``--no-sandbox``), keep everything."""
@@ -80,3 +80,24 @@ def test_codex_with_network_keeps_its_own_text_and_tools(tmp_path: Path, run: st
                 "skills"):  # fmt: skip
         assert key not in config
     assert ("sandbox_mode" in config) is (run == "egress")
+
+
+def _files(name: str, setup: Setup) -> dict[str, Any]:
+    prepare = BUILTIN[name].prepare
+    assert prepare is not None
+    return {path: json.loads(text) for path, text in prepare(setup).files.items()}
+
+
+def test_claude_and_gemini_offline_deny_their_web_tools(tmp_path: Path) -> None:
+    offline = _setup(tmp_path, "offline")
+    claude = _files("claude", offline)[".claude/settings.json"]
+    assert claude == {"permissions": {"deny": ["WebFetch", "WebSearch"]}}
+    gemini = _files("gemini", offline)[".gemini/settings.json"]
+    assert gemini["tools"] == {"exclude": ["web_fetch", "google_web_search"]}
+    assert gemini["telemetry"] == {"enabled": False}  # its other settings stay
+
+
+@pytest.mark.parametrize("run", ["egress", "host"])
+def test_claude_and_gemini_with_network_keep_them(tmp_path: Path, run: str) -> None:
+    assert ".claude/settings.json" not in _files("claude", _setup(tmp_path, run))
+    assert "tools" not in _files("gemini", _setup(tmp_path, run))[".gemini/settings.json"]
