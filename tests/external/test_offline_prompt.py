@@ -31,10 +31,11 @@ from jarvisd.external._host import host_gateway, start_on_host
 from jarvisd.external._install import install_dir
 from jarvisd.external._registry import GatewayAccess, Setup
 from jarvisd.external._sandbox import write_home
+from jarvisd.runs import AgentSpec
 from tests.conftest import require
 
 from .test_opencode_offline import _to_first_request
-from .test_real_agents import real_agents_dir  # noqa: F401 - fixture
+from .test_real_agents import _config, _ready, _run, real_agents_dir  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_agents_dir")]
 
@@ -146,3 +147,18 @@ def test_codex_offline_is_told_there_is_no_network(tmp_path: Path) -> None:
     assert "no network access" in text
     assert "<skills_instructions>" not in text  # its bundled skills need the network
     assert "exec_command" in _tool_names(body)
+
+
+def test_codex_in_a_sandbox_with_egress_keeps_its_own_text(workspace: Path) -> None:
+    """Through a run (run_spec, the container, the run's egress proxy): a run that
+    allows a host has network, so codex gets its own permissions text back. (Without
+    egress, test_real_agents' sandboxed runs see the line saying there is none.)"""
+    _ready("codex")
+    engine = ScriptedEngine(fallback=lambda messages, tools: reply("done"))
+    spec = AgentSpec(input="Say done.", agent="codex", allow_net=("pypi.test",),
+                     options={"workspace": str(workspace)}, max_wall=240)  # fmt: skip
+    outcome, _ = _run(spec, _config(workspace), engine)
+    assert outcome.ok, outcome.failure
+    assert outcome.metadata["sandboxed"] is True and "network" in outcome.metadata
+    told = " ".join(str(m.content) for c in engine.calls if c.tools for m in c.messages)
+    assert "Network access is enabled" in told and "no network access" not in told
