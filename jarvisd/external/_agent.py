@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -640,7 +641,7 @@ class ExternalAgent(BaseAgent):
                 access,
                 workspace,
                 self.config,
-                self._launch,
+                functools.partial(self._launch, egress=bool(egress)),
                 mounts=self.mounts,
                 copy=copy,
                 egress=egress,
@@ -660,8 +661,16 @@ class ExternalAgent(BaseAgent):
         )
 
     def _launch(
-        self, agent: AgentDefinition, where: Path, home: Path, access: GatewayAccess
+        self,
+        agent: AgentDefinition,
+        where: Path,
+        home: Path,
+        access: GatewayAccess,
+        *,
+        egress: bool = False,
     ) -> Launch:
+        """``egress``: the sandboxed run has network (its egress policy): an agent
+        without it is not offered tools that need it (:attr:`Setup.offline`)."""
         if agent.prepare is not None:
             return agent.prepare(
                 Setup(
@@ -671,6 +680,7 @@ class ExternalAgent(BaseAgent):
                     root=os.geteuid() == 0,
                     sandboxed=self.sandboxed,
                     tools=self.own_tools,
+                    egress=egress,
                 )
             )
         from ._registry import _base_env

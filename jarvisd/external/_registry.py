@@ -71,6 +71,15 @@ class Setup:
     sandboxed: bool = True
     #: The agent's own tools it may use (``--tools``); empty: all of them.
     tools: tuple[str, ...] = ()
+    #: Whether a sandboxed run has network, through its egress policy (``--egress``,
+    #: ``[network]``: jarvisd.sandbox._egress); without it the container has none.
+    egress: bool = False
+
+    @property
+    def offline(self) -> bool:
+        """Whether the agent has no network: in jarvis's sandbox without egress (on
+        the host, ``--no-sandbox``, it has the host's)."""
+        return self.sandboxed and not self.egress
 
 
 #: How to start the agent for one run.
@@ -133,6 +142,10 @@ def _opencode(setup: Setup) -> Launch:
         # A denied tool is taken out of what the model is shown, so a small model
         # also gets a shorter prompt (the ten tools' schemas are ~5,500 tokens).
         permission = {"*": "deny"} | dict.fromkeys(setup.tools, "ask")
+    if setup.offline:
+        # With no network a fetch can only fail: denied, even when --tools names it,
+        # so the model is not offered it (nor its ~330-token schema).
+        permission |= dict.fromkeys(_OPENCODE_WEB_TOOLS, "deny")
     config = {
         "$schema": "https://opencode.ai/config.json",
         "provider": {
@@ -160,6 +173,11 @@ def _opencode(setup: Setup) -> Launch:
     )
 
 
+#: opencode's tools that reach the web (``websearch`` and ``codesearch`` are offered
+#: only with its own provider or ``OPENCODE_ENABLE_EXA``; denied all the same).
+_OPENCODE_WEB_TOOLS = ("webfetch", "websearch", "codesearch")
+
+
 #: At its start opencode npm-installs ``@opencode-ai/plugin`` (the types of user plugins,
 #: none of which it is given) into its config dir, unless a ``node_modules`` there sits
 #: beside a lock file naming it. On the host that is a trip to the npm registry, seconds
@@ -171,6 +189,24 @@ _OPENCODE_DEPS_DONE = {
     ),
     ".config/opencode/node_modules/.jarvis": "",
 }
+
+
+#: codex with no network. Under ``danger-full-access`` its permissions text (~800
+#: tokens, on escalating out of a sandbox of its own) says "Network access is
+#: enabled": false in a container without egress, and the sandbox modes whose text
+#: says otherwise start bubblewrap, which cannot run in jarvis's container. So that
+#: text is left out and one line says what is true. Its hosted web search and its
+#: bundled skills (image generation, OpenAI docs, installing skills from GitHub,
+#: writing codex plugins: ~1,100 tokens of instructions) need the network.
+#: Top-level keys, before the first table; the table after the last.
+_CODEX_OFFLINE_KEYS = (
+    "include_permissions_instructions = false\n"
+    'developer_instructions = "You run in a sandbox with no network access: commands '
+    "cannot reach the internet or install packages from it. Work with the files and "
+    'tools at hand."\n'
+    'web_search = "disabled"\n'
+)
+_CODEX_OFFLINE_TABLES = "[skills.bundled]\nenabled = false\n"
 
 
 def _codex(setup: Setup) -> Launch:
@@ -190,6 +226,8 @@ def _codex(setup: Setup) -> Launch:
     if setup.sandboxed:
         # jarvis's container is the sandbox; codex's own (bubblewrap) cannot start in it.
         config = 'sandbox_mode = "danger-full-access"\n' + config
+    if setup.offline:
+        config = _CODEX_OFFLINE_KEYS + config + _CODEX_OFFLINE_TABLES
     env = _base_env(setup.home) | {
         "CODEX_HOME": str(codex_home),
         "JARVIS_GATEWAY_TOKEN": gw.token,
@@ -211,7 +249,12 @@ def _claude(setup: Setup) -> Launch:
     }
     if setup.root:  # Claude Code refuses to run as root outside a sandbox it knows of
         env["IS_SANDBOX"] = "1"
-    return Launch((str(setup.install / "node_modules/.bin/claude-agent-acp"),), env)
+    files = {}
+    if setup.offline:
+        # A denied tool is not offered to the model (its user settings).
+        deny = {"permissions": {"deny": ["WebFetch", "WebSearch"]}}
+        files[".claude/settings.json"] = json.dumps(deny)
+    return Launch((str(setup.install / "node_modules/.bin/claude-agent-acp"),), env, files)
 
 
 def _gemini(setup: Setup) -> Launch:
@@ -222,13 +265,16 @@ def _gemini(setup: Setup) -> Launch:
         "GEMINI_MODEL": gw.model,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
-    settings = json.dumps(
-        {"privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False}}
-    )
+    settings: dict[str, object] = {
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+    }
+    if setup.offline:  # an excluded tool is not offered to the model
+        settings["tools"] = {"exclude": ["web_fetch", "google_web_search"]}
     return Launch(
         (str(setup.install / "node_modules/.bin/gemini"), "--acp"),
         env,
-        {".gemini/settings.json": settings},
+        {".gemini/settings.json": json.dumps(settings)},
     )
 
 

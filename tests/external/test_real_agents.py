@@ -29,6 +29,10 @@ from .test_sandboxed import IMAGE, _containers, _docker_ok
 
 pytestmark = pytest.mark.slow
 
+#: The agents' tools that need the network (opencode, claude, gemini).
+WEB_TOOLS = {"webfetch", "websearch", "codesearch", "WebFetch", "WebSearch", "web_fetch",
+             "google_web_search"}  # fmt: skip
+
 
 @pytest.fixture(autouse=True)
 def real_agents_dir(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -110,6 +114,13 @@ def test_a_tool_call_its_result_and_the_answer(name: str, workspace: Path) -> No
     assert MARKER in outcome.answer  # the answer quotes the tool's result
     tools = [c for c in engine.calls if c.tools]
     assert len(tools) >= 2  # the call, then the answer after its result
+    # No egress: nothing that needs the network, nor a word that it is there
+    # (test_offline_prompt.py).
+    told = " ".join(str(m.content) for c in tools for m in c.messages)
+    assert not WEB_TOOLS & {t.name for c in tools for t in c.tools}
+    assert "Network access is enabled" not in told
+    if name == "codex":
+        assert "no network access" in told
     assert any(MARKER in str(m.content) for m in tools[-1].messages if m.role == "tool")
     ended = [e for e in events if e.type.value == "tool_call_end"]
     if name != "gemini":  # gemini reports the result only to the model

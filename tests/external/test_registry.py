@@ -72,7 +72,7 @@ def test_opencode_is_held_to_the_tools_named_and_shown_no_other(tmp_path: Path) 
     assert prepare is not None
 
     def permission(*tools: str) -> dict[str, str]:
-        env = prepare(Setup(tmp_path, tmp_path / "h", ACCESS, tools=tools)).env
+        env = prepare(Setup(tmp_path, tmp_path / "h", ACCESS, tools=tools, egress=True)).env
         return dict(json.loads(env["OPENCODE_CONFIG_CONTENT"])["permission"])
 
     # Every tool still asks, so jarvis's policy decides what runs.
