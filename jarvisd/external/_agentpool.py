@@ -342,8 +342,10 @@ class SlotMaker:
 
         assert self.agent.prepare is not None
         inside = GatewayAccess(f"http://127.0.0.1:{FORWARD_PORT}", token, SLOT_MODEL)
+        # Launched as a run without network: a run with egress never claims a slot
+        # (ExternalAgent._claim_slot), so no slot's agent lacks a web tool it could use.
         launch = self.agent.prepare(
-            Setup(Path(AGENT_DIR), Path(HOME_DIR), inside, root=True, sandboxed=True)
+            Setup(Path(AGENT_DIR), Path(HOME_DIR), inside, root=True, sandboxed=True, egress=False)
         )
         launch = dataclasses.replace(launch, env=dict(launch.env, PATH=SANDBOX_PATH))
         sock = api.attach_socket(
