@@ -91,18 +91,35 @@ def server_token(given: str | None) -> tuple[str, Path | None]:
             raise UsageError("--token must be at least 16 printable ASCII characters, no spaces")
         return given, None
     path = paths().state / "serve.token"
-    try:
-        token = path.read_text(encoding="ascii").strip()
-        if len(token) >= 16:
-            return token, path
-    except (OSError, UnicodeDecodeError):
-        pass
+    if kept := _kept_token(path):
+        return kept, path
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as file:
-        file.write(token + "\n")
+    # Written aside, then put in place whole: a client that finds the file (the tests,
+    # a script waiting for the server) never reads it empty, and of two first starts
+    # one token wins and both serve it.
+    aside = path.with_name(f".serve.token.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as file:
+            file.write(token + "\n")
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            if kept := _kept_token(path):
+                return kept, path
+            os.replace(aside, path)  # a short or unreadable one: replaced
+    finally:
+        aside.unlink(missing_ok=True)
     return token, path
+
+
+def _kept_token(path: Path) -> str | None:
+    try:
+        token = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token if len(token) >= 16 else None
 
 
 @click.command("serve")

@@ -361,6 +361,51 @@ def test_jarvis_serve_as_the_user_runs_it(tmp_path: Path) -> None:
         proc.communicate(timeout=30)
 
 
+def test_the_token_file_is_whole_or_absent_and_one_token_wins(
+    isolated_dirs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client waiting for ``serve.token`` to appear read it empty once (CI: the file
+    was made, then written): it is put in place whole. A second first start serves the
+    token that won, not one of its own."""
+    import threading
+
+    from jarvisd._paths import paths
+    from jarvisd.cli._serve import server_token
+
+    path = paths().state / "serve.token"
+    writing, go_on = threading.Event(), threading.Event()
+    real_fdopen = os.fdopen
+
+    def slow_fdopen(fd: int, *args: Any, **kwargs: Any) -> Any:
+        writing.set()  # the file is open, nothing written yet
+        go_on.wait(30)
+        return real_fdopen(fd, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fdopen", slow_fdopen)
+    made: list[str] = []
+    first = threading.Thread(target=lambda: made.append(server_token(None)[0]))
+    first.start()
+    assert writing.wait(10)
+    seen = path.read_text() if path.exists() else None
+    go_on.set()
+    first.join(30)
+    assert seen is None, f"the token file was readable before it was whole: {seen!r}"
+    assert path.read_text().strip() == made[0] and path.stat().st_mode & 0o777 == 0o600
+    monkeypatch.setattr(os, "fdopen", real_fdopen)
+    # Another start now serves that token; one whose file lost the race adopts it too.
+    assert server_token(None)[0] == made[0]
+    winner = "w" * 43
+
+    def lost(src: str, dst: str) -> None:  # another first start put its token in place
+        Path(dst).write_text(winner + "\n")
+        raise FileExistsError(dst)
+
+    path.unlink()
+    monkeypatch.setattr(os, "link", lost)
+    assert server_token(None)[0] == winner
+    assert [p.name for p in path.parent.iterdir() if p.name.startswith(".serve")] == []
+
+
 def _answers(client: openai.OpenAI) -> bool:
     try:
         client.models.list()
