@@ -14,6 +14,7 @@ a ``no_change``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,22 @@ MAX_DEFINING = 2
 MAX_FILES_BYTES = 12_000
 #: The most of each named file read to find the definitions named in it.
 MAX_PARSED_BYTES = 200_000
+
+
+#: pytest's warnings summary: a section header, up to the next section header or the end.
+_WARNINGS = re.compile(r"^=+ warnings summary =+\n.*?(?=^=+ [^\n]* =+$|\Z)", re.M | re.S)
+
+
+def _without_warnings(output: str) -> str:
+    """``output`` without pytest's warnings summary: on a real project's whole suite
+    it can fill the tail the agent is shown (semver's deprecation warnings: all of
+    it), pushing out the failures themselves."""
+
+    def note(match: re.Match[str]) -> str:
+        lines = match.group(0).count("\n")
+        return f"[pytest's warnings summary: {lines} lines left out]\n"
+
+    return _WARNINGS.sub(note, output)
 
 
 def _tail(text: str, limit: int) -> str:
@@ -91,7 +108,7 @@ def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list
 
 
 def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
-    output = _tail(test.output, MAX_FEEDBACK_BYTES)
+    output = _tail(_without_warnings(test.output), MAX_FEEDBACK_BYTES)
     if test.could_not_run and after_change:
         # They ran before the change: the change broke them (an import, a syntax error).
         return [

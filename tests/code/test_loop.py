@@ -208,3 +208,25 @@ def test_a_summary_that_shows_the_code_it_ran_again_is_the_answer(project: Path)
     assert len(engine.calls) == 2
     record = store().get(ws.id).outcome
     assert record["test_after"]["passed"] and [e.data["test"] for e in events] == ["passed"]
+
+
+#: A whole suite's pytest output: the failure, then a warnings summary longer than the
+#: tail the agent is shown (semver's deprecation warnings), then the short summary.
+NOISY = (
+    "python3 -c 'import sys; print(\"_ test_add _\\nE   AssertionError: add(2, 3) is -1\\n"
+    '=== warnings summary ===\\n" + "tests/t.py:1: DeprecationWarning: old\\n" * 200 + '
+    '"=== short test summary info ===\\nFAILED test_calc.py::test_add"); sys.exit(1)\''
+)
+
+
+def test_pytests_warnings_summary_does_not_push_the_failure_out_of_the_first_message(
+    project: Path,
+) -> None:
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=NOISY, rounds=1)  # fmt: skip
+    engine = ScriptedEngine.from_replies(["I looked at add."])
+    run(ws, engine, FIX)
+    first = first_user_message(engine, 0)
+    assert "AssertionError: add(2, 3) is -1" in first
+    assert "[pytest's warnings summary: 201 lines left out]" in first
+    assert "DeprecationWarning" not in first and "FAILED test_calc.py::test_add" in first
