@@ -226,8 +226,16 @@ def mini_runner(model: str, base_url: str, config: Any) -> Callable[[Any, Any], 
                 got["prompt_tokens"],
                 got["completion_tokens"],
             )
-            result.turns = got["turns"]
+            result.turns = result.calls = got["turns"]
             result.failure = got["note"][:200]
+            # Its trajectory, kept to see what it did (the work directory goes).
+            traj = Path(tmp) / "traj.json"
+            if traj.is_file():
+                from jarvisd.evals.codefix import cache_dir
+
+                kept = cache_dir() / "mini-trajectories" / f"{model}-{bug.id}.json"
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(traj, kept)
             result.verdict, result.dropped = asyncio.run(judge(got["repo"], got["tree"], config))
         result.fixed = result.verdict == "passed"
         return result
