@@ -70,19 +70,30 @@ def ensure_mini() -> Path:
 
 
 class Server:
-    """One ``jarvis serve-model`` for every system of the run."""
+    """One ``jarvis serve-model`` for every system of the run; its output goes to
+    ``log`` (appended)."""
 
-    def __init__(self, models: Sequence[str], port: int, n_ctx: int) -> None:
+    def __init__(self, models: Sequence[str], port: int, n_ctx: int, log: Path) -> None:
         self.argv = [sys.executable, "-m", "jarvisd", "serve-model", "--port", str(port),
                      "--n-ctx", str(n_ctx), *[w for m in models for w in ("-m", m)]]  # fmt: skip
         self.base_url = f"http://127.0.0.1:{port}/v1"
+        self.log = log
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Server:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)  # fmt: skip
+        # Another server already there would answer for ours (another model, other
+        # clients' load): the rows would not be this model's.
+        try:
+            with urllib.request.urlopen(self.base_url + "/models", timeout=5):
+                raise RuntimeError(f"something already answers at {self.base_url}: pick --port")
+        except OSError:
+            pass
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve-model exited ({self.proc.returncode}): see {self.log}")
             try:
                 with urllib.request.urlopen(self.base_url + "/models", timeout=5):
                     return self
@@ -215,8 +226,16 @@ def mini_runner(model: str, base_url: str, config: Any) -> Callable[[Any, Any], 
                 got["prompt_tokens"],
                 got["completion_tokens"],
             )
-            result.turns = got["turns"]
+            result.turns = result.calls = got["turns"]
             result.failure = got["note"][:200]
+            # Its trajectory, kept to see what it did (the work directory goes).
+            traj = Path(tmp) / "traj.json"
+            if traj.is_file():
+                from jarvisd.evals.codefix import cache_dir
+
+                kept = cache_dir() / "mini-trajectories" / f"{model}-{bug.id}.json"
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(traj, kept)
             result.verdict, result.dropped = asyncio.run(judge(got["repo"], got["tree"], config))
         result.fixed = result.verdict == "passed"
         return result
@@ -247,7 +266,10 @@ def measure(model: str, bugs: str, systems: Sequence[str], out: Path, port: int,
     def progress(line: str) -> None:
         print(f"codefix {model}: {line}", file=sys.stderr, flush=True)
 
-    with Server([model], port, n_ctx) as server, tempfile.TemporaryDirectory() as tmp:
+    from jarvisd.evals.codefix import cache_dir
+
+    server = Server([model], port, n_ctx, cache_dir() / "serve-model.log")
+    with server, tempfile.TemporaryDirectory() as tmp:
         os.environ["JARVIS_CONFIG"] = str(jarvis_config(server.base_url, Path(tmp)))
         config = load_config()
         mini = mini_runner(model, server.base_url, config)
@@ -287,14 +309,19 @@ def write_table(out: Path) -> dict[str, Any]:
             f"{100 * s['fix_rate']:.0f}% | {s['wall_s']:.0f} | "
             f"{s['prompt_tokens'] + s['completion_tokens']} | {s['errors']} |"
         )
-    lines += ["", "Per bug:", "", "| model | bug | system | verdict | wall (s) | tokens |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "Per bug (model: the seconds of the model's replies, and how many; setup and",
+              "tests: jarvis's own phases; blank where the row did not record them):", "",
+              "| model | bug | system | verdict | wall (s) | model (s, replies) | setup + tests (s) "
+              "| tokens |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         word = (
             "fixed" if r["fixed"] else (f"error: {r['error'][:60]}" if r["error"] else r["verdict"])
         )
+        model_s = f"{r['model_s']:.0f} ({r['calls']})" if r.get("calls") else ""
+        phases = f"{r['setup_s']:.0f} + {r['tests_s']:.0f}" if r.get("tests_s") else ""
         lines.append(f"| {r['model']} | {r['bug']} | {r['config']} | {word} | "
-                     f"{r['wall_s']:.0f} | {r['prompt_tokens'] + r['completion_tokens']} |")  # fmt: skip
+                     f"{r['wall_s']:.0f} | {model_s} | {phases} | "
+                     f"{r['prompt_tokens'] + r['completion_tokens']} |")  # fmt: skip
     (out / "codefix.md").write_text("\n".join(lines) + "\n")
     return report
 

@@ -166,6 +166,9 @@ class Budget:
     tool_calls: int = 0
     held_tokens: int = 0
     started: float = field(default_factory=time.monotonic)
+    #: Whether :func:`watch_wall` has started the clock: a run that runs its agent
+    #: more than once (``jarvis code``'s rounds, its candidates) has one clock.
+    clock_started: bool = False
     #: Where warnings go; a RunContext sets its own bus here.
     bus: EventBus | None = field(default=None, repr=False, compare=False)
     warned: set[str] = field(default_factory=set, repr=False, compare=False)
@@ -295,11 +298,16 @@ _new = object.__new__
 def watch_wall(run: RunContext) -> Callable[[], None]:
     """Start the run's wall clock on the running loop, when its budget has one: at
     ``warn_at`` of it a BUDGET_WARNING, at the end the run is stopped through its token
-    (BudgetExceeded), whatever is in flight. Returns a function that disarms both."""
+    (BudgetExceeded), whatever is in flight. Returns a function that disarms both.
+
+    The clock starts once per budget: a later call (the next round of a ``jarvis
+    code`` run, another candidate) watches what is left of it, never a new budget."""
     budget = run.budget
     if budget.max_wall is None:
         return lambda: None
-    budget.started = time.monotonic()
+    if not budget.clock_started:
+        budget.started = time.monotonic()
+        budget.clock_started = True
     wall = budget.max_wall
     loop = asyncio.get_running_loop()
 
@@ -311,9 +319,10 @@ def watch_wall(run: RunContext) -> Callable[[], None]:
     def stop() -> None:
         run.cancel.cancel(f"wall-clock budget of {wall:g} s spent", stop=BudgetExceeded)
 
-    timers = [loop.call_later(wall, stop)]
-    if budget.warn_at and budget.warn_at < 1:
-        timers.append(loop.call_later(wall * budget.warn_at, warn))
+    spent = budget.elapsed()
+    timers = [loop.call_later(max(wall - spent, 0.0), stop)]
+    if budget.warn_at and budget.warn_at < 1 and wall * budget.warn_at > spent:
+        timers.append(loop.call_later(wall * budget.warn_at - spent, warn))
 
     def disarm() -> None:
         for timer in timers:

@@ -241,7 +241,13 @@ class SessionDialect(CodeActDialect):
 
     With ``reask_unacted``, a reply that ends the run claiming a change ("I changed the
     function...") when no code has run in the session is asked once to act: small
-    models describe a fix they never made. A second such reply is the answer."""
+    models describe a fix they never made. A second such reply is the answer.
+
+    With ``reask_unacted`` too, a reply that claims a change and shows again only code
+    that has run already ("I changed dasherize. The new function: ```python ...```")
+    is the summary, not a call: run again it would be blocked as a repeat, and the
+    same reply to the turn that asks for the answer ended the run as an error, the
+    change made (the codefix yardstick's inflection run on 1.5B)."""
 
     def __init__(self, session: ReplSession, *, reask_unacted: bool = False) -> None:
         self.session = session
@@ -249,12 +255,19 @@ class SessionDialect(CodeActDialect):
         self.reask_unacted = reask_unacted
         self.acted = False
         self.reasked = False
+        self.ran: set[str] = set()  # the code of the calls parsed so far
 
     def parse(self, generation: Generation, executor: ToolDispatcher) -> Step:
         step = super().parse(generation, executor)
         if step.kind == "calls" and self.reask_unacted and self.file_helpers:
             root = getattr(self.session, "cwd", "")
             step = _defined_into_files(step, strip_think_tags(generation.content), root)
+        if step.kind == "calls" and self.reask_unacted:
+            codes = {c.arguments for c in step.calls}
+            content = strip_think_tags(generation.content)
+            if self.acted and codes <= self.ran and claims_change(content):
+                return Step("final", content)
+            self.ran |= codes
         if step.kind == "calls":
             # A block that only defines things (the fixed function shown as code) changes
             # nothing outside the session: it is not acting.

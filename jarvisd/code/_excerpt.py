@@ -3,8 +3,9 @@
 A small model reads every token it is given before it answers, on the user's CPU: a
 whole 11 KB module costs it about 3,000 tokens (a minute and more on two cores) and
 hides the ten lines that matter. So a file longer than :data:`WHOLE_FILE_BYTES` is
-shown as the definitions (functions, methods, classes) that the texts name, by name
-or by a line a traceback cites (a cited line outside them with the lines around it),
+shown as the definitions (functions, methods, classes) that the texts name (any word
+of the task, the first text; what the others, the tests' output, call), or by a line a
+traceback cites (a cited line outside them with the lines around it),
 each with its line numbers. A file that names none of
 them, or that does not parse, is shown whole, as before.
 """
@@ -24,6 +25,7 @@ WHOLE_FILE_BYTES = 3000
 AROUND = 3
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\(")
 _Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
 
 
@@ -33,6 +35,19 @@ def _cited_lines(rel: str, texts: list[str]) -> set[int]:
     name = re.escape(rel)
     cited = re.compile(rf'{name}(?::(\d+)|", line (\d+))')
     return {int(a or b) for text in texts for a, b in cited.findall(text)}
+
+
+def _names_a_method(node: ast.ClassDef, words: set[str], lines: set[int]) -> bool:
+    """Whether ``words`` name, or ``lines`` cite, one of the class's own methods."""
+    return any(
+        isinstance(child, _Def)
+        and not isinstance(child, ast.ClassDef)
+        and (
+            child.name in words
+            or any(child.lineno <= n <= (child.end_lineno or child.lineno) for n in lines)
+        )
+        for child in node.body
+    )
 
 
 def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int, int]]:
@@ -47,7 +62,15 @@ def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int
         holds = not isinstance(node, ast.ClassDef) and any(
             first <= n <= node.end_lineno for n in lines
         )
-        if node.name in words or holds:
+        if (
+            isinstance(node, ast.ClassDef)
+            and node.name in words
+            and _names_a_method(node, words, lines)
+        ):
+            # ``Version.parse(`` names the class and its method: the method is shown
+            # (the walk reaches it), of the class only its first line, not all of it.
+            chosen.append((first, node.lineno))
+        elif node.name in words or holds:
             chosen.append((first, node.end_lineno))
     # A cited line outside every chosen definition (module-level code that raised at
     # import) is shown with the lines around it.
@@ -73,7 +96,10 @@ def excerpt(rel: str, text: str, texts: list[str]) -> str:
     tree = parse_module(text)
     if tree is None:
         return text  # the agent writes these files: unparsable ones are shown whole
-    words = {w for t in texts for w in _WORD.findall(t)}
+    # The task's every word names; of the tests' output (a whole suite's: hundreds of
+    # words) only what it calls, ``name(`` and ``obj.name(``.
+    words = {w for t in texts[:1] for w in _WORD.findall(t)}
+    words |= {w for t in texts[1:] for w in _CALLED.findall(t)}
     spans = _spans(tree, words, _cited_lines(rel, texts))
     if not spans:
         return text

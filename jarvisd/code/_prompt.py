@@ -1,8 +1,10 @@
 """What a ``jarvis code`` agent is told, and what its summary is held to.
 
 The first message puts in front of the agent what it needs: the task, the test command,
-the failing tests' output (its tail) and the files the failures and the task name, all
+the failing tests' output (its tail), the source files that define what the task and
+the failures call (``_locate``), and the files the failures and the task name, all
 bounded in bytes (small models do far better with them than with a path to explore).
+The project's source comes before its tests: a model shown only a test changes it.
 A later round tells it that the tests still fail, with their new output.
 
 :func:`claims_change` and :func:`asks_no_change` (``jarvisd._claims``) read the agent's
@@ -12,12 +14,14 @@ a ``no_change``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._claims import asks_no_change, claims_change
 from ._excerpt import excerpt
-from ._testrun import named_files
+from ._locate import defining_files, is_test_file
+from ._testrun import named_files, read_below
 
 if TYPE_CHECKING:
     from ._store import Workspace
@@ -29,9 +33,27 @@ __all__ = ["asks_no_change", "claims_change", "round_prompt", "task_prompt"]
 MAX_FEEDBACK_BYTES = 4000
 #: The most files, and bytes of them together, put in a message.
 MAX_FILES = 3
+#: Of those, the most found by what they define rather than by their path.
+MAX_DEFINING = 2
 MAX_FILES_BYTES = 12_000
 #: The most of each named file read to find the definitions named in it.
 MAX_PARSED_BYTES = 200_000
+
+
+#: pytest's warnings summary: a section header, up to the next section header or the end.
+_WARNINGS = re.compile(r"^=+ warnings summary =+\n.*?(?=^=+ [^\n]* =+$|\Z)", re.M | re.S)
+
+
+def _without_warnings(output: str) -> str:
+    """``output`` without pytest's warnings summary: on a real project's whole suite
+    it can fill the tail the agent is shown (semver's deprecation warnings: all of
+    it), pushing out the failures themselves."""
+
+    def note(match: re.Match[str]) -> str:
+        lines = match.group(0).count("\n")
+        return f"[pytest's warnings summary: {lines} lines left out]\n"
+
+    return _WARNINGS.sub(note, output)
 
 
 def _tail(text: str, limit: int) -> str:
@@ -42,9 +64,17 @@ def _tail(text: str, limit: int) -> str:
 
 
 def _named(texts: list[str], ws: Workspace) -> list[tuple[str, str]]:
-    """The files ``texts`` name, each whole or as the definitions they name
-    (``_excerpt``), at most :data:`MAX_FILES_BYTES` together (a longer one is cut)."""
+    """The files ``texts`` name by path and the source files that define what they
+    call, the project's source first, each whole or as the definitions they name
+    (``_excerpt``), at most :data:`MAX_FILES` files and :data:`MAX_FILES_BYTES`
+    together (a longer one is cut)."""
     files = named_files(texts, Path(ws.path), max_files=MAX_FILES, max_bytes=MAX_PARSED_BYTES)
+    shown = {rel for rel, _ in files}
+    for rel in defining_files(texts, ws.path, skip=shown, max_files=MAX_DEFINING):
+        data = read_below(ws.path, rel, MAX_PARSED_BYTES)
+        if data is not None:
+            files.append((rel, data.decode("utf-8", "replace")))
+    files = sorted(files, key=lambda file: is_test_file(file[0]))[:MAX_FILES]
     out = []
     left = MAX_FILES_BYTES
     for rel, whole in files:
@@ -78,7 +108,7 @@ def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list
 
 
 def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
-    output = _tail(test.output, MAX_FEEDBACK_BYTES)
+    output = _tail(_without_warnings(test.output), MAX_FEEDBACK_BYTES)
     if test.could_not_run and after_change:
         # They ran before the change: the change broke them (an import, a syntax error).
         return [

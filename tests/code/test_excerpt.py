@@ -79,3 +79,19 @@ def test_a_file_the_parser_cannot_hold_is_shown_whole() -> None:
     # parser raise MemoryError, which must not end the run's next prompt.
     hostile = "def f():\n    return 1\n" + "x = " + "-" * 100_000 + "1\n"
     assert excerpt("m.py", hostile, ["f failed"]) == hostile
+
+
+def test_a_class_named_with_its_method_shows_the_method_not_the_whole_class() -> None:
+    """``Box.weight(`` names the class and its method (semver's ``Version.parse(...)
+    .bump_minor()``: the whole 800-line class was shown)."""
+    shown = excerpt("pkg/mod.py", MODULE, ["Box.weight() divides by zero."])
+    assert "class Box:" in shown and "def weight(self):" in shown
+    assert "def size(self):" not in shown and "other_" not in shown
+
+
+def test_of_the_tests_output_only_what_it_calls_names_a_definition() -> None:
+    """A whole suite's output holds hundreds of words: only its calls choose."""
+    output = "E   assert dasherize(word) == other_1 + other_2\nsize weight Box"
+    shown = excerpt("pkg/mod.py", MODULE, ["The tests fail.", output])
+    assert "def dasherize(word):" in shown
+    assert "other_1" not in shown and "class Box" not in shown

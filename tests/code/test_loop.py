@@ -151,3 +151,83 @@ def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: P
     assert "\n5\n" in observation  # run: the command's output
     record = store().get(ws.id).outcome
     assert record["test_after"]["passed"] and "+    return a + b" in record["diff"]
+
+
+def test_the_first_message_shows_the_source_that_defines_what_the_failing_test_calls(
+    project: Path,
+) -> None:
+    """The codefix yardstick's case: the task and the failure name only the test's file
+    (the assertion fails in the test), so the file to fix was never shown and a small
+    model changed the test. The source file defining what the failing line calls is
+    shown, before the test's file, and the replace() example names it."""
+    test = "python3 -c 'import test_calc as t; t.test_add()'"
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task="fix it",
+                 test=test)  # fmt: skip
+    engine = ScriptedEngine.from_replies([write(ws, FIXED), "add adds now."])
+    outcome, _ = run(ws, engine, "The test test_add in test_calc.py fails: fix the bug.")
+    assert outcome.ok, outcome.failure
+    first = first_user_message(engine, 0)
+    assert "assert add(2, 3) == 5" in first  # the failure names add, not calc.py
+    source, tests = first.find(f"{ws.path}/calc.py:\n```"), first.find(f"{ws.path}/test_calc.py:")
+    assert 0 < source < tests, first
+    assert "return a - b" in first
+    assert f"replace({ws.path + '/calc.py'!r}, " in first
+
+
+def test_the_wall_clock_budget_is_one_for_all_the_rounds(project: Path) -> None:
+    """--max-wall is the agent's whole run, every round: each round's agent used to
+    start the clock again, so a run of 3 rounds could take 3 times its budget. Each
+    round's reply takes 4 s and the budget is 6 s: the first round fits, the second
+    cannot (it is stopped), whatever the machine's speed."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=SAYS, rounds=2)  # fmt: skip
+    engine = ScriptedEngine.from_replies(["I looked at add.", "I looked again."], latency_s=4.0)
+    spec = AgentSpec(input=FIX, agent="native_openhands", workspace=ws.id, max_wall=6.0)
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(sandbox=SandboxConfig(memory="256m")),
+                                   engine))  # fmt: skip
+    assert outcome.failure is not None and outcome.failure.code == "budget", outcome
+    assert "wall-clock budget of 6 s spent" in outcome.failure.message
+    assert len(engine.calls) == 2  # the second round's reply was under way
+    record = store().get(ws.id).outcome
+    assert [r["round"] for r in record["rounds"]] == [1, 2]
+    assert record["rounds"][1]["failure"]["code"] == "budget", record["rounds"]
+
+
+def test_a_summary_that_shows_the_code_it_ran_again_is_the_answer(project: Path) -> None:
+    """1.5B on the inflection bug: it fixed the file, then summed up with the same code
+    block ("I changed add ... The new code: ```python ...```"), which was blocked as a
+    repeat, and the same reply to the turn asking for the answer ended the run as an
+    error, with the fix made and the tests never run after it."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=SAYS, rounds=3)  # fmt: skip
+    claim = f"I changed add in calc.py so that it adds.\n\n{write(ws, FIXED)}"
+    engine = ScriptedEngine.from_replies([claim, claim, claim])
+    outcome, events = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    assert outcome.answer.startswith("I changed add in calc.py so that it adds.")
+    assert len(engine.calls) == 2
+    record = store().get(ws.id).outcome
+    assert record["test_after"]["passed"] and [e.data["test"] for e in events] == ["passed"]
+
+
+#: A whole suite's pytest output: the failure, then a warnings summary longer than the
+#: tail the agent is shown (semver's deprecation warnings), then the short summary.
+NOISY = (
+    "python3 -c 'import sys; print(\"_ test_add _\\nE   AssertionError: add(2, 3) is -1\\n"
+    '=== warnings summary ===\\n" + "tests/t.py:1: DeprecationWarning: old\\n" * 200 + '
+    '"=== short test summary info ===\\nFAILED test_calc.py::test_add"); sys.exit(1)\''
+)
+
+
+def test_pytests_warnings_summary_does_not_push_the_failure_out_of_the_first_message(
+    project: Path,
+) -> None:
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=NOISY, rounds=1)  # fmt: skip
+    engine = ScriptedEngine.from_replies(["I looked at add."])
+    run(ws, engine, FIX)
+    first = first_user_message(engine, 0)
+    assert "AssertionError: add(2, 3) is -1" in first
+    assert "[pytest's warnings summary: 201 lines left out]" in first
+    # Only the test command, quoted in the message, still says it.
+    assert first.count("DeprecationWarning") == 1 and "FAILED test_calc.py::test_add" in first

@@ -156,6 +156,8 @@ def test_eval_code_fixes_a_real_bug_and_the_bug_is_checked_in_the_sandbox(
     [row] = report["results"]
     assert row["fixed"] and row["verdict"] == "passed" and not row["error"], row
     assert row["turns"] == 2 and row["dropped"] == []
+    # Where the time went: the model's replies (2), the setup and the test runs.
+    assert row["calls"] == 2 and row["tests_s"] > 0 and row["setup_s"] > 0, row
     assert report["summary"][0]["fix_rate"] == 1.0
     assert "inflection-dasherize / jarvis native_openhands ..." in done.stderr
     # Resumable: the row is in the file, and a second run takes it from there.

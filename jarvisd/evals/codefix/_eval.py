@@ -73,6 +73,12 @@ class BugResult:
     completion_tokens: int = 0
     turns: int = 0
     failure: str = ""  # the run's failure code, or ""
+    #: Where the wall time went: the setup, the test runs, the model's replies (the
+    #: sum of their latencies) and how many replies it gave.
+    setup_s: float = 0.0
+    tests_s: float = 0.0
+    model_s: float = 0.0
+    calls: int = 0
     dropped: list[str] = field(default_factory=list)  # changed files the judge left out
     error: str = ""  # the harness could not run it
 
@@ -111,6 +117,7 @@ def run_jarvis(
     bug: Bug, run_config: RunConfig, config: Config, engine: Engine | None = None
 ) -> BugResult:
     """``bug`` through ``jarvis code`` as ``run_config`` says, judged."""
+    from ..._events import Event, EventType
     from ..._paths import paths
     from ..._runcontext import RunContext
     from ...code import CodeStore, discard, prepare
@@ -155,7 +162,15 @@ def run_jarvis(
             max_wall=run_config.max_wall,
             workspace=ws.id,
         ).at_edge()
-        outcome = LocalHost(config, engine).run(spec, RunContext())
+        context = RunContext()
+        replies: list[float] = []
+
+        def on_reply(event: Event) -> None:
+            replies.append(float(event.data.get("latency_s") or 0.0))
+
+        context.bus.subscribe(on_reply, EventType.INFERENCE_END)
+        outcome = LocalHost(config, engine).run(spec, context)
+        result.model_s, result.calls = round(sum(replies), 3), len(replies)
         result.wall_s = round(time.perf_counter() - started, 3)
         result.prompt_tokens = outcome.usage.prompt_tokens
         result.completion_tokens = outcome.usage.completion_tokens
@@ -165,6 +180,7 @@ def run_jarvis(
         code = outcome.metadata.get("code")
         best = str(code.get("workspace") or ws.id) if isinstance(code, Mapping) else ws.id
         chosen = store.get(best)
+        result.setup_s, result.tests_s = _phases(chosen.outcome)
         after = chosen.outcome.get("test_after") or {}
         passed_there = after.get("passed") is True and after.get("command") == test
         result.verdict, result.dropped = asyncio.run(
@@ -179,6 +195,19 @@ def run_jarvis(
                 pass
         store.close()
     return result
+
+
+def _phases(record: Mapping[str, Any]) -> tuple[float, float]:
+    """The seconds a code run's record says its setup and its test runs took."""
+
+    def seconds(part: object) -> float:
+        value = part.get("duration_s") if isinstance(part, Mapping) else None
+        return float(value) if isinstance(value, int | float) else 0.0
+
+    tests = seconds(record.get("test_before"))
+    for entry in record.get("rounds") or ():
+        tests += seconds(entry.get("test") if isinstance(entry, Mapping) else None)
+    return round(seconds(record.get("setup")), 3), round(tests, 3)
 
 
 def load_results(path: Path) -> list[dict[str, Any]]:
