@@ -120,8 +120,10 @@ def test_candidates_are_ranked_by_the_tests_and_the_best_applied(project: Path) 
     outcome = asyncio.run(run_spec(spec, context, config, engine))
     assert outcome.ok, outcome.failure
     code = outcome.metadata["code"]
-    assert [c["candidate"] for c in code["candidates"]] == [4, 2, 3, 1]
-    assert [c["failures"] for c in code["candidates"]] == [0, 0, 1, 2]
+    # Once in CI (1 of ~10 runs) the last read failures None, the order kept: the whole
+    # ranking is in the message, to tell a verdict missing from a count missing.
+    assert [c["candidate"] for c in code["candidates"]] == [4, 2, 3, 1], code["candidates"]
+    assert [c["failures"] for c in code["candidates"]] == [0, 0, 1, 2], code["candidates"]
     assert code["best"] == 4 and code["workspace"] == members[3].id
     assert context.budget.calls == 8 and outcome.turns == 8  # one run, one ledger
     shown = CliRunner().invoke(cli, ["code", "show", lead.id]).output
