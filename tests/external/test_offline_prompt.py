@@ -27,14 +27,13 @@ from jarvisd._messages import Generation, Message, ToolSpec
 from jarvisd._runcontext import RunContext
 from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external import BUILTIN, installed
-from jarvisd.external._host import host_gateway, start_on_host
+from jarvisd.external._host import host_gateway
 from jarvisd.external._install import install_dir
 from jarvisd.external._registry import GatewayAccess, Setup
-from jarvisd.external._sandbox import write_home
 from jarvisd.runs import AgentSpec
 from tests.conftest import require
 
-from .test_opencode_offline import _to_first_request
+from .test_opencode_offline import launched_to_first_request
 from .test_real_agents import _config, _ready, _run, real_agents_dir  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_agents_dir")]
@@ -109,15 +108,7 @@ def _first_request(name: str, tmp_path: Path) -> dict[str, Any]:
             with recorder.running() as url:
                 hop = dataclasses.replace(access, url=url)
                 launch = prepare(_offline(install_dir(agent), home, hop))
-                write_home(home, launch, for_sandbox=False)
-                channel = await start_on_host(
-                    launch.argv, launch.env, cwd=workspace, home=home, keep_home=True
-                )
-                try:
-                    await _to_first_request(channel, workspace, first)
-                finally:
-                    await channel.kill("done")
-                    await channel.wait()
+                await launched_to_first_request(launch, home, workspace, first)
             return recorder.bodies
 
     bodies = asyncio.run(scenario())

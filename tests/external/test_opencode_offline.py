@@ -25,7 +25,7 @@ from jarvisd.engines import ScriptedEngine, reply
 from jarvisd.external import BUILTIN, installed
 from jarvisd.external._host import host_gateway, start_on_host
 from jarvisd.external._install import install_dir
-from jarvisd.external._registry import Setup
+from jarvisd.external._registry import Launch, Setup
 from jarvisd.external._sandbox import write_home
 from tests.conftest import require
 
@@ -82,19 +82,25 @@ def test_opencode_starts_without_asking_a_package_registry(
         engine = ScriptedEngine(fallback=answer)
         async with host_gateway(engine, RunContext(), "scripted", max_tokens=64) as access:
             launch = opencode.prepare(Setup(install_dir(opencode), home, access, sandboxed=False))
-            write_home(home, launch, for_sandbox=False)
-            channel = await start_on_host(
-                launch.argv, launch.env, cwd=workspace, home=home, keep_home=True
-            )
-            try:
-                await _to_first_request(channel, workspace, first)
-            finally:
-                await channel.kill("done")
-                await channel.wait()
+            await launched_to_first_request(launch, home, workspace, first)
 
     asyncio.run(scenario())
     assert first.is_set()
     assert asked == [], f"opencode asked the package registry for {asked}"
+
+
+async def launched_to_first_request(
+    launch: Launch, home: Path, workspace: Path, first: asyncio.Event
+) -> None:
+    """``launch`` started on the host as jarvis starts it (its HOME written), driven to
+    its first request, then ended."""
+    write_home(home, launch, for_sandbox=False)
+    channel = await start_on_host(launch.argv, launch.env, cwd=workspace, home=home, keep_home=True)
+    try:
+        await _to_first_request(channel, workspace, first)
+    finally:
+        await channel.kill("done")
+        await channel.wait()
 
 
 async def _to_first_request(channel: object, workspace: Path, first: asyncio.Event) -> None:
