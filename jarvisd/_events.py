@@ -61,6 +61,17 @@ _new = object.__new__
 _now = time.time
 
 
+def _same(one: Subscriber, other: Subscriber) -> bool:
+    if one is other:
+        return True
+    owner = getattr(one, "__self__", None)
+    return (
+        owner is not None
+        and owner is getattr(other, "__self__", None)
+        and getattr(one, "__func__", None) is getattr(other, "__func__", None)
+    )
+
+
 class EventBus:
     """Publish/subscribe within one process. A subscriber that raises is logged and
     skipped: telemetry must never change the outcome of a run."""
@@ -76,8 +87,13 @@ class EventBus:
             self._subscribers = (*self._subscribers, (event_type, callback))
 
     def unsubscribe(self, callback: Subscriber) -> None:
+        """Stop calling ``callback``. A bound method is a new object at each access
+        (``bus.unsubscribe(obj.method)`` is never the one subscribed), so it is matched
+        by its object and function; anything else by identity."""
         with self._lock:
-            self._subscribers = tuple((t, c) for t, c in self._subscribers if c is not callback)
+            self._subscribers = tuple(
+                (t, c) for t, c in self._subscribers if not _same(c, callback)
+            )
 
     def publish(self, event_type: EventType, /, **data: object) -> Event:
         # Event(event_type, data, time.time()) without the dataclass's Python __init__:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import JarvisError, NoChange, TestsCouldNotRun, UsageError, WorkspaceError
-from .._events import EventType
+from .._events import EventBus, EventType
 from .._messages import Usage
 from .._runcontext import Budget, Cancelled, RunContext
 from ..runs._outcome import Failure, RunOutcome
@@ -452,15 +452,17 @@ async def _agent_round(
     phases.save(prompt=p.prompt or prompt, started=True)
     # The inner agent checkpoints into the round's record, never over the code run's
     # (which the daemon resumes), and resumes only from its own.
-    inner_run = dataclasses.replace(run, checkpoint=phases.inner_checkpoint, resume=resume)
-    run.bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_START)
-    run.bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_END)
-    try:
-        return await run_spec(
-            dataclasses.replace(inner, input=prompt), inner_run, code_config, engine
-        )
-    finally:
-        run.bus.unsubscribe(phases.on_tool_event)
+    # The round's events go on a bus of its own, relayed to the run's: candidates share
+    # one run, and each workspace's record must see only its own agent's tool calls
+    # (another candidate's call left open in it would make its resume refuse).
+    bus = EventBus()
+    bus.subscribe(run.bus.deliver)
+    bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_START)
+    bus.subscribe(phases.on_tool_event, EventType.TOOL_CALL_END)
+    inner_run = dataclasses.replace(  # as patterns' members: engines bound to its bus
+        run, bus=bus, bound_engines={}, checkpoint=phases.inner_checkpoint, resume=resume
+    )
+    return await run_spec(dataclasses.replace(inner, input=prompt), inner_run, code_config, engine)
 
 
 def _record(

@@ -180,8 +180,8 @@ def run_env(workspace: str) -> dict[str, str]:
 
 def _dependency_files(root: Path) -> tuple[str, ...]:
     names = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(root):
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
             name = entry.name
             wanted = name in _PROJECT_FILES or (
                 name.startswith("requirements") and name.endswith(".txt")

@@ -65,9 +65,10 @@ def _unlink_sockets(home: Path) -> None:
     """Remove the sockets a killed run's gateway left at the top of ``home`` (the
     gateway will not serve where something already is; nothing else listens there:
     the HOME is the task's alone)."""
-    for entry in os.scandir(home):
-        if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-            Path(entry.path).unlink(missing_ok=True)
+    with os.scandir(home) as entries:  # closed even when a stat fails midway
+        for entry in entries:
+            if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                Path(entry.path).unlink(missing_ok=True)
 
 
 def discard_home(task_id: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from jarvisd._config import Config, SandboxConfig
+from jarvisd._events import EventType
 from jarvisd._messages import Generation, Message, Role, ToolSpec
 from jarvisd._paths import paths
 from jarvisd._runcontext import RunContext
@@ -73,6 +74,14 @@ def test_failure_counts_from_the_runners_summary(output: str, count: int | None)
     assert failure_count(output) == count
 
 
+def _brief(ws: Workspace) -> str:
+    """What decided a candidate's rank, on one line."""
+    out = ws.outcome
+    after = out.get("test_after") or {}
+    return json.dumps([ws.candidate, out.get("changed"), out.get("failure"), after.get("verdict"),
+                       after.get("exit_code"), str(after.get("output"))[:600], out.get("summary")])  # fmt: skip
+
+
 UNIT = (
     "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
     "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
@@ -120,12 +129,22 @@ def test_candidates_are_ranked_by_the_tests_and_the_best_applied(project: Path) 
     outcome = asyncio.run(run_spec(spec, context, config, engine))
     assert outcome.ok, outcome.failure
     code = outcome.metadata["code"]
-    # Once in CI (1 of ~10 runs) the last read failures None, the order kept: the whole
-    # ranking is in the message, to tell a verdict missing from a count missing.
-    assert [c["candidate"] for c in code["candidates"]] == [4, 2, 3, 1], code["candidates"]
-    assert [c["failures"] for c in code["candidates"]] == [0, 0, 1, 2], code["candidates"]
+    # Twice in CI a candidate ranked low for a reason the ranking alone did not tell:
+    # each member's whole outcome is in the message.
+    seen = "\n".join(_brief(store().get(m.id)) for m in members)
+    assert [c["candidate"] for c in code["candidates"]] == [4, 2, 3, 1], seen
+    assert [c["failures"] for c in code["candidates"]] == [0, 0, 1, 2], seen
     assert code["best"] == 4 and code["workspace"] == members[3].id
     assert context.budget.calls == 8 and outcome.turns == 8  # one run, one ledger
+    # Each candidate's record followed the tool calls on the run's bus, and a record
+    # written was overwritten from a stale copy by another candidate's later call (its
+    # outcome lost: CI ranked a candidate last for it). A call after the end touches none.
+    ended = [store().get(m.id) for m in members]
+    context.bus.publish(EventType.TOOL_CALL_START, call_id="late", tool="x")
+    touched = [
+        m.candidate for m, was in zip(members, ended, strict=True) if store().get(m.id) != was
+    ]
+    assert not touched, f"candidates {touched}'s records changed after the run"
     shown = CliRunner().invoke(cli, ["code", "show", lead.id]).output
     rows = [line.split()[1] for line in shown.splitlines() if line.startswith("  ") and
             line.split()[0].isdigit()][:4]  # fmt: skip
