@@ -431,6 +431,7 @@ seen = []
 def sendall(self, data, *args):
     if not seen:  # the question, leaving for jarvisd
         seen.append(sorted(sys.modules))
+        seen.append(sorted(vars(sys.modules["jarvisd.daemon._protocol"])))
     return send(self, data, *args)
 socket.socket.sendall = sendall
 from jarvisd.cli import main
@@ -438,7 +439,7 @@ try:
     main(["ask", "--agent", "codex", "Say done."])
 finally:
     with open(sys.argv[1], "w") as out:
-        json.dump({"handoff": seen[0] if seen else None, "end": sorted(sys.modules)}, out)
+        json.dump({"handoff": seen[0], "protocol": seen[1], "end": sorted(sys.modules)}, out)
 """
 
 
@@ -492,6 +493,35 @@ def test_jarvis_ask_hands_its_question_to_jarvisd_with_only_the_client_imported(
     handoff, end = modules["handoff"], modules["end"]
     extra = sorted(m for m in handoff if m.startswith("jarvisd") and m not in ASK_HANDOFF_MODULES)
     assert not extra, f"`jarvis ask` imported these before its question left: {extra}"
+    # The task and status messages (jarvisd.daemon._taskwire) are not created either.
+    made = sorted(n for n in modules["protocol"] if n.startswith("Task") or "Status" in n)
+    assert made == ["Status"], f"`jarvis ask` created task or status messages: {made}"
     never = {m for m in end if m.startswith(ASK_NEVER)}
     tops = sorted(m for m in never if m.rpartition(".")[0] not in never)
     assert not tops, f"`jarvis ask` through jarvisd imported {tops}"
+
+
+def test_task_messages_load_when_first_parsed() -> None:
+    """The task and status messages live in ``_taskwire``, loaded on first use: a fresh
+    process (a client that sent no task request) still parses their ops and replies,
+    and names them among the known ops."""
+    code = """
+import sys
+from jarvisd._errors import ProtocolError
+from jarvisd.daemon._protocol import parse_reply, parse_request
+assert "jarvisd.daemon._taskwire" not in sys.modules
+show = parse_request(b'{"v":1,"id":"a","op":"task.show","task":"t1"}')
+reply = parse_reply(b'{"v":1,"id":"a","type":"status","final":true,"status":{"pid":7}}')
+try:
+    parse_request(b'{"v":1,"id":"a","op":"nope"}')
+except ProtocolError as exc:
+    known = str(exc)
+from jarvisd.daemon._protocol import TaskInfo
+print(type(show).__name__, show.task, type(reply).__name__, reply.status.pid, TaskInfo.__module__)
+print(known)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True)  # fmt: skip
+    first, known = out.stdout.splitlines()
+    assert first == "TaskShow t1 StatusReply 7 jarvisd.daemon._taskwire"
+    assert "ask, ask.cancel, ping" in known and "task.submit, task.wait" in known
