@@ -40,6 +40,27 @@ frame) would take the first off, measured by hand at 0.23 s of 1.18 s at p50 und
 load; it needs the run's mounts (HOME with the gateway's socket, the workspace) to
 exist before the run, which a pooled container cannot have yet.
 
+The client (2026-11-29, after the pool): `jarvis ask` on its way to jarvisd imported
+asyncio (with ssl and concurrent.futures, through ``_runcontext`` and ``LocalHost``),
+every frame of the sandbox protocol (``jarvisd.protocol``'s eager ``__init__``) and the
+daemon's 15 task and status messages (a frozen dataclass costs about 0.5 ms to create,
+1 ms and more loaded). None of them now: asyncio is imported where it runs, the
+protocol's names load on first use, the task messages live in ``daemon/_taskwire.py``;
+the client is a blocking socket (``tests/test_import_graph.py`` holds the path to a
+list, run through the real command). Measured as a whole process, from its exec to its
+question's first byte on jarvisd's socket (a stand-in answering at once; 20 pairs
+interleaved with the tree before, load 16 to 17): 417 -> 306 ms at p50 (-112 ms; the
+pairs' median ratio 0.68), its CPU 188 -> 128 ms (-60 ms); at load 9, 458 -> 402 ms
+and 256 -> 188 ms of CPU. ``jarvis --help`` and ``jarvis ask --help`` are unchanged
+(0.195 s either way). What the client still loads before it sends: click (about a
+third), the run context with the messages and events, the spec, the socket client and
+the ask messages (66 dataclasses were created before, 34 now). On the daemon's side the
+hand-off is about 3 ms (the request parsed, a ping to the warm worker, the start frame:
+strace). The whole row, run twice at load 10 to 16 with the agents of other jobs
+(before / after, 7 runs each): 1.01 / 1.14 s against the host's 0.55 / 0.58 s: at such a
+load the row moves by more than the client's share, and the pooled start itself took
+1 s (0.44 s at load 4 to 5 this afternoon).
+
 opencode (2026-11-29, where the last run's +43 s went). Nothing in its sandboxed start
 waits: run by hand in the container and on the host with timestamps, its own logs
 (``--log-level DEBUG``) and ``strace -f -e trace=execve,connect,openat`` on the host,
@@ -101,26 +122,6 @@ at claim (mount propagation into a per-slot directory, or an archive). Runs with
 egress, a copied workspace or a daemon task (its HOME is kept for a resume) take the
 usual path; a workspace's ``.git`` is mounted read-only over it at claim, as on the
 usual start.
-The client (2026-11-29, after the pool): `jarvis ask` on its way to jarvisd imported
-asyncio (with ssl and concurrent.futures, through ``_runcontext`` and ``LocalHost``),
-every frame of the sandbox protocol (``jarvisd.protocol``'s eager ``__init__``) and the
-daemon's 15 task and status messages (a frozen dataclass costs about 0.5 ms to create,
-1 ms and more loaded). None of them now: asyncio is imported where it runs, the
-protocol's names load on first use, the task messages live in ``daemon/_taskwire.py``;
-the client is a blocking socket (``tests/test_import_graph.py`` holds the path to a
-list, run through the real command). Measured as a whole process, from its exec to its
-question's first byte on jarvisd's socket (a stand-in answering at once; 20 pairs
-interleaved with the tree before, load 16 to 17): 417 -> 306 ms at p50 (-112 ms; the
-pairs' median ratio 0.68), its CPU 188 -> 128 ms (-60 ms); at load 9, 458 -> 402 ms
-and 256 -> 188 ms of CPU. ``jarvis --help`` and ``jarvis ask --help`` are unchanged
-(0.195 s either way). What the client still loads before it sends: click (about a
-third), the run context with the messages and events, the spec, the socket client and
-the ask messages (66 dataclasses were created before, 34 now). On the daemon's side the
-hand-off is about 3 ms (the request parsed, a ping to the warm worker, the start frame:
-strace). The whole row, run twice at load 10 to 16 with the agents of other jobs
-(before / after, 7 runs each): 1.01 / 1.14 s against the host's 0.55 / 0.58 s: at such a
-load the row moves by more than the client's share, and the pooled start itself took
-1 s (0.44 s at load 4 to 5 this afternoon).
 opencode is not pooled: its start is seconds of its own CPU, which a pool would move
 off the clock too, but its permissions and tools live in its config (the launch), so
 more of its runs would not fit; left for later.
