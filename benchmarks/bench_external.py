@@ -56,10 +56,12 @@ and 256 -> 188 ms of CPU. ``jarvis --help`` and ``jarvis ask --help`` are unchan
 third), the run context with the messages and events, the spec, the socket client and
 the ask messages (66 dataclasses were created before, 34 now). On the daemon's side the
 hand-off is about 3 ms (the request parsed, a ping to the warm worker, the start frame:
-strace). The whole row, run twice at load 10 to 16 with the agents of other jobs
-(before / after, 7 runs each): 1.01 / 1.14 s against the host's 0.55 / 0.58 s: at such a
-load the row moves by more than the client's share, and the pooled start itself took
-1 s (0.44 s at load 4 to 5 this afternoon).
+strace). End to end, this row's run (`_ours`, an idle started codex claimed) with one
+jarvisd and the client of each tree in turn, to the stand-in's first request: 0.508 ->
+0.446 s at p50 (10 pairs, load 9 to 11) and 0.442 -> 0.379 s (12 pairs, load 9): -62 ms
+both times, the pairs' median ratio 0.88 and 0.86. The whole module run twice at load 10
+to 16 (before / after): 1.01 / 1.14 s against the host's 0.55 / 0.58 s, where the
+interleaved host runs and other jobs move the row by more than the client's share.
 
 opencode (2026-11-29, where the last run's +43 s went). Nothing in its sandboxed start
 waits: run by hand in the container and on the host with timestamps, its own logs
