@@ -40,6 +40,29 @@ frame) would take the first off, measured by hand at 0.23 s of 1.18 s at p50 und
 load; it needs the run's mounts (HOME with the gateway's socket, the workspace) to
 exist before the run, which a pooled container cannot have yet.
 
+The client (2026-11-29, after the pool): `jarvis ask` on its way to jarvisd imported
+asyncio (with ssl and concurrent.futures, through ``_runcontext`` and ``LocalHost``),
+every frame of the sandbox protocol (``jarvisd.protocol``'s eager ``__init__``) and the
+daemon's 15 task and status messages (a frozen dataclass costs about 0.5 ms to create,
+1 ms and more loaded). None of them now: asyncio is imported where it runs, the
+protocol's names load on first use, the task messages live in ``daemon/_taskwire.py``;
+the client is a blocking socket (``tests/test_import_graph.py`` holds the path to a
+list, run through the real command). Measured as a whole process, from its exec to its
+question's first byte on jarvisd's socket (a stand-in answering at once; 20 pairs
+interleaved with the tree before, load 16 to 17): 417 -> 306 ms at p50 (-112 ms; the
+pairs' median ratio 0.68), its CPU 188 -> 128 ms (-60 ms); at load 9, 458 -> 402 ms
+and 256 -> 188 ms of CPU. ``jarvis --help`` and ``jarvis ask --help`` are unchanged
+(0.195 s either way). What the client still loads before it sends: click (about a
+third), the run context with the messages and events, the spec, the socket client and
+the ask messages (66 dataclasses were created before, 34 now). On the daemon's side the
+hand-off is about 3 ms (the request parsed, a ping to the warm worker, the start frame:
+strace). End to end, this row's run (`_ours`, an idle started codex claimed) with one
+jarvisd and the client of each tree in turn, to the stand-in's first request: 0.508 ->
+0.446 s at p50 (10 pairs, load 9 to 11) and 0.442 -> 0.379 s (12 pairs, load 9): -62 ms
+both times, the pairs' median ratio 0.88 and 0.86. The whole module run twice at load 10
+to 16 (before / after): 1.01 / 1.14 s against the host's 0.55 / 0.58 s, where the
+interleaved host runs and other jobs move the row by more than the client's share.
+
 opencode (2026-11-29, where the last run's +43 s went). Nothing in its sandboxed start
 waits: run by hand in the container and on the host with timestamps, its own logs
 (``--log-level DEBUG``) and ``strace -f -e trace=execve,connect,openat`` on the host,

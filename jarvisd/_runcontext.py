@@ -18,15 +18,17 @@ fits is refused with :class:`BudgetExceeded`, and the caller stops the run with 
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._events import EventBus, EventType
 from ._messages import Usage
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "Budget",
@@ -104,6 +106,11 @@ class CancelToken:
             raise self.error()
 
     async def wait(self) -> None:
+        # asyncio is imported here, not above: `jarvis ask` builds a RunContext only to
+        # hand the question to jarvisd over a blocking socket, and asyncio would cost
+        # it tens of milliseconds before the question leaves (tests/test_import_graph.py).
+        import asyncio
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -309,6 +316,8 @@ def watch_wall(run: RunContext) -> Callable[[], None]:
         budget.started = time.monotonic()
         budget.clock_started = True
     wall = budget.max_wall
+    import asyncio  # not above: see CancelToken.wait
+
     loop = asyncio.get_running_loop()
 
     def warn() -> None:

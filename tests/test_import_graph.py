@@ -12,8 +12,11 @@ from __future__ import annotations
 import ast
 import itertools
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import jarvisd
@@ -382,3 +385,143 @@ def test_ask_reaches_jarvisd_without_the_runtime() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=PACKAGE.parent, check=True)  # fmt: skip
     assert out.stdout.strip() == ""
+
+
+#: The modules of jarvis that `jarvis ask` may have imported when its question leaves for
+#: jarvisd, each with why it is needed by then. Every question pays for each of them
+#: before jarvisd (and the agent it starts) can begin: a module that is needed only to
+#: run a question belongs in jarvisd's worker, and one needed only for the answer is
+#: imported where the answer is read.
+ASK_HANDOFF_MODULES = {
+    "jarvisd": "the package (its names load on first use)",
+    "jarvisd._lazy": "the packages' lazy names",
+    "jarvisd._version": "`jarvis --version`",
+    "jarvisd._errors": "the one exception tree",
+    "jarvisd._plugins": "the lazy command group's import of the ask command",
+    "jarvisd.cli": "the command group",
+    "jarvisd.cli._ask": "the ask command",
+    "jarvisd.cli._run_options": "its options and the spec they build",
+    "jarvisd._runcontext": "the RunContext the Host seam takes (on_delta, the bus)",
+    "jarvisd._events": "the run's event bus (tool calls shown as they start)",
+    "jarvisd._messages": "Usage, in the run's budget ledger",
+    "jarvisd._paths": "where jarvisd's socket is",
+    "jarvisd.runs": "the contract",
+    "jarvisd.runs._spec": "AgentSpec, what is sent",
+    "jarvisd.runs._options": "--option KEY=VALUE parsed at the edge",
+    "jarvisd.runs._hosts": "the Host seam DaemonHost implements",
+    "jarvisd.runs._outcome": "RunOutcome, what DaemonHost returns",
+    "jarvisd.runs._failures": "error replies turned into errors",
+    "jarvisd.daemon": "the daemon package (its names load on first use)",
+    "jarvisd.daemon._host": "DaemonHost",
+    "jarvisd.daemon._client": "the socket client",
+    "jarvisd.daemon._identity": "the socket's directory and peer checked",
+    "jarvisd.daemon._protocol": "the Ask request",
+    "jarvisd.protocol": "the protocol package (its names load on first use)",
+    "jarvisd.protocol._message": "the typed messages' base",
+}
+#: Never on `jarvis ask`'s way to jarvisd, nor after: it talks over a blocking socket
+#: (asyncio with ssl and concurrent.futures was about 35 ms of every question), and the
+#: frames of the sandbox protocol are jarvisd's business.
+ASK_NEVER = ("asyncio", "ssl", "concurrent", "jarvisd.protocol._frames", "jarvisd.protocol._link")
+
+_ASK_DRIVER = """
+import json, socket, sys
+send = socket.socket.sendall
+seen = []
+def sendall(self, data, *args):
+    if not seen:  # the question, leaving for jarvisd
+        seen.append(sorted(sys.modules))
+        seen.append(sorted(vars(sys.modules["jarvisd.daemon._protocol"])))
+    return send(self, data, *args)
+socket.socket.sendall = sendall
+from jarvisd.cli import main
+try:
+    main(["ask", "--agent", "codex", "Say done."])
+finally:
+    with open(sys.argv[1], "w") as out:
+        json.dump({"handoff": seen[0], "protocol": seen[1], "end": sorted(sys.modules)}, out)
+"""
+
+
+def _stand_in_jarvisd(sock_path: Path, got: list[bytes]) -> threading.Thread:
+    """A jarvisd that answers one question at once (the client's checks pass: our
+    uid, a private directory)."""
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+    server.settimeout(60)
+
+    def serve() -> None:
+        with server, server.accept()[0] as conn:
+            with conn.makefile("rb") as lines:
+                line = lines.readline()
+            got.append(line)
+            result = {"answer": "done", "agent": "codex"}
+            reply = {"v": 1, "id": json.loads(line)["id"], "type": "result", "final": True,
+                     "result": result}  # fmt: skip
+            conn.sendall(json.dumps(reply).encode() + b"\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_jarvis_ask_hands_its_question_to_jarvisd_with_only_the_client_imported(
+    tmp_path: Path,
+) -> None:
+    """The real `jarvis ask` (its command group, its options, DaemonHost) against a
+    jarvisd stand-in on the socket: what it had imported when the question left, and
+    at the end. Its time to jarvisd is on the clock of every question (issue 36: a
+    sandboxed agent to its first request in 0.4 s, of which this was 0.1 to 0.2 s)."""
+    from jarvisd._paths import paths
+
+    got: list[bytes] = []
+    server = _stand_in_jarvisd(paths().socket, got)
+    out = tmp_path / "modules.json"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run = subprocess.run([sys.executable, "-c", _ASK_DRIVER, str(out)], cwd=workspace,
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(PACKAGE.parent)))  # fmt: skip
+    server.join(10)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "done"
+    asked = json.loads(got[0])
+    assert asked["op"] == "ask" and asked["spec"]["agent"] == "codex"
+    assert asked["spec"]["options"]["workspace"] == str(workspace)
+    modules = json.loads(out.read_text())
+    handoff, end = modules["handoff"], modules["end"]
+    extra = sorted(m for m in handoff if m.startswith("jarvisd") and m not in ASK_HANDOFF_MODULES)
+    assert not extra, f"`jarvis ask` imported these before its question left: {extra}"
+    # The task and status messages (jarvisd.daemon._taskwire) are not created either.
+    made = sorted(n for n in modules["protocol"] if n.startswith("Task") or "Status" in n)
+    assert made == ["Status"], f"`jarvis ask` created task or status messages: {made}"
+    never = {m for m in end if m.startswith(ASK_NEVER)}
+    tops = sorted(m for m in never if m.rpartition(".")[0] not in never)
+    assert not tops, f"`jarvis ask` through jarvisd imported {tops}"
+
+
+def test_task_messages_load_when_first_parsed() -> None:
+    """The task and status messages live in ``_taskwire``, loaded on first use: a fresh
+    process (a client that sent no task request) still parses their ops and replies,
+    and names them among the known ops."""
+    code = """
+import sys
+from jarvisd._errors import ProtocolError
+from jarvisd.daemon._protocol import parse_reply, parse_request
+assert "jarvisd.daemon._taskwire" not in sys.modules
+show = parse_request(b'{"v":1,"id":"a","op":"task.show","task":"t1"}')
+reply = parse_reply(b'{"v":1,"id":"a","type":"status","final":true,"status":{"pid":7}}')
+try:
+    parse_request(b'{"v":1,"id":"a","op":"nope"}')
+except ProtocolError as exc:
+    known = str(exc)
+from jarvisd.daemon._protocol import TaskInfo
+print(type(show).__name__, show.task, type(reply).__name__, reply.status.pid, TaskInfo.__module__)
+print(known)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=PACKAGE.parent, check=True)  # fmt: skip
+    first, known = out.stdout.splitlines()
+    assert first == "TaskShow t1 StatusReply 7 jarvisd.daemon._taskwire"
+    assert "ask, ask.cancel, ping" in known and "task.submit, task.wait" in known

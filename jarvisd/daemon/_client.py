@@ -10,7 +10,7 @@ import dataclasses
 import socket
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from jarvisd._errors import (
     DaemonError,
@@ -25,7 +25,6 @@ from ._identity import check_peer, check_private_dir
 from ._protocol import (
     Ask,
     AskCancel,
-    DaemonStatus,
     Delta,
     ErrorReply,
     EventReply,
@@ -37,21 +36,16 @@ from ._protocol import (
     ResultReply,
     Shutdown,
     Status,
-    StatusReply,
-    TaskAnswer,
-    TaskCancel,
-    TaskInfo,
-    TaskList,
-    TaskListReply,
-    TaskLogs,
-    TaskReply,
-    TaskShow,
-    TaskSubmit,
-    TaskWait,
     UiLogin,
     encode,
     parse_reply,
 )
+
+if TYPE_CHECKING:
+    from ._taskwire import DaemonStatus, TaskInfo, TaskReply
+
+# The task and status messages are imported by the methods that send them: `jarvis
+# ask` uses this client too, and pays for every module it loads (see ``_taskwire``).
 
 __all__ = ["Client", "raise_for_error"]
 
@@ -176,6 +170,8 @@ class Client:
         return self.call(Ping(), Pong)
 
     def status(self) -> DaemonStatus:
+        from ._taskwire import StatusReply
+
         status = self.call(Status(), StatusReply).status
         assert status is not None
         return status
@@ -206,19 +202,29 @@ class Client:
     def submit(
         self, spec: AgentSpec, *, watch: str | None = None, timeout: float | None = None
     ) -> TaskInfo:
+        from ._taskwire import TaskReply, TaskSubmit
+
         return _task(self.call(TaskSubmit(spec=spec, watch=watch, timeout=timeout), TaskReply))
 
     def list_tasks(self, states: tuple[str, ...] = (), limit: int = 100) -> list[TaskInfo]:
+        from ._taskwire import TaskList, TaskListReply
+
         return list(self.call(TaskList(states=states, limit=limit), TaskListReply).tasks)
 
     def show(self, task: str) -> TaskInfo:
+        from ._taskwire import TaskReply, TaskShow
+
         return _task(self.call(TaskShow(task=task), TaskReply))
 
     def cancel(self, task: str) -> TaskInfo:
+        from ._taskwire import TaskCancel, TaskReply
+
         return _task(self.call(TaskCancel(task=task), TaskReply))
 
     def answer(self, task: str, allow: bool) -> TaskInfo:
         """Approve (``allow``) or deny the permission request ``task`` waits on."""
+        from ._taskwire import TaskAnswer, TaskReply
+
         return _task(self.call(TaskAnswer(task=task, allow=allow), TaskReply))
 
     def wait(
@@ -226,6 +232,8 @@ class Client:
     ) -> TaskInfo:
         """The task once it has ended (or at ``timeout``). A daemon that stops saying it
         is alive (every ``keepalive`` seconds) for three times as long is an error."""
+        from ._taskwire import TaskReply, TaskWait
+
         request = TaskWait(task=task, timeout=timeout, keepalive=keepalive)
         return _task(self.call(request, TaskReply, timeout=_silence(keepalive)))
 
@@ -239,6 +247,8 @@ class Client:
     ) -> Iterator[EventReply]:
         """The task's events after ``since``; with ``follow``, until it ends (a daemon
         that stops answering is an error, as for :meth:`wait`)."""
+        from ._taskwire import TaskLogs
+
         request = TaskLogs(
             task=task, since=since, follow=follow, keepalive=keepalive if follow else None
         )

@@ -48,13 +48,31 @@ never handle loose dicts.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from jarvisd._errors import ProtocolError
-from jarvisd.protocol import MISSING, Invalid, Message, wire
+from jarvisd._lazy import lazy_getattr
+from jarvisd.protocol import Invalid, Message, wire
 from jarvisd.runs import AgentSpec
+
+if TYPE_CHECKING:
+    from ._taskwire import (
+        DaemonStatus,
+        StatusReply,
+        TaskAnswer,
+        TaskCancel,
+        TaskInfo,
+        TaskList,
+        TaskListReply,
+        TaskLogs,
+        TaskReply,
+        TaskShow,
+        TaskSubmit,
+        TaskWait,
+        Waiting,
+    )
 
 __all__ = [
     "CHECKPOINT_EVENT",
@@ -115,39 +133,6 @@ def _keepalive(value: float | None) -> float | None:
     if value is not None and not 0.05 <= value <= 3600:
         raise Invalid("field 'keepalive' must be between 0.05 and 3600 seconds")
     return value
-
-
-def _positive_timeout(value: float | None) -> float | None:
-    if value is not None and value <= 0:
-        raise Invalid("field 'timeout' must be positive")
-    return value
-
-
-def _at_least(key: str, low: int, words: str) -> Callable[[int], int]:
-    def check(value: int) -> int:
-        if value < low:
-            raise Invalid(f"field {key!r} must {words}")
-        return value
-
-    return check
-
-
-def _states(value: object, label: str) -> tuple[str, ...]:
-    states = value if value is not MISSING and value else []
-    if not isinstance(states, list) or any(s not in TASK_STATES for s in states):
-        raise Invalid(f"field 'states' must be a list of {', '.join(TASK_STATES)}")
-    return tuple(states)
-
-
-def _state(value: str) -> str:
-    if value not in TASK_STATES:
-        raise Invalid(f"unknown task state {value!r}")
-    return value
-
-
-def _pid(value: object, label: str) -> int | None:
-    # Shown only (``jarvis task show``): a value that is not a pid is no pid.
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _new_spec() -> AgentSpec:
@@ -213,156 +198,9 @@ class AskCancel(Request):
     reason: str = wire("cancelled", check=lambda reason: reason[:500])
 
 
-@dataclass(frozen=True, slots=True)
-class TaskSubmit(Request):
-    op: ClassVar[str] = "task.submit"
-    spec: AgentSpec = wire(factory=_new_spec)
-    #: Re-run the task when files under this directory change.
-    watch: str | None = None
-    #: Seconds; None: config ``daemon.task_timeout``.
-    timeout: float | None = wire(None, check=_positive_timeout)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskList(Request):
-    op: ClassVar[str] = "task.list"
-    states: tuple[str, ...] = wire((), read=_states)
-    limit: int = wire(100, check=_at_least("limit", 1, "be at least 1"))
-
-
-@dataclass(frozen=True, slots=True)
-class _TaskRef(Request):
-    task: str = wire("", required=True)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskShow(_TaskRef):
-    op: ClassVar[str] = "task.show"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskCancel(_TaskRef):
-    op: ClassVar[str] = "task.cancel"
-
-
-@dataclass(frozen=True, slots=True)
-class TaskAnswer(_TaskRef):
-    """``jarvis task approve|deny``: answer the permission request a task waits on."""
-
-    op: ClassVar[str] = "task.answer"
-    allow: bool = wire(False, required=True)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskLogs(_TaskRef):
-    op: ClassVar[str] = "task.logs"
-    #: Replay events with a sequence number greater than this (0: from the start).
-    since: int = wire(0, check=_at_least("since", 0, "not be negative"))
-    follow: bool = False
-    #: While following, ``alive`` this often when no event came (None: never), so a
-    #: client can tell a quiet task from a stopped daemon.
-    keepalive: float | None = wire(None, check=_keepalive)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskWait(_TaskRef):
-    op: ClassVar[str] = "task.wait"
-    timeout: float | None = None
-    #: ``alive`` this often while the task runs (None: never); see TaskLogs.
-    keepalive: float | None = wire(None, check=_keepalive)
-
-
 REQUESTS: dict[str, type[Request]] = {
-    cls.op: cls
-    for cls in (
-        Ping,
-        Status,
-        Shutdown,
-        Ask,
-        AskCancel,
-        TaskSubmit,
-        TaskList,
-        TaskShow,
-        TaskCancel,
-        TaskAnswer,
-        TaskLogs,
-        TaskWait,
-        UiLogin,
-    )
+    cls.op: cls for cls in (Ping, Status, Shutdown, Ask, AskCancel, UiLogin)
 }
-
-
-# -- typed payloads -----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting(_Daemon):
-    """The permission request a running task waits on (`jarvis task approve|deny`)."""
-
-    tool: str = wire("", required=True)
-    kind: str = wire("", required=True)
-    since: float = 0.0
-    #: When it is denied unanswered (``agents.approval_timeout``).
-    until: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TaskInfo(_Daemon):
-    id: str = wire("", required=True)
-    state: str = wire("", required=True, check=_state)
-    spec: AgentSpec = wire(factory=_new_spec)
-    created_at: float = 0.0
-    started_at: float | None = None
-    finished_at: float | None = None
-    #: Why the task ended the way it did (cancel reason, error, interruption).
-    reason: str = ""
-    result: Mapping[str, Any] | None = None  # RunOutcome.to_dict()
-    attempts: int = 0
-    watch: str | None = None
-    rerun_of: str | None = None
-    timeout: float | None = None
-    last_seq: int = 0
-    checkpoint_turns: int = 0
-    #: psutil measurements of the worker process tree (live while running, else last).
-    cpu_seconds: float = 0.0
-    memory_bytes: int = 0
-    worker_pid: int | None = wire(None, read=_pid)
-    #: Where it ran: "local", or the Ray node id ("ray" until the cluster placed it).
-    node: str = ""
-    #: Set while the task waits for its permission request to be answered.
-    waiting: Waiting | None = None
-    #: What the daemon said on taking the task (a submit's reply only): e.g. that the
-    #: Ray cluster cannot be reached, and whether the task waits or runs here.
-    notice: str = ""
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-
-@dataclass(frozen=True, slots=True)
-class DaemonStatus(_Daemon):
-    pid: int = 0
-    version: str = ""
-    protocol: int = 0
-    started_at: float = 0.0
-    uptime_s: float = 0.0
-    running: int = 0
-    queued: int = 0
-    memory_bytes: int = 0
-    max_concurrent: int = 0
-    max_queued: int = 0
-    socket: str = ""
-    config_source: str | None = None
-    config_loaded_at: float = 0.0
-    #: Why the last config reload was refused (empty: the file in use is the file on disk).
-    config_error: str = ""
-    watches: int = 0
-    tasks_total: int = 0
-    #: Why the task store cannot be written (empty: it can); no task starts meanwhile.
-    store_error: str = ""
-    #: Tasks stopped by that failure, waiting for their state to be stored.
-    stalled: int = 0
 
 
 # -- replies ------------------------------------------------------------------------
@@ -394,12 +232,6 @@ class ErrorReply(Reply):
     type: ClassVar[str] = "error"
     code: str = "internal"
     message: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class StatusReply(Reply):
-    type: ClassVar[str] = "status"
-    status: DaemonStatus | None = wire(None, required=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,33 +269,46 @@ class ResultReply(Reply):
     result: Mapping[str, Any] = wire(factory=dict, required=True)  # RunOutcome.to_dict()
 
 
-@dataclass(frozen=True, slots=True)
-class TaskReply(Reply):
-    type: ClassVar[str] = "task"
-    task: TaskInfo | None = wire(None, required=True)
-
-
-@dataclass(frozen=True, slots=True)
-class TaskListReply(Reply):
-    type: ClassVar[str] = "tasks"
-    tasks: tuple[TaskInfo, ...] = wire((), required=True)
-
-
 REPLIES: dict[str, type[Reply]] = {
-    cls.type: cls
-    for cls in (
-        Pong,
-        Ok,
-        ErrorReply,
-        StatusReply,
-        Delta,
-        Alive,
-        EventReply,
-        ResultReply,
-        TaskReply,
-        TaskListReply,
-    )
+    cls.type: cls for cls in (Pong, Ok, ErrorReply, Delta, Alive, EventReply, ResultReply)
 }
+
+# -- the task and status messages, in ``_taskwire`` -----------------------------------
+
+#: Their ops and reply types, by class name: `jarvis ask` never builds them, and their
+#: dataclasses would cost every question milliseconds before it leaves (a frozen
+#: dataclass takes about half a millisecond to create). Loaded on first use: a request
+#: or reply of theirs parsed, or a name imported from here.
+_TASK_REQUESTS = {
+    "task.submit": "TaskSubmit",
+    "task.list": "TaskList",
+    "task.show": "TaskShow",
+    "task.cancel": "TaskCancel",
+    "task.answer": "TaskAnswer",
+    "task.logs": "TaskLogs",
+    "task.wait": "TaskWait",
+}
+_TASK_REPLIES = {"status": "StatusReply", "task": "TaskReply", "tasks": "TaskListReply"}
+_TASK_NAMES = (
+    *_TASK_REQUESTS.values(),
+    *_TASK_REPLIES.values(),
+    "DaemonStatus",
+    "TaskInfo",
+    "Waiting",
+)
+
+__getattr__ = lazy_getattr(__name__, dict.fromkeys(_TASK_NAMES, "jarvisd.daemon._taskwire"))
+
+_M = TypeVar("_M", bound=_Daemon)
+
+
+def _kind(table: dict[str, type[_M]], later: Mapping[str, str], key: str) -> type[_M] | None:
+    """The class for an op or reply type (None: unknown), loading ``_taskwire`` for
+    one of its own."""
+    found = table.get(key)
+    if found is None and key in later:
+        found = table[key] = __getattr__(later[key])
+    return found
 
 
 # -- encoding and parsing -----------------------------------------------------------
@@ -531,9 +376,11 @@ def parse_request(line: bytes | str) -> Request:
     req_id, op = data.get("id", ""), data.get("op")
     if not isinstance(req_id, str):
         raise ProtocolError("field 'id' must be a string")
-    if not isinstance(op, str) or op not in REQUESTS:
-        raise ProtocolError(f"unknown op {op!r} (known: {', '.join(sorted(REQUESTS))})")
-    return REQUESTS[op].from_body(req_id, data)
+    kind = _kind(REQUESTS, _TASK_REQUESTS, op) if isinstance(op, str) else None
+    if kind is None:
+        known = ", ".join(sorted({*REQUESTS, *_TASK_REQUESTS}))
+        raise ProtocolError(f"unknown op {op!r} (known: {known})")
+    return kind.from_body(req_id, data)
 
 
 def parse_reply(line: bytes | str) -> Reply:
@@ -541,6 +388,7 @@ def parse_reply(line: bytes | str) -> Reply:
     reply_id, kind = data.get("id", ""), data.get("type")
     if not isinstance(reply_id, str):
         raise ProtocolError("field 'id' must be a string")
-    if not isinstance(kind, str) or kind not in REPLIES:
+    cls = _kind(REPLIES, _TASK_REPLIES, kind) if isinstance(kind, str) else None
+    if cls is None:
         raise ProtocolError(f"unknown reply type {kind!r}")
-    return REPLIES[kind].from_body(reply_id, data)
+    return cls.from_body(reply_id, data)

@@ -9,9 +9,6 @@ the tool-call events on its bus either way. Tests use ``jarvisd.testing.FakeHost
 from __future__ import annotations
 
 import abc
-import asyncio
-import signal
-import threading
 from typing import TYPE_CHECKING
 
 from .._runcontext import RunContext
@@ -45,12 +42,20 @@ class LocalHost(Host):
         self.engine = engine
 
     def run(self, spec: AgentSpec, run: RunContext) -> RunOutcome:
+        # asyncio here, not above: DaemonHost derives from Host, and `jarvis ask` hands
+        # its question to jarvisd without it (tests/test_import_graph.py).
+        import asyncio
+
         from .._config import load_config
 
         config = self.config or load_config()
         return asyncio.run(self._run(spec, run, config))
 
     async def _run(self, spec: AgentSpec, run: RunContext, config: Config) -> RunOutcome:
+        import asyncio
+        import signal
+        import threading
+
         from ._execute import run_spec
 
         task = asyncio.current_task()
