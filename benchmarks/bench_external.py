@@ -101,9 +101,33 @@ at claim (mount propagation into a per-slot directory, or an archive). Runs with
 egress, a copied workspace or a daemon task (its HOME is kept for a resume) take the
 usual path; a workspace's ``.git`` is mounted read-only over it at claim, as on the
 usual start.
-opencode is not pooled: its start is seconds of its own CPU, which a pool would move
-off the clock too, but its permissions and tools live in its config (the launch), so
-more of its runs would not fit; left for later.
+opencode started ahead (2026-11-29). Measured first, by hand on the host (opencode
+spawned with the slot's launch, ``initialize`` answered, idle 4 s, then timed; load 0.3
+to 8): ``initialize`` 4 to 7 s (2.0 to 2.6 CPU-s); the first ``session/new`` 3.7 s (1.5
+CPU-s) and the prompt to the first request 0.4 to 0.7 s, so a started opencode alone
+would still leave 4.4 s on the clock: it does most of its work lazily, at its first
+``session/new`` (its per-directory instance: config, agents, tools; no file, process
+or network activity under strace between the request and its reply, all JavaScript).
+A warm-up ``session/new`` in another directory (3.4 to 3.7 CPU-s) takes that off: the
+run's ``session/new`` is then 1.3 to 1.6 s (0.6 CPU-s: a directory opencode has not
+seen; more warm-ups in other directories do not lower it, 0.54 to 0.79 CPU-s each; one
+in the very directory: 0.03 s, but a slot cannot know it), the prompt 0.4 to 0.5 s. So
+a slot of opencode opens one session in an empty directory of its HOME before it is
+ready; that session is never prompted, and the run's client takes only its own
+session's updates. Disabling its default plugins, Claude Code files, external skills,
+file finder and file watcher changed neither (1.6 s, 0.62 CPU-s). An idle opencode
+holds 290 to 415 MB (USS on the host; its container's row below). What its launch read
+of a run, made run-independent as codex's: the gateway's URL (the forwarder's, fixed)
+and token (minted with the slot), the model (``SLOT_MODEL``; its context window is not
+in its config: it never compacts on its own), the permissions (those of a run without
+``--tools`` and without egress, the only runs that claim a slot), the workspace
+(``session/new``'s cwd, mounted at claim); one input stays: opencode picks its system
+prompt by the model's name (``gpt-*``, ``o1``/``o3``, ``claude``, ``gemini-``, ``kimi``
+... each their own), so a run whose model name picks another prompt than
+``SLOT_MODEL``'s takes the usual start (``_agentpool.fits_model``; local model names
+all fit). The row's target: opencode's row keeps the relative reading (at most 0.4 s
+more than opencode started by hand on the host, whose start is seconds of its own);
+its note gives the absolute 0.4 s reading too.
 """
 
 from __future__ import annotations
