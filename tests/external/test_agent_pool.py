@@ -282,6 +282,28 @@ def test_pooled_opencode_runs(daemon: tuple[DaemonProcess, Path]) -> None:
     first_slot = _wait_idle(jarvisd, "opencode")
     before = _slots("opencode")
     assert set(before) == {first_slot}
+    # Runs the started agent does not fit, at once: the usual start, the slot stays idle
+    # (first: no refill to wait for).
+    ws3 = _workspace(root, "three", "marker-tools")
+    ws4 = _workspace(root, "four", "marker-model")
+    since = len(engine.calls)
+    runs = [
+        subprocess.Popen(
+            _ask_argv(f"cat {ws}/marker.txt", *options, agent="opencode"),
+            cwd=ws,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for ws, options in ((ws3, ("--tools", "bash")), (ws4, ("--model", "gpt-4o")))
+    ]
+    outcomes = [run.communicate(timeout=240)[1] for run in runs]
+    assert runs[0].returncode == 0, outcomes[0]
+    assert "marker-tools" in _seen(engine, since)
+    # Its own opencode asked the engine (which serves no gpt-4o: the run ends there).
+    assert "has no model 'gpt-4o'" in outcomes[1]
+    assert _ready_ids(jarvisd, "opencode") == [first_slot]  # still idle
+    assert set(_slots("opencode")) == {first_slot}
     ws1 = _workspace(root, "one", "marker-one")
     _ask(
         ws1,
@@ -316,28 +338,6 @@ def test_pooled_opencode_runs(daemon: tuple[DaemonProcess, Path]) -> None:
     assert second_slot not in _slots("opencode")
     assert not [m for m in _pool_mounts() if m.endswith(str(ws2))]
 
-    # Runs the started agent does not fit, at once: the usual start, the slot stays idle.
-    idle = _wait_idle(jarvisd, "opencode")
-    ws3 = _workspace(root, "three", "marker-tools")
-    ws4 = _workspace(root, "four", "marker-model")
-    since = len(engine.calls)
-    runs = [
-        subprocess.Popen(
-            _ask_argv(f"cat {ws}/marker.txt", *options, agent="opencode"),
-            cwd=ws,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for ws, options in ((ws3, ("--tools", "bash")), (ws4, ("--model", "gpt-4o")))
-    ]
-    outcomes = [run.communicate(timeout=240)[1] for run in runs]
-    assert runs[0].returncode == 0, outcomes[0]
-    assert "marker-tools" in _seen(engine, since)
-    # Its own opencode asked the engine (which serves no gpt-4o: the run ends there).
-    assert "has no model 'gpt-4o'" in outcomes[1]
-    assert _ready_ids(jarvisd, "opencode") == [idle]
-    assert set(_slots("opencode")) == {idle}
     assert jarvisd.terminate() == 0
     assert not _slots("opencode")
     assert _pool_mounts() == []
