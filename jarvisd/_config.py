@@ -254,7 +254,7 @@ class AgentsConfig:
     # allow entries (``[agents.network] codex = ["api.openai.com"]``).
     network: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # Sandboxed agents jarvisd keeps started per agent that opts in (codex, opencode:
-    # an idle opencode holds ~300 MB), each in
+    # an idle opencode holds ~280 MB), each in
     # its own container with its ACP `initialize` answered, for `jarvis ask --agent`
     # runs to claim (``jarvisd.external._agentpool``); 0: off. Root only.
     warm: int = _num(1, 0, 8)
