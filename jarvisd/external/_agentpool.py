@@ -80,6 +80,7 @@ __all__ = [
     "SlotMaker",
     "attach_slot",
     "claim_slot",
+    "fits_memory",
     "fits_model",
     "fits_slot",
     "fits_socket",
@@ -479,6 +480,20 @@ def _refused(config: Config, directory: Path, container_id: str) -> None:
         if name and "/" not in name and name not in (".", ".."):
             _remove_slot_dir(directory / "slots" / name)
     meta.unlink(missing_ok=True)
+
+
+#: The container memory an agent needs to start (opencode peaks at 392 to 409 MiB to
+#: its first request): under it the agent is killed at each start, and a keeper would
+#: start one every few seconds for nothing.
+MIN_MEMORY = {"opencode": 512 << 20}
+
+
+def fits_memory(config: Config, agent: AgentDefinition) -> bool:
+    """Whether ``sandbox.memory`` lets ``agent`` start (else none is kept)."""
+    from ..sandbox._policy import SandboxPolicy
+
+    need = MIN_MEMORY.get(agent.name, 0)
+    return not need or SandboxPolicy.from_config(config).memory_bytes >= need
 
 
 def fits_model(agent: AgentDefinition, model: str) -> bool:

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import docker.errors
 import psutil
 import pytest
 
@@ -101,11 +102,15 @@ def _slots(agent: str = "codex") -> dict[str, int]:
     client = _docker()
     try:
         found = client.api.containers(all=True, filters={"label": f"{SLOT_LABEL}={agent}"})  # type: ignore[attr-defined]
-        return {
-            c["Id"]: client.api.inspect_container(c["Id"])["State"]["Pid"]  # type: ignore[attr-defined]
-            for c in found
-            if any(str(m.get("Source", "")).startswith(base) for m in c.get("Mounts") or ())
-        }
+        pids: dict[str, int] = {}
+        for c in found:
+            if not any(str(m.get("Source", "")).startswith(base) for m in c.get("Mounts") or ()):
+                continue
+            try:
+                pids[c["Id"]] = client.api.inspect_container(c["Id"])["State"]["Pid"]  # type: ignore[attr-defined]
+            except docker.errors.NotFound:  # removed since it was listed: not there
+                continue
+        return pids
     finally:
         client.close()  # type: ignore[attr-defined]
 

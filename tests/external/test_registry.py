@@ -114,3 +114,15 @@ def test_opencode_prompt_by_model_name() -> None:
         assert opencode_prompt(vendor) != "default", vendor
         assert not fits_model(BUILTIN["opencode"], vendor)
     assert fits_model(BUILTIN["codex"], "gpt-4o")  # codex's slot is taken whatever the name
+
+
+def test_no_started_opencode_in_a_container_too_small_for_it() -> None:
+    """opencode is killed at its start under 512 MiB: jarvisd keeps none (its keeper
+    would start one every few seconds), codex still."""
+    from jarvisd._config import parse_config
+    from jarvisd.external._agentpool import fits_memory
+
+    small = parse_config({"sandbox": {"memory": "256m"}})
+    assert not fits_memory(small, BUILTIN["opencode"])
+    assert fits_memory(small, BUILTIN["codex"])
+    assert fits_memory(parse_config({}), BUILTIN["opencode"])  # the default, 512m
