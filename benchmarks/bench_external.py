@@ -398,6 +398,8 @@ def _daemon_env(root: Path, url: str, image: str) -> dict[str, str]:
     (root / "config" / "config.toml").write_text(
         f'[engine]\ndefault = "ollama"\nmodel = "scripted"\n[engine.ollama]\nhost = "{url}"\n'
         f'[sandbox]\nimage = "{image}"\nallowed_roots = ["{root}:rw"]\n'
+        # opencode's started agents open their warm-up session from 1 GiB on.
+        'memory = "1g"\n'
     )
     return environ
 

@@ -30,9 +30,10 @@ nothing of any run:
   directory is a shared mount for that (made so at the keeper's start).
 
 opencode does most of its start at its first ``session/new`` (3.4 CPU-seconds, then
-0.6 for each new directory, 0.03 for one it has seen): a slot opens one session in an
-empty directory of its own HOME (``warm``) before it is ready, never prompted; the run
-opens its own, whose updates its client alone takes (they name their session).
+0.6 for each new directory, 0.03 for one it has seen): with ``sandbox.memory`` of 1 GiB
+or more (:data:`WARM_UP_MEMORY`) a slot opens one session in an empty directory of its
+own HOME (``warm``) before it is ready, never prompted; the run opens its own, whose
+updates its client alone takes (they name their session).
 
 A slot is used once: the run's container is removed at its end like any other, and the
 keeper (``_handout.PoolKeeper``: the hand-over by rename, the refill, the check of dead
@@ -101,6 +102,10 @@ POOLED = frozenset({"codex", "opencode"})
 #: slot opens one session of its own, in an empty directory of its HOME (``warm``),
 #: never used by any run.
 WARM_UP_SESSION = frozenset({"opencode"})
+#: The container memory a warm-up session needs: its instance stays, and with the run's
+#: own beside it opencode went past 512 MiB (killed by the memory cgroup) where alone it
+#: peaks at 392 to 409 MiB. Under it a slot has no warm-up session.
+WARM_UP_MEMORY = 1 << 30
 #: Where a slot's gateway socket directory is, in its container.
 GATEWAY_DIR = "/run/jarvis-gateway"
 SOCKET_NAME = "gw.sock"
@@ -375,7 +380,8 @@ class SlotMaker:
             raw.sendall(start_frame(launch, Path(HOME_DIR)))
             raw.sendall(json.dumps(_INITIALIZE).encode() + b"\n")
             _await_reply(raw, 0, INITIALIZE_TIMEOUT_S)
-            if self.agent.name in WARM_UP_SESSION:
+            memory = self.executor().policy.memory_bytes
+            if self.agent.name in WARM_UP_SESSION and memory >= WARM_UP_MEMORY:
                 # Its session, in a directory of its own HOME, is never prompted; the
                 # run's session is another (its updates name their session: the run's
                 # client ignores others').

@@ -69,7 +69,8 @@ def daemon(isolated_dirs: Path) -> Iterator[tuple[DaemonProcess, Path]]:
     root.mkdir()
     engine = ScriptedEngine(fallback=_script)
     extra = (
-        f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\n[agents]\nwarm = 1\n'
+        f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\nmemory = "1g"\n'
+        "[agents]\nwarm = 1\n"  # 1g: opencode's slots open their warm-up session
         '[agents.permissions]\nexecute = "allow"\n'  # opencode asks before its bash
     )
     try:
