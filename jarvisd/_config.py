@@ -253,7 +253,8 @@ class AgentsConfig:
     # Hosts one agent's sandbox may reach besides [sandbox.network]'s: agent key ->
     # allow entries (``[agents.network] codex = ["api.openai.com"]``).
     network: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Sandboxed agents jarvisd keeps started per agent that opts in (codex), each in
+    # Sandboxed agents jarvisd keeps started per agent that opts in (codex, opencode:
+    # an idle opencode holds ~280 MB), each in
     # its own container with its ACP `initialize` answered, for `jarvis ask --agent`
     # runs to claim (``jarvisd.external._agentpool``); 0: off. Root only.
     warm: int = _num(1, 0, 8)

@@ -88,6 +88,7 @@ def _agent_keepers(config: Config) -> list[Any]:
     from ..external._agentpool import (
         POOLED,
         SlotMaker,
+        fits_memory,
         fits_socket,
         pool_base,
         pool_dir,
@@ -100,7 +101,11 @@ def _agent_keepers(config: Config) -> list[Any]:
     from ..sandbox._handout import PoolKeeper
     from ..sandbox._staging import can_stage
 
-    agents = [BUILTIN[name] for name in sorted(POOLED) if installed(BUILTIN[name])]
+    agents = [
+        BUILTIN[name]
+        for name in sorted(POOLED)
+        if installed(BUILTIN[name]) and fits_memory(config, BUILTIN[name])
+    ]
     if not agents:
         return []
     try:

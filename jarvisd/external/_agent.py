@@ -356,11 +356,22 @@ class ExternalAgent(BaseAgent):
         from ..sandbox import DockerExecutor
         from ..sandbox._covers import unreachable
         from ..sandbox._policy import SandboxPolicy
-        from ._agentpool import POOLED, Claimed, attach_slot, claim_slot, fits_slot, release
+        from ._agentpool import (
+            POOLED,
+            Claimed,
+            attach_slot,
+            claim_slot,
+            fits_model,
+            fits_slot,
+            release,
+        )
 
+        # The model name the run's gateway hands agents (``Gateway.model_name``).
+        model = self.model or self.engine.default_model() or "jarvis"
         if not (
             self.sandboxed
             and agent.name in POOLED
+            and fits_model(agent, model)
             and self.config.agents.warm
             and os.geteuid() == 0
             and not (self.mounts or self.own_tools or run.egress)

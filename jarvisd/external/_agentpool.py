@@ -15,7 +15,12 @@ nothing of any run:
   :data:`GATEWAY_DIR`): the claiming run's gateway binds its socket there. Root's so the
   agent, which may write its HOME, cannot plant a link where the gateway chowns;
 * its model name is :data:`SLOT_MODEL`: the gateway serves the run's model whatever an
-  agent asks for;
+  agent asks for. opencode also picks its system prompt by that name: a run whose model
+  name picks another (``gpt-4o``, ``claude-...``: :func:`fits_model`) takes the usual
+  start; its context window is not in its config (it never compacts on its own), so
+  nothing else of the model is;
+* its permissions and tools (opencode's are in its config): those of a run without
+  ``--tools`` and without egress, the only runs that claim a slot;
 * its workspace: each ``:rw`` root of ``sandbox.allowed_roots`` is, in the container, an
   empty directory of the slot's (``ws/N``, root's) bound with ``rslave`` propagation.
   At claim the run's workspace passes the same allowlist check as any mount, is opened
@@ -23,6 +28,12 @@ nothing of any run:
   at its own path under ``ws/N``: the mount propagates into the container, where the
   workspace appears at its own path. It is detached when the run ends. The pool's
   directory is a shared mount for that (made so at the keeper's start).
+
+opencode does most of its start at its first ``session/new`` (3.4 CPU-seconds, then
+0.6 for each new directory, 0.03 for one it has seen): with ``sandbox.memory`` of 1 GiB
+or more (:data:`WARM_UP_MEMORY`) a slot opens one session in an empty directory of its
+own HOME (``warm``) before it is ready, never prompted; the run opens its own, whose
+updates its client alone takes (they name their session).
 
 A slot is used once: the run's container is removed at its end like any other, and the
 keeper (``_handout.PoolKeeper``: the hand-over by rename, the refill, the check of dead
@@ -47,7 +58,7 @@ import shutil
 import struct
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,6 +81,8 @@ __all__ = [
     "SlotMaker",
     "attach_slot",
     "claim_slot",
+    "fits_memory",
+    "fits_model",
     "fits_slot",
     "fits_socket",
     "pool_base",
@@ -83,7 +96,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The agents whose idle start is pooled (their start reads nothing of a run).
-POOLED = frozenset({"codex"})
+POOLED = frozenset({"codex", "opencode"})
+#: Agents that do most of their start's work at their first ``session/new``, not at
+#: ``initialize`` (opencode: 3.4 CPU-seconds there, then 0.6 for each new directory): a
+#: slot opens one session of its own, in an empty directory of its HOME (``warm``),
+#: never used by any run.
+WARM_UP_SESSION = frozenset({"opencode"})
+#: The container memory a warm-up session needs: its instance stays, and with the run's
+#: own beside it opencode went past 512 MiB (killed by the memory cgroup) where alone it
+#: peaks at 392 to 409 MiB. Under it a slot has no warm-up session.
+WARM_UP_MEMORY = 1 << 30
 #: Where a slot's gateway socket directory is, in its container.
 GATEWAY_DIR = "/run/jarvis-gateway"
 SOCKET_NAME = "gw.sock"
@@ -258,7 +280,8 @@ class SlotMaker:
             home, sock, ws = slot / "home", slot / "sock", slot / "ws"
             home.mkdir(mode=0o700)
             (home / "tmp").mkdir(mode=0o700)
-            for path in (home, home / "tmp"):
+            (home / "warm").mkdir(mode=0o700)
+            for path in (home, home / "tmp", home / "warm"):
                 os.chown(path, SANDBOX_UID, SANDBOX_GID)
             sock.mkdir(mode=0o711)
             ws.mkdir(mode=0o711)
@@ -357,6 +380,14 @@ class SlotMaker:
             raw.sendall(start_frame(launch, Path(HOME_DIR)))
             raw.sendall(json.dumps(_INITIALIZE).encode() + b"\n")
             _await_reply(raw, 0, INITIALIZE_TIMEOUT_S)
+            memory = self.executor().policy.memory_bytes
+            if self.agent.name in WARM_UP_SESSION and memory >= WARM_UP_MEMORY:
+                # Its session, in a directory of its own HOME, is never prompted; the
+                # run's session is another (its updates name their session: the run's
+                # client ignores others').
+                warm = {"cwd": f"{HOME_DIR}/warm", "mcpServers": []}
+                raw.sendall(json.dumps(_request(1, "session/new", warm)).encode() + b"\n")
+                _await_reply(raw, 1, INITIALIZE_TIMEOUT_S)
         finally:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -364,6 +395,10 @@ class SlotMaker:
             if response is not None:
                 with contextlib.suppress(OSError, ValueError):
                     response.close()
+
+
+def _request(ident: int, method: str, params: Mapping[str, object]) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
 
 
 def _await_reply(raw: Any, ident: int, timeout: float) -> None:
@@ -377,11 +412,11 @@ def _await_reply(raw: Any, ident: int, timeout: float) -> None:
         while len(buffered) < n:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise SandboxError("the pooled agent did not answer initialize in time")
+                raise SandboxError(f"the pooled agent did not answer request {ident} in time")
             raw.settimeout(left)
             chunk = raw.recv(65536)
             if not chunk:
-                raise SandboxError("the pooled agent ended before answering initialize")
+                raise SandboxError(f"the pooled agent ended before answering request {ident}")
             buffered += chunk
         data, buffered = buffered[:n], buffered[n:]
         return data
@@ -398,7 +433,9 @@ def _await_reply(raw: Any, ident: int, timeout: float) -> None:
                 message = json.loads(line)
                 if isinstance(message, dict) and message.get("id") == ident:
                     if "error" in message:
-                        raise SandboxError(f"the pooled agent refused initialize: {message}")
+                        raise SandboxError(
+                            f"the pooled agent refused request {ident}: {str(message)[:300]}"
+                        )
                     raw.settimeout(None)
                     return
 
@@ -449,6 +486,32 @@ def _refused(config: Config, directory: Path, container_id: str) -> None:
         if name and "/" not in name and name not in (".", ".."):
             _remove_slot_dir(directory / "slots" / name)
     meta.unlink(missing_ok=True)
+
+
+#: The container memory an agent needs to start (opencode peaks at 392 to 409 MiB to
+#: its first request): under it the agent is killed at each start, and a keeper would
+#: start one every few seconds for nothing.
+MIN_MEMORY = {"opencode": 512 << 20}
+
+
+def fits_memory(config: Config, agent: AgentDefinition) -> bool:
+    """Whether ``sandbox.memory`` lets ``agent`` start (else none is kept)."""
+    from ..sandbox._policy import SandboxPolicy
+
+    need = MIN_MEMORY.get(agent.name, 0)
+    return not need or SandboxPolicy.from_config(config).memory_bytes >= need
+
+
+def fits_model(agent: AgentDefinition, model: str) -> bool:
+    """Whether the run's model name (the one its gateway hands agents) launches
+    ``agent`` as :data:`SLOT_MODEL` did: opencode picks its system prompt by the
+    name (a ``gpt-4o`` is given another than a local model), so such a run takes the
+    usual start. codex's slot is taken whatever the name."""
+    if agent.name == "opencode":
+        from ._registry import opencode_prompt
+
+        return opencode_prompt(model) == opencode_prompt(SLOT_MODEL)
+    return True
 
 
 def fits_slot(config: Config, workspace: Path) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "Setup",
     "definition",
     "external_names",
+    "opencode_prompt",
 ]
 
 
@@ -171,6 +172,29 @@ def _opencode(setup: Setup) -> Launch:
     return Launch(
         (str(setup.install / "node_modules/.bin/opencode"), "acp"), env, _OPENCODE_DEPS_DONE
     )
+
+
+def opencode_prompt(model: str) -> str:
+    """Which of its system prompts opencode (1.18.33) gives a model, by the model's
+    name: the one launch input a started opencode reads from the run (its started
+    agents are configured with a placeholder name, ``_agentpool.SLOT_MODEL``)."""
+    lower = model.lower()
+    for family, marks in _OPENCODE_PROMPTS:
+        if any(mark in (lower if family in ("trinity", "kimi") else model) for mark in marks):
+            return family
+    return "default"
+
+
+#: opencode's prompt families, in the order it tests the model's name (``includes``).
+_OPENCODE_PROMPTS = (
+    ("muse", ("muse",)),
+    ("gpt-4", ("gpt-4", "o1", "o3")),
+    ("gpt", ("gpt",)),
+    ("gemini", ("gemini-",)),
+    ("claude", ("claude",)),
+    ("trinity", ("trinity",)),
+    ("kimi", ("kimi",)),
+)
 
 
 #: opencode's tools that reach the web (``websearch`` and ``codesearch`` are offered

@@ -61,6 +61,8 @@ def _config(jarvisd: DaemonProcess, root: Path, memory: str = "256m", steps: int
     command, no_load = json.dumps(argv), json.dumps([*argv, "--no-load"])
     jarvisd.write_config(
         f"max_concurrent = {TASKS}",
+        # No agents started ahead: a started opencode costs seconds of CPU at each start.
+        "[agents]\nwarm = 0\n"
         f"[agents.external.steps]\ncommand = {command}\n"
         f"[agents.external.forgetful]\ncommand = {no_load}\n"
         f'[sandbox]\nbackend = "docker"\nmemory = "{memory}"\n'
@@ -382,6 +384,7 @@ def test_real_opencode_on_the_real_engine_resumes_after_kill9(isolated_dirs: Pat
         '[engine]\ndefault = "llamacpp"\nmodel = "qwen2.5-coder-0.5b"\n'
         "[daemon]\nmax_concurrent = 1\n"
         f'[sandbox]\nbackend = "docker"\nmemory = "1g"\nallowed_roots = ["{root}:rw"]\n'
+        "[agents]\nwarm = 0\n"  # no started opencode competing with the model for the CPU
     )
     spec = AgentSpec(
         input=f"Read {ws}/notes.txt with your read tool and tell me its release marker.",

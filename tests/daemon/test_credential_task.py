@@ -66,6 +66,7 @@ def test_a_task_on_a_key_the_daemon_holds(
     workspace.chmod(0o777)  # the sandbox user works in it
     jarvisd.write_config("max_concurrent = 1", (
         f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{workspace}:rw"]\n'
+        "[agents]\nwarm = 0\n"  # no agents started ahead: not what this test is about
         "[credentials.anthropic]\n"
         f'env = "DAEMON_ANTHROPIC_KEY"\nupstream = "{stand_in.url}"\ndialect = "anthropic"\n'
         'agents = ["claude_code"]\n'

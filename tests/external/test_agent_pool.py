@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import docker.errors
 import psutil
 import pytest
 
@@ -47,12 +48,17 @@ LEFT = "left-by-the-first-run"
 
 
 def _script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generation:
-    """codex's first request of a run: the shell command its prompt names; after the
-    command's result: the answer."""
+    """An agent's first request of a run: the shell command its prompt names (codex's
+    ``exec_command``, opencode's ``bash``); after the command's result: the answer.
+    opencode's title request (no tools): a title."""
+    if not tools:
+        return reply("A title")
     if any(m.role == "tool" for m in messages):
         return reply("done")
     prompt = next(m.content for m in reversed(messages) if m.role == "user")
     command = prompt.split("RUN:", 1)[1].strip()
+    if any(t.name == "bash" for t in tools):
+        return reply("", ("bash", {"command": command, "description": "Runs it"}))
     return reply("", ("exec_command", {"cmd": command}))
 
 
@@ -62,7 +68,11 @@ def daemon(isolated_dirs: Path) -> Iterator[tuple[DaemonProcess, Path]]:
     root = isolated_dirs / "w"
     root.mkdir()
     engine = ScriptedEngine(fallback=_script)
-    extra = f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\n[agents]\nwarm = 1\n'
+    extra = (
+        f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\nmemory = "1g"\n'
+        "[agents]\nwarm = 1\n"  # 1g: opencode's slots open their warm-up session
+        '[agents.permissions]\nexecute = "allow"\n'  # opencode asks before its bash
+    )
     try:
         with scripted_daemon(root, engine, extra=extra, start=False) as jarvisd:
             jarvisd.engine = engine  # type: ignore[attr-defined]
@@ -86,44 +96,51 @@ def _docker() -> object:
     return connect(Config())
 
 
-def _slots() -> dict[str, int]:
-    """This test's jarvisd's idle and claimed codex slots' containers (those whose
+def _slots(agent: str = "codex") -> dict[str, int]:
+    """This test's jarvisd's idle and claimed ``agent`` slots' containers (those whose
     binds come from its runtime directory): id -> their init's host pid."""
     base = str(Path(os.environ["JARVIS_RUNTIME_DIR"]) / "agent-pool")
     client = _docker()
     try:
-        found = client.api.containers(all=True, filters={"label": f"{SLOT_LABEL}=codex"})  # type: ignore[attr-defined]
-        return {
-            c["Id"]: client.api.inspect_container(c["Id"])["State"]["Pid"]  # type: ignore[attr-defined]
-            for c in found
-            if any(str(m.get("Source", "")).startswith(base) for m in c.get("Mounts") or ())
-        }
+        found = client.api.containers(all=True, filters={"label": f"{SLOT_LABEL}={agent}"})  # type: ignore[attr-defined]
+        pids: dict[str, int] = {}
+        for c in found:
+            if not any(str(m.get("Source", "")).startswith(base) for m in c.get("Mounts") or ()):
+                continue
+            try:
+                pids[c["Id"]] = client.api.inspect_container(c["Id"])["State"]["Pid"]  # type: ignore[attr-defined]
+            except docker.errors.NotFound:  # removed since it was listed: not there
+                continue
+        return pids
     finally:
         client.close()  # type: ignore[attr-defined]
 
 
-def _wait_idle(jarvisd: DaemonProcess) -> str:
+def _wait_idle(jarvisd: DaemonProcess, agent: str = "codex") -> str:
     """The one idle slot, once the keeper has it ready."""
     found: list[str] = []
 
     def one_ready() -> bool:
-        found[:] = _ready_ids(jarvisd)
+        found[:] = _ready_ids(jarvisd, agent)
         return len(found) == 1
 
-    jarvisd.wait_for(one_ready, 120, "an idle codex slot")
+    jarvisd.wait_for(one_ready, 180, f"an idle {agent} slot")
     return found[0]
 
 
-def _ready_ids(jarvisd: DaemonProcess) -> list[str]:
+def _ready_ids(jarvisd: DaemonProcess, agent: str = "codex") -> list[str]:
     base = Path(os.environ["JARVIS_RUNTIME_DIR"]) / "agent-pool"
-    return [n for d in base.glob("codex-*") for n in os.listdir(d / "ready")]
+    return [n for d in base.glob(f"{agent}-*") for n in os.listdir(d / "ready")]
 
 
-def _ask(workspace: Path, command: str, *options: str) -> str:
+def _ask_argv(command: str, *options: str, agent: str = "codex") -> list[str]:
+    return [sys.executable, "-m", "jarvisd", "ask", "--agent", agent, *options, f"RUN: {command}"]
+
+
+def _ask(workspace: Path, command: str, *options: str, agent: str = "codex") -> str:
     env = dict(os.environ)
     done = subprocess.run(
-        [sys.executable, "-m", "jarvisd", "ask", "--agent", "codex", *options,
-         f"RUN: {command}"],
+        _ask_argv(command, *options, agent=agent),
         cwd=workspace, env=env, capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -212,7 +229,7 @@ def test_pooled_codex_runs(
     # An idle slot whose gateway socket directory is not jarvis's alone is refused at
     # claim (the run starts its own) and removed.
     tampered = _wait_idle(jarvisd)
-    sock_dir = next(Path(os.environ["JARVIS_RUNTIME_DIR"]).glob("agent-pool/*/slots/*/sock"))
+    sock_dir = next(Path(os.environ["JARVIS_RUNTIME_DIR"]).glob("agent-pool/codex-*/slots/*/sock"))
     os.chmod(sock_dir, 0o777)
     _ask(ws2, f"cat {ws2}/marker.txt")
     assert "marker-two" in _tool_result(engine)
@@ -252,3 +269,81 @@ def test_pooled_codex_runs(
     assert fresh not in _slots()
     assert _pool_mounts() == []
     assert not list(Path(os.environ["JARVIS_RUNTIME_DIR"]).glob("agent-pool/*/slots/*"))
+
+
+def _seen(engine: ScriptedEngine, since: int) -> str:
+    """Every tool result the model was given in the calls after the first ``since``."""
+    return "\n".join(
+        str(m.content) for call in engine.calls[since:] for m in call.messages if m.role == "tool"
+    )
+
+
+def test_pooled_opencode_runs(daemon: tuple[DaemonProcess, Path]) -> None:
+    """opencode on a started agent (its warm-up session opened in its own HOME): the
+    run sees its workspace, the next run on a pool of 1 nothing of it, nothing is left;
+    a run held to some of its tools (``--tools``, in its config) or on a model whose
+    name gives it another system prompt takes the usual start."""
+    jarvisd, root = daemon
+    engine: ScriptedEngine = jarvisd.engine  # type: ignore[attr-defined]
+    first_slot = _wait_idle(jarvisd, "opencode")
+    before = _slots("opencode")
+    assert set(before) == {first_slot}
+    # Runs the started agent does not fit, at once: the usual start, the slot stays idle
+    # (first: no refill to wait for).
+    ws3 = _workspace(root, "three", "marker-tools")
+    ws4 = _workspace(root, "four", "marker-model")
+    since = len(engine.calls)
+    runs = [
+        subprocess.Popen(
+            _ask_argv(f"cat {ws}/marker.txt", *options, agent="opencode"),
+            cwd=ws,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for ws, options in ((ws3, ("--tools", "bash")), (ws4, ("--model", "gpt-4o")))
+    ]
+    outcomes = [run.communicate(timeout=240)[1] for run in runs]
+    assert runs[0].returncode == 0, outcomes[0]
+    assert "marker-tools" in _seen(engine, since)
+    # Its own opencode asked the engine (which serves no gpt-4o: the run ends there).
+    assert "has no model 'gpt-4o'" in outcomes[1]
+    assert _ready_ids(jarvisd, "opencode") == [first_slot]  # still idle
+    assert set(_slots("opencode")) == {first_slot}
+    ws1 = _workspace(root, "one", "marker-one")
+    _ask(
+        ws1,
+        f"cat {ws1}/marker.txt; echo {LEFT} > /tmp/left; echo {LEFT} > $HOME/left; pwd; "
+        f"echo written > {ws1}/out.txt",
+        agent="opencode",
+    )
+    seen = _tool_result(engine)
+    assert "marker-one" in seen  # the agent sees the run's workspace, at its own path
+    assert str(ws1) in seen
+    assert (ws1 / "out.txt").read_text() == "written\n"
+    after = _slots("opencode")
+    assert first_slot not in after
+    assert not psutil.pid_exists(before[first_slot])
+    assert not [m for m in _pool_mounts() if m.endswith(str(ws1))]
+
+    second_slot = _wait_idle(jarvisd, "opencode")
+    assert second_slot != first_slot
+    ws2 = _workspace(root, "two", "marker-two")
+    # In a script: a command naming paths outside the workspace (/proc) is judged by
+    # jarvis's policy before opencode may run it.
+    (ws2 / "probe.sh").write_text(
+        f"cat {ws2}/marker.txt; ls -A /tmp $HOME; cat /tmp/left $HOME/left; "
+        f"ls {ws1}; grep -c {ws1} /proc/self/mountinfo; tr '\\0' '\\n' < /proc/1/environ\n"
+    )
+    _ask(ws2, "sh probe.sh", agent="opencode")
+    seen = _tool_result(engine)
+    assert "marker-two" in seen
+    assert LEFT not in seen  # neither /tmp nor HOME kept run 1's files
+    assert "marker-one" not in seen
+    assert "No such file or directory" in seen
+    assert second_slot not in _slots("opencode")
+    assert not [m for m in _pool_mounts() if m.endswith(str(ws2))]
+
+    assert jarvisd.terminate() == 0
+    assert not _slots("opencode")
+    assert _pool_mounts() == []

@@ -97,3 +97,32 @@ def test_missing_node_or_package_is_one_line_with_the_fix_and_exit_3(
         install(BUILTIN["claude"])
     code, _ = to_wire(caught.value)
     assert code == "agent_not_installed" and exit_code(code) == 3
+
+
+def test_opencode_prompt_by_model_name() -> None:
+    """A started opencode (its model named ``SLOT_MODEL``) fits a run only when the
+    run's model name gives opencode the same system prompt (``fits_model``)."""
+    from jarvisd.external._agentpool import SLOT_MODEL, fits_model
+    from jarvisd.external._registry import opencode_prompt
+
+    assert opencode_prompt(SLOT_MODEL) == "default"
+    for local in ("qwen2.5-coder:1.5b", "scripted", "local", "smollm2-135m", "llama3.1:8b"):
+        assert opencode_prompt(local) == "default", local
+        assert fits_model(BUILTIN["opencode"], local)
+    for vendor in ("gpt-4o", "gpt-5-codex", "o3-mini", "claude-sonnet-4", "gemini-2.5-pro",
+                   "Kimi-K2", "muse-spark"):  # fmt: skip
+        assert opencode_prompt(vendor) != "default", vendor
+        assert not fits_model(BUILTIN["opencode"], vendor)
+    assert fits_model(BUILTIN["codex"], "gpt-4o")  # codex's slot is taken whatever the name
+
+
+def test_no_started_opencode_in_a_container_too_small_for_it() -> None:
+    """opencode is killed at its start under 512 MiB: jarvisd keeps none (its keeper
+    would start one every few seconds), codex still."""
+    from jarvisd._config import parse_config
+    from jarvisd.external._agentpool import fits_memory
+
+    small = parse_config({"sandbox": {"memory": "256m"}})
+    assert not fits_memory(small, BUILTIN["opencode"])
+    assert fits_memory(small, BUILTIN["codex"])
+    assert fits_memory(parse_config({}), BUILTIN["opencode"])  # the default, 512m
