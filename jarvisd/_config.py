@@ -253,11 +253,14 @@ class AgentsConfig:
     # Hosts one agent's sandbox may reach besides [sandbox.network]'s: agent key ->
     # allow entries (``[agents.network] codex = ["api.openai.com"]``).
     network: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    # Sandboxed agents jarvisd keeps started per agent that opts in (codex, opencode:
-    # an idle opencode holds ~280 MB), each in
+    # Sandboxed agents jarvisd keeps started for each agent of ``warm_agents``, each in
     # its own container with its ACP `initialize` answered, for `jarvis ask --agent`
     # runs to claim (``jarvisd.external._agentpool``); 0: off. Root only.
     warm: int = _num(1, 0, 8)
+    # Which agents are kept started. codex by default: an idle one holds ~13 MB. An
+    # idle opencode holds ~280 MB and each start costs ~5 CPU-seconds (again after
+    # every run and every daemon start), which a user who never runs it should not pay.
+    warm_agents: tuple[Literal["codex", "opencode"], ...] = ("codex",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -586,6 +589,14 @@ def _coerce(hint: object, value: object, file: str, key: str) -> object:
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(file, key, "a list of strings", value)
+        item = typing.get_args(hint)[0]
+        if typing.get_origin(item) is Literal:
+            choices = typing.get_args(item)
+            for v in value:
+                if v not in choices:
+                    raise ConfigError(
+                        file, key, "a list of " + ", ".join(map(repr, choices)), value
+                    )
         return tuple(value)
     if hint is bool:
         if not isinstance(value, bool):

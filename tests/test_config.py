@@ -47,6 +47,11 @@ allowed_roots = ["/srv/data", "/srv/out:rw"]
         ("[agent]\nmax_tokens = true", "agent.max_tokens", "an integer"),
         ("[agent]\ntemprature = 0.1", "agent.temprature", "unknown key"),
         ("[tools]\nfile_read_roots = '/tmp'", "tools.file_read_roots", "a list of strings"),
+        (
+            "[agents]\nwarm_agents = ['claude']",
+            "agents.warm_agents",
+            "a list of 'codex', 'opencode'",
+        ),
         ("engine = 3", "engine", "a table"),
         ("[engine\n", "", "valid TOML"),
     ],
@@ -141,3 +146,15 @@ def test_defaults_are_within_their_bounds() -> None:
                 assert f.metadata["bounds"].admits(value), f.name
 
     check(Config())
+
+
+def test_the_agents_kept_started_are_the_ones_the_pool_can_keep() -> None:
+    # The config's choices and the pool's agents are one list, written twice.
+    import typing
+
+    from jarvisd._config import AgentsConfig
+    from jarvisd.external._agentpool import POOLED
+
+    hint = typing.get_type_hints(AgentsConfig)["warm_agents"]
+    assert set(typing.get_args(typing.get_args(hint)[0])) == POOLED
+    assert set(AgentsConfig().warm_agents) == {"codex"}

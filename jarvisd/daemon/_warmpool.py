@@ -103,7 +103,7 @@ def _agent_keepers(config: Config) -> list[Any]:
 
     agents = [
         BUILTIN[name]
-        for name in sorted(POOLED)
+        for name in sorted(POOLED & set(config.agents.warm_agents))
         if installed(BUILTIN[name]) and fits_memory(config, BUILTIN[name])
     ]
     if not agents:

@@ -63,14 +63,21 @@ def _script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generatio
 
 
 @pytest.fixture
-def daemon(isolated_dirs: Path) -> Iterator[tuple[DaemonProcess, Path]]:
-    require(installed(BUILTIN["codex"]), "needs `jarvis agents install codex`")
+def daemon(
+    isolated_dirs: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[DaemonProcess, Path]]:
+    """A jarvisd keeping one started agent of each of ``request.param`` (default: the
+    default, codex only)."""
+    agents: tuple[str, ...] = getattr(request, "param", ("codex",))
+    for name in agents:
+        require(installed(BUILTIN[name]), f"needs `jarvis agents install {name}`")
     root = isolated_dirs / "w"
     root.mkdir()
     engine = ScriptedEngine(fallback=_script)
+    warm = "" if agents == ("codex",) else f"warm_agents = {list(agents)!r}\n".replace("'", '"')
     extra = (
         f'[sandbox]\nimage = "{IMAGE}"\nallowed_roots = ["{root}:rw"]\nmemory = "1g"\n'
-        "[agents]\nwarm = 1\n"  # 1g: opencode's slots open their warm-up session
+        f"[agents]\nwarm = 1\n{warm}"  # 1g: opencode's slots open their warm-up session
         '[agents.permissions]\nexecute = "allow"\n'  # opencode asks before its bash
     )
     try:
@@ -179,6 +186,9 @@ def test_pooled_codex_runs(
     first_slot = _wait_idle(jarvisd)
     before = _slots()
     assert set(before) == {first_slot}
+    # opencode is installed, and kept only when agents.warm_agents names it.
+    kept = jarvisd.log.read_text(errors="replace")
+    assert "started codex agent" in kept and "started opencode agent" not in kept
     ws1 = _workspace(root, "one", "marker-one")
     (ws1 / ".git").mkdir(mode=0o777)
     (ws1 / ".git" / "config").write_text("[core]\n")
@@ -278,6 +288,7 @@ def _seen(engine: ScriptedEngine, since: int) -> str:
     )
 
 
+@pytest.mark.parametrize("daemon", [("opencode",)], indirect=True)  # not kept by default
 def test_pooled_opencode_runs(daemon: tuple[DaemonProcess, Path]) -> None:
     """opencode on a started agent (its warm-up session opened in its own HOME): the
     run sees its workspace, the next run on a pool of 1 nothing of it, nothing is left;
