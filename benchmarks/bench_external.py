@@ -428,6 +428,8 @@ def _daemon_env(root: Path, url: str, image: str) -> dict[str, str]:
         f'[sandbox]\nimage = "{image}"\nallowed_roots = ["{root}:rw"]\n'
         # opencode's started agents open their warm-up session from 1 GiB on.
         'memory = "1g"\n'
+        # Both agents' rows measure a started agent (opencode is not kept by default).
+        '[agents]\nwarm_agents = ["codex", "opencode"]\n'
     )
     return environ
 
