@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -277,16 +277,7 @@ class ExternalAgent(BaseAgent):
                         self._slot_channel(claimed, access, workspace)
                     )
                 else:
-                    channel = await self._start(
-                        agent,
-                        where,
-                        home,
-                        access,
-                        workspace,
-                        copy,
-                        egress=run.egress,
-                        toolchain=(run.sandbox_binds, run.sandbox_env),
-                    )
+                    channel = await self._start(agent, where, home, access, workspace, run, copy)
                 try:
                     await sdk
                 except BaseException:  # converse would have killed it: nothing else will
@@ -507,15 +498,7 @@ class ExternalAgent(BaseAgent):
             access = GatewayAccess(
                 f"unix:{home / 'none.sock'}", "", self.model or DEFAULT_MODEL_NAME
             )
-            channel = await self._start(
-                agent,
-                where,
-                home,
-                access,
-                workspace,
-                egress=run.egress,
-                toolchain=(run.sandbox_binds, run.sandbox_env),
-            )
+            channel = await self._start(agent, where, home, access, workspace, run)
             session = FrameSession(
                 channel,
                 self.engine,
@@ -637,11 +620,11 @@ class ExternalAgent(BaseAgent):
         home: Path,
         access: GatewayAccess,
         workspace: Workspace,
+        run: RunContext,
         copy: Path | None = None,
-        *,
-        egress: str = "",
-        toolchain: tuple[Sequence[tuple[str, str, bool]], Mapping[str, str]] = ((), {}),
     ) -> Channel:
+        """The agent started for ``run``: in the sandbox with the run's egress (its
+        network policy) and its ``jarvis code`` toolchain, else on the host."""
         if self.sandboxed:
             from ._sandbox import start_in_sandbox
 
@@ -652,11 +635,11 @@ class ExternalAgent(BaseAgent):
                 access,
                 workspace,
                 self.config,
-                functools.partial(self._launch, egress=bool(egress)),
+                functools.partial(self._launch, egress=bool(run.egress)),
                 mounts=self.mounts,
                 copy=copy,
-                egress=egress,
-                toolchain=toolchain,
+                egress=run.egress,
+                toolchain=(run.sandbox_binds, run.sandbox_env),
             )
         from ._host import start_on_host
         from ._sandbox import write_home
