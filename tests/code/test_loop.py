@@ -143,7 +143,10 @@ def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: P
     assert outcome.ok, outcome.failure
     system = engine.calls[0].messages[0].content
     assert "view(path, start=1, end=None)" in system and "replace(path, old, new)" in system
-    assert "no code has run in this session" in engine.calls[1].messages[-1].content
+    reask = engine.calls[1].messages[-1].content
+    assert "no code has run in this session" in reask
+    # Told only to "write a block", 1.5B repeated its claim: it is shown the block.
+    assert "```python\nreplace('/absolute/path/of/the/file.py', " in reask
     observation = engine.calls[2].messages[-1].content
     assert "    2      return a - b" in observation  # view, numbered
     assert "replace: 0 matches of the snippet" in observation  # refused, nothing changed
