@@ -194,6 +194,9 @@ def test_the_wall_clock_budget_is_one_for_all_the_rounds(project: Path) -> None:
     record = store().get(ws.id).outcome
     assert [r["round"] for r in record["rounds"]] == [1, 2]
     assert record["rounds"][1]["failure"]["code"] == "budget", record["rounds"]
+    # The stopped run counts its replies: round 1's, and round 2's in flight (it said
+    # 0 turns after 600 s of a real model's replies).
+    assert outcome.turns == len(engine.calls) == sum(r["turns"] for r in record["rounds"])
 
 
 def test_a_summary_that_shows_the_code_it_ran_again_is_the_answer(project: Path) -> None:
