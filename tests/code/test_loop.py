@@ -194,9 +194,20 @@ def test_the_wall_clock_budget_is_one_for_all_the_rounds(project: Path) -> None:
     record = store().get(ws.id).outcome
     assert [r["round"] for r in record["rounds"]] == [1, 2]
     assert record["rounds"][1]["failure"]["code"] == "budget", record["rounds"]
-    # The stopped run counts its replies: round 1's, and round 2's in flight (it said
-    # 0 turns after 600 s of a real model's replies).
-    assert outcome.turns == len(engine.calls) == sum(r["turns"] for r in record["rounds"])
+
+
+def test_a_run_stopped_mid_reply_counts_the_reply_in_flight(project: Path) -> None:
+    """A code run the wall clock stopped after 600 s of a real model's replies said 0
+    turns. The sandboxed agent's reply here takes 2 minutes and the budget is 12 s:
+    the reply in flight is a turn, of the run and of its round."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    engine = ScriptedEngine.from_replies(["I looked at add."], latency_s=120.0)
+    spec = AgentSpec(input=FIX, agent="native_openhands", workspace=ws.id, max_wall=12.0)
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(sandbox=SandboxConfig(memory="256m")),
+                                   engine))  # fmt: skip
+    assert outcome.failure is not None and outcome.failure.code == "budget", outcome
+    assert len(engine.calls) == 1 and outcome.turns == 1, outcome
+    assert [r["turns"] for r in store().get(ws.id).outcome["rounds"]] == [1]
 
 
 def test_a_summary_that_shows_the_code_it_ran_again_is_the_answer(project: Path) -> None:
