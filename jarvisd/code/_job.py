@@ -415,7 +415,14 @@ async def _rounds(
             break
         assert after is not None
         prompt = round_prompt(
-            ws, spec.input, after, outcome.answer, number + 1, ws.rounds, helpers=helpers
+            ws,
+            spec.input,
+            after,
+            outcome.answer,
+            number + 1,
+            ws.rounds,
+            helpers=helpers,
+            acted=bool(outcome.tool_results),
         )
         phases.save(rounds=list(done.rounds), number=number + 1, outcome=None, prompt=prompt)
 

@@ -188,15 +188,25 @@ def round_prompt(
     rounds: int,
     *,
     helpers: bool = False,
+    acted: bool = True,
 ) -> str:
     """The message of round ``number``: the task again, what the agent said last time,
-    and the tests' new output (the files are in the state the last round left)."""
+    and the tests' new output (the files are in the state the last round left).
+    ``acted``: whether the last round ran any code; a summary of a round that ran none
+    is not repeated to it (1.5B copied its own claim of a change it never made, round
+    after round), it is told that nothing changed."""
+    said = (
+        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}"
+        if acted
+        else "Your last replies ran no code, so no file has changed: describing a change "
+        "does not make it."
+    )
     lines = [
         f"You are working on a software project whose files are in the directory {ws.path}. "
         "Use absolute paths under that directory.",
         f"The project's tests run with: cd {ws.path} && {ws.test}",
         f"Task: {task}",
-        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
+        said,
         f"But the tests still do not pass (round {number} of {rounds}).",
         *_test_block(after, after_change=True),
         *_files_block([task, _output(after)], ws, helpers),

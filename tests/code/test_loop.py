@@ -248,3 +248,19 @@ def test_pytests_warnings_summary_does_not_push_the_failure_out_of_the_first_mes
     assert "[pytest's warnings summary: 201 lines left out]" in first
     # Only the test command, quoted in the message, still says it.
     assert first.count("DeprecationWarning") == 1 and "FAILED test_calc.py::test_add" in first
+
+
+def test_a_round_that_ran_no_code_is_told_nothing_changed_not_its_claim(project: Path) -> None:
+    """1.5B on toolz-tail: "I changed tail to use a deque", asked to act, the same
+    again; the next round repeated its claim to it ("You said you were done: ...") and
+    it copied the claim, round after round, with no file changed."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=SAYS, rounds=2)  # fmt: skip
+    claim = "I changed add in calc.py to use a deque."
+    engine = ScriptedEngine.from_replies([claim, claim, write(ws, FIXED), "add adds now."])
+    outcome, events = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    second = first_user_message(engine, 2)
+    assert "round 2 of 2" in second and "use a deque" not in second
+    assert "Your last replies ran no code, so no file has changed" in second
+    assert [e.data["test"] for e in events] == ["failed", "passed"]
