@@ -243,6 +243,25 @@ def mini_runner(model: str, base_url: str, config: Any) -> Callable[[Any, Any], 
     return run_one
 
 
+def commit() -> str:
+    """The commit of jarvis measured ("+" when its tree has changes), or ""."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "jarvisd", "runners"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty.strip() else "")  # fmt: skip
+
+
 def measure(model: str, bugs: str, systems: Sequence[str], out: Path, port: int,
             n_ctx: int, again: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     from jarvisd._config import load_config
@@ -281,7 +300,7 @@ def measure(model: str, bugs: str, systems: Sequence[str], out: Path, port: int,
             return run_jarvis(bug, rc, config)
 
         return run_eval(chosen, chosen_configs, config, results=results, progress=progress,
-                        runner=dispatch, again=again)  # fmt: skip
+                        runner=dispatch, again=again, tags={"commit": commit()})  # fmt: skip
 
 
 def write_table(out: Path) -> dict[str, Any]:

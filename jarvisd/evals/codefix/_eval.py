@@ -239,12 +239,13 @@ def run_eval(
     progress: Callable[[str], None] = lambda line: None,
     runner: Callable[[Bug, RunConfig], BugResult] | None = None,
     again: bool = False,
+    tags: Mapping[str, object] | None = None,
 ) -> list[dict[str, Any]]:
     """Every bug under every configuration (bug by bug: each bug's environment is made
     once), skipping what ``results`` already holds (``again``: run it again, after a
     change to the scaffold; the new row supersedes the old, see :func:`latest`); each
     result is appended to it as it finishes. Returns all results of these bugs and
-    configurations."""
+    configurations. ``tags`` are added to each row (the bench's: the commit measured)."""
     done = (
         {(r["bug"], r["config"], r.get("model", "")): r for r in load_results(results)}
         if results is not None and not again
@@ -275,6 +276,7 @@ def run_eval(
                     error=f"{type(exc).__name__}: {exc}"[:500],
                 ).to_dict()
             result["load"] = load
+            result.update(tags or {})
             out.append(result)
             if results is not None:
                 results.parent.mkdir(parents=True, exist_ok=True)
