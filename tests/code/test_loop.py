@@ -264,3 +264,15 @@ def test_a_round_that_ran_no_code_is_told_nothing_changed_not_its_claim(project:
     assert "round 2 of 2" in second and "use a deque" not in second
     assert "Your last replies ran no code, so no file has changed" in second
     assert [e.data["test"] for e in events] == ["failed", "passed"]
+
+
+def test_a_cells_long_output_is_clipped_for_the_models_next_reply(project: Path) -> None:
+    """view() of a whole long module printed 10,000 characters into the next reply's
+    prompt (minutes of a 1.5B model's time): a code run clips what a cell prints."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    noisy = "```python\nprint('x' * 20000)\n```"
+    engine = ScriptedEngine.from_replies([noisy, write(ws, FIXED), "add adds now."])
+    outcome, _ = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    observation = engine.calls[1].messages[-1].content
+    assert "x" * 3000 in observation and "x" * 4100 not in observation
