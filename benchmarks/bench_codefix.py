@@ -243,8 +243,27 @@ def mini_runner(model: str, base_url: str, config: Any) -> Callable[[Any, Any], 
     return run_one
 
 
+def commit() -> str:
+    """The commit of jarvis measured ("+" when its tree has changes), or ""."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "status", "--porcelain", "--", "jarvisd", "runners"],
+            capture_output=True,
+            text=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty.strip() else "")  # fmt: skip
+
+
 def measure(model: str, bugs: str, systems: Sequence[str], out: Path, port: int,
-            n_ctx: int) -> list[dict[str, Any]]:  # fmt: skip
+            n_ctx: int, again: bool = False) -> list[dict[str, Any]]:  # fmt: skip
     from jarvisd._config import load_config
     from jarvisd.evals.codefix import load_corpus
     from jarvisd.evals.codefix._eval import RunConfig, run_eval
@@ -281,15 +300,18 @@ def measure(model: str, bugs: str, systems: Sequence[str], out: Path, port: int,
             return run_jarvis(bug, rc, config)
 
         return run_eval(chosen, chosen_configs, config, results=results, progress=progress,
-                        runner=dispatch)  # fmt: skip
+                        runner=dispatch, again=again, tags={"commit": commit()})  # fmt: skip
 
 
 def write_table(out: Path) -> dict[str, Any]:
     """``codefix.json`` and ``codefix.md`` from ``codefix.jsonl`` (every row so far)."""
-    from jarvisd.evals.codefix._eval import load_results, summarize
+    from jarvisd.evals.codefix._eval import latest, load_results, summarize
 
     rows = load_results(out / "codefix.jsonl")
-    summary = summarize(rows)
+    # A bug run again (--again, after a change to jarvis) counts by its last row; the
+    # rows before it stay in the per-bug table, marked.
+    current = latest(rows)
+    summary = summarize(current)
     report = {"summary": summary, "results": rows}
     (out / "codefix.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
@@ -298,7 +320,8 @@ def write_table(out: Path) -> dict[str, Any]:
         "Each bug: one mutation of a real PyPI project (jarvisd/evals/codefix/corpus.toml);",
         "fixed when the project's whole suite passes in the sandbox on the change to its own",
         "source. n is the number of bugs run in that cell; the same bugs for every system",
-        "of a model only where n is equal.",
+        "of a model only where n is equal. A bug run again (`--again`, after a change to",
+        "jarvis) counts by its last row.",
         "",
         "| model | system | n | fixed | fix rate | wall time (s, total) | tokens (total) | harness errors |",
         "|---|---|---|---|---|---|---|---|",
@@ -310,18 +333,24 @@ def write_table(out: Path) -> dict[str, Any]:
             f"{s['prompt_tokens'] + s['completion_tokens']} | {s['errors']} |"
         )
     lines += ["", "Per bug (model: the seconds of the model's replies, and how many; setup and",
-              "tests: jarvis's own phases; blank where the row did not record them):", "",
+              "tests: jarvis's own phases; load: the machine's 1-minute load average at the",
+              "start; blank where the row did not record them; superseded: run again later):",
+              "",
               "| model | bug | system | verdict | wall (s) | model (s, replies) | setup + tests (s) "
-              "| tokens |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
+              "| tokens | load |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    last = {(r["bug"], r["config"], r.get("model", "")): i for i, r in enumerate(rows)}
+    for i, r in enumerate(rows):
         word = (
             "fixed" if r["fixed"] else (f"error: {r['error'][:60]}" if r["error"] else r["verdict"])
         )
+        if last[(r["bug"], r["config"], r.get("model", ""))] != i:
+            word += " (superseded)"
         model_s = f"{r['model_s']:.0f} ({r['calls']})" if r.get("calls") else ""
         phases = f"{r['setup_s']:.0f} + {r['tests_s']:.0f}" if r.get("tests_s") else ""
         lines.append(f"| {r['model']} | {r['bug']} | {r['config']} | {word} | "
                      f"{r['wall_s']:.0f} | {model_s} | {phases} | "
-                     f"{r['prompt_tokens'] + r['completion_tokens']} |")  # fmt: skip
+                     f"{r['prompt_tokens'] + r['completion_tokens']} | "
+                     f"{r['load'] if r.get('load') else ''} |")  # fmt: skip
     (out / "codefix.md").write_text("\n".join(lines) + "\n")
     return report
 
@@ -335,9 +364,9 @@ def run(env: BenchEnv) -> list[Row]:
     out = ROOT / "benchmarks" / "results"
     summary = write_table(out)["summary"] if not env.smoke else []
     if env.smoke:
-        from jarvisd.evals.codefix._eval import load_results, summarize
+        from jarvisd.evals.codefix._eval import latest, load_results, summarize
 
-        summary = summarize(load_results(out / "codefix.jsonl"))
+        summary = summarize(latest(load_results(out / "codefix.jsonl")))
     rows = [Row(f"codefix corpus: bugs (projects {len({b.project.name for b in corpus.bugs})})",
                 float(len(corpus.bugs)), "bugs", notes="informational")]  # fmt: skip
     for s in summary:
@@ -355,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--port", type=int, default=18434)
     parser.add_argument("--n-ctx", type=int, default=8192)
+    parser.add_argument("--again", action="store_true",
+                        help="run bugs the results already hold again (after a change to "
+                             "jarvis); the new row counts")  # fmt: skip
     args = parser.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in systems if s not in SYSTEMS]
@@ -362,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown systems {unknown}; of {SYSTEMS}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    measure(args.model, args.bugs, systems, out, args.port, args.n_ctx)
+    measure(args.model, args.bugs, systems, out, args.port, args.n_ctx, args.again)
     report = write_table(out)
     for s in report["summary"]:
         print(f"{s['model']:<22} {s['config']:<34} n={s['n']:<3} fixed {s['fixed']} "

@@ -45,6 +45,10 @@ __all__ = [
 class RunStopped(Exception):
     """A run was told to stop. Not a JarvisError: nothing went wrong."""
 
+    #: The model turns the stopped run had begun, the one in flight included (set by
+    #: the agent loop it stopped): its outcome counts them, not 0.
+    turns: int = 0
+
 
 class Cancelled(RunStopped):
     pass

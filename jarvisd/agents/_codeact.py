@@ -297,11 +297,18 @@ class SessionDialect(CodeActDialect):
     def corrective(self, step: Step) -> str:
         if step.error != _UNACTED:
             return super().corrective(step)
-        helpers = " (replace(path, old, new) changes a file)" if self.file_helpers else ""
+        # Told only to "write a block", 1.5B repeated its claim word for word: it is
+        # shown the block to write.
+        example = (
+            "\n```python\nreplace('/absolute/path/of/the/file.py', 'the exact old lines', "
+            "'the new lines')\n```\n"
+            if self.file_helpers
+            else " "
+        )
         return (
             "You said you made a change, but no code has run in this session, so nothing "
-            f"has changed yet. Make the change now: write a ```python code block{helpers}. "
-            "Reply with your summary once the change is made."
+            "has changed yet. Reply with only a ```python code block that makes the change, "
+            f"such as:{example}Reply with your summary once the change is made."
         )
 
     async def resume(self, state: LoopState, run: RunContext) -> None:

@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 from .._events import EventBus
 from .._grounding import Sources
 from .._messages import Generation, Message, Role, ToolResult, ToolSpec
-from .._runcontext import RunContext
+from .._runcontext import RunContext, RunStopped
 from ..engines import Engine, RunEngine
 from ..tools import BaseTool, LoopGuard, ToolDispatcher, cancelled_result
 from ._answer import AnswerGate
@@ -212,6 +212,8 @@ class _Loop:
         # Tools a held call named: not offered again, and a later call to one is held too.
         self.withheld: set[str] = set()
         self.held_so_far: list[HeldCall] = []
+        #: While a turn's reply is awaited, the ledger's calls before it; else None.
+        self.in_flight: int | None = None
 
     @classmethod
     async def open(
@@ -274,6 +276,18 @@ class _Loop:
         return AgentResult(content, list(state.tool_results), state.turns, metadata, state.usage)
 
     async def drive(self) -> AgentResult:
+        try:
+            return await self._drive()
+        except RunStopped as exc:
+            # A run stopped by its budget mid-reply still had the replies it got and the
+            # one in flight: its outcome says so (it said 0 turns after 600 s of replies).
+            # A call the budget refused before it started (the ledger did not count it)
+            # was never in flight.
+            started = self.in_flight is not None and self.run.budget.calls > self.in_flight
+            exc.turns = self.state.turns + started
+            raise
+
+    async def _drive(self) -> AgentResult:
         state, agent = self.state, self.agent
         if state.final is not None:  # resumed after the answer: end with it
             return self.finish(state.final["content"], **state.final["meta"])
@@ -281,7 +295,9 @@ class _Loop:
         while state.turns < agent.max_turns:
             if cancel.cancelled:  # raise_if_cancelled(), inline: once a turn
                 raise cancel.error()
+            self.in_flight = self.run.budget.calls
             generation = await self._request()
+            self.in_flight = None
             state.turns += 1
             # Added in place: the state's own Usage (LoopState makes a new one), read by
             # nothing else until the run ends.

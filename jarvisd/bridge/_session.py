@@ -300,9 +300,11 @@ class FrameSession:
 
     async def _serve(self, frame: Infer) -> None:
         hold: Hold | None = None
+        started = False
         try:
             request = InferRequest.from_dict(frame.request)
             options, hold = self._options(request)
+            started = True
             # The program only waits meanwhile, so its clock is held: a slow local model
             # must not get it killed. The run's budget and time limit still bound it,
             # and so does the clock's own cap on held time.
@@ -318,6 +320,9 @@ class FrameSession:
             reply = InferResult(id=frame.id, generation=generation.to_dict())
             self.answered += 1
         except RunStopped as exc:
+            # The program's turns: the calls answered, and this one if it had started
+            # (a run stopped mid-reply said 0 turns after 600 s of replies).
+            exc.turns = self.answered + started
             self.stopped = exc
             await self.channel.kill("cancelled")
             return
@@ -345,6 +350,7 @@ class FrameSession:
             with self.channel.clock_held():
                 reply: ToolResultFrame = await self.tools.call(frame)
         except RunStopped as exc:
+            exc.turns = self.answered
             self.stopped = exc
             await self.channel.kill("cancelled")
             return

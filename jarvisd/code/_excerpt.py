@@ -50,9 +50,14 @@ def _names_a_method(node: ast.ClassDef, words: set[str], lines: set[int]) -> boo
     )
 
 
-def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int, int]]:
-    """The (first, last) lines of the definitions named by ``words`` or holding one of
-    ``lines``, decorators included; a span inside another chosen span is left out."""
+def _spans(
+    tree: ast.Module, words: set[str], lines: set[int], called: list[set[str]]
+) -> list[tuple[int, int, int]]:
+    """The (first, last, worth) lines of the definitions named by ``words`` or holding
+    one of ``lines``, decorators included; a span inside another chosen span is left
+    out (spans that overlap are one, worth the more of them). ``worth`` counts the
+    reasons to show it: it holds a cited line, and each set of ``called`` (what the
+    task calls, what the tests' output calls) that names it; a word alone is 0."""
     chosen = []
     for node in ast.walk(tree):
         if not isinstance(node, _Def) or node.end_lineno is None:
@@ -62,6 +67,7 @@ def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int
         holds = not isinstance(node, ast.ClassDef) and any(
             first <= n <= node.end_lineno for n in lines
         )
+        worth = holds + sum(node.name in names for names in called)
         if (
             isinstance(node, ast.ClassDef)
             and node.name in words
@@ -69,28 +75,54 @@ def _spans(tree: ast.Module, words: set[str], lines: set[int]) -> list[tuple[int
         ):
             # ``Version.parse(`` names the class and its method: the method is shown
             # (the walk reaches it), of the class only its first line, not all of it.
-            chosen.append((first, node.lineno))
+            chosen.append((first, node.lineno, 1))
         elif node.name in words or holds:
-            chosen.append((first, node.end_lineno))
+            chosen.append((first, node.end_lineno, worth))
     # A cited line outside every chosen definition (module-level code that raised at
     # import) is shown with the lines around it.
     for n in lines:
-        if not any(first <= n <= last for first, last in chosen):
-            chosen.append((max(1, n - AROUND), n + AROUND))
+        if not any(first <= n <= last for first, last, _ in chosen):
+            chosen.append((max(1, n - AROUND), n + AROUND, 1))
     chosen.sort(key=lambda span: (span[0], -span[1]))
-    spans: list[tuple[int, int]] = []
-    for first, last in chosen:
+    spans: list[tuple[int, int, int]] = []
+    for first, last, worth in chosen:
         if spans and first <= spans[-1][1]:
-            spans[-1] = (spans[-1][0], max(spans[-1][1], last))
+            a, b, w = spans[-1]
+            spans[-1] = (a, max(b, last), max(w, worth))
         else:
-            spans.append((first, last))
+            spans.append((first, last, worth))
     return spans
 
 
-def excerpt(rel: str, text: str, texts: list[str]) -> str:
+def _fitted(
+    spans: list[tuple[int, int, int]], lines: list[str], limit: int | None
+) -> list[tuple[int, int, int]]:
+    """Of ``spans``, those that fit in ``limit`` bytes, the worthiest first, then the
+    shortest (semver's 13-line bump_minor() before its 83-line next_version()); the
+    first one always, however long. Returned in line order."""
+    if limit is None:
+        return spans
+    if any(worth for _, _, worth in spans):
+        # A word of the task alone ("patch", "large") names many definitions that only
+        # share it: shown only when nothing has a better reason to be.
+        spans = [span for span in spans if span[2]]
+    kept: list[tuple[int, int, int]] = []
+    used = 0
+    for span in sorted(spans, key=lambda s: (-s[2], s[1] - s[0], s[0])):
+        first, last, _ = span
+        size = sum(len(line.encode()) + 1 for line in lines[first - 1 : last]) + 20
+        if kept and used + size > limit:
+            continue
+        kept.append(span)
+        used += size
+    return sorted(kept)
+
+
+def excerpt(rel: str, text: str, texts: list[str], limit: int | None = None) -> str:
     """``text`` (the file ``rel``) as it is put in front of the agent: whole when it is
     short or nothing in ``texts`` names a definition in it, else those definitions,
-    each headed by its line numbers."""
+    each headed by its line numbers; with ``limit``, those that fit in about that many
+    bytes, the ones with the most reasons to be shown first (cited, called)."""
     if len(text.encode()) <= WHOLE_FILE_BYTES:
         return text
     tree = parse_module(text)
@@ -100,12 +132,15 @@ def excerpt(rel: str, text: str, texts: list[str]) -> str:
     # words) only what it calls, ``name(`` and ``obj.name(``.
     words = {w for t in texts[:1] for w in _WORD.findall(t)}
     words |= {w for t in texts[1:] for w in _CALLED.findall(t)}
-    spans = _spans(tree, words, _cited_lines(rel, texts))
+    called = [{w for w in _CALLED.findall(t)} for t in (texts[0], "\n".join(texts[1:]))]
+    spans = _spans(tree, words, _cited_lines(rel, texts), called)
     if not spans:
         return text
     lines = text.splitlines()
-    parts = [f"[{len(lines)} lines; only the definitions named above are shown]"]
-    for first, last in spans:
+    fitted = _fitted(spans, lines, limit)
+    left_out = "" if len(fitted) == len(spans) else f"; {len(spans) - len(fitted)} more left out"
+    parts = [f"[{len(lines)} lines; only the definitions named above are shown{left_out}]"]
+    for first, last, _ in fitted:
         last = min(last, len(lines))
         parts.append(f"[lines {first}-{last}]")
         parts.extend(lines[first - 1 : last])

@@ -79,6 +79,10 @@ def _code_config(config: Config, ws: Workspace) -> Config:
     return dataclasses.replace(config, sandbox=changed, agents=agents)
 
 
+#: The most characters of a CodeAct cell's output the model is shown in a code run.
+CODE_OUTPUT_CHARS = 4000
+
+
 def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, object]:
     """``spec``'s options, with the workspace as the agent's own when it takes one (an
     external agent: its cwd and the root of its file requests), and CodeAct asked to
@@ -94,6 +98,11 @@ def _agent_options(spec: AgentSpec, config: Config, ws: Workspace) -> dict[str, 
     if "work_dir" in declared:
         # CodeAct's session starts in the workspace; relative file names resolve there.
         options.setdefault("work_dir", ws.path)
+    if "max_output_chars" in declared:
+        # What a cell prints is read by the model at its next reply: view() of a whole
+        # long module printed 10,000 characters, about 3,000 tokens, minutes of a 1.5B
+        # model's time on a shared CPU (semver's two replies read 13,000 prompt tokens).
+        options.setdefault("max_output_chars", CODE_OUTPUT_CHARS)
     if "workspace" not in declared:
         return options
     given = options.get("workspace")
@@ -415,7 +424,14 @@ async def _rounds(
             break
         assert after is not None
         prompt = round_prompt(
-            ws, spec.input, after, outcome.answer, number + 1, ws.rounds, helpers=helpers
+            ws,
+            spec.input,
+            after,
+            outcome.answer,
+            number + 1,
+            ws.rounds,
+            helpers=helpers,
+            acted=bool(outcome.tool_results),
         )
         phases.save(rounds=list(done.rounds), number=number + 1, outcome=None, prompt=prompt)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._claims import asks_no_change, claims_change
+from ._digest import digest
 from ._excerpt import excerpt
 from ._locate import defining_files, is_test_file
 from ._testrun import named_files, read_below
@@ -29,13 +30,15 @@ if TYPE_CHECKING:
 
 __all__ = ["asks_no_change", "claims_change", "round_prompt", "task_prompt"]
 
-#: The most of the tests' output put in a message (its tail), in bytes.
-MAX_FEEDBACK_BYTES = 4000
+#: The most of the tests' output put in a message (its digest, or its tail), in bytes:
+#: with the files below, about 2,500 tokens, a first message the 1.5B model reads in a
+#: minute or two on two loaded cores (16 KB, semver's, took it 5 minutes a reply).
+MAX_FEEDBACK_BYTES = 3000
 #: The most files, and bytes of them together, put in a message.
 MAX_FILES = 3
 #: Of those, the most found by what they define rather than by their path.
 MAX_DEFINING = 2
-MAX_FILES_BYTES = 12_000
+MAX_FILES_BYTES = 6000
 #: The most of each named file read to find the definitions named in it.
 MAX_PARSED_BYTES = 200_000
 
@@ -80,7 +83,9 @@ def _named(texts: list[str], ws: Workspace) -> list[tuple[str, str]]:
     for rel, whole in files:
         if left <= 0:
             break
-        data = excerpt(rel, whole, texts).encode()
+        # Of a long file, the definitions that fit what is left, the cited and called
+        # ones first (semver's: a 50-line parse() took the room of bump_minor()).
+        data = excerpt(rel, whole, texts, left).encode()
         text = data[:left].decode("utf-8", "ignore")
         if len(data) > left:
             text += "\n[... the rest of the file is left out ...]"
@@ -107,8 +112,33 @@ def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list
     return parts
 
 
+def _closing(helpers: bool) -> str:
+    """What the message asks for last. Asked for a summary "when you are done", 1.5B
+    replied with the summary at once, of a change it never made (toolz-tail: twice in
+    a row, asked again to act): with the file helpers, the first reply asked for is
+    the code block that makes the change, the summary only after it ran."""
+    if not helpers:
+        return "When you are done, reply with a short summary of what you changed."
+    return (
+        "Reply now with one ```python block that makes the change (a reply without a "
+        "code block changes nothing). Once it has run and you have seen its output, "
+        "reply with a short summary of what you changed."
+    )
+
+
+def _output(test: TestRun) -> str:
+    """The tests' output as the agent is shown it: without pytest's warnings, as its
+    digest when it is too long (``_digest``), and at most its tail."""
+    text = _without_warnings(test.output)
+    if len(text.encode()) > MAX_FEEDBACK_BYTES:
+        short = digest(text)
+        if short is not None:
+            text = "[pytest's output: each failure's failing line and errors]\n" + short
+    return _tail(text, MAX_FEEDBACK_BYTES)
+
+
 def _test_block(test: TestRun, after_change: bool = False) -> list[str]:
-    output = _tail(_without_warnings(test.output), MAX_FEEDBACK_BYTES)
+    output = _output(test)
     if test.could_not_run and after_change:
         # They ran before the change: the change broke them (an import, a syntax error).
         return [
@@ -143,9 +173,9 @@ def task_prompt(
     if before is not None and not before.passed:
         lines += _test_block(before)
         if not before.could_not_run:
-            named.append(before.output)
+            named.append(_output(before))  # what it is shown names the files
     lines += _files_block(named, ws, helpers)
-    lines.append("When you are done, reply with a short summary of what you changed.")
+    lines.append(_closing(helpers))
     return "\n\n".join(lines)
 
 
@@ -158,19 +188,28 @@ def round_prompt(
     rounds: int,
     *,
     helpers: bool = False,
+    acted: bool = True,
 ) -> str:
     """The message of round ``number``: the task again, what the agent said last time,
-    and the tests' new output (the files are in the state the last round left)."""
+    and the tests' new output (the files are in the state the last round left).
+    ``acted``: whether the last round ran any code; a summary of a round that ran none
+    is not repeated to it (1.5B copied its own claim of a change it never made, round
+    after round), it is told that nothing changed."""
+    said = (
+        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}"
+        if acted
+        else "Your last replies ran no code, so no file has changed: describing a change "
+        "does not make it."
+    )
     lines = [
         f"You are working on a software project whose files are in the directory {ws.path}. "
         "Use absolute paths under that directory.",
         f"The project's tests run with: cd {ws.path} && {ws.test}",
         f"Task: {task}",
-        f"You said you were done: {_tail(summary, 1000) or '(no summary)'}",
+        said,
         f"But the tests still do not pass (round {number} of {rounds}).",
         *_test_block(after, after_change=True),
-        *_files_block([task, after.output], ws, helpers),
-        "Go on: change the files so that the tests pass. When you are done, reply with a "
-        "short summary of what you changed.",
+        *_files_block([task, _output(after)], ws, helpers),
+        "Go on: change the files so that the tests pass. " + _closing(helpers),
     ]
     return "\n\n".join(lines)

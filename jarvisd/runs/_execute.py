@@ -158,6 +158,7 @@ async def run_agent(
     disarm = watch_wall(run)
     result: AgentResult | None = None
     failure: Failure | None = None
+    stopped_turns = 0  # of a run stopped before its agent returned
     try:
         if engine is None:
             engine = select_engine(config, explicit, spec.model, spec.env)
@@ -179,6 +180,7 @@ async def run_agent(
             )
     except (JarvisError, RunStopped) as exc:
         failure = Failure.of(exc)
+        stopped_turns = exc.turns if isinstance(exc, RunStopped) else 0
     except Exception as exc:
         log.exception("the run failed")
         failure = Failure.of(exc)
@@ -199,7 +201,7 @@ async def run_agent(
         agent=agent_key,
         engine=engine_name,
         model=model,
-        turns=0 if result is None else result.turns,
+        turns=stopped_turns if result is None else result.turns,
         usage=run.budget.used if result is None else result.usage,
         tool_results=() if result is None else tuple(result.tool_results),
         metadata={} if result is None else dict(result.metadata),

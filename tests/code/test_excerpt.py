@@ -95,3 +95,90 @@ def test_of_the_tests_output_only_what_it_calls_names_a_definition() -> None:
     shown = excerpt("pkg/mod.py", MODULE, ["The tests fail.", output])
     assert "def dasherize(word):" in shown
     assert "other_1" not in shown and "class Box" not in shown
+
+
+#: A whole suite's pytest output (semver's bump bug, abridged): each failure prints the
+#: test's source, a parametrized test's table of cases too, before its ``E`` lines.
+CASES = "".join(f'        ("{i}.2.3", "minor", "{i}.3.0"),\n' for i in range(120))
+SUITE_OUTPUT = (
+    "..........F....F.....\n"
+    "=================================== FAILURES ===================================\n"
+    "____________________________ test_should_bump_minor ____________________________\n\n"
+    "    def test_should_bump_minor():\n"
+    '>       assert bump_minor("3.4.5") == "3.5.0"\n'
+    "E       AssertionError: assert '3.5.5' == '3.5.0'\n\n"
+    "tests/test_bump.py:20: AssertionError\n"
+    "____________________________ test_next_version[case] ____________________________\n\n"
+    "    @pytest.mark.parametrize(\n        'version,part,expected',\n        [\n"
+    + CASES
+    + "        ],\n    )\n    def test_next_version(version, part, expected):\n"
+    "        ver = Version.parse(version)\n"
+    ">       assert str(ver.next_version(part)) == expected\n"
+    "E       AssertionError: assert '1.4.1' == '1.4.0'\n\n"
+    "tests/test_parsing.py:218: AssertionError\n"
+    "=========================== short test summary info ============================\n"
+    "FAILED tests/test_bump.py::test_should_bump_minor - AssertionError: assert '3...\n"
+    "FAILED tests/test_parsing.py::test_next_version[case] - AssertionError: asse...\n"
+    "2 failed, 509 passed in 2.10s\n"
+)
+
+
+def _prompt(tmp_path: Path, output: str, task: str, helpers: bool = False) -> str:
+    from types import SimpleNamespace
+
+    from jarvisd.code._prompt import task_prompt
+    from jarvisd.code._testrun import TestRun
+
+    ws = SimpleNamespace(path=str(tmp_path), test="pytest -q")
+    failed = TestRun("pytest -q", 1, output, 0.1, verdict="failed")
+    return task_prompt(ws, task, failed, helpers=helpers)  # type: ignore[arg-type]
+
+
+def test_a_long_suite_output_is_shown_as_each_failures_line_and_errors(tmp_path: Path) -> None:
+    """semver's first message was 16 KB (the 1.5B model took 5 minutes a reply): the
+    failures' source and a parametrized table filled the tail, the assertions pushed
+    out. Each failure's failing line, errors and place are shown, and the summary."""
+    assert len(SUITE_OUTPUT.encode()) > 4000
+    prompt = _prompt(tmp_path, SUITE_OUTPUT, "Fix bump_minor.")
+    for kept in (
+        '>       assert bump_minor("3.4.5") == "3.5.0"',
+        "E       AssertionError: assert '3.5.5' == '3.5.0'",
+        "tests/test_bump.py:20: AssertionError",
+        ">       assert str(ver.next_version(part)) == expected",
+        "E       AssertionError: assert '1.4.1' == '1.4.0'",
+        "FAILED tests/test_parsing.py::test_next_version[case]",
+        "2 failed, 509 passed in 2.10s",
+    ):
+        assert kept in prompt, kept
+    assert '"7.2.3"' not in prompt and "def test_should_bump_minor" not in prompt
+    assert len(prompt.encode()) < 2500
+
+
+def test_a_long_files_excerpt_keeps_what_the_failure_calls_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """A word of the task names many definitions ("patch", "size"): with the room of a
+    first message bounded, the definition the failure calls is kept, not crowded out
+    by a long one the task only mentions."""
+    long_one = "def weight(self):\n" + "".join(f"    x{i} = {i}\n" for i in range(400))
+    module = MODULE + long_one + "\ndef bump_minor(v):\n    return v + 1\n"
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text(module)
+    output = "E   assert bump_minor(1) == 3\nFAILED test_mod.py::test_bump"
+    prompt = _prompt(tmp_path, output, "The weight and the size are fine: fix the bump.")
+    assert "def bump_minor(v):\n    return v + 1" in prompt
+    assert "x399 = 399" not in prompt and "more left out]" in prompt
+    assert len(prompt.encode()) < 6000
+
+
+def test_the_first_message_asks_for_the_code_block_before_the_summary(tmp_path: Path) -> None:
+    """Asked for "a short summary when you are done", 1.5B replied at once with the
+    summary of a change it never made (toolz-tail, twice in a row)."""
+    prompt = _prompt(tmp_path, "FAILED test_x.py::test_y", "Fix tail.", helpers=True)
+    assert prompt.endswith(
+        "Reply now with one ```python block that makes the change (a reply without a code "
+        "block changes nothing). Once it has run and you have seen its output, reply with "
+        "a short summary of what you changed."
+    )
+    plain = _prompt(tmp_path, "FAILED test_x.py::test_y", "Fix tail.")
+    assert plain.endswith("When you are done, reply with a short summary of what you changed.")

@@ -143,7 +143,10 @@ def test_codeact_file_helpers_and_a_claim_without_action_asked_to_act(project: P
     assert outcome.ok, outcome.failure
     system = engine.calls[0].messages[0].content
     assert "view(path, start=1, end=None)" in system and "replace(path, old, new)" in system
-    assert "no code has run in this session" in engine.calls[1].messages[-1].content
+    reask = engine.calls[1].messages[-1].content
+    assert "no code has run in this session" in reask
+    # Told only to "write a block", 1.5B repeated its claim: it is shown the block.
+    assert "```python\nreplace('/absolute/path/of/the/file.py', " in reask
     observation = engine.calls[2].messages[-1].content
     assert "    2      return a - b" in observation  # view, numbered
     assert "replace: 0 matches of the snippet" in observation  # refused, nothing changed
@@ -193,6 +196,20 @@ def test_the_wall_clock_budget_is_one_for_all_the_rounds(project: Path) -> None:
     assert record["rounds"][1]["failure"]["code"] == "budget", record["rounds"]
 
 
+def test_a_run_stopped_mid_reply_counts_the_reply_in_flight(project: Path) -> None:
+    """A code run the wall clock stopped after 600 s of a real model's replies said 0
+    turns. The sandboxed agent's reply here takes 2 minutes and the budget is 12 s:
+    the reply in flight is a turn, of the run and of its round."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    engine = ScriptedEngine.from_replies(["I looked at add."], latency_s=120.0)
+    spec = AgentSpec(input=FIX, agent="native_openhands", workspace=ws.id, max_wall=12.0)
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(sandbox=SandboxConfig(memory="256m")),
+                                   engine))  # fmt: skip
+    assert outcome.failure is not None and outcome.failure.code == "budget", outcome
+    assert len(engine.calls) == 1 and outcome.turns == 1, outcome
+    assert [r["turns"] for r in store().get(ws.id).outcome["rounds"]] == [1]
+
+
 def test_a_summary_that_shows_the_code_it_ran_again_is_the_answer(project: Path) -> None:
     """1.5B on the inflection bug: it fixed the file, then summed up with the same code
     block ("I changed add ... The new code: ```python ...```"), which was blocked as a
@@ -231,3 +248,31 @@ def test_pytests_warnings_summary_does_not_push_the_failure_out_of_the_first_mes
     assert "[pytest's warnings summary: 201 lines left out]" in first
     # Only the test command, quoted in the message, still says it.
     assert first.count("DeprecationWarning") == 1 and "FAILED test_calc.py::test_add" in first
+
+
+def test_a_round_that_ran_no_code_is_told_nothing_changed_not_its_claim(project: Path) -> None:
+    """1.5B on toolz-tail: "I changed tail to use a deque", asked to act, the same
+    again; the next round repeated its claim to it ("You said you were done: ...") and
+    it copied the claim, round after round, with no file changed."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX,
+                 test=SAYS, rounds=2)  # fmt: skip
+    claim = "I changed add in calc.py to use a deque."
+    engine = ScriptedEngine.from_replies([claim, claim, write(ws, FIXED), "add adds now."])
+    outcome, events = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    second = first_user_message(engine, 2)
+    assert "round 2 of 2" in second and "use a deque" not in second
+    assert "Your last replies ran no code, so no file has changed" in second
+    assert [e.data["test"] for e in events] == ["failed", "passed"]
+
+
+def test_a_cells_long_output_is_clipped_for_the_models_next_reply(project: Path) -> None:
+    """view() of a whole long module printed 10,000 characters into the next reply's
+    prompt (minutes of a 1.5B model's time): a code run clips what a cell prints."""
+    ws = prepare(str(project), store=store(), state_dir=paths().state, task=FIX, test=SAYS)
+    noisy = "```python\nprint('x' * 20000)\n```"
+    engine = ScriptedEngine.from_replies([noisy, write(ws, FIXED), "add adds now."])
+    outcome, _ = run(ws, engine, FIX)
+    assert outcome.ok, outcome.failure
+    observation = engine.calls[1].messages[-1].content
+    assert "x" * 3000 in observation and "x" * 4100 not in observation

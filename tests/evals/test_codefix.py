@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from jarvisd._config import Config
 from jarvisd._errors import UsageError
 from jarvisd._paths import paths
 from jarvisd.cli import cli
@@ -175,3 +176,35 @@ def test_eval_code_fixes_a_real_bug_and_the_bug_is_checked_in_the_sandbox(
     assert before.passed and before.setup_cached  # the run's environment, from the cache
     assert after.verdict == "failed" and after.failing == ("test_inflection.py::test_dasherize",)
     assert "No module named" not in after.output
+
+
+def test_a_bug_run_again_counts_by_its_last_row_and_each_row_notes_load_and_tags(
+    tmp_path: Path,
+) -> None:
+    """After a change to jarvis the bench runs bugs again (``--again``): the results
+    file keeps both rows, the table counts the last, marks the one before; every row
+    notes the machine's load at its start and the commit measured."""
+    from benchmarks.bench_codefix import write_table
+    from jarvisd.evals.codefix._eval import BugResult, RunConfig, latest, load_results, run_eval
+
+    bug = CORPUS.select("toolz-tail")[0]
+    rc = RunConfig(model="m")
+    verdicts = iter([False, True])
+
+    def runner(b: object, c: RunConfig) -> BugResult:
+        return BugResult(bug.id, bug.project.name, c.name, c.model, fixed=next(verdicts))
+
+    results = tmp_path / "codefix.jsonl"
+    run_eval([bug], [rc], Config(), results=results, runner=runner, tags={"commit": "abc"})
+    # Without --again the row the file holds stands: nothing runs.
+    run_eval([bug], [rc], Config(), results=results, runner=runner)
+    assert len(load_results(results)) == 1
+    run_eval([bug], [rc], Config(), results=results, runner=runner, again=True)
+    rows = load_results(results)
+    assert [r["fixed"] for r in rows] == [False, True]
+    assert rows[0]["commit"] == "abc" and all(isinstance(r["load"], float) for r in rows)
+    assert [r["fixed"] for r in latest(rows)] == [True]
+    report = write_table(tmp_path)
+    assert [(s["n"], s["fixed"]) for s in report["summary"]] == [(1, 1)]
+    table = (tmp_path / "codefix.md").read_text()
+    assert " (superseded) |" in table and table.count("| toolz-tail |") == 2

@@ -182,6 +182,19 @@ def test_the_wall_clock_budget_is_a_budget_stop_not_a_cancel() -> None:
     assert outcome.failure == Failure("budget", "wall-clock budget of 0.2 s spent")
 
 
+def test_a_run_stopped_mid_reply_counts_the_replies_it_got_and_the_one_in_flight() -> None:
+    """A code run stopped by its wall clock after 600 s of a real model's replies said
+    0 turns. Each reply takes 1 s; the clock stops the run during one of them: every
+    call the engine saw is a turn, the one cut short included."""
+    calc = [reply("", ("calculator", {"expression": f"{i}+1"})) for i in range(20)]
+    spec = AgentSpec("Add 1 to 0, 1, 2 and so on.", agent="orchestrator",
+                     tools=("calculator",), max_wall=2.5)  # fmt: skip
+    engine = ScriptedEngine(calc, latency_s=1.0)
+    outcome = asyncio.run(run_spec(spec, RunContext(), Config(), engine))
+    assert outcome.failure == Failure("budget", "wall-clock budget of 2.5 s spent")
+    assert len(engine.calls) >= 1 and outcome.turns == len(engine.calls), outcome
+
+
 def test_a_stopped_run_returns_a_budget_failure_with_the_usage_spent_and_warned_first() -> None:
     calc = [reply("", ("calculator", {"expression": f"{i}+1"})) for i in range(5)]
     spec = AgentSpec("Add 1 to 0, 1, 2, 3 and 4.", agent="orchestrator", tools=("calculator",),
@@ -193,6 +206,7 @@ def test_a_stopped_run_returns_a_budget_failure_with_the_usage_spent_and_warned_
     outcome = asyncio.run(run_spec(spec, run, config, ScriptedEngine(calc)))
     assert outcome.failure == Failure("budget", "call budget of 4 engine calls spent")
     assert outcome.answer == "" and outcome.usage == Usage(40, 4)  # what the 4 calls used
+    assert outcome.turns == 4  # the fifth call, refused, never started
     assert warned == [{"dimension": "calls", "used": 2, "limit": 4, "warn_at": 0.5}]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -81,6 +82,9 @@ class BugResult:
     calls: int = 0
     dropped: list[str] = field(default_factory=list)  # changed files the judge left out
     error: str = ""  # the harness could not run it
+    #: The machine's load (1-minute average) when the run started: the model's seconds
+    #: a reply depend on it (the machines are shared).
+    load: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -234,13 +238,17 @@ def run_eval(
     engine: Engine | None = None,
     progress: Callable[[str], None] = lambda line: None,
     runner: Callable[[Bug, RunConfig], BugResult] | None = None,
+    again: bool = False,
+    tags: Mapping[str, object] | None = None,
 ) -> list[dict[str, Any]]:
     """Every bug under every configuration (bug by bug: each bug's environment is made
-    once), skipping what ``results`` already holds; each result is appended to it as
-    it finishes. Returns all results of these bugs and configurations."""
+    once), skipping what ``results`` already holds (``again``: run it again, after a
+    change to the scaffold; the new row supersedes the old, see :func:`latest`); each
+    result is appended to it as it finishes. Returns all results of these bugs and
+    configurations. ``tags`` are added to each row (the bench's: the commit measured)."""
     done = (
         {(r["bug"], r["config"], r.get("model", "")): r for r in load_results(results)}
-        if results is not None
+        if results is not None and not again
         else {}
     )
     run_one = runner or (lambda bug, rc: run_jarvis(bug, rc, config, engine))
@@ -256,6 +264,7 @@ def run_eval(
                 progress(f"[{count}/{total}] {bug.id} / {rc.name}: done before")
                 continue
             progress(f"[{count}/{total}] {bug.id} / {rc.name} ...")
+            load = round(os.getloadavg()[0], 2)
             try:
                 result = run_one(bug, rc).to_dict()
             except Exception as exc:
@@ -266,6 +275,8 @@ def run_eval(
                     rc.model,
                     error=f"{type(exc).__name__}: {exc}"[:500],
                 ).to_dict()
+            result["load"] = load
+            result.update(tags or {})
             out.append(result)
             if results is not None:
                 results.parent.mkdir(parents=True, exist_ok=True)
@@ -276,6 +287,15 @@ def run_eval(
             )
             progress(f"[{count}/{total}] {bug.id} / {rc.name}: {word} ({result['wall_s']:.0f} s)")
     return out
+
+
+def latest(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Of rows for the same bug, configuration and model, the last (a run again after a
+    change to the scaffold supersedes the one before), in the order of first rows."""
+    rows: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in results:
+        rows[(r["bug"], r["config"], r.get("model", ""))] = dict(r)
+    return list(rows.values())
 
 
 def summarize(results: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
