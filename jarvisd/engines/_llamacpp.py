@@ -107,8 +107,14 @@ class LlamaCppEngine(Engine):
         n_threads: int = 0,
         chat_format: str = "",
         models_dir: Path | None = None,
+        flash_attn: bool = True,
     ) -> None:
         self.model = model  # as configured: a catalog name, a .gguf path, or "" (choose)
+        # Flash attention reads a long prompt faster on the CPU: a 3,180-token prompt of
+        # Qwen2.5-Coder-0.5B took 109 s against 174 s without (two rounds each,
+        # alternated, 2 loaded cores), with the same greedy replies. llama.cpp's own
+        # default is "auto" (on where supported); llama-cpp-python asks for off.
+        self.flash_attn = flash_attn
         self.n_ctx = n_ctx
         self.n_threads = n_threads or (os.cpu_count() or 1)
         self.chat_format = chat_format or None
@@ -162,6 +168,7 @@ class LlamaCppEngine(Engine):
                     n_ctx=self.n_ctx,
                     n_threads=self.n_threads,
                     chat_format=self.chat_format,
+                    flash_attn=self.flash_attn,
                     verbose=False,
                 )
             except (ValueError, RuntimeError) as exc:

@@ -1,6 +1,7 @@
 """The embedded engine keeps a conversation's prompt cache while another conversation
 takes a turn (``engines/_prefixstates``): an agent's turns between sub-calls, a title
-request, two tasks on one model. Counted in prompt tokens the model reads, not seconds."""
+request, two tasks on one model. Counted in prompt tokens the model reads, not seconds.
+And it reads prompts with flash attention (faster on the CPU for long prompts)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 
 from jarvisd import Message, SamplingOptions
-from jarvisd.engines import LlamaCppEngine
+from jarvisd._config import parse_config
+from jarvisd.engines import LlamaCppEngine, build_engine
 from tests.conftest import real_model_path
 
 pytestmark = pytest.mark.model
@@ -70,3 +72,16 @@ def test_a_conversation_between_two_turns_of_another_is_not_read_again() -> None
             await cold.aclose()
 
     assert asyncio.run(afresh()) == content
+
+
+def test_the_configured_embedded_engine_reads_prompts_with_flash_attention() -> None:
+    import llama_cpp
+
+    path = str(real_model_path("smollm2-135m"))
+    engine = build_engine("llamacpp", parse_config({"engine": {"llamacpp": {"model": path}}}))
+    assert isinstance(engine, LlamaCppEngine)
+    try:
+        llama: Any = engine.load()
+        assert llama.context_params.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+    finally:
+        asyncio.run(engine.aclose())
