@@ -110,6 +110,7 @@ PARALLEL_PATHS = (
     # Single files elsewhere that need none of those either: parsers, stores and fuzzers.
     "tests/acp/test_store.py",
     "tests/acp/test_wire_fuzz.py",
+    "tests/cluster/test_units.py",
     "tests/daemon/test_units.py",
     "tests/external/test_fuzz.py",
     "tests/external/test_judged.py",
