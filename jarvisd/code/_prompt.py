@@ -112,18 +112,10 @@ def _files_block(texts: list[str], ws: Workspace, helpers: bool = False) -> list
     return parts
 
 
-def _closing(helpers: bool) -> str:
-    """What the message asks for last. Asked for a summary "when you are done", 1.5B
-    replied with the summary at once, of a change it never made (toolz-tail: twice in
-    a row, asked again to act): with the file helpers, the first reply asked for is
-    the code block that makes the change, the summary only after it ran."""
-    if not helpers:
-        return "When you are done, reply with a short summary of what you changed."
-    return (
-        "Reply now with one ```python block that makes the change (a reply without a "
-        "code block changes nothing). Once it has run and you have seen its output, "
-        "reply with a short summary of what you changed."
-    )
+#: What a message asks for last. (Asked for the code block first and the summary after
+#: it ran, 1.5B wrote code blocks on past its fix of the inflection bug until it was out
+#: of turns: the summary is asked for once the work is done.)
+CLOSING = "When you are done, reply with a short summary of what you changed."
 
 
 def _output(test: TestRun) -> str:
@@ -175,7 +167,7 @@ def task_prompt(
         if not before.could_not_run:
             named.append(_output(before))  # what it is shown names the files
     lines += _files_block(named, ws, helpers)
-    lines.append(_closing(helpers))
+    lines.append(CLOSING)
     return "\n\n".join(lines)
 
 
@@ -210,6 +202,6 @@ def round_prompt(
         f"But the tests still do not pass (round {number} of {rounds}).",
         *_test_block(after, after_change=True),
         *_files_block([task, _output(after)], ws, helpers),
-        "Go on: change the files so that the tests pass. " + _closing(helpers),
+        "Go on: change the files so that the tests pass. " + CLOSING,
     ]
     return "\n\n".join(lines)

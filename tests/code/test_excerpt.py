@@ -169,16 +169,3 @@ def test_a_long_files_excerpt_keeps_what_the_failure_calls_within_the_bound(
     assert "def bump_minor(v):\n    return v + 1" in prompt
     assert "x399 = 399" not in prompt and "more left out]" in prompt
     assert len(prompt.encode()) < 6000
-
-
-def test_the_first_message_asks_for_the_code_block_before_the_summary(tmp_path: Path) -> None:
-    """Asked for "a short summary when you are done", 1.5B replied at once with the
-    summary of a change it never made (toolz-tail, twice in a row)."""
-    prompt = _prompt(tmp_path, "FAILED test_x.py::test_y", "Fix tail.", helpers=True)
-    assert prompt.endswith(
-        "Reply now with one ```python block that makes the change (a reply without a code "
-        "block changes nothing). Once it has run and you have seen its output, reply with "
-        "a short summary of what you changed."
-    )
-    plain = _prompt(tmp_path, "FAILED test_x.py::test_y", "Fix tail.")
-    assert plain.endswith("When you are done, reply with a short summary of what you changed.")
