@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -64,11 +66,17 @@ def _script(messages: Sequence[Message], tools: Sequence[ToolSpec]) -> Generatio
 
 @pytest.fixture
 def daemon(
-    isolated_dirs: Path, request: pytest.FixtureRequest
+    isolated_dirs: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[DaemonProcess, Path]]:
     """A jarvisd keeping one started agent of each of ``request.param`` (default: the
     default, codex only)."""
     agents: tuple[str, ...] = getattr(request, "param", ("codex",))
+    # A slot's gateway socket is nested under the runtime directory: in the whole suite
+    # the temporary one (.../pytest-1746/jv230/runtime) put opencode's past the 107
+    # bytes of a socket path and jarvisd kept no pool. A user's is /run/user/N/jarvis.
+    short = Path(tempfile.mkdtemp(prefix="jp-", dir="/tmp"))
+    monkeypatch.setenv("JARVIS_RUNTIME_DIR", str(short))
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
     for name in agents:
         require(installed(BUILTIN[name]), f"needs `jarvis agents install {name}`")
     root = isolated_dirs / "w"
