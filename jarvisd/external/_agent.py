@@ -344,6 +344,7 @@ class ExternalAgent(BaseAgent):
         """A started agent of jarvisd's pool, attached, when this run fits its launch
         (nothing of its own the slot's container lacks), else None: the usual start
         (also when the claimed agent had ended: it is removed)."""
+        from ..gateway._gateway import served_model_name
         from ..sandbox import DockerExecutor
         from ..sandbox._covers import unreachable
         from ..sandbox._policy import SandboxPolicy
@@ -357,8 +358,7 @@ class ExternalAgent(BaseAgent):
             release,
         )
 
-        # The model name the run's gateway hands agents (``Gateway.model_name``).
-        model = self.model or self.engine.default_model() or "jarvis"
+        model = served_model_name(self.model, self.engine)  # what the run's gateway hands
         if not (
             self.sandboxed
             and agent.name in POOLED

@@ -90,6 +90,11 @@ def _dialect_for(path: str, headers: Any) -> Dialect:
     return _openai_chat.DIALECT
 
 
+def served_model_name(model: str, engine: Engine) -> str:
+    """The model name a gateway for ``model`` on ``engine`` hands agents."""
+    return model or engine.default_model() or "jarvis"
+
+
 class Gateway:
     """Serve ``engine`` for ``run`` until the ``async with`` block ends.
 
@@ -143,7 +148,7 @@ class Gateway:
     @property
     def model_name(self) -> str:
         """The model name to hand agents (any name they send is served the same)."""
-        return self.model or self.engine.default_model() or "jarvis"
+        return served_model_name(self.model, self.engine)
 
     # -- lifecycle ------------------------------------------------------------------
 
